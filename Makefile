@@ -1,0 +1,128 @@
+# brigade: pipeline-parallel trainer.
+#   make            build build/brigade (installs missing Debian packages first)
+#   make test       build and run every test
+#   make SANITIZE=1 test   the same under ASan + UBSan (objects go to build-san/)
+#   make run        the main job (see README.md)
+#   make bench      benchmarks that print figures
+#   CUDA=1 / CUDA=0 force the CUDA backend on / off (default: on when nvcc is found)
+
+# ---- dependencies: checked (and installed) before anything is compiled ----
+DEPS_PC := ompi-c libconfig criterion openblas
+ifneq ($(MAKECMDGOALS),clean)
+DEPS_OK := $(shell pkg-config --exists $(DEPS_PC) 2>/dev/null && echo yes)
+ifneq ($(DEPS_OK),yes)
+DEPS_RC := $(shell sh scripts/deps.sh 1>&2; echo $$?)
+ifneq ($(DEPS_RC),0)
+$(error could not install the Debian packages brigade needs: run scripts/deps.sh as root)
+endif
+endif
+endif
+
+CC      ?= cc
+ifeq ($(CC),cc)
+CC      := gcc
+endif
+SANITIZE ?= 0
+BUILD   := build
+ifeq ($(SANITIZE),1)
+BUILD   := build-san
+endif
+
+PC_CFLAGS := $(shell pkg-config --cflags $(DEPS_PC))
+PC_LIBS   := $(shell pkg-config --libs $(DEPS_PC))
+
+CFLAGS  := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
+           -I. $(PC_CFLAGS) -MMD -MP
+LDLIBS  := $(PC_LIBS) -lm -lpthread
+ifeq ($(SANITIZE),1)
+CFLAGS  += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
+
+# ---- CUDA: only when nvcc is found (or CUDA=1) ----
+NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
+ifeq ($(CUDA),)
+CUDA := $(if $(NVCC),1,0)
+endif
+CU_SRCS := $(wildcard kernels/cuda/*.cu)
+ifeq ($(CUDA),1)
+ifneq ($(CU_SRCS),)
+CFLAGS  += -DBRIGADE_CUDA=1
+NVFLAGS := -O2 -std=c++17 -I. $(PC_CFLAGS) -gencode arch=compute_90,code=sm_90 \
+           -gencode arch=compute_80,code=[sm_80,compute_80] -Xcompiler -Wall,-Wextra,-Werror -DBRIGADE_CUDA=1
+LDLIBS  += -L/usr/local/cuda/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++
+endif
+endif
+
+# ---- the library: every .c of the folders below ----
+LIB_DIRS := core kernels kernels/cpu layers schedule pipe zero viz
+LIB_SRCS := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+ifeq ($(CUDA),1)
+LIB_OBJS += $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
+endif
+LIB      := $(BUILD)/libbrigade.a
+
+CLI_SRCS := $(wildcard cli/*.c)
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o)
+BIN      := $(BUILD)/brigade
+
+# ---- tests: tests/<area>/test_*.c, one Criterion binary each; tests/<area>/worker_*.c plain programs ----
+TEST_SRCS := $(wildcard tests/*/test_*.c)
+TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+WORKER_SRCS := $(wildcard tests/*/worker_*.c)
+WORKER_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(WORKER_SRCS))
+TEST_HELPER_SRCS := $(wildcard tests/common/*.c)
+TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
+
+BENCH_SRCS := $(wildcard bench/*.c)
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
+
+.PHONY: all test run bench clean deps format
+all: $(BIN)
+
+deps:
+	sh scripts/deps.sh
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(CLI_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) $(CLI_OBJS) $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) $< $(TEST_HELPER_OBJS) $(LIB) $(LDLIBS) -o $@
+
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+
+# Runs every test binary; each prints Criterion's synthesis line. Fails if any fails.
+test: $(BIN) $(TEST_BINS) $(WORKER_BINS)
+	@BRIGADE_BIN=$(abspath $(BIN)) BRIGADE_BUILD=$(abspath $(BUILD)) sh scripts/run_tests.sh $(TEST_BINS)
+
+# The main job: for now a simulated 1F1B schedule with its bubble plots.
+run: $(BIN)
+	@mkdir -p out
+	$(BIN) sim --schedule 1f1b --stages 4 --microbatches 8 --ascii \
+	  --trace out/trace.json --svg out/timeline.svg
+
+bench: $(BENCH_BINS)
+	@for b in $(BENCH_BINS); do echo "== $$b"; $$b || exit 1; done
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
+
+clean:
+	rm -rf build build-san out
+
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:=.d) $(WORKER_BINS:=.d)

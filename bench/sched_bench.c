@@ -1,0 +1,50 @@
+/* bench/sched_bench.c: time of compile + lower + verify + simulate for large shapes, and
+ * instructions per second. Target: p=64, v=4, m=1024 (interleaved) under 0.5 s on one core. */
+#include <stdio.h>
+#include <time.h>
+
+#include "core/error.h"
+#include "schedule/schedule.h"
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static int run(sched_family f, int p, int v, int m) {
+  sched_shape sh = {.family = f, .p = p, .v = v, .m = m};
+  sched_costs c = sched_costs_unit();
+  sched_program compute, pr;
+  double t0 = now();
+  if (sched_compile_compute(&sh, &compute)) goto fail;
+  double t1 = now();
+  if (sched_lower(&compute, &c, &pr)) goto fail;
+  double t2 = now();
+  if (sched_verify(&pr)) goto fail;
+  double t3 = now();
+  sched_sim_result res;
+  if (sched_simulate(&pr, &c, &res, NULL)) goto fail;
+  double t4 = now();
+  size_t n = sched_program_count(&pr);
+  printf("%-12s p=%-3d v=%d m=%-5d %9zu instr | compile %6.1f ms  lower %6.1f ms  verify %6.1f ms  "
+         "simulate %6.1f ms | total %7.1f ms  %6.2f M instr/s | bubble %.4f\n",
+         sched_family_name(f), p, v, m, n, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2),
+         1e3 * (t4 - t3), 1e3 * (t4 - t0), n / (t4 - t0) / 1e6, res.bubble_rate);
+  sched_sim_result_free(&res);
+  sched_program_free(&pr);
+  sched_program_free(&compute);
+  return 0;
+fail:
+  fprintf(stderr, "sched_bench: %s\n", core_error_msg());
+  return 1;
+}
+
+int main(void) {
+  int rc = 0;
+  rc |= run(SCHED_1F1B, 8, 1, 64);
+  rc |= run(SCHED_GPIPE, 64, 1, 1024);
+  rc |= run(SCHED_1F1B, 64, 1, 1024);
+  rc |= run(SCHED_INTERLEAVED, 64, 4, 1024);
+  return rc;
+}

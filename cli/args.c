@@ -1,0 +1,33 @@
+#include "cli/args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+
+int cli_parse_int(const char *flag, const char *text, int lo, int hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (errno || end == text || *end || v < lo || v > hi)
+    return core_error_set(CORE_EINPUT, "%s: '%s' is not an integer in [%d, %d]", flag, text, lo, hi);
+  *out = (int)v;
+  return CORE_OK;
+}
+
+int cli_parse_double(const char *flag, const char *text, double lo, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (errno || end == text || *end || !isfinite(v) || v < lo)
+    return core_error_set(CORE_EINPUT, "%s: '%s' is not a number >= %g", flag, text, lo);
+  *out = v;
+  return CORE_OK;
+}
+
+int cli_take(int argc, char **argv, int *i, const char **out) {
+  if (*i + 1 >= argc) return core_error_set(CORE_EINPUT, "%s needs a value", argv[*i]);
+  *out = argv[++*i];
+  return CORE_OK;
+}

@@ -1,0 +1,208 @@
+/* cli/cmd_sched.c: `brigade compile` and `brigade sim`. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "schedule/schedule.h"
+#include "viz/viz.h"
+
+typedef struct {
+  sched_shape shape;
+  int have_schedule, have_stages, have_mb;
+  const char *schedule_file;
+  sched_costs costs;
+  const char *format, *out, *trace, *svg;
+  int json, ascii;
+} sched_opts;
+
+static int fail(void) {
+  fprintf(stderr, "brigade: error: %s\n", core_error_msg());
+  return core_error_code() == CORE_EINPUT ? 2 : 1;
+}
+
+/* Parses the flags both commands share and the ones of `sim` (allow_sim). */
+static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->shape.v = 1;
+  o->costs = sched_costs_unit();
+  o->format = "actions";
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *val = NULL;
+    int rc = CORE_OK;
+#define VALUE() (rc = cli_take(argc, argv, &i, &val))
+    if (strcmp(a, "--schedule") == 0) {
+      if (!VALUE()) rc = sched_family_parse(val, &o->shape.family);
+      o->have_schedule = 1;
+    } else if (strcmp(a, "--stages") == 0) {
+      if (!VALUE()) rc = cli_parse_int(a, val, 1, 1 << 16, &o->shape.p);
+      o->have_stages = 1;
+    } else if (strcmp(a, "--virtual") == 0) {
+      if (!VALUE()) rc = cli_parse_int(a, val, 1, 64, &o->shape.v);
+    } else if (strcmp(a, "--microbatches") == 0) {
+      if (!VALUE()) rc = cli_parse_int(a, val, 1, 1 << 20, &o->shape.m);
+      o->have_mb = 1;
+    } else if (strcmp(a, "--tied") == 0) {
+      o->shape.tied = 1;
+    } else if (strcmp(a, "--format") == 0 && !allow_sim) {
+      if (!VALUE()) o->format = val;
+    } else if (strcmp(a, "-o") == 0 && !allow_sim) {
+      if (!VALUE()) o->out = val;
+    } else if (allow_sim && strcmp(a, "--schedule-file") == 0) {
+      VALUE(), o->schedule_file = val;
+    } else if (allow_sim && strcmp(a, "--cost-f") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.f);
+    } else if (allow_sim && strcmp(a, "--cost-b") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.b);
+    } else if (allow_sim && strcmp(a, "--cost-w") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.w);
+    } else if (allow_sim && strcmp(a, "--comm") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.comm);
+    } else if (allow_sim && strcmp(a, "--cost-reduce") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.reduce);
+    } else if (allow_sim && strcmp(a, "--cost-step") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.step);
+    } else if (allow_sim && strcmp(a, "--cost-tied") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.tied);
+    } else if (allow_sim && strcmp(a, "--act-bytes") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.act_bytes);
+    } else if (allow_sim && strcmp(a, "--json") == 0) {
+      o->json = 1;
+    } else if (allow_sim && strcmp(a, "--ascii") == 0) {
+      o->ascii = 1;
+    } else if (allow_sim && strcmp(a, "--trace") == 0) {
+      VALUE(), o->trace = val;
+    } else if (allow_sim && strcmp(a, "--svg") == 0) {
+      VALUE(), o->svg = val;
+    } else {
+      rc = core_error_set(CORE_EINPUT, "%s: unknown option '%s' (see 'brigade help')", argv[0], a);
+    }
+#undef VALUE
+    if (rc) return rc;
+  }
+  if (o->schedule_file) {
+    if (o->have_schedule || o->have_stages || o->have_mb)
+      return core_error_set(CORE_EINPUT, "give either --schedule-file or the shape flags "
+                                         "(--schedule, --stages, --microbatches), not both");
+    return CORE_OK;
+  }
+  if (!o->have_schedule || !o->have_stages || !o->have_mb)
+    return core_error_set(CORE_EINPUT, "%s needs --schedule, --stages and --microbatches%s", argv[0],
+                          allow_sim ? " (or --schedule-file)" : "");
+  return CORE_OK;
+}
+
+/* The program the options describe: compiled from the shape, or read from a CSV and lowered.
+ * Either way it is verified before anything uses it. */
+static int build_program(const sched_opts *o, sched_program *pr) {
+  if (!o->schedule_file) return sched_compile(&o->shape, &o->costs, pr);
+  sched_program compute;
+  int rc = sched_csv_read(o->schedule_file, &compute);
+  if (rc) return rc;
+  compute.tied = o->shape.tied;
+  rc = sched_lower(&compute, &o->costs, pr);
+  sched_program_free(&compute);
+  if (rc) return core_error_prefix("%s", o->schedule_file);
+  rc = sched_verify(pr);
+  if (rc) {
+    sched_program_free(pr);
+    return core_error_prefix("%s failed verification", o->schedule_file);
+  }
+  return CORE_OK;
+}
+
+int cli_compile(int argc, char **argv) {
+  sched_opts o;
+  sched_program pr;
+  if (parse_opts(argc, argv, 0, &o) || build_program(&o, &pr)) return fail();
+  FILE *f = stdout;
+  if (o.out && !(f = fopen(o.out, "w"))) {
+    sched_program_free(&pr);
+    core_error_set(CORE_ERUNTIME, "cannot write %s: %s", o.out, strerror(errno));
+    return fail();
+  }
+  int rc = CORE_OK;
+  if (strcmp(o.format, "actions") == 0) sched_write_actions(&pr, f);
+  else if (strcmp(o.format, "instructions") == 0) sched_write_listing(&pr, f);
+  else if (strcmp(o.format, "csv") == 0) rc = sched_csv_write(&pr, f);
+  else rc = core_error_set(CORE_EINPUT, "--format: '%s' is not one of actions, instructions, csv", o.format);
+  if (f != stdout && fclose(f) != 0 && !rc) rc = core_error_set(CORE_ERUNTIME, "writing %s failed", o.out);
+  sched_program_free(&pr);
+  return rc ? fail() : 0;
+}
+
+static void print_json(const sched_program *pr, const sched_sim_result *res) {
+  printf("{\"schedule\":\"%s\",\"stages\":%d,\"virtual\":%d,\"microbatches\":%d,", 
+         sched_family_name(pr->family), pr->p, pr->v, pr->m);
+  printf("\"instructions\":%zu,\"makespan\":%.17g,\"bubble_rate\":%.17g,\"idle_fraction\":%.17g,",
+         sched_program_count(pr), res->makespan, res->bubble_rate, res->idle_fraction);
+  printf("\"ranks\":[");
+  for (int r = 0; r < res->p; r++) {
+    const sched_rank_stats *s = &res->ranks[r];
+    printf("%s{\"rank\":%d,\"busy\":%.17g,\"span\":%.17g,\"idle\":%.17g,\"peak_activations\":%d,"
+           "\"peak_activation_bytes\":%.17g,\"slots\":%d}",
+           r ? "," : "", r, s->busy, s->span, s->idle, s->peak_activations, s->peak_bytes,
+           pr->nslots[r]);
+  }
+  printf("]}\n");
+}
+
+static void print_table(const sched_program *pr, const sched_sim_result *res) {
+  printf("%s  p=%d v=%d m=%d  makespan %.6g  bubble rate %.2f%%  idle fraction %.2f%%\n",
+         sched_family_name(pr->family), pr->p, pr->v, pr->m, res->makespan,
+         100 * res->bubble_rate, 100 * res->idle_fraction);
+  printf("%6s %12s %12s %12s %8s\n", "rank", "busy", "span", "idle", "peak_act");
+  for (int r = 0; r < res->p; r++) {
+    const sched_rank_stats *s = &res->ranks[r];
+    printf("%6d %12.6g %12.6g %12.6g %8d\n", r, s->busy, s->span, s->idle, s->peak_activations);
+  }
+}
+
+int cli_sim(int argc, char **argv) {
+  sched_opts o;
+  sched_program pr;
+  if (parse_opts(argc, argv, 1, &o) || build_program(&o, &pr)) return fail();
+  sched_timeline tl;
+  sched_timeline_init(&tl, sched_family_name(pr.family), "unit", pr.p, pr.v, pr.m);
+  sched_sim_result res;
+  int rc = sched_simulate(&pr, &o.costs, &res, &tl);
+  if (!rc) {
+    if (o.json) print_json(&pr, &res);
+    else print_table(&pr, &res);
+    if (o.ascii) viz_write_ascii(&tl, o.json ? stderr : stdout, 100);
+    if (o.trace) rc = viz_write_trace(&tl, o.trace);
+    if (!rc && o.svg) rc = viz_write_svg(&tl, o.svg);
+    if (!rc && !o.json && (o.trace || o.svg))
+      printf("wrote%s%s%s%s\n", o.trace ? " " : "", o.trace ? o.trace : "", o.svg ? " " : "",
+             o.svg ? o.svg : "");
+    sched_sim_result_free(&res);
+  }
+  sched_timeline_free(&tl);
+  sched_program_free(&pr);
+  return rc ? fail() : 0;
+}
+
+int cli_plot(int argc, char **argv) {
+  const char *in = NULL, *out = NULL;
+  int ascii = 0, rc = CORE_OK;
+  for (int i = 1; i < argc && !rc; i++) {
+    if (strcmp(argv[i], "-o") == 0) rc = cli_take(argc, argv, &i, &out);
+    else if (strcmp(argv[i], "--ascii") == 0) ascii = 1;
+    else if (argv[i][0] == '-' && argv[i][1]) rc = core_error_set(CORE_EINPUT, "plot: unknown option '%s'", argv[i]);
+    else if (in) rc = core_error_set(CORE_EINPUT, "plot takes one trace file (got '%s' and '%s')", in, argv[i]);
+    else in = argv[i];
+  }
+  if (!rc && !in) rc = core_error_set(CORE_EINPUT, "usage: brigade plot TRACE.json [-o FILE.svg] [--ascii]");
+  if (!rc && !out && !ascii) rc = core_error_set(CORE_EINPUT, "plot: give -o FILE.svg and/or --ascii");
+  if (rc) return fail();
+  sched_timeline tl;
+  rc = viz_read_trace(in, &tl);
+  if (rc) return fail();
+  if (ascii) viz_write_ascii(&tl, stdout, 100);
+  if (out) rc = viz_write_svg(&tl, out);
+  if (!rc && out) printf("wrote %s (%s, p=%d v=%d m=%d, bubble rate %.2f%%)\n", out, tl.schedule, tl.p, tl.v, tl.m, 100 * tl.bubble_rate);
+  sched_timeline_free(&tl);
+  return rc ? fail() : 0;
+}

@@ -1,0 +1,33 @@
+/* cli/main.c: the brigade program: one binary, subcommands. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+static const char usage[] =
+    "usage: brigade <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  compile   compile a pipeline schedule into per-rank instruction streams\n"
+    "            --schedule gpipe|1f1b|interleaved --stages P [--virtual V] --microbatches M\n"
+    "            [--tied] [--format actions|instructions|csv] [-o FILE]\n"
+    "  sim       simulate a schedule under a cost model (no MPI, no model)\n"
+    "            shape flags as for compile, or --schedule-file FILE.csv;\n"
+    "            [--cost-f T] [--cost-b T] [--cost-w T] [--comm T] [--cost-reduce T] [--cost-step T]\n"
+    "            [--act-bytes N] [--json] [--trace FILE.json] [--svg FILE.svg] [--ascii]\n"
+    "  plot      draw a trace brigade wrote: plot TRACE.json [-o FILE.svg] [--ascii]\n"
+    "  help      this text\n";
+
+int main(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
+      strcmp(argv[1], "-h") == 0) {
+    fputs(usage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "compile") == 0) return cli_compile(argc - 1, argv + 1);
+  if (strcmp(cmd, "sim") == 0) return cli_sim(argc - 1, argv + 1);
+  if (strcmp(cmd, "plot") == 0) return cli_plot(argc - 1, argv + 1);
+  fprintf(stderr, "brigade: error: unknown command '%s' (see 'brigade help')\n", cmd);
+  return 2;
+}

@@ -1,0 +1,132 @@
+/* schedule/compile.c: compute orders (which F and B each rank runs, in which order).
+ * Transfers, loads and buffer slots are added by schedule/lower.c. */
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "schedule/schedule.h"
+
+/* GPipe (fill-drain): all forwards, then all backwards. */
+static void compile_gpipe(sched_program *pr) {
+  for (int r = 0; r < pr->p; r++) {
+    for (int j = 0; j < pr->m; j++) sched_push_action(pr, SCHED_FORWARD, r, j);
+    for (int j = 0; j < pr->m; j++) sched_push_action(pr, SCHED_BACKWARD, r, j);
+  }
+}
+
+/* 1F1B (PipeDream-Flush): min(p-r-1, m) warm-up forwards, then one forward and one backward
+ * alternately, then the remaining backwards. */
+static void compile_1f1b(sched_program *pr) {
+  for (int r = 0; r < pr->p; r++) {
+    int warm = pr->p - r - 1 < pr->m ? pr->p - r - 1 : pr->m;
+    int f = 0, b = 0;
+    for (; f < warm; f++) sched_push_action(pr, SCHED_FORWARD, r, f);
+    for (; f < pr->m; f++, b++) {
+      sched_push_action(pr, SCHED_FORWARD, r, f);
+      sched_push_action(pr, SCHED_BACKWARD, r, b);
+    }
+    for (; b < pr->m; b++) sched_push_action(pr, SCHED_BACKWARD, r, b);
+  }
+}
+
+/* The k-th forward (or backward) unit of a rank in Megatron-LM's interleaved order:
+ * micro-batches go in groups; within a group all micro-batches run chunk 0, then chunk 1, ...
+ * (backward: the last chunk first). Megatron's groups have p micro-batches and it requires
+ * m % p == 0. Here the remainder m % p joins the *first* group (m < 2p: one group of m):
+ *  - every group but a lone one has at least p micro-batches, so the first micro-batch of a group
+ *    comes back to rank 0 for its next chunk only after the group's other forwards, as in
+ *    Megatron;
+ *  - the largest group comes first, so the warm-up sized for it keeps every backward behind its
+ *    own forward in the later, smaller groups.
+ * The order is deadlock-free for every m >= 1 (checked for p <= 16, m <= 64 by the tests). */
+static int first_group(int p, int m) { return m < 2 * p ? m : p + m % p; }
+
+static void interleaved_unit(int p, int v, int m, int k, int backward, int *chunk, int *mb) {
+  int g0 = first_group(p, m), in, gsize, base;
+  if (k < g0 * v) {
+    in = k, gsize = g0, base = 0;
+  } else {
+    int g = (k - g0 * v) / (p * v);
+    in = (k - g0 * v) % (p * v), gsize = p, base = g0 + g * p;
+  }
+  int c = in / gsize;
+  *mb = base + in % gsize;
+  *chunk = backward ? v - 1 - c : c;
+}
+
+static void compile_interleaved(sched_program *pr) {
+  int p = pr->p, v = pr->v, m = pr->m, n = m * v;
+  for (int r = 0; r < p; r++) {
+    /* Megatron's warm-up: the first v-1 chunks of the first group, plus two forwards per
+     * downstream rank; capped by the work there is. */
+    int warm = (p - r - 1) * 2 + (v - 1) * first_group(p, m);
+    if (warm > n) warm = n;
+    int f = 0, b = 0, c, j;
+    for (; f < warm; f++) {
+      interleaved_unit(p, v, m, f, 0, &c, &j);
+      sched_push_action(pr, SCHED_FORWARD, pr->stage_of[r * v + c], j);
+    }
+    for (; f < n; f++, b++) {
+      interleaved_unit(p, v, m, f, 0, &c, &j);
+      sched_push_action(pr, SCHED_FORWARD, pr->stage_of[r * v + c], j);
+      interleaved_unit(p, v, m, b, 1, &c, &j);
+      sched_push_action(pr, SCHED_BACKWARD, pr->stage_of[r * v + c], j);
+    }
+    for (; b < n; b++) {
+      interleaved_unit(p, v, m, b, 1, &c, &j);
+      sched_push_action(pr, SCHED_BACKWARD, pr->stage_of[r * v + c], j);
+    }
+  }
+}
+
+int sched_compile_compute(const sched_shape *sh, sched_program *out) {
+  if (sh->p < 1) return core_error_set(CORE_EINPUT, "--stages must be >= 1 (got %d)", sh->p);
+  if (sh->m < 1) return core_error_set(CORE_EINPUT, "--microbatches must be >= 1 (got %d)", sh->m);
+  if (sh->v < 1) return core_error_set(CORE_EINPUT, "--virtual must be >= 1 (got %d)", sh->v);
+  switch (sh->family) {
+  case SCHED_GPIPE:
+  case SCHED_1F1B:
+    if (sh->v != 1)
+      return core_error_set(CORE_EINPUT,
+                            "schedule %s runs one chunk per rank (got --virtual %d); use "
+                            "interleaved for virtual stages",
+                            sched_family_name(sh->family), sh->v);
+    break;
+  case SCHED_INTERLEAVED:
+    if (sh->v < 2)
+      return core_error_set(CORE_EINPUT,
+                            "schedule interleaved needs --virtual >= 2 chunks per rank (got %d)",
+                            sh->v);
+    break;
+  default: return core_error_set(CORE_EINPUT, "schedule family %d cannot be compiled", sh->family);
+  }
+  int rc = sched_program_init(out, sh->family, sh->p, sh->v, sh->m, NULL);
+  if (rc) return rc;
+  out->tied = sh->tied;
+  switch (sh->family) {
+  case SCHED_GPIPE: compile_gpipe(out); break;
+  case SCHED_1F1B: compile_1f1b(out); break;
+  default: compile_interleaved(out); break;
+  }
+  return CORE_OK;
+}
+
+sched_costs sched_costs_unit(void) {
+  sched_costs c = {.f = 1, .b = 1, .w = 1};
+  return c;
+}
+
+int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
+  sched_program compute;
+  int rc = sched_compile_compute(sh, &compute);
+  if (rc) return rc;
+  rc = sched_lower(&compute, costs, out);
+  sched_program_free(&compute);
+  if (rc) return rc;
+  rc = sched_verify(out);
+  if (rc) {
+    core_error_prefix("compiled %s schedule (p=%d v=%d m=%d) failed verification",
+                      sched_family_name(sh->family), sh->p, sh->v, sh->m);
+    sched_program_free(out);
+  }
+  return rc;
+}

@@ -1,0 +1,235 @@
+/* schedule/csv.c: schedule files and listings.
+ *
+ * The CSV format is PyTorch pipelining's: one row per rank, one compute action per cell, written
+ * {stage}{F|I|W|B}{microbatch} with the *virtual* stage index ("0F0", "5B3"). Empty cells are
+ * skipped; lines starting with '#' are comments. The placement is read off the file: a rank's
+ * chunks are its stages in increasing order (so c*p + r for interleaved files, and the V shape
+ * for zb-v files). */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "schedule/internal.h"
+
+int sched_csv_write(const sched_program *pr, FILE *f) {
+  for (int r = 0; r < pr->p; r++) {
+    int first = 1;
+    for (int i = 0; i < pr->streams[r].len; i++) {
+      const sched_instr *in = &pr->streams[r].ins[i];
+      if (!sched_op_is_compute((sched_op)in->op)) continue;
+      char a[32];
+      sched_action_str(pr, r, in, a, sizeof a);
+      fprintf(f, "%s%s", first ? "" : ",", a);
+      first = 0;
+    }
+    fputc('\n', f);
+  }
+  return ferror(f) ? core_error_set(CORE_ERUNTIME, "writing schedule CSV: %s", strerror(errno))
+                   : CORE_OK;
+}
+
+typedef struct {
+  int rank, stage, mb;
+  char op;
+} action;
+
+typedef struct {
+  action *a;
+  int n, cap;
+} actions;
+
+static void actions_push(actions *as, action x) {
+  if (as->n == as->cap) {
+    as->cap = as->cap ? 2 * as->cap : 256;
+    as->a = core_realloc(as->a, sizeof(action) * (size_t)as->cap);
+  }
+  as->a[as->n++] = x;
+}
+
+/* Parses one cell [b, e) into x; returns CORE_OK or an error naming line and column. */
+static int parse_cell(const char *name, int line, int col, const char *b, const char *e, action *x) {
+  const char *q = b;
+  long stage = 0, mb = 0;
+  int nd = 0;
+  while (q < e && isdigit((unsigned char)*q) && nd < 9) stage = stage * 10 + (*q++ - '0'), nd++;
+  int ok = nd > 0 && q < e && strchr("FBIW", *q) && *q;
+  char op = ok ? *q++ : 0;
+  int nm = 0;
+  while (ok && q < e && isdigit((unsigned char)*q) && nm < 9) mb = mb * 10 + (*q++ - '0'), nm++;
+  if (ok && nm > 0 && q == e) {
+    x->stage = (int)stage, x->mb = (int)mb, x->op = op;
+    return CORE_OK;
+  }
+  int len = (int)(e - b) > 40 ? 40 : (int)(e - b);
+  if (nd > 0 && q < e && (strncmp(q, "SEND", 4) == 0 || strncmp(q, "RECV", 4) == 0))
+    return core_error_set(CORE_EINPUT, "%s:%d:%d: transfer action '%.*s': give the compute-only "
+                          "form (brigade inserts the transfers itself)", name, line, col, len, b);
+  return core_error_set(CORE_EINPUT, "%s:%d:%d: bad action '%.*s' (expected {stage}{F|I|W|B}"
+                        "{microbatch}, e.g. 0F3)", name, line, col, len, b);
+}
+
+static int parse_rows(const char *text, const char *name, actions *as, int *nranks) {
+  const char *s = text;
+  int line = 0, rank = 0;
+  while (*s) {
+    const char *eol = strchr(s, '\n');
+    if (!eol) eol = s + strlen(s);
+    line++;
+    const char *t = s;
+    while (t < eol && isspace((unsigned char)*t)) t++;
+    if (t < eol && *t != '#') {
+      const char *c = s;
+      while (c <= eol) {
+        const char *ce = c;
+        while (ce < eol && *ce != ',') ce++;
+        const char *b = c, *e = ce;
+        while (b < e && isspace((unsigned char)*b)) b++;
+        while (e > b && isspace((unsigned char)e[-1])) e--;
+        if (e > b) {
+          action x = {.rank = rank};
+          int rc = parse_cell(name, line, (int)(b - s) + 1, b, e, &x);
+          if (rc) return rc;
+          actions_push(as, x);
+        }
+        c = ce + 1;
+      }
+      if (++rank > (1 << 16)) return core_error_set(CORE_EINPUT, "%s: too many rows", name);
+    }
+    s = *eol ? eol + 1 : eol;
+  }
+  *nranks = rank;
+  if (rank == 0) return core_error_set(CORE_EINPUT, "%s: no rows (one row of actions per rank)", name);
+  return CORE_OK;
+}
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* Reads the placement off the actions: stage -> rank, each rank the same number of stages. */
+static int build_placement(const char *name, const actions *as, int p, int *v_out, int *m_out,
+                           int **stage_of_out) {
+  int S = 0, m = 0;
+  for (int i = 0; i < as->n; i++) {
+    if (as->a[i].stage + 1 > S) S = as->a[i].stage + 1;
+    if (as->a[i].mb + 1 > m) m = as->a[i].mb + 1;
+  }
+  if (S > (1 << 20) || m > (1 << 24))
+    return core_error_set(CORE_EINPUT, "%s: stage or micro-batch index too large", name);
+  int *owner = core_malloc(sizeof(int) * (size_t)(S ? S : 1));
+  for (int s = 0; s < S; s++) owner[s] = -1;
+  int rc = CORE_OK;
+  for (int i = 0; i < as->n && !rc; i++) {
+    int s = as->a[i].stage, r = as->a[i].rank;
+    if (owner[s] >= 0 && owner[s] != r)
+      rc = core_error_set(CORE_EINPUT, "%s: stage %d appears on rank %d and on rank %d", name, s,
+                          owner[s], r);
+    owner[s] = r;
+  }
+  for (int s = 0; s < S && !rc; s++)
+    if (owner[s] < 0) rc = core_error_set(CORE_EINPUT, "%s: stage %d has no actions", name, s);
+  if (!rc && S % p != 0)
+    rc = core_error_set(CORE_EINPUT, "%s: %d stages cannot be split evenly over %d ranks", name, S, p);
+  int v = S / (p ? p : 1);
+  int *fill = core_calloc((size_t)p, sizeof(int));
+  int *stage_of = core_malloc(sizeof(int) * (size_t)(S ? S : 1));
+  for (int s = 0; s < S && !rc; s++) {
+    int r = owner[s];
+    if (fill[r] == v)
+      rc = core_error_set(CORE_EINPUT, "%s: rank %d holds more than %d stages (every rank must "
+                          "hold the same number)", name, r, v);
+    else
+      stage_of[r * v + fill[r]++] = s;
+  }
+  for (int r = 0; r < p && !rc; r++) {
+    if (fill[r] != v)
+      rc = core_error_set(CORE_EINPUT, "%s: rank %d holds %d stages, expected %d", name, r,
+                          fill[r], v);
+    else
+      qsort(&stage_of[r * v], (size_t)v, sizeof(int), cmp_int);
+  }
+  free(owner), free(fill);
+  if (rc) {
+    free(stage_of);
+    return rc;
+  }
+  *v_out = v, *m_out = m, *stage_of_out = stage_of;
+  return CORE_OK;
+}
+
+int sched_csv_parse(const char *text, const char *name, sched_program *out) {
+  actions as = {0};
+  int p = 0, v = 0, m = 0, *stage_of = NULL;
+  int rc = parse_rows(text, name, &as, &p);
+  if (!rc && as.n == 0) rc = core_error_set(CORE_EINPUT, "%s: no actions", name);
+  if (!rc) rc = build_placement(name, &as, p, &v, &m, &stage_of);
+  if (!rc) rc = sched_program_init(out, SCHED_CUSTOM, p, v, m, stage_of);
+  if (!rc) {
+    for (int i = 0; i < as.n; i++) {
+      sched_op op = as.a[i].op == 'F'   ? SCHED_FORWARD
+                    : as.a[i].op == 'B' ? SCHED_BACKWARD
+                    : as.a[i].op == 'I' ? SCHED_BACKWARD_INPUT
+                                        : SCHED_BACKWARD_WEIGHT;
+      sched_push_action(out, op, as.a[i].stage, as.a[i].mb);
+    }
+    rc = sched_check_compute(out);
+    if (rc) {
+      core_error_prefix("%s", name);
+      sched_program_free(out);
+    }
+  }
+  free(as.a), free(stage_of);
+  return rc;
+}
+
+int sched_csv_read(const char *path, sched_program *out) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return core_error_set(CORE_EINPUT, "cannot open schedule file %s: %s", path, strerror(errno));
+  size_t cap = 1 << 16, n = 0;
+  char *buf = core_malloc(cap);
+  size_t k;
+  while ((k = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += k;
+    if (n + 1 == cap) {
+      if (cap > ((size_t)1 << 30)) {
+        fclose(f), free(buf);
+        return core_error_set(CORE_EINPUT, "%s: schedule file larger than 1 GiB", path);
+      }
+      buf = core_realloc(buf, cap *= 2);
+    }
+  }
+  fclose(f);
+  buf[n] = 0;
+  int rc = memchr(buf, 0, n) ? core_error_set(CORE_EINPUT, "%s: binary data in a schedule file", path)
+                             : sched_csv_parse(buf, path, out);
+  free(buf);
+  return rc;
+}
+
+void sched_write_listing(const sched_program *pr, FILE *f) {
+  fprintf(f, "# %s p=%d v=%d m=%d, %zu instructions\n", sched_family_name(pr->family), pr->p,
+          pr->v, pr->m, sched_program_count(pr));
+  for (int r = 0; r < pr->p; r++) {
+    fprintf(f, "rank %d (%d activation slots):\n", r, pr->nslots[r]);
+    for (int i = 0; i < pr->streams[r].len; i++) {
+      char s[96];
+      sched_instr_str(&pr->streams[r].ins[i], s, sizeof s);
+      fprintf(f, "  %4d  %s\n", i, s);
+    }
+  }
+}
+
+void sched_write_actions(const sched_program *pr, FILE *f) {
+  for (int r = 0; r < pr->p; r++) {
+    fprintf(f, "rank %d:", r);
+    for (int i = 0; i < pr->streams[r].len; i++) {
+      const sched_instr *in = &pr->streams[r].ins[i];
+      if (!sched_op_is_compute((sched_op)in->op)) continue;
+      char a[32];
+      sched_action_str(pr, r, in, a, sizeof a);
+      fprintf(f, " %s", a);
+    }
+    fputc('\n', f);
+  }
+}

@@ -1,0 +1,22 @@
+/* schedule/internal.h: helpers shared by the files of schedule/ (not a public interface). */
+#ifndef BRIGADE_SCHEDULE_INTERNAL_H
+#define BRIGADE_SCHEDULE_INTERNAL_H
+
+#include "schedule/schedule.h"
+
+/* Virtual stage of instruction `in` on rank r (-1 when it names no chunk). */
+static inline int sched_stage_at(const sched_program *pr, int r, const sched_instr *in) {
+  return in->chunk >= 0 && in->chunk < pr->v ? pr->stage_of[r * pr->v + in->chunk] : -1;
+}
+
+/* Time of one compute op of virtual stage s under the cost model. */
+double sched_op_cost(const sched_costs *c, sched_op op, int s);
+
+/* Every (stage, micro-batch) has exactly one F and one backward (B, or I and W), each on the
+ * rank holding that stage; fields in range. Works on compute-only and on full programs. */
+int sched_check_compute(const sched_program *pr);
+
+/* Readable excerpt of rank r's stream around instruction i (multi-line, into buf). */
+void sched_excerpt(const sched_program *pr, int r, int i, char *buf, size_t n);
+
+#endif

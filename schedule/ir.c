@@ -1,0 +1,147 @@
+#include "schedule/ir.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+static const char *const op_names[SCHED_OP_COUNT] = {
+    "LOAD_MICROBATCH", "FORWARD",  "BACKWARD",  "BACKWARD_INPUT",    "BACKWARD_WEIGHT",
+    "SEND_ACT",        "RECV_ACT", "SEND_GRAD", "RECV_GRAD",         "REDUCE_TIED_GRADS",
+    "REDUCE_GRADS",    "OPTIMIZER_STEP",
+};
+
+static const char *const family_names[SCHED_FAMILY_COUNT] = {"gpipe", "1f1b", "interleaved",
+                                                             "custom"};
+
+const char *sched_op_name(sched_op op) { return op < SCHED_OP_COUNT ? op_names[op] : "?"; }
+
+char sched_op_letter(sched_op op) {
+  switch (op) {
+  case SCHED_FORWARD: return 'F';
+  case SCHED_BACKWARD: return 'B';
+  case SCHED_BACKWARD_INPUT: return 'I';
+  case SCHED_BACKWARD_WEIGHT: return 'W';
+  default: return 0;
+  }
+}
+
+int sched_op_is_compute(sched_op op) { return sched_op_letter(op) != 0; }
+
+const char *sched_family_name(sched_family f) {
+  return f < SCHED_FAMILY_COUNT ? family_names[f] : "?";
+}
+
+int sched_family_parse(const char *name, sched_family *out) {
+  for (int f = 0; f < SCHED_CUSTOM; f++)
+    if (strcmp(name, family_names[f]) == 0) {
+      *out = (sched_family)f;
+      return CORE_OK;
+    }
+  return core_error_set(CORE_EINPUT, "unknown schedule '%s' (expected gpipe, 1f1b or interleaved)",
+                        name);
+}
+
+int sched_program_init(sched_program *pr, sched_family f, int p, int v, int m, const int *stage_of) {
+  memset(pr, 0, sizeof *pr);
+  if (p < 1) return core_error_set(CORE_EINPUT, "pipeline stages must be >= 1 (got %d)", p);
+  if (v < 1) return core_error_set(CORE_EINPUT, "virtual stages must be >= 1 (got %d)", v);
+  if (m < 1) return core_error_set(CORE_EINPUT, "micro-batches must be >= 1 (got %d)", m);
+  if ((long long)p * v > 1 << 20 || m > 1 << 24)
+    return core_error_set(CORE_EINPUT, "pipeline shape too large (p*v=%lld, m=%d)",
+                          (long long)p * v, m);
+  int S = p * v;
+  pr->family = f;
+  pr->p = p, pr->v = v, pr->m = m;
+  pr->stage_of = core_malloc(sizeof(int) * S);
+  pr->rank_of = core_malloc(sizeof(int) * S);
+  pr->chunk_of = core_malloc(sizeof(int) * S);
+  pr->nslots = core_calloc(p, sizeof(int));
+  pr->streams = core_calloc(p, sizeof(sched_stream));
+  for (int s = 0; s < S; s++) pr->rank_of[s] = -1;
+  for (int r = 0; r < p; r++)
+    for (int c = 0; c < v; c++) {
+      int s = stage_of ? stage_of[r * v + c] : c * p + r;
+      if (s < 0 || s >= S || pr->rank_of[s] != -1) {
+        sched_program_free(pr);
+        return core_error_set(CORE_EINPUT, "invalid placement: virtual stage %d of rank %d chunk %d",
+                              s, r, c);
+      }
+      pr->stage_of[r * v + c] = s;
+      pr->rank_of[s] = r;
+      pr->chunk_of[s] = c;
+    }
+  return CORE_OK;
+}
+
+void sched_program_free(sched_program *pr) {
+  if (pr->streams)
+    for (int r = 0; r < pr->p; r++) free(pr->streams[r].ins);
+  free(pr->streams);
+  free(pr->stage_of);
+  free(pr->rank_of);
+  free(pr->chunk_of);
+  free(pr->nslots);
+  memset(pr, 0, sizeof *pr);
+}
+
+void sched_push(sched_program *pr, int rank, sched_instr in) {
+  CORE_ASSERT(rank >= 0 && rank < pr->p);
+  sched_stream *st = &pr->streams[rank];
+  if (st->len == st->cap) {
+    st->cap = st->cap ? 2 * st->cap : 64;
+    st->ins = core_realloc(st->ins, sizeof(sched_instr) * (size_t)st->cap);
+  }
+  st->ins[st->len++] = in;
+}
+
+void sched_push_action(sched_program *pr, sched_op op, int s, int mb) {
+  CORE_ASSERT(s >= 0 && s < pr->p * pr->v);
+  sched_instr in = {.op = (uint8_t)op, .mb = mb, .chunk = pr->chunk_of[s], .peer = -1, .slot = -1};
+  sched_push(pr, pr->rank_of[s], in);
+}
+
+int sched_program_equal(const sched_program *a, const sched_program *b) {
+  if (a->p != b->p || a->v != b->v || a->m != b->m || a->tied != b->tied) return 0;
+  if (memcmp(a->stage_of, b->stage_of, sizeof(int) * (size_t)(a->p * a->v)) != 0) return 0;
+  for (int r = 0; r < a->p; r++) {
+    const sched_stream *x = &a->streams[r], *y = &b->streams[r];
+    if (x->len != y->len || a->nslots[r] != b->nslots[r]) return 0;
+    for (int i = 0; i < x->len; i++) {
+      const sched_instr *u = &x->ins[i], *w = &y->ins[i];
+      if (u->op != w->op || u->mb != w->mb || u->chunk != w->chunk || u->peer != w->peer ||
+          u->slot != w->slot)
+        return 0;
+    }
+  }
+  return 1;
+}
+
+size_t sched_program_count(const sched_program *pr) {
+  size_t n = 0;
+  for (int r = 0; r < pr->p; r++) n += (size_t)pr->streams[r].len;
+  return n;
+}
+
+int sched_nstages(const sched_program *pr) { return pr->p * pr->v; }
+
+void sched_action_str(const sched_program *pr, int rank, const sched_instr *in, char *buf,
+                      size_t n) {
+  char l = sched_op_letter((sched_op)in->op);
+  if (l && in->chunk >= 0 && in->chunk < pr->v)
+    snprintf(buf, n, "%d%c%d", pr->stage_of[rank * pr->v + in->chunk], l, in->mb);
+  else
+    sched_instr_str(in, buf, n);
+}
+
+void sched_instr_str(const sched_instr *in, char *buf, size_t n) {
+  int k = snprintf(buf, n, "%s", sched_op_name((sched_op)in->op));
+  if (in->mb >= 0 && k >= 0 && (size_t)k < n) k += snprintf(buf + k, n - (size_t)k, " mb=%d", in->mb);
+  if (in->chunk >= 0 && k >= 0 && (size_t)k < n)
+    k += snprintf(buf + k, n - (size_t)k, " chunk=%d", in->chunk);
+  if (in->peer >= 0 && k >= 0 && (size_t)k < n)
+    k += snprintf(buf + k, n - (size_t)k, " peer=%d", in->peer);
+  if (in->slot >= 0 && k >= 0 && (size_t)k < n)
+    snprintf(buf + k, n - (size_t)k, " slot=%d", in->slot);
+}

@@ -1,0 +1,83 @@
+/* schedule/ir.h: the instruction set and programs (one instruction stream per rank).
+ *
+ * Pipeline shape: p ranks (pipeline stages), v chunks per rank, m micro-batches, S = p*v
+ * virtual stages. Chunk c of rank r holds virtual stage stage_of[r*v + c]; the standard
+ * (interleaved) placement is c*p + r, the V placement (zb-v) puts chunk 1 of rank r at 2p-1-r.
+ * A compute-only program (F/B/I/W) is what the compilers produce and CSV files hold; lowering
+ * (schedule/lower.c) turns it into a full program with transfers, loads and the step's tail. */
+#ifndef BRIGADE_SCHEDULE_IR_H
+#define BRIGADE_SCHEDULE_IR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+  SCHED_LOAD_MICROBATCH = 0, /* first virtual stage: inputs; last virtual stage: labels */
+  SCHED_FORWARD,             /* F: forward of one chunk for one micro-batch */
+  SCHED_BACKWARD,            /* B: full backward (input and weight gradients) */
+  SCHED_BACKWARD_INPUT,      /* I: input-gradient half of a split backward */
+  SCHED_BACKWARD_WEIGHT,     /* W: weight-gradient half of a split backward */
+  SCHED_SEND_ACT,
+  SCHED_RECV_ACT,
+  SCHED_SEND_GRAD,
+  SCHED_RECV_GRAD,
+  SCHED_REDUCE_TIED_GRADS, /* between the ranks holding the first and the last virtual stage */
+  SCHED_REDUCE_GRADS,      /* data-parallel gradient reduction */
+  SCHED_OPTIMIZER_STEP,
+  SCHED_OP_COUNT
+} sched_op;
+
+typedef struct {
+  uint8_t op;    /* sched_op */
+  int32_t mb;    /* micro-batch, -1 when none (tail instructions) */
+  int32_t chunk; /* chunk on this rank (0..v-1), -1 when none */
+  int32_t peer;  /* other rank for transfers and tied reduction, -1 otherwise */
+  int32_t slot;  /* activation buffer slot of (chunk, mb) on this rank, -1 when none */
+} sched_instr;
+
+typedef enum {
+  SCHED_GPIPE = 0,
+  SCHED_1F1B,
+  SCHED_INTERLEAVED,
+  SCHED_CUSTOM, /* imported from a schedule file */
+  SCHED_FAMILY_COUNT
+} sched_family;
+
+typedef struct {
+  int len, cap;
+  sched_instr *ins;
+} sched_stream;
+
+typedef struct {
+  sched_family family;
+  int p, v, m;       /* ranks, chunks per rank, micro-batches */
+  int tied;          /* 1: the first and last virtual stages share a weight (REDUCE_TIED_GRADS) */
+  int *stage_of;     /* [p*v]: virtual stage of (rank, chunk) */
+  int *rank_of;      /* [p*v]: rank of virtual stage s */
+  int *chunk_of;     /* [p*v]: chunk of virtual stage s on its rank */
+  int *nslots;       /* [p]: activation slots each rank allocates (0 until lowered) */
+  sched_stream *streams; /* [p] */
+} sched_program;
+
+const char *sched_op_name(sched_op op);        /* "FORWARD", ... */
+char sched_op_letter(sched_op op);             /* 'F', 'B', 'I', 'W' for compute, 0 otherwise */
+int sched_op_is_compute(sched_op op);          /* F, B, I, W */
+const char *sched_family_name(sched_family f); /* "gpipe", "1f1b", "interleaved", "custom" */
+int sched_family_parse(const char *name, sched_family *out); /* CORE_EINPUT on unknown name */
+
+/* A program with empty streams and the given placement (NULL stage_of: c*p + r). */
+int sched_program_init(sched_program *pr, sched_family f, int p, int v, int m, const int *stage_of);
+void sched_program_free(sched_program *pr);
+void sched_push(sched_program *pr, int rank, sched_instr in);
+/* Pushes a compute action of virtual stage s (F/B/I/W) on the rank that holds s. */
+void sched_push_action(sched_program *pr, sched_op op, int s, int mb);
+int sched_program_equal(const sched_program *a, const sched_program *b);
+size_t sched_program_count(const sched_program *pr); /* instructions over all ranks */
+int sched_nstages(const sched_program *pr);           /* p*v */
+
+/* "0F3" style action text of a compute instruction on rank r (stage index is virtual). */
+void sched_action_str(const sched_program *pr, int rank, const sched_instr *in, char *buf, size_t n);
+/* One-line readable form of any instruction, e.g. "SEND_ACT mb=3 chunk=0 peer=2 slot=1". */
+void sched_instr_str(const sched_instr *in, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,74 @@
+/* schedule/schedule.h: compilers, lowering, verifier, simulator and schedule files.
+ *
+ *   sched_compile_compute  shape -> compute-only program (F/B/I/W per rank, in order)
+ *   sched_lower            compute-only -> full program (transfers, loads, tail, buffer slots)
+ *   sched_verify           any full program -> CORE_OK, or CORE_EINPUT with rank, index, excerpt
+ *   sched_simulate         full program + cost model -> per-rank stats and timeline events
+ *   sched_compile          the first three in a row
+ * Everything here is pure: no MPI, no layers. */
+#ifndef BRIGADE_SCHEDULE_SCHEDULE_H
+#define BRIGADE_SCHEDULE_SCHEDULE_H
+
+#include <stdio.h>
+
+#include "schedule/events.h"
+#include "schedule/ir.h"
+
+typedef struct {
+  sched_family family;
+  int p, v, m;
+  int tied; /* first and last virtual stage share a weight */
+} sched_shape;
+
+/* Cost model: times of one op of one chunk (one virtual stage) on one micro-batch. A full
+ * BACKWARD costs b + w. stage_f/b/w, when not NULL, give per-virtual-stage times instead. */
+typedef struct {
+  double f, b, w;
+  double comm;      /* latency added on each cross-rank dependency; occupies neither device */
+  double tied;      /* REDUCE_TIED_GRADS */
+  double reduce;    /* REDUCE_GRADS */
+  double step;      /* OPTIMIZER_STEP */
+  double act_bytes; /* bytes of one activation slot (memory model); 0 = not known */
+  const double *stage_f, *stage_b, *stage_w;
+} sched_costs;
+
+/* Unit costs F = B = W = 1, everything else 0. */
+sched_costs sched_costs_unit(void);
+
+int sched_compile_compute(const sched_shape *sh, sched_program *out);
+int sched_lower(const sched_program *compute, const sched_costs *costs, sched_program *out);
+int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program *out);
+int sched_verify(const sched_program *pr);
+
+typedef struct {
+  double busy;  /* compute time */
+  double span;  /* first compute start to last compute end */
+  double idle;  /* span - busy */
+  double start, end;
+  int peak_activations; /* live (chunk, micro-batch) activation slots at once */
+  double peak_bytes;    /* peak_activations * act_bytes */
+} sched_rank_stats;
+
+typedef struct {
+  int p;
+  double makespan;      /* all ops, tail included */
+  double bubble_rate;   /* 1 - mean(busy) / max(span) */
+  double idle_fraction; /* 1 - sum(busy) / (p * makespan) */
+  sched_rank_stats *ranks;
+} sched_sim_result;
+
+/* Replays a full program; tl (may be NULL) receives one event per instruction. */
+int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_result *res,
+                   sched_timeline *tl);
+void sched_sim_result_free(sched_sim_result *res);
+
+/* PyTorch pipelining's schedule CSV: one row per rank, one compute action per cell ("0F3"). */
+int sched_csv_write(const sched_program *pr, FILE *f);
+int sched_csv_read(const char *path, sched_program *compute_out);
+int sched_csv_parse(const char *text, const char *name, sched_program *compute_out);
+/* A text listing of the full instruction streams, one instruction per line. */
+void sched_write_listing(const sched_program *pr, FILE *f);
+/* Compute actions only, one rank per line ("rank 0: 0F0 0F1 0B0 ..."). */
+void sched_write_actions(const sched_program *pr, FILE *f);
+
+#endif

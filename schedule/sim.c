@@ -1,0 +1,190 @@
+/* schedule/sim.c: replays a full program under a cost model.
+ *
+ * Each rank runs its stream in order. A compute op occupies its rank for its cost. A send does
+ * not block and its data arrives `comm` later; a receive waits until its data has arrived (so a
+ * cross-rank dependency adds the latency without occupying either device, as in the zero-bubble
+ * paper). REDUCE_TIED_GRADS meets its peer; REDUCE_GRADS and OPTIMIZER_STEP take their cost. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "schedule/internal.h"
+
+typedef struct {
+  const sched_program *pr;
+  const sched_costs *c;
+  sched_timeline *tl;
+  int S, m;
+  double *act_ready, *grad_ready; /* [S*m] arrival at the receiving stage, < 0 before the send */
+  double *t, *tied_at;            /* per rank: clock; arrival at the tied reduction (< 0: not) */
+  double *busy, *lo, *hi;         /* per rank: compute time, first compute start, last end */
+  int *pc;
+  int *queue, *queued, qh, qt;
+} simstate;
+
+static void emit(simstate *sm, int r, const sched_instr *in, double t0, double t1) {
+  if (sched_op_is_compute((sched_op)in->op)) {
+    sm->busy[r] += t1 - t0;
+    if (t0 < sm->lo[r]) sm->lo[r] = t0;
+    if (t1 > sm->hi[r]) sm->hi[r] = t1;
+  }
+  if (!sm->tl) return;
+  sched_event e = {.rank = r, .op = in->op, .mb = in->mb, .chunk = in->chunk,
+                   .stage = sched_stage_at(sm->pr, r, in), .peer = in->peer, .start = t0, .end = t1};
+  sched_timeline_add(sm->tl, e);
+}
+
+static void wake(simstate *sm, int r) {
+  if (r < 0 || sm->queued[r]) return;
+  sm->queued[r] = 1;
+  sm->queue[sm->qt++ % sm->pr->p] = r;
+}
+
+/* Arrival slot of the message a transfer instruction sends or receives. */
+static double *msg_slot(simstate *sm, int r, const sched_instr *in) {
+  int s = sched_stage_at(sm->pr, r, in);
+  switch (in->op) {
+  case SCHED_SEND_ACT: return &sm->act_ready[(size_t)(s + 1) * sm->m + in->mb];
+  case SCHED_RECV_ACT: return &sm->act_ready[(size_t)s * sm->m + in->mb];
+  case SCHED_SEND_GRAD: return &sm->grad_ready[(size_t)(s - 1) * sm->m + in->mb];
+  default: return &sm->grad_ready[(size_t)s * sm->m + in->mb];
+  }
+}
+
+/* Runs one instruction if it can run now; returns 0 when the rank must wait. */
+static int step(simstate *sm, int r, const sched_instr *in) {
+  double t = sm->t[r];
+  int s = sched_stage_at(sm->pr, r, in);
+  switch (in->op) {
+  case SCHED_SEND_ACT:
+  case SCHED_SEND_GRAD:
+    *msg_slot(sm, r, in) = t + sm->c->comm;
+    emit(sm, r, in, t, t);
+    wake(sm, in->peer);
+    return 1;
+  case SCHED_RECV_ACT:
+  case SCHED_RECV_GRAD: {
+    double ready = *msg_slot(sm, r, in);
+    if (ready < 0) return 0;
+    sm->t[r] = ready > t ? ready : t;
+    emit(sm, r, in, t, sm->t[r]);
+    return 1;
+  }
+  case SCHED_REDUCE_TIED_GRADS: {
+    if (in->peer < 0) {
+      sm->t[r] = t + sm->c->tied;
+      emit(sm, r, in, t, sm->t[r]);
+      return 1;
+    }
+    if (sm->tied_at[r] < 0) sm->tied_at[r] = t, wake(sm, in->peer);
+    double other = sm->tied_at[in->peer];
+    if (other < 0) return 0; /* wait for the peer to arrive */
+    sm->t[r] = (t > other ? t : other) + sm->c->tied;
+    emit(sm, r, in, t, sm->t[r]);
+    return 1;
+  }
+  case SCHED_REDUCE_GRADS:
+  case SCHED_OPTIMIZER_STEP:
+    sm->t[r] = t + (in->op == SCHED_REDUCE_GRADS ? sm->c->reduce : sm->c->step);
+    emit(sm, r, in, t, sm->t[r]);
+    return 1;
+  case SCHED_LOAD_MICROBATCH: return 1;
+  default:
+    sm->t[r] = t + sched_op_cost(sm->c, (sched_op)in->op, s);
+    emit(sm, r, in, t, sm->t[r]);
+    return 1;
+  }
+}
+
+static int run(simstate *sm) {
+  const sched_program *pr = sm->pr;
+  for (int r = 0; r < pr->p; r++) wake(sm, r);
+  while (sm->qh != sm->qt) {
+    int r = sm->queue[sm->qh++ % pr->p];
+    sm->queued[r] = 0;
+    while (sm->pc[r] < pr->streams[r].len) {
+      const sched_instr *in = &pr->streams[r].ins[sm->pc[r]];
+      if (!step(sm, r, in)) break;
+      sm->pc[r]++;
+    }
+  }
+  for (int r = 0; r < pr->p; r++)
+    if (sm->pc[r] < pr->streams[r].len)
+      return core_error_set(CORE_EINPUT, "simulation stuck: rank %d waits at instruction %d (run "
+                                         "the verifier for details)", r, sm->pc[r]);
+  return CORE_OK;
+}
+
+/* Peak number of (chunk, micro-batch) pairs live at once on rank r. */
+static int peak_live(const sched_program *pr, int r) {
+  const sched_stream *st = &pr->streams[r];
+  int keys = pr->v * pr->m, live = 0, peak = 0;
+  int *last = core_malloc(sizeof(int) * (size_t)keys);
+  unsigned char *seen = core_calloc((size_t)keys, 1);
+  for (int k = 0; k < keys; k++) last[k] = -1;
+  for (int i = 0; i < st->len; i++)
+    if (st->ins[i].op <= SCHED_RECV_GRAD) last[st->ins[i].chunk * pr->m + st->ins[i].mb] = i;
+  for (int i = 0; i < st->len; i++) {
+    if (st->ins[i].op > SCHED_RECV_GRAD) continue;
+    int k = st->ins[i].chunk * pr->m + st->ins[i].mb;
+    if (!seen[k]) seen[k] = 1, live++;
+    if (live > peak) peak = live;
+    if (last[k] == i) live--;
+  }
+  free(last), free(seen);
+  return peak;
+}
+
+static void compute_stats(simstate *sm, sched_sim_result *res) {
+  const sched_program *pr = sm->pr;
+  double sumbusy = 0, maxspan = 0;
+  res->p = pr->p;
+  res->ranks = core_calloc((size_t)pr->p, sizeof(sched_rank_stats));
+  for (int r = 0; r < pr->p; r++) {
+    sched_rank_stats *rs = &res->ranks[r];
+    rs->busy = sm->busy[r];
+    rs->start = sm->lo[r] <= sm->hi[r] ? sm->lo[r] : 0;
+    rs->end = sm->lo[r] <= sm->hi[r] ? sm->hi[r] : 0;
+    rs->span = rs->end - rs->start;
+    rs->idle = rs->span - rs->busy;
+    rs->peak_activations = peak_live(pr, r);
+    rs->peak_bytes = rs->peak_activations * sm->c->act_bytes;
+    sumbusy += rs->busy;
+    if (rs->span > maxspan) maxspan = rs->span;
+    if (sm->t[r] > res->makespan) res->makespan = sm->t[r];
+  }
+  res->bubble_rate = maxspan > 0 ? 1.0 - (sumbusy / pr->p) / maxspan : 0;
+  res->idle_fraction = res->makespan > 0 ? 1.0 - sumbusy / (pr->p * res->makespan) : 0;
+}
+
+int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_result *res,
+                   sched_timeline *tl) {
+  memset(res, 0, sizeof *res);
+  simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m};
+  size_t n = (size_t)sm.S * (size_t)sm.m, p = (size_t)pr->p;
+  sm.act_ready = core_malloc(sizeof(double) * n);
+  sm.grad_ready = core_malloc(sizeof(double) * n);
+  for (size_t i = 0; i < n; i++) sm.act_ready[i] = sm.grad_ready[i] = -1;
+  sm.t = core_calloc(p, sizeof(double));
+  sm.busy = core_calloc(p, sizeof(double));
+  sm.lo = core_malloc(sizeof(double) * p);
+  sm.hi = core_malloc(sizeof(double) * p);
+  sm.tied_at = core_malloc(sizeof(double) * p);
+  for (size_t r = 0; r < p; r++) sm.tied_at[r] = -1, sm.lo[r] = 1e300, sm.hi[r] = -1e300;
+  sm.pc = core_calloc(p, sizeof(int));
+  sm.queue = core_malloc(sizeof(int) * p);
+  sm.queued = core_calloc(p, sizeof(int));
+  int rc = run(&sm);
+  if (!rc) {
+    compute_stats(&sm, res);
+    if (tl) tl->makespan = res->makespan, tl->bubble_rate = res->bubble_rate;
+  }
+  free(sm.act_ready), free(sm.grad_ready), free(sm.t), free(sm.tied_at), free(sm.pc);
+  free(sm.busy), free(sm.lo), free(sm.hi), free(sm.queue), free(sm.queued);
+  return rc;
+}
+
+void sched_sim_result_free(sched_sim_result *res) {
+  free(res->ranks);
+  memset(res, 0, sizeof *res);
+}

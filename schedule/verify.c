@@ -1,0 +1,368 @@
+/* schedule/verify.c: the one verifier for every program, compiled or imported.
+ *
+ * A program passes when
+ *   1. every instruction's fields are in range and transfers name the rank of the neighbouring
+ *      virtual stage;
+ *   2. every (stage, micro-batch) has exactly one F and one backward (B, or I then W);
+ *   3. replaying the streams with blocking, unbuffered send/recv semantics (a send completes only
+ *      when its receiver is at the matching receive) runs to the end, with every op's inputs
+ *      present when it runs: loads before first/last-stage forwards, activations received (or
+ *      produced on the same rank) before forwards, gradients before backwards, F before its
+ *      backward, I before its W, all backwards of a rank before REDUCE_GRADS;
+ *   4. a buffer slot is never given to two (chunk, micro-batch) pairs whose live ranges (first to
+ *      last instruction naming them) overlap, and slots are within the rank's allocation.
+ * The first failure is reported with the rank, the instruction index and an excerpt. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "schedule/internal.h"
+
+void sched_excerpt(const sched_program *pr, int r, int i, char *buf, size_t n) {
+  const sched_stream *st = &pr->streams[r];
+  size_t k = 0;
+  buf[0] = 0;
+  for (int j = i - 2; j <= i + 2; j++) {
+    if (j < 0 || j >= st->len || k >= n) continue;
+    char s[96];
+    sched_instr_str(&st->ins[j], s, sizeof s);
+    int w = snprintf(buf + k, n - k, "    %s rank %d #%d: %s\n", j == i ? ">" : " ", r, j, s);
+    if (w < 0) break;
+    k += (size_t)w;
+  }
+  if (k > 0 && k < n && buf[k - 1] == '\n') buf[k - 1] = 0;
+}
+
+static int fail_at(const sched_program *pr, int r, int i, const char *what) {
+  char ex[1024];
+  sched_excerpt(pr, r, i, ex, sizeof ex);
+  return core_error_set(CORE_EINPUT, "rank %d instruction %d: %s\n%s", r, i, what, ex);
+}
+
+static int needs_chunk(sched_op op) {
+  return op <= SCHED_RECV_GRAD; /* loads, compute and transfers name (chunk, micro-batch) */
+}
+
+/* Fields in range, transfers aimed at the right neighbour. */
+static int check_fields(const sched_program *pr) {
+  int S = pr->p * pr->v;
+  char msg[160];
+  for (int r = 0; r < pr->p; r++)
+    for (int i = 0; i < pr->streams[r].len; i++) {
+      const sched_instr *in = &pr->streams[r].ins[i];
+      if (in->op >= SCHED_OP_COUNT) return fail_at(pr, r, i, "unknown opcode");
+      if (in->op == SCHED_REDUCE_TIED_GRADS && in->peer != -1 &&
+          (in->peer < 0 || in->peer >= pr->p || in->peer == r))
+        return fail_at(pr, r, i, "tied-gradient reduction names an invalid peer rank");
+      if (!needs_chunk((sched_op)in->op)) continue;
+      if (in->chunk < 0 || in->chunk >= pr->v || in->mb < 0 || in->mb >= pr->m) {
+        snprintf(msg, sizeof msg, "chunk or micro-batch out of range (v=%d, m=%d)", pr->v, pr->m);
+        return fail_at(pr, r, i, msg);
+      }
+      int s = sched_stage_at(pr, r, in), want = -2;
+      switch (in->op) {
+      case SCHED_SEND_ACT: want = s + 1 < S ? pr->rank_of[s + 1] : -1; break;
+      case SCHED_RECV_ACT: want = s > 0 ? pr->rank_of[s - 1] : -1; break;
+      case SCHED_SEND_GRAD: want = s > 0 ? pr->rank_of[s - 1] : -1; break;
+      case SCHED_RECV_GRAD: want = s + 1 < S ? pr->rank_of[s + 1] : -1; break;
+      case SCHED_LOAD_MICROBATCH:
+        if (s != 0 && s != S - 1) return fail_at(pr, r, i, "load on a stage that is neither first nor last");
+        break;
+      default: break;
+      }
+      if (want == -1) return fail_at(pr, r, i, "transfer past the end of the pipeline");
+      if (want >= 0 && (in->peer != want || want == r)) {
+        snprintf(msg, sizeof msg, "transfer names peer %d, but the neighbouring stage is on rank %d",
+                 in->peer, want);
+        return fail_at(pr, r, i, msg);
+      }
+    }
+  return CORE_OK;
+}
+
+int sched_check_compute(const sched_program *pr) {
+  int S = pr->p * pr->v, m = pr->m;
+  size_t n = (size_t)S * (size_t)m;
+  unsigned char *cnt = core_calloc(n, 4); /* F, B, I, W counts, saturating */
+  int rc = CORE_OK;
+  for (int r = 0; r < pr->p && !rc; r++)
+    for (int i = 0; i < pr->streams[r].len && !rc; i++) {
+      const sched_instr *in = &pr->streams[r].ins[i];
+      if (in->op >= SCHED_OP_COUNT) rc = fail_at(pr, r, i, "unknown opcode");
+      else if (!sched_op_is_compute((sched_op)in->op)) continue;
+      else if (in->chunk < 0 || in->chunk >= pr->v || in->mb < 0 || in->mb >= m)
+        rc = fail_at(pr, r, i, "chunk or micro-batch out of range");
+      else {
+        int kind = in->op - SCHED_FORWARD; /* F=0, B=1, I=2, W=3 */
+        unsigned char *c = &cnt[4 * ((size_t)sched_stage_at(pr, r, in) * m + in->mb) + kind];
+        if (*c) rc = fail_at(pr, r, i, "duplicate compute op (this stage and micro-batch already ran it)");
+        *c = 1;
+      }
+    }
+  for (int s = 0; s < S && !rc; s++)
+    for (int j = 0; j < m && !rc; j++) {
+      unsigned char *c = &cnt[4 * ((size_t)s * m + j)];
+      const char *what = NULL;
+      if (!c[0]) what = "has no forward";
+      else if (c[1] && (c[2] || c[3])) what = "has both a full backward and a split one";
+      else if (!c[1] && !c[2] && !c[3]) what = "has no backward";
+      else if (!c[1] && !c[2]) what = "has a weight-gradient backward (W) but no input-gradient one (I)";
+      else if (!c[1] && !c[3]) what = "has an input-gradient backward (I) but no weight-gradient one (W)";
+      if (what)
+        rc = core_error_set(CORE_EINPUT, "virtual stage %d micro-batch %d (rank %d chunk %d) %s", s,
+                            j, pr->rank_of[s], pr->chunk_of[s], what);
+    }
+  free(cnt);
+  return rc;
+}
+
+/* Every send has exactly one receive and every receive one send. Messages are keyed by
+ * (direction, receiving stage, micro-batch); counts are compared before the replay so a missing
+ * partner is named as such rather than as the deadlock it would cause. */
+static int check_pairs(const sched_program *pr) {
+  int S = pr->p * pr->v, m = pr->m;
+  size_t n = (size_t)S * (size_t)m;
+  int *cnt = core_calloc(2 * n, sizeof(int)); /* sends minus receives, [dir][stage][mb] */
+  for (int r = 0; r < pr->p; r++)
+    for (int i = 0; i < pr->streams[r].len; i++) {
+      const sched_instr *in = &pr->streams[r].ins[i];
+      int s = sched_stage_at(pr, r, in);
+      switch (in->op) {
+      case SCHED_SEND_ACT: cnt[(size_t)(s + 1) * m + in->mb]++; break;
+      case SCHED_RECV_ACT: cnt[(size_t)s * m + in->mb]--; break;
+      case SCHED_SEND_GRAD: cnt[n + (size_t)(s - 1) * m + in->mb]++; break;
+      case SCHED_RECV_GRAD: cnt[n + (size_t)s * m + in->mb]--; break;
+      default: break;
+      }
+    }
+  int rc = CORE_OK;
+  for (int r = 0; r < pr->p && !rc; r++)
+    for (int i = 0; i < pr->streams[r].len && !rc; i++) {
+      const sched_instr *in = &pr->streams[r].ins[i];
+      int s = sched_stage_at(pr, r, in), c = 0;
+      const char *want = NULL;
+      switch (in->op) {
+      case SCHED_SEND_ACT: c = cnt[(size_t)(s + 1) * m + in->mb], want = "RECV_ACT"; break;
+      case SCHED_RECV_ACT: c = -cnt[(size_t)s * m + in->mb], want = "SEND_ACT"; break;
+      case SCHED_SEND_GRAD: c = cnt[n + (size_t)(s - 1) * m + in->mb], want = "RECV_GRAD"; break;
+      case SCHED_RECV_GRAD: c = -cnt[n + (size_t)s * m + in->mb], want = "SEND_GRAD"; break;
+      default: break;
+      }
+      if (c > 0) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s has no matching partner: rank %d has no %s for it",
+                 sched_op_name((sched_op)in->op), in->peer, want);
+        rc = fail_at(pr, r, i, msg);
+      }
+    }
+  free(cnt);
+  return rc;
+}
+
+/* Replay state. Per (stage, micro-batch): bit flags of what has happened. */
+enum { HAS_INPUT = 1, HAS_LABELS = 2, HAS_ACT = 4, FWD_DONE = 8, HAS_GRAD = 16, BWD_DONE = 32, W_DONE = 64 };
+
+typedef struct {
+  const sched_program *pr;
+  int S, m;
+  unsigned char *st; /* [S*m] flags */
+  int *pc;
+  int *bwd_left; /* per rank: backward completions still to come before REDUCE_GRADS */
+} replay;
+
+static unsigned char *flags(replay *rp, int s, int j) { return &rp->st[(size_t)s * rp->m + j]; }
+
+/* Executes a local instruction; returns 0 ok, else fails. */
+static int exec_local(replay *rp, int r, const sched_instr *in) {
+  const sched_program *pr = rp->pr;
+  int i = rp->pc[r], s = sched_stage_at(pr, r, in), S = rp->S;
+  unsigned char *f = s >= 0 ? flags(rp, s, in->mb) : NULL;
+  switch (in->op) {
+  case SCHED_LOAD_MICROBATCH:
+    if (s == 0) *f |= HAS_INPUT;
+    if (s == S - 1) *f |= HAS_LABELS;
+    return 0;
+  case SCHED_FORWARD:
+    if (s == 0 && !(*f & HAS_INPUT)) return fail_at(pr, r, i, "forward of the first stage before its LOAD_MICROBATCH");
+    if (s > 0 && !(*f & HAS_ACT)) return fail_at(pr, r, i, "forward before its input activation was received");
+    if (s == S - 1 && !(*f & HAS_LABELS)) return fail_at(pr, r, i, "forward of the last stage before its labels were loaded");
+    *f |= FWD_DONE;
+    if (s + 1 < S && pr->rank_of[s + 1] == r) *flags(rp, s + 1, in->mb) |= HAS_ACT;
+    return 0;
+  case SCHED_BACKWARD:
+  case SCHED_BACKWARD_INPUT:
+    if (!(*f & FWD_DONE)) return fail_at(pr, r, i, "backward before the forward of the same stage and micro-batch");
+    if (s < S - 1 && !(*f & HAS_GRAD)) return fail_at(pr, r, i, "backward before its output gradient was received");
+    *f |= BWD_DONE;
+    if (s > 0 && pr->rank_of[s - 1] == r) *flags(rp, s - 1, in->mb) |= HAS_GRAD;
+    if (in->op == SCHED_BACKWARD) rp->bwd_left[r]--;
+    return 0;
+  case SCHED_BACKWARD_WEIGHT:
+    if (!(*f & BWD_DONE)) return fail_at(pr, r, i, "weight-gradient backward (W) before its input-gradient backward (I)");
+    *f |= W_DONE;
+    rp->bwd_left[r]--;
+    return 0;
+  case SCHED_REDUCE_GRADS:
+    if (rp->bwd_left[r] > 0) return fail_at(pr, r, i, "REDUCE_GRADS before every backward of this rank finished");
+    return 0;
+  default: return 0; /* OPTIMIZER_STEP, local tied reduction */
+  }
+}
+
+static int is_transfer(const sched_instr *in) {
+  return (in->op >= SCHED_SEND_ACT && in->op <= SCHED_RECV_GRAD) ||
+         (in->op == SCHED_REDUCE_TIED_GRADS && in->peer >= 0);
+}
+
+/* Do instruction a on rank ra and b on rank rb form one rendezvous? */
+static int matches(const sched_program *pr, int ra, const sched_instr *a, int rb, const sched_instr *b) {
+  if (a->peer != rb || b->peer != ra) return 0;
+  if (a->op == SCHED_REDUCE_TIED_GRADS) return b->op == SCHED_REDUCE_TIED_GRADS;
+  if (a->mb != b->mb || b->chunk < 0) return 0;
+  int sa = sched_stage_at(pr, ra, a), sb = sched_stage_at(pr, rb, b);
+  switch (a->op) {
+  case SCHED_SEND_ACT: return b->op == SCHED_RECV_ACT && sb == sa + 1;
+  case SCHED_RECV_ACT: return b->op == SCHED_SEND_ACT && sa == sb + 1;
+  case SCHED_SEND_GRAD: return b->op == SCHED_RECV_GRAD && sb == sa - 1;
+  case SCHED_RECV_GRAD: return b->op == SCHED_SEND_GRAD && sa == sb - 1;
+  default: return 0;
+  }
+}
+
+/* Completes a matched send/receive pair (or tied reduction): the send side needs its data. */
+static int exec_pair(replay *rp, int r, const sched_instr *in, int q, const sched_instr *other) {
+  const sched_program *pr = rp->pr;
+  if (in->op == SCHED_REDUCE_TIED_GRADS) return 0;
+  int send_r = (in->op == SCHED_SEND_ACT || in->op == SCHED_SEND_GRAD) ? r : q;
+  const sched_instr *snd = send_r == r ? in : other, *rcv = send_r == r ? other : in;
+  int recv_r = send_r == r ? q : r;
+  int ss = sched_stage_at(pr, send_r, snd), rs = sched_stage_at(pr, recv_r, rcv);
+  unsigned char *fs = flags(rp, ss, snd->mb), *fr = flags(rp, rs, rcv->mb);
+  if (snd->op == SCHED_SEND_ACT) {
+    if (!(*fs & FWD_DONE)) return fail_at(pr, send_r, rp->pc[send_r], "activation sent before its forward ran");
+    *fr |= HAS_ACT;
+  } else {
+    if (!(*fs & BWD_DONE)) return fail_at(pr, send_r, rp->pc[send_r], "gradient sent before its backward ran");
+    *fr |= HAS_GRAD;
+  }
+  return 0;
+}
+
+/* Why rank r cannot go on: a transfer with no partner at all, or a cycle of waits. */
+static int report_stuck(replay *rp) {
+  const sched_program *pr = rp->pr;
+  for (int r = 0; r < pr->p; r++) {
+    if (rp->pc[r] >= pr->streams[r].len) continue;
+    const sched_instr *in = &pr->streams[r].ins[rp->pc[r]];
+    int q = in->peer, found = 0;
+    if (q >= 0 && q < pr->p)
+      for (int k = rp->pc[q]; k < pr->streams[q].len && !found; k++)
+        found = matches(pr, r, in, q, &pr->streams[q].ins[k]);
+    if (!found) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "%s has no matching partner left on rank %d",
+               sched_op_name((sched_op)in->op), q);
+      return fail_at(pr, r, rp->pc[r], msg);
+    }
+  }
+  char buf[2048];
+  size_t k = 0;
+  for (int r = 0; r < pr->p && k < sizeof buf; r++) {
+    if (rp->pc[r] >= pr->streams[r].len) continue;
+    char s[96];
+    sched_instr_str(&pr->streams[r].ins[rp->pc[r]], s, sizeof s);
+    int w = snprintf(buf + k, sizeof buf - k, "\n    rank %d waits at #%d: %s", r, rp->pc[r], s);
+    if (w < 0) break;
+    k += (size_t)w;
+  }
+  return core_error_set(CORE_EINPUT, "deadlock with blocking send/recv: every rank left waits for "
+                                     "a partner that waits elsewhere:%s", buf);
+}
+
+static int replay_run(replay *rp) {
+  const sched_program *pr = rp->pr;
+  int p = pr->p;
+  int *queue = core_malloc(sizeof(int) * (size_t)p), *queued = core_calloc((size_t)p, sizeof(int));
+  int qh = 0, qt = 0, rc = 0;
+  for (int r = 0; r < p; r++) queue[qt++ % p] = r, queued[r] = 1;
+  while (qh != qt && !rc) {
+    int r = queue[qh++ % p];
+    queued[r] = 0;
+    while (rp->pc[r] < pr->streams[r].len && !rc) {
+      const sched_instr *in = &pr->streams[r].ins[rp->pc[r]];
+      if (!is_transfer(in)) {
+        rc = exec_local(rp, r, in);
+        rp->pc[r]++;
+        continue;
+      }
+      int q = in->peer;
+      if (rp->pc[q] >= pr->streams[q].len) break;
+      const sched_instr *other = &pr->streams[q].ins[rp->pc[q]];
+      if (!matches(pr, r, in, q, other)) break; /* q will look at us when it gets to its transfer */
+      rc = exec_pair(rp, r, in, q, other);
+      rp->pc[r]++, rp->pc[q]++;
+      if (!queued[q]) queue[qt++ % p] = q, queued[q] = 1;
+    }
+  }
+  free(queue), free(queued);
+  if (rc) return rc;
+  for (int r = 0; r < p; r++)
+    if (rp->pc[r] < pr->streams[r].len) return report_stuck(rp);
+  return CORE_OK;
+}
+
+static int check_slots(const sched_program *pr) {
+  for (int r = 0; r < pr->p; r++) {
+    const sched_stream *st = &pr->streams[r];
+    int keys = pr->v * pr->m, nslots = pr->nslots[r];
+    int *first = core_malloc(sizeof(int) * (size_t)keys), *last = core_malloc(sizeof(int) * (size_t)keys);
+    int *owner = core_malloc(sizeof(int) * (size_t)(nslots > 0 ? nslots : 1));
+    int rc = CORE_OK;
+    for (int k = 0; k < keys; k++) first[k] = last[k] = -1;
+    for (int s = 0; s < nslots; s++) owner[s] = -1;
+    for (int i = 0; i < st->len; i++) {
+      const sched_instr *in = &st->ins[i];
+      if (!needs_chunk((sched_op)in->op)) continue;
+      int k = in->chunk * pr->m + in->mb;
+      if (first[k] < 0) first[k] = i;
+      last[k] = i;
+    }
+    char msg[200];
+    for (int i = 0; i < st->len && !rc; i++) {
+      const sched_instr *in = &st->ins[i];
+      if (!needs_chunk((sched_op)in->op)) continue;
+      int k = in->chunk * pr->m + in->mb, sl = in->slot;
+      if (sl < 0 || sl >= nslots) {
+        snprintf(msg, sizeof msg, "buffer slot %d outside the rank's %d slots", sl, nslots);
+        rc = fail_at(pr, r, i, msg);
+      } else if (owner[sl] >= 0 && owner[sl] != k) {
+        snprintf(msg, sizeof msg, "buffer slot %d is still live with chunk %d micro-batch %d", sl,
+                 owner[sl] / pr->m, owner[sl] % pr->m);
+        rc = fail_at(pr, r, i, msg);
+      } else {
+        owner[sl] = k;
+        if (last[k] == i) owner[sl] = -1;
+      }
+    }
+    free(first), free(last), free(owner);
+    if (rc) return rc;
+  }
+  return CORE_OK;
+}
+
+int sched_verify(const sched_program *pr) {
+  int rc = check_fields(pr);
+  if (!rc) rc = sched_check_compute(pr);
+  if (!rc) rc = check_pairs(pr);
+  if (rc) return rc;
+  replay rp = {.pr = pr, .S = pr->p * pr->v, .m = pr->m};
+  rp.st = core_calloc((size_t)rp.S * (size_t)rp.m, 1);
+  rp.pc = core_calloc((size_t)pr->p, sizeof(int));
+  rp.bwd_left = core_calloc((size_t)pr->p, sizeof(int));
+  for (int s = 0; s < rp.S; s++) rp.bwd_left[pr->rank_of[s]] += pr->m;
+  rc = replay_run(&rp);
+  free(rp.st), free(rp.pc), free(rp.bwd_left);
+  if (!rc) rc = check_slots(pr);
+  return rc;
+}

@@ -1,0 +1,131 @@
+/* Property tests of the schedule compilers: every family and shape compiles and verifies, the
+ * unit-cost bubbles equal the closed forms, and each rank allocates exactly its peak number of
+ * in-flight activations. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "core/error.h"
+#include "schedule/schedule.h"
+
+static void compile_ok(sched_family f, int p, int v, int m, const sched_costs *c, sched_program *pr) {
+  sched_shape sh = {.family = f, .p = p, .v = v, .m = m};
+  int rc = sched_compile(&sh, c, pr);
+  cr_assert_eq(rc, CORE_OK, "%s p=%d v=%d m=%d: %s", sched_family_name(f), p, v, m, core_error_msg());
+}
+
+static double max_span(const sched_sim_result *res) {
+  double s = 0;
+  for (int r = 0; r < res->p; r++) s = res->ranks[r].span > s ? res->ranks[r].span : s;
+  return s;
+}
+
+Test(compile, gpipe_and_1f1b_every_shape) {
+  sched_costs c = sched_costs_unit(); /* F = B = W = 1: a full backward costs 2 */
+  for (int f = SCHED_GPIPE; f <= SCHED_1F1B; f++)
+    for (int p = 1; p <= 16; p++)
+      for (int m = 1; m <= 64; m++) {
+        sched_program pr;
+        compile_ok((sched_family)f, p, 1, m, &c, &pr);
+        sched_sim_result res;
+        cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
+        /* bubble: (p-1)/(m+p-1) of the span, exactly */
+        double want = (double)(p - 1) / (m + p - 1);
+        cr_assert(fabs(res.bubble_rate - want) < 1e-12, "%s p=%d m=%d bubble %.15g want %.15g",
+                  sched_family_name((sched_family)f), p, m, res.bubble_rate, want);
+        cr_assert(fabs(max_span(&res) - (m + p - 1) * 3.0) < 1e-9);
+        for (int r = 0; r < p; r++) {
+          int peak = f == SCHED_GPIPE ? m : (p - r < m ? p - r : m);
+          cr_assert_eq(res.ranks[r].peak_activations, peak, "%s p=%d m=%d rank %d: peak %d want %d",
+                       sched_family_name((sched_family)f), p, m, r, res.ranks[r].peak_activations, peak);
+          cr_assert_eq(pr.nslots[r], peak, "rank %d allocates %d slots, peak is %d", r, pr.nslots[r], peak);
+        }
+        sched_sim_result_free(&res);
+        sched_program_free(&pr);
+      }
+}
+
+Test(compile, interleaved_every_shape) {
+  sched_costs c = sched_costs_unit();
+  for (int p = 1; p <= 16; p++)
+    for (int v = 2; v <= 4; v++)
+      for (int m = 1; m <= 64; m++) {
+        sched_program pr;
+        compile_ok(SCHED_INTERLEAVED, p, v, m, &c, &pr);
+        sched_sim_result res;
+        cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
+        /* per-chunk costs f = 1, b = 2 (one stage costs v times that): when m is a multiple of p
+         * the bubble time is (p-1)(F+B)/v = (p-1)(f+b) on the longest rank. */
+        double busy = m * v * 3.0;
+        for (int r = 0; r < p; r++) cr_assert(fabs(res.ranks[r].busy - busy) < 1e-9);
+        if (m % p == 0)
+          cr_assert(fabs(max_span(&res) - busy - (p - 1) * 3.0) < 1e-9,
+                    "interleaved p=%d v=%d m=%d: bubble %g want %g", p, v, m, max_span(&res) - busy,
+                    (p - 1) * 3.0);
+        else /* never worse than the plain 1F1B bubble, (p-1)(F+B) */
+          cr_assert(max_span(&res) - busy <= (p - 1) * 3.0 * v + 1e-9);
+        sched_sim_result_free(&res);
+        sched_program_free(&pr);
+      }
+}
+
+Test(compile, interleaved_beats_1f1b) {
+  sched_costs c = sched_costs_unit();
+  sched_program a, b;
+  c.f = 2, c.b = 2, c.w = 2; /* 1F1B: one chunk of cost 2 per op */
+  compile_ok(SCHED_1F1B, 4, 1, 8, &c, &a);
+  sched_sim_result ra, rb;
+  cr_assert_eq(sched_simulate(&a, &c, &ra, NULL), 0);
+  sched_costs ci = sched_costs_unit(); /* two chunks of half the cost */
+  compile_ok(SCHED_INTERLEAVED, 4, 2, 8, &ci, &b);
+  cr_assert_eq(sched_simulate(&b, &ci, &rb, NULL), 0);
+  cr_assert(rb.makespan < ra.makespan, "interleaved %g vs 1f1b %g", rb.makespan, ra.makespan);
+  cr_assert(fabs(ra.makespan - rb.makespan - 3 * 3.0) < 1e-9); /* (p-1)(F+B)(1 - 1/v) */
+  sched_sim_result_free(&ra), sched_sim_result_free(&rb);
+  sched_program_free(&a), sched_program_free(&b);
+}
+
+Test(compile, bad_shapes_are_input_errors) {
+  sched_program pr;
+  sched_costs c = sched_costs_unit();
+  sched_shape bad[] = {
+      {SCHED_1F1B, 0, 1, 4, 0},        {SCHED_1F1B, 4, 1, 0, 0}, {SCHED_GPIPE, 4, 1, -3, 0},
+      {SCHED_INTERLEAVED, 4, 1, 8, 0}, {SCHED_1F1B, 4, 2, 8, 0}, {SCHED_GPIPE, 2, 0, 8, 0},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    core_error_clear();
+    cr_assert_eq(sched_compile(&bad[i], &c, &pr), CORE_EINPUT, "shape %zu accepted", i);
+    cr_assert(strlen(core_error_msg()) > 10);
+  }
+}
+
+Test(compile, tied_weights_add_reduction_on_end_ranks) {
+  sched_shape sh = {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 4, .tied = 1};
+  sched_costs c = sched_costs_unit();
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  for (int r = 0; r < 4; r++) {
+    int n = 0;
+    for (int i = 0; i < pr.streams[r].len; i++) n += pr.streams[r].ins[i].op == SCHED_REDUCE_TIED_GRADS;
+    cr_assert_eq(n, (r == 0 || r == 3) ? 1 : 0);
+    sched_op last = (sched_op)pr.streams[r].ins[pr.streams[r].len - 1].op;
+    cr_assert_eq(last, SCHED_OPTIMIZER_STEP);
+  }
+  sched_program_free(&pr);
+}
+
+Test(compile, loads_on_first_and_last_stage_only) {
+  sched_shape sh = {.family = SCHED_INTERLEAVED, .p = 3, .v = 2, .m = 5};
+  sched_costs c = sched_costs_unit();
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  int loads = 0;
+  for (int r = 0; r < pr.p; r++)
+    for (int i = 0; i < pr.streams[r].len; i++)
+      if (pr.streams[r].ins[i].op == SCHED_LOAD_MICROBATCH) {
+        int s = pr.stage_of[r * pr.v + pr.streams[r].ins[i].chunk];
+        cr_assert(s == 0 || s == 5);
+        loads++;
+      }
+  cr_assert_eq(loads, 2 * 5);
+  sched_program_free(&pr);
+}

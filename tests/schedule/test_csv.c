@@ -1,0 +1,101 @@
+/* Schedule CSV: export then import gives the same program; malformed files give one clear error. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "schedule/schedule.h"
+
+static char *to_csv(const sched_program *pr) {
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  cr_assert_eq(sched_csv_write(pr, f), CORE_OK);
+  fclose(f);
+  return buf;
+}
+
+Test(csv, round_trip_every_family) {
+  sched_costs c = sched_costs_unit();
+  sched_shape shapes[] = {{SCHED_GPIPE, 4, 1, 6, 0}, {SCHED_1F1B, 4, 1, 3, 0},
+                          {SCHED_1F1B, 8, 1, 17, 1}, {SCHED_INTERLEAVED, 4, 2, 6, 0},
+                          {SCHED_INTERLEAVED, 3, 4, 8, 1}, {SCHED_1F1B, 1, 1, 2, 0}};
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+    sched_program a, compute, b;
+    cr_assert_eq(sched_compile(&shapes[k], &c, &a), CORE_OK, "%s", core_error_msg());
+    char *text = to_csv(&a);
+    cr_assert_eq(sched_csv_parse(text, "test.csv", &compute), CORE_OK, "%s", core_error_msg());
+    compute.tied = shapes[k].tied;
+    cr_assert_eq(sched_lower(&compute, &c, &b), CORE_OK, "%s", core_error_msg());
+    cr_assert_eq(sched_verify(&b), CORE_OK, "%s", core_error_msg());
+    b.family = a.family;
+    cr_assert(sched_program_equal(&a, &b), "shape %zu differs after a CSV round trip", k);
+    char *again = to_csv(&b);
+    cr_assert_str_eq(text, again);
+    free(text), free(again);
+    sched_program_free(&a), sched_program_free(&b), sched_program_free(&compute);
+  }
+}
+
+Test(csv, v_shaped_placement_read_from_file) {
+  /* two ranks, four stages in a V: rank 0 holds stages 0 and 3, rank 1 holds 1 and 2 */
+  const char *text = "0F0,3F0,3B0,0B0\n1F0,2F0,2B0,1B0\n";
+  sched_program compute, full;
+  cr_assert_eq(sched_csv_parse(text, "v.csv", &compute), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(compute.v, 2);
+  cr_assert_eq(compute.rank_of[3], 0);
+  cr_assert_eq(compute.rank_of[2], 1);
+  sched_costs c = sched_costs_unit();
+  cr_assert_eq(sched_lower(&compute, &c, &full), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_verify(&full), CORE_OK, "%s", core_error_msg());
+  sched_program_free(&compute), sched_program_free(&full);
+}
+
+Test(csv, split_backward_actions) {
+  const char *text = "0F0,0F1,0I0,0I1,0W0,0W1\n1F0,1I0,1F1,1I1,1W1,1W0\n";
+  sched_program compute, full;
+  cr_assert_eq(sched_csv_parse(text, "zb.csv", &compute), CORE_OK, "%s", core_error_msg());
+  sched_costs c = sched_costs_unit();
+  cr_assert_eq(sched_lower(&compute, &c, &full), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_verify(&full), CORE_OK, "%s", core_error_msg());
+  sched_sim_result res;
+  cr_assert_eq(sched_simulate(&full, &c, &res, NULL), CORE_OK);
+  cr_assert_eq(res.ranks[0].busy, 6.0);
+  sched_sim_result_free(&res);
+  sched_program_free(&compute), sched_program_free(&full);
+}
+
+static void bad(const char *text, const char *needle) {
+  sched_program pr;
+  core_error_clear();
+  cr_assert_eq(sched_csv_parse(text, "bad.csv", &pr), CORE_EINPUT, "accepted: %s", text);
+  cr_assert(strstr(core_error_msg(), needle), "'%s' lacks '%s'", core_error_msg(), needle);
+}
+
+Test(csv, malformed_files) {
+  bad("", "no rows");
+  bad("0F0,0X0\n", "bad.csv:1:5: bad action '0X0'");
+  bad("0F0,0B0\nF1\n", "bad.csv:2:1");
+  bad("0F0,1SEND_F0\n", "compute-only");
+  bad("0F0,0B0\n0F1,0B1\n", "appears on rank 0 and on rank 1");
+  bad("0F0,0B0\n2F0,2B0\n", "stage 1 has no actions");
+  bad("0F0,2F0,2B0,0B0\n1F0,1B0\n", "cannot be split evenly");
+  bad("0F0\n1F0,1B0\n", "has no backward");
+  bad("0F0,0F0,0B0\n", "duplicate");
+  bad("0F99999999999999,0B0\n", "bad action");
+  bad("0F0,0B0,0W0\n", "both a full backward and a split one");
+}
+
+Test(csv, deadlocking_file_is_reported_not_hung) {
+  /* rank 0 runs its backward before its forward's gradient can exist: B needs stage 1's B,
+   * which needs stage 1's F, which needs stage 0's F, which rank 0 runs only after its B */
+  const char *text = "0B0,0F0\n1F0,1B0\n";
+  sched_program compute, full;
+  cr_assert_eq(sched_csv_parse(text, "dl.csv", &compute), CORE_OK, "%s", core_error_msg());
+  sched_costs c = sched_costs_unit();
+  core_error_clear();
+  cr_assert_eq(sched_lower(&compute, &c, &full), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "rank 0 waits forever at action 0 (0B0)"), "%s", core_error_msg());
+  sched_program_free(&compute);
+}

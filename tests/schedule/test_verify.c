@@ -1,0 +1,142 @@
+/* The verifier catches hand-made bad programs, each with a message naming rank and instruction. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "schedule/schedule.h"
+
+static sched_program compiled(sched_family f, int p, int v, int m) {
+  sched_shape sh = {.family = f, .p = p, .v = v, .m = m};
+  sched_costs c = sched_costs_unit();
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_verify(&pr), CORE_OK);
+  return pr;
+}
+
+static int find(const sched_program *pr, int r, sched_op op, int mb) {
+  for (int i = 0; i < pr->streams[r].len; i++)
+    if (pr->streams[r].ins[i].op == op && pr->streams[r].ins[i].mb == mb) return i;
+  cr_assert_fail("no %s mb=%d on rank %d", sched_op_name(op), mb, r);
+  return -1;
+}
+
+static void erase(sched_program *pr, int r, int i) {
+  sched_stream *st = &pr->streams[r];
+  memmove(&st->ins[i], &st->ins[i + 1], sizeof(sched_instr) * (size_t)(st->len - i - 1));
+  st->len--;
+}
+
+static void expect_fail(const sched_program *pr, const char *needle) {
+  core_error_clear();
+  int rc = sched_verify(pr);
+  cr_assert_eq(rc, CORE_EINPUT, "verifier accepted a bad program (wanted '%s')", needle);
+  cr_assert(strstr(core_error_msg(), needle), "message '%s' lacks '%s'", core_error_msg(), needle);
+}
+
+Test(verify, missing_backward) {
+  sched_program pr = compiled(SCHED_1F1B, 2, 1, 3);
+  erase(&pr, 1, find(&pr, 1, SCHED_BACKWARD, 2));
+  expect_fail(&pr, "has no backward");
+  sched_program_free(&pr);
+}
+
+Test(verify, send_without_receive) {
+  sched_program pr = compiled(SCHED_1F1B, 2, 1, 3);
+  erase(&pr, 1, find(&pr, 1, SCHED_RECV_ACT, 1));
+  expect_fail(&pr, "no matching partner");
+  sched_program_free(&pr);
+}
+
+/* Two ranks that each wait to receive first. */
+Test(verify, both_receive_first_deadlocks) {
+  sched_program pr = compiled(SCHED_1F1B, 2, 1, 1);
+  /* rank 1 receives the activation, then sends the gradient; rank 0 sends, then receives.
+   * Move rank 0's RECV_GRAD in front of its SEND_ACT (and its F): both now receive first. */
+  int s = find(&pr, 0, SCHED_SEND_ACT, 0), rg = find(&pr, 0, SCHED_RECV_GRAD, 0);
+  sched_instr recv = pr.streams[0].ins[rg];
+  erase(&pr, 0, rg);
+  int ld = find(&pr, 0, SCHED_LOAD_MICROBATCH, 0);
+  memmove(&pr.streams[0].ins[ld + 1], &pr.streams[0].ins[ld], sizeof(sched_instr) * (size_t)(pr.streams[0].len - ld));
+  pr.streams[0].ins[ld] = recv;
+  pr.streams[0].len++;
+  (void)s;
+  expect_fail(&pr, "deadlock");
+  cr_assert(strstr(core_error_msg(), "rank 0 waits") && strstr(core_error_msg(), "rank 1 waits"),
+            "%s", core_error_msg());
+  sched_program_free(&pr);
+}
+
+Test(verify, slot_reused_while_live) {
+  sched_program pr = compiled(SCHED_GPIPE, 2, 1, 4);
+  /* GPipe keeps all 4 micro-batches live: give micro-batch 1 the slot of micro-batch 0 */
+  int slot0 = pr.streams[0].ins[find(&pr, 0, SCHED_FORWARD, 0)].slot;
+  for (int i = 0; i < pr.streams[0].len; i++)
+    if (pr.streams[0].ins[i].mb == 1) pr.streams[0].ins[i].slot = slot0;
+  expect_fail(&pr, "still live");
+  sched_program_free(&pr);
+}
+
+Test(verify, slot_out_of_range) {
+  sched_program pr = compiled(SCHED_1F1B, 2, 1, 4);
+  pr.nslots[0] = 1;
+  expect_fail(&pr, "outside the rank");
+  sched_program_free(&pr);
+}
+
+Test(verify, backward_before_forward) {
+  sched_program pr = compiled(SCHED_GPIPE, 1, 1, 2);
+  int f = find(&pr, 0, SCHED_FORWARD, 1), b = find(&pr, 0, SCHED_BACKWARD, 1);
+  sched_instr t = pr.streams[0].ins[f];
+  pr.streams[0].ins[f] = pr.streams[0].ins[b];
+  pr.streams[0].ins[b] = t;
+  expect_fail(&pr, "backward before the forward");
+  sched_program_free(&pr);
+}
+
+Test(verify, duplicate_forward_and_wrong_peer) {
+  sched_program pr = compiled(SCHED_1F1B, 3, 1, 2);
+  int f = find(&pr, 1, SCHED_FORWARD, 0);
+  sched_push(&pr, 1, pr.streams[1].ins[f]);
+  expect_fail(&pr, "duplicate");
+  sched_program_free(&pr);
+  pr = compiled(SCHED_1F1B, 3, 1, 2);
+  pr.streams[0].ins[find(&pr, 0, SCHED_SEND_ACT, 0)].peer = 2;
+  expect_fail(&pr, "neighbouring stage is on rank 1");
+  sched_program_free(&pr);
+}
+
+Test(verify, reduce_grads_before_backward) {
+  sched_program pr = compiled(SCHED_1F1B, 1, 1, 2);
+  int rg = find(&pr, 0, SCHED_REDUCE_GRADS, -1);
+  sched_instr t = pr.streams[0].ins[rg];
+  erase(&pr, 0, rg);
+  memmove(&pr.streams[0].ins[1], &pr.streams[0].ins[0], sizeof(sched_instr) * (size_t)pr.streams[0].len);
+  pr.streams[0].ins[0] = t;
+  pr.streams[0].len++;
+  expect_fail(&pr, "REDUCE_GRADS before");
+  sched_program_free(&pr);
+}
+
+Test(verify, garbage_fields_never_crash) {
+  sched_program pr = compiled(SCHED_INTERLEAVED, 2, 2, 3);
+  unsigned seed = 1;
+  for (int trial = 0; trial < 500; trial++) {
+    sched_program q = compiled(SCHED_INTERLEAVED, 2, 2, 3);
+    int r = trial % 2;
+    int i = (int)((seed = seed * 1103515245u + 12345u) >> 8) % q.streams[r].len;
+    sched_instr *in = &q.streams[r].ins[i];
+    int v = (int)((seed = seed * 1103515245u + 12345u) >> 8) % 9 - 3;
+    switch (trial % 5) {
+    case 0: in->op = (uint8_t)(v + 6); break;
+    case 1: in->mb = v; break;
+    case 2: in->chunk = v; break;
+    case 3: in->peer = v; break;
+    default: in->slot = v; break;
+    }
+    int rc = sched_verify(&q);
+    cr_assert(rc == CORE_OK || rc == CORE_EINPUT);
+    sched_program_free(&q);
+  }
+  sched_program_free(&pr);
+}

@@ -17,7 +17,7 @@ static int run(sched_family f, int p, int v, int m) {
   sched_costs c = sched_costs_unit();
   sched_program compute, pr;
   double t0 = now();
-  if (sched_compile_compute(&sh, &compute)) goto fail;
+  if (sched_compile_compute(&sh, &c, &compute)) goto fail;
   double t1 = now();
   if (sched_lower(&compute, &c, &pr)) goto fail;
   double t2 = now();
@@ -46,5 +46,7 @@ int main(void) {
   rc |= run(SCHED_GPIPE, 64, 1, 1024);
   rc |= run(SCHED_1F1B, 64, 1, 1024);
   rc |= run(SCHED_INTERLEAVED, 64, 4, 1024);
+  rc |= run(SCHED_ZB_H1, 64, 1, 1024);
+  rc |= run(SCHED_ZB_H2, 64, 1, 1024);
   return rc;
 }

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "schedule/schedule.h"
+#include "schedule/internal.h"
 
 /* GPipe (fill-drain): all forwards, then all backwards. */
 static void compile_gpipe(sched_program *pr) {
@@ -78,7 +78,7 @@ static void compile_interleaved(sched_program *pr) {
   }
 }
 
-int sched_compile_compute(const sched_shape *sh, sched_program *out) {
+int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
   if (sh->p < 1) return core_error_set(CORE_EINPUT, "--stages must be >= 1 (got %d)", sh->p);
   if (sh->m < 1) return core_error_set(CORE_EINPUT, "--microbatches must be >= 1 (got %d)", sh->m);
   if (sh->v < 1) return core_error_set(CORE_EINPUT, "--virtual must be >= 1 (got %d)", sh->v);
@@ -89,6 +89,12 @@ int sched_compile_compute(const sched_shape *sh, sched_program *out) {
       return core_error_set(CORE_EINPUT,
                             "schedule %s runs one chunk per rank (got --virtual %d); use "
                             "interleaved for virtual stages",
+                            sched_family_name(sh->family), sh->v);
+    break;
+  case SCHED_ZB_H1:
+  case SCHED_ZB_H2:
+    if (sh->v != 1)
+      return core_error_set(CORE_EINPUT, "schedule %s runs one chunk per rank (got --virtual %d)",
                             sched_family_name(sh->family), sh->v);
     break;
   case SCHED_INTERLEAVED:
@@ -105,9 +111,11 @@ int sched_compile_compute(const sched_shape *sh, sched_program *out) {
   switch (sh->family) {
   case SCHED_GPIPE: compile_gpipe(out); break;
   case SCHED_1F1B: compile_1f1b(out); break;
-  default: compile_interleaved(out); break;
+  case SCHED_INTERLEAVED: compile_interleaved(out); break;
+  default: rc = sched_compile_zb(out, costs); break;
   }
-  return CORE_OK;
+  if (rc) sched_program_free(out);
+  return rc;
 }
 
 sched_costs sched_costs_unit(void) {
@@ -117,7 +125,7 @@ sched_costs sched_costs_unit(void) {
 
 int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
   sched_program compute;
-  int rc = sched_compile_compute(sh, &compute);
+  int rc = sched_compile_compute(sh, costs, &compute);
   if (rc) return rc;
   rc = sched_lower(&compute, costs, out);
   sched_program_free(&compute);

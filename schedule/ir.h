@@ -39,6 +39,8 @@ typedef enum {
   SCHED_GPIPE = 0,
   SCHED_1F1B,
   SCHED_INTERLEAVED,
+  SCHED_ZB_H1, /* zero-bubble, 1F1B's memory */
+  SCHED_ZB_H2, /* zero-bubble, about twice 1F1B's memory */
   SCHED_CUSTOM, /* imported from a schedule file */
   SCHED_FAMILY_COUNT
 } sched_family;

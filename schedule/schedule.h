@@ -35,7 +35,8 @@ typedef struct {
 /* Unit costs F = B = W = 1, everything else 0. */
 sched_costs sched_costs_unit(void);
 
-int sched_compile_compute(const sched_shape *sh, sched_program *out);
+/* costs: the zero-bubble families place W by list scheduling under them. */
+int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched_program *out);
 int sched_lower(const sched_program *compute, const sched_costs *costs, sched_program *out);
 int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program *out);
 int sched_verify(const sched_program *pr);

@@ -1,0 +1,87 @@
+/* layers/layers.h: layer types and the model they make.
+ *
+ * A model is a list of layers. Between layers flows one float tensor per micro-batch,
+ * [B, T, width] (width: d_model for hidden states, vocab for logits); the embedding reads token
+ * ids and the loss reads targets instead. Each layer type knows its shapes, parameter count,
+ * FLOPs, stash size, init, forward, backward_input (gradient w.r.t. its input) and
+ * backward_weight (gradient w.r.t. its weights, accumulated), the last two as separate calls
+ * because zero-bubble schedules run them at different times. What backward_weight needs from
+ * backward_input (output gradients of inner matmuls) is written into the layer's stash.
+ *
+ * Parameters of a chunk live in one flat buffer, gradients in another; a layer holds views
+ * (params, grads) into them, set by layers_chunk_bind. */
+#ifndef BRIGADE_LAYERS_LAYERS_H
+#define BRIGADE_LAYERS_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "kernels/ops.h"
+
+typedef enum { LAYER_IN_HIDDEN = 0, LAYER_IN_TOKENS } layer_input;
+
+typedef struct layer_type layer_type;
+
+typedef struct {
+  const layer_type *type;
+  char name[64];  /* as the user gave it (or "<type><index>"), never rewritten */
+  int index;      /* brigade's global index in the model */
+  char where[96]; /* config location for messages, "configs/tiny.cfg:14" */
+  /* dimensions */
+  int T, C, V, NH; /* sequence length, width, vocabulary, heads */
+  int hidden;      /* MLP width of a transformer block */
+  int in_width, out_width;
+  int tied_to;       /* lm_head: index of the embedding whose weight it shares, or -1 */
+  double eps;        /* layernorm */
+  size_t nparams;
+  float *params, *grads; /* views into the chunk's flat buffers */
+} layer;
+
+/* What one call works on: one micro-batch of B sequences of length T. */
+typedef struct {
+  int B, T;
+  const float *in;        /* [B*T*in_width], NULL for the embedding */
+  const int32_t *tokens;  /* embedding input [B*T] */
+  const int32_t *targets; /* loss targets [B*T] */
+  float *out;             /* [B*T*out_width]; loss layer: per-position losses */
+  float *stash;           /* [stash_floats]: what backward needs, kept between F and B/W */
+  const float *dout;      /* gradient of out; NULL for the loss layer */
+  float *din;             /* gradient of in, overwritten by backward_input; NULL for embedding */
+  float grad_scale;       /* loss layer: d(loss)/d(position loss), e.g. 1 / (B*T*m) */
+  float *scratch;         /* [scratch_floats] temporary, not kept */
+} layer_io;
+
+struct layer_type {
+  const char *name;
+  layer_input input;
+  /* Reads the layer's own keys from config element i of model.layers; dims are set already. */
+  int (*configure)(layer *l, const core_config *c, int i);
+  size_t (*num_params)(const layer *l);
+  double (*flops_per_token)(const layer *l); /* forward; backward counts twice this */
+  size_t (*stash_floats)(const layer *l, int B, int T);
+  size_t (*scratch_floats)(const layer *l, int B, int T);
+  void (*init)(const layer *l, float *params, uint64_t seed);
+  void (*forward)(const layer *l, const kernels_ops *ops, const layer_io *io);
+  void (*backward_input)(const layer *l, const kernels_ops *ops, const layer_io *io);
+  void (*backward_weight)(const layer *l, const kernels_ops *ops, const layer_io *io);
+};
+
+const layer_type *layers_find_type(const char *name);
+
+/* The model: every layer of the config, in order. */
+typedef struct {
+  int n;
+  layer *layers;
+  int T, C, V, NH;
+  uint64_t seed;
+  int built;
+} layers_model;
+
+/* Builds the layer list from model.* of the config; an error names the config line. Building
+ * into a model that is already built is an error. */
+int layers_model_build(layers_model *m, const core_config *c, int vocab_from_data);
+void layers_model_free(layers_model *m);
+size_t layers_model_params(const layers_model *m);
+
+#endif

@@ -1,0 +1,120 @@
+#include "pipe/data.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+#define TOKEN_MAGIC 20240520
+#define TOKEN_HEADER_INTS 256
+
+static int read_file(const char *path, unsigned char **buf, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return core_error_set(CORE_EINPUT, "cannot open data file %s: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    return core_error_set(CORE_EINPUT, "data file %s is not a regular file", path);
+  }
+  off_t size = st.st_size;
+  *buf = core_malloc((size_t)size + 1);
+  *n = fread(*buf, 1, (size_t)size, f);
+  int bad = ferror(f) || *n != (size_t)size;
+  fclose(f);
+  if (bad) {
+    free(*buf);
+    return core_error_set(CORE_EINPUT, "cannot read data file %s", path);
+  }
+  return CORE_OK;
+}
+
+/* Decodes a file into tokens: an llm.c token file when the header says so, bytes otherwise. */
+static int load_tokens(const char *path, uint16_t **tok, size_t *ntok, int *is_tokens, int *vocab) {
+  unsigned char *buf = NULL;
+  size_t n = 0;
+  int rc = read_file(path, &buf, &n);
+  if (rc) return rc;
+  int32_t hdr[3] = {0, 0, 0};
+  if (n >= sizeof hdr) memcpy(hdr, buf, sizeof hdr);
+  if (hdr[0] == TOKEN_MAGIC) {
+    size_t hbytes = TOKEN_HEADER_INTS * sizeof(int32_t);
+    if (n < hbytes) rc = core_error_set(CORE_EINPUT, "token file %s: truncated header", path);
+    else if (hdr[1] != 1) rc = core_error_set(CORE_EINPUT, "token file %s: unsupported version %d (expected 1)", path, hdr[1]);
+    else if (hdr[2] < 0 || (size_t)hdr[2] > (n - hbytes) / 2)
+      rc = core_error_set(CORE_EINPUT, "token file %s: header says %d tokens but the file holds %zu",
+                          path, hdr[2], (n - hbytes) / 2);
+    if (rc) {
+      free(buf);
+      return rc;
+    }
+    *ntok = (size_t)hdr[2];
+    *tok = core_malloc(sizeof(uint16_t) * (*ntok + 1));
+    memcpy(*tok, buf + hbytes, sizeof(uint16_t) * *ntok);
+    int mx = 0;
+    for (size_t i = 0; i < *ntok; i++) mx = (*tok)[i] > mx ? (*tok)[i] : mx;
+    *is_tokens = 1, *vocab = mx + 1;
+  } else {
+    *ntok = n;
+    *tok = core_malloc(sizeof(uint16_t) * (n + 1));
+    for (size_t i = 0; i < n; i++) (*tok)[i] = buf[i];
+    *is_tokens = 0, *vocab = 256;
+  }
+  free(buf);
+  return CORE_OK;
+}
+
+int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double val_fraction,
+                   int seq_len) {
+  memset(d, 0, sizeof *d);
+  if (!(val_fraction >= 0 && val_fraction < 1))
+    return core_error_set(CORE_EINPUT, "data.val_fraction must be in [0, 1) (got %g)", val_fraction);
+  int rc = load_tokens(path, &d->tok, &d->n, &d->is_tokens, &d->vocab);
+  if (rc) return rc;
+  d->n_train = d->n;
+  if (val_path && *val_path) {
+    int vt, vv;
+    rc = load_tokens(val_path, &d->val_tok, &d->n_val, &vt, &vv);
+    if (rc) {
+      pipe_data_free(d);
+      return rc;
+    }
+    if (vv > d->vocab) d->vocab = vv;
+  } else {
+    d->n_val = (size_t)(d->n * val_fraction);
+    d->n_train = d->n - d->n_val;
+    d->val_tok = d->tok + d->n_train;
+  }
+  size_t need = (size_t)seq_len + 1;
+  if (d->n_train < need || (d->n_val > 0 && d->n_val < need)) {
+    size_t got = d->n_train < need ? d->n_train : d->n_val;
+    pipe_data_free(d);
+    return core_error_set(CORE_EINPUT, "data file %s: a split holds %zu tokens, fewer than one "
+                          "sequence of %d plus its target", path, got, seq_len);
+  }
+  return CORE_OK;
+}
+
+void pipe_data_free(pipe_data *d) {
+  if (d->val_tok && (d->val_tok < d->tok || d->val_tok > d->tok + d->n)) free(d->val_tok);
+  free(d->tok);
+  memset(d, 0, sizeof *d);
+}
+
+void pipe_data_batch(const pipe_data *d, int split, uint64_t seed, long step, int data_rank, int mb,
+                     int B, int T, int32_t *inputs, int32_t *targets) {
+  const uint16_t *tok = split == PIPE_VAL && d->n_val ? d->val_tok : d->tok;
+  size_t n = split == PIPE_VAL && d->n_val ? d->n_val : d->n_train;
+  for (int b = 0; b < B; b++) {
+    core_rng r = core_rng_keyed(seed, core_hash64((uint64_t)split, (uint64_t)step),
+                                ((uint64_t)data_rank << 32) | (uint32_t)mb, (uint64_t)b);
+    size_t start = (size_t)core_rng_below(&r, n - (size_t)T);
+    for (int t = 0; t < T; t++) {
+      inputs[b * T + t] = tok[start + t];
+      targets[b * T + t] = tok[start + t + 1];
+    }
+  }
+}

@@ -1,0 +1,36 @@
+/* pipe/data.h: training data. Two formats, detected from the file:
+ *   - llm.c / nanoGPT token files: a header of 256 int32 (magic 20240520, version 1, token
+ *     count), then uint16 tokens;
+ *   - anything else is byte-level text: each byte is a token (vocabulary 256).
+ * The last `val_fraction` of the tokens is the validation split (or a separate file).
+ * Batches are a pure function of (seed, step, data rank, micro-batch): any layout of a run
+ * draws the same samples. */
+#ifndef BRIGADE_PIPE_DATA_H
+#define BRIGADE_PIPE_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  uint16_t *tok; /* all tokens of the file */
+  size_t n;      /* token count */
+  size_t n_train;
+  int vocab;     /* 256 for bytes; max token + 1 for token files */
+  int is_tokens; /* 1: llm.c token file */
+  uint16_t *val_tok; /* separate validation tokens (NULL: the tail of tok) */
+  size_t n_val;
+} pipe_data;
+
+enum { PIPE_TRAIN = 0, PIPE_VAL = 1 };
+
+/* Opens path (and val_path, may be NULL). Errors are CORE_EINPUT with the path in the message. */
+int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double val_fraction,
+                   int seq_len);
+void pipe_data_free(pipe_data *d);
+
+/* Fills inputs and targets [B*T] for one micro-batch: sample b starts at a position drawn from
+ * (seed, split, step, data_rank, mb, b). */
+void pipe_data_batch(const pipe_data *d, int split, uint64_t seed, long step, int data_rank, int mb,
+                     int B, int T, int32_t *inputs, int32_t *targets);
+
+#endif

@@ -1,0 +1,90 @@
+/* Data files: both formats, splits, deterministic batches, malformed files. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "pipe/data.h"
+
+static char *write_tmp(const void *data, size_t n) {
+  char *path = strdup("/tmp/brigade_data_XXXXXX");
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  cr_assert_eq(write(fd, data, n), (ssize_t)n);
+  close(fd);
+  return path;
+}
+
+Test(data, bytes_split_and_batches) {
+  char text[1000];
+  for (int i = 0; i < 1000; i++) text[i] = (char)('a' + i % 26);
+  char *path = write_tmp(text, sizeof text);
+  pipe_data d;
+  cr_assert_eq(pipe_data_open(&d, path, NULL, 0.1, 16), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(d.vocab, 256);
+  cr_assert_eq(d.n_train, 900);
+  cr_assert_eq(d.n_val, 100);
+  int32_t in[4 * 16], tg[4 * 16], in2[4 * 16], tg2[4 * 16];
+  pipe_data_batch(&d, PIPE_TRAIN, 7, 3, 0, 1, 4, 16, in, tg);
+  pipe_data_batch(&d, PIPE_TRAIN, 7, 3, 0, 1, 4, 16, in2, tg2);
+  cr_assert(memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0);
+  for (int i = 0; i < 4 * 16; i++) {
+    cr_assert_eq(tg[i], 'a' + (in[i] - 'a' + 1) % 26); /* target is the next byte */
+  }
+  pipe_data_batch(&d, PIPE_TRAIN, 7, 3, 1, 1, 4, 16, in2, tg2); /* other data rank: other samples */
+  cr_assert(memcmp(in, in2, sizeof in) != 0);
+  pipe_data_free(&d);
+  unlink(path), free(path);
+}
+
+Test(data, token_file) {
+  size_t ntok = 300;
+  size_t bytes = 256 * 4 + ntok * 2;
+  unsigned char *buf = calloc(1, bytes);
+  int32_t hdr[3] = {20240520, 1, (int32_t)ntok};
+  memcpy(buf, hdr, sizeof hdr);
+  uint16_t *t = (uint16_t *)(buf + 1024);
+  for (size_t i = 0; i < ntok; i++) t[i] = (uint16_t)(i * 97 % 50257);
+  char *path = write_tmp(buf, bytes);
+  pipe_data d;
+  cr_assert_eq(pipe_data_open(&d, path, NULL, 0.2, 8), CORE_OK, "%s", core_error_msg());
+  cr_assert(d.is_tokens);
+  cr_assert_eq(d.n, ntok);
+  int32_t in[8], tg[8];
+  pipe_data_batch(&d, PIPE_VAL, 1, 0, 0, 0, 1, 8, in, tg);
+  cr_assert(in[0] < 50257);
+  pipe_data_free(&d);
+  unlink(path), free(path);
+  /* truncated: header claims more tokens than present */
+  hdr[2] = 100000;
+  memcpy(buf, hdr, sizeof hdr);
+  path = write_tmp(buf, bytes);
+  core_error_clear();
+  cr_assert_eq(pipe_data_open(&d, path, NULL, 0.1, 8), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "header says 100000 tokens"), "%s", core_error_msg());
+  unlink(path), free(path);
+  /* wrong version */
+  hdr[1] = 7, hdr[2] = (int32_t)ntok;
+  memcpy(buf, hdr, sizeof hdr);
+  path = write_tmp(buf, bytes);
+  cr_assert_eq(pipe_data_open(&d, path, NULL, 0.1, 8), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "version 7"));
+  unlink(path), free(path);
+  path = write_tmp(buf, 100); /* magic but truncated header */
+  cr_assert_eq(pipe_data_open(&d, path, NULL, 0.1, 8), CORE_EINPUT);
+  unlink(path), free(path);
+  free(buf);
+}
+
+Test(data, missing_or_short_files) {
+  pipe_data d;
+  cr_assert_eq(pipe_data_open(&d, "/nonexistent/file.txt", NULL, 0.1, 8), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "/nonexistent/file.txt"));
+  char *path = write_tmp("short", 5);
+  cr_assert_eq(pipe_data_open(&d, path, NULL, 0.1, 64), CORE_EINPUT);
+  cr_assert_eq(pipe_data_open(&d, path, NULL, 1.5, 2), CORE_EINPUT);
+  unlink(path), free(path);
+  cr_assert_eq(pipe_data_open(&d, "/tmp", NULL, 0.1, 8), CORE_EINPUT);
+}

@@ -1,0 +1,72 @@
+/* Zero-bubble families: the paper's numbers (arXiv 2401.10241, Table 2) under its semantics:
+ * unit costs F = B = W = 1, comm 0, bubble = max span - m(F+B+W). */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "core/error.h"
+#include "schedule/schedule.h"
+
+static double span_of(sched_family f, int p, int m, sched_sim_result *res, sched_program *pr) {
+  sched_shape sh = {.family = f, .p = p, .v = 1, .m = m};
+  sched_costs c = sched_costs_unit();
+  cr_assert_eq(sched_compile(&sh, &c, pr), CORE_OK, "%s p=%d m=%d: %s", sched_family_name(f), p,
+               m, core_error_msg());
+  cr_assert_eq(sched_simulate(pr, &c, res, NULL), CORE_OK);
+  double s = 0;
+  for (int r = 0; r < p; r++) s = res->ranks[r].span > s ? res->ranks[r].span : s;
+  return s;
+}
+
+Test(zb, paper_example_p4_m8) {
+  sched_sim_result res;
+  sched_program pr;
+  double want[3] = {33, 27, 24};
+  sched_family fam[3] = {SCHED_1F1B, SCHED_ZB_H1, SCHED_ZB_H2};
+  for (int k = 0; k < 3; k++) {
+    double s = span_of(fam[k], 4, 8, &res, &pr);
+    cr_assert_eq(s, want[k], "%s: span %g, paper %g", sched_family_name(fam[k]), s, want[k]);
+    sched_sim_result_free(&res);
+    sched_program_free(&pr);
+  }
+}
+
+Test(zb, closed_forms_and_verification) {
+  for (int p = 1; p <= 16; p++)
+    for (int m = 1; m <= 64; m++)
+      for (int f = SCHED_ZB_H1; f <= SCHED_ZB_H2; f++) {
+        sched_sim_result res;
+        sched_program pr;
+        double s = span_of((sched_family)f, p, m, &res, &pr); /* compiles and verifies */
+        /* (p-1)(F+B-W) for zb-h1 once m >= p; (p-1)(F+B-2W) = 0 for zb-h2 once m >= 2p-1 */
+        if (f == SCHED_ZB_H1 && m >= p)
+          cr_assert_eq(s - 3.0 * m, p - 1.0, "zb-h1 p=%d m=%d bubble %g", p, m, s - 3.0 * m);
+        if (f == SCHED_ZB_H2 && m >= 2 * p - 1)
+          cr_assert_eq(s - 3.0 * m, 0.0, "zb-h2 p=%d m=%d bubble %g", p, m, s - 3.0 * m);
+        /* never worse than 1F1B's (p-1)(F+B+W) */
+        cr_assert(s - 3.0 * m <= 3.0 * (p - 1) + 1e-9);
+        int ws = 0;
+        for (int i = 0; i < pr.streams[0].len; i++) ws += pr.streams[0].ins[i].op == SCHED_BACKWARD_WEIGHT;
+        cr_assert_eq(ws, m);
+        sched_sim_result_free(&res);
+        sched_program_free(&pr);
+      }
+}
+
+Test(zb, w_never_before_its_i_and_costs_steer_placement) {
+  sched_shape sh = {.family = SCHED_ZB_H1, .p = 4, .v = 1, .m = 8};
+  sched_costs c = sched_costs_unit();
+  c.w = 0.5, c.comm = 0.1;
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  for (int r = 0; r < 4; r++) {
+    int seen_i[8] = {0};
+    for (int i = 0; i < pr.streams[r].len; i++) {
+      const sched_instr *in = &pr.streams[r].ins[i];
+      if (in->op == SCHED_BACKWARD_INPUT) seen_i[in->mb] = 1;
+      if (in->op == SCHED_BACKWARD_WEIGHT) cr_assert(seen_i[in->mb]);
+    }
+  }
+  sched_program_free(&pr);
+  sh.v = 2;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_EINPUT);
+}

@@ -48,5 +48,6 @@ int main(void) {
   rc |= run(SCHED_INTERLEAVED, 64, 4, 1024);
   rc |= run(SCHED_ZB_H1, 64, 1, 1024);
   rc |= run(SCHED_ZB_H2, 64, 1, 1024);
+  rc |= run(SCHED_ZB_V, 64, 2, 1024);
   return rc;
 }

@@ -11,7 +11,7 @@
 
 typedef struct {
   sched_shape shape;
-  int have_schedule, have_stages, have_mb;
+  int have_schedule, have_stages, have_mb, have_virtual;
   const char *schedule_file;
   sched_costs costs;
   const char *format, *out, *trace, *svg;
@@ -41,6 +41,7 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       o->have_stages = 1;
     } else if (strcmp(a, "--virtual") == 0) {
       if (!VALUE()) rc = cli_parse_int(a, val, 1, 64, &o->shape.v);
+      o->have_virtual = 1;
     } else if (strcmp(a, "--microbatches") == 0) {
       if (!VALUE()) rc = cli_parse_int(a, val, 1, 1 << 20, &o->shape.m);
       o->have_mb = 1;
@@ -88,6 +89,7 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
                                          "(--schedule, --stages, --microbatches), not both");
     return CORE_OK;
   }
+  if (o->shape.family == SCHED_ZB_V && !o->have_virtual) o->shape.v = 2; /* a V has two chunks */
   if (!o->have_schedule || !o->have_stages || !o->have_mb)
     return core_error_set(CORE_EINPUT, "%s needs --schedule, --stages and --microbatches%s", argv[0],
                           allow_sim ? " (or --schedule-file)" : "");

@@ -9,7 +9,7 @@ static const char usage[] =
     "\n"
     "commands:\n"
     "  compile   compile a pipeline schedule into per-rank instruction streams\n"
-    "            --schedule gpipe|1f1b|interleaved|zb-h1|zb-h2 --stages P [--virtual V] --microbatches M\n"
+    "            --schedule gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v --stages P [--virtual V] --microbatches M\n"
     "            [--tied] [--format actions|instructions|csv] [-o FILE]\n"
     "  sim       simulate a schedule under a cost model (no MPI, no model)\n"
     "            shape flags as for compile, or --schedule-file FILE.csv;\n"

@@ -97,6 +97,11 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
       return core_error_set(CORE_EINPUT, "schedule %s runs one chunk per rank (got --virtual %d)",
                             sched_family_name(sh->family), sh->v);
     break;
+  case SCHED_ZB_V:
+    if (sh->v != 2)
+      return core_error_set(CORE_EINPUT, "schedule zb-v runs two chunks per rank in a V (give "
+                            "--virtual 2, got %d)", sh->v);
+    break;
   case SCHED_INTERLEAVED:
     if (sh->v < 2)
       return core_error_set(CORE_EINPUT,
@@ -105,14 +110,21 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
     break;
   default: return core_error_set(CORE_EINPUT, "schedule family %d cannot be compiled", sh->family);
   }
-  int rc = sched_program_init(out, sh->family, sh->p, sh->v, sh->m, NULL);
+  /* the V placement: chunk 0 of rank r is stage r, chunk 1 is stage 2p-1-r */
+  int *vshape = NULL;
+  if (sh->family == SCHED_ZB_V) {
+    vshape = core_malloc(sizeof(int) * 2 * (size_t)sh->p);
+    for (int r = 0; r < sh->p; r++) vshape[2 * r] = r, vshape[2 * r + 1] = 2 * sh->p - 1 - r;
+  }
+  int rc = sched_program_init(out, sh->family, sh->p, sh->v, sh->m, vshape);
+  free(vshape);
   if (rc) return rc;
   out->tied = sh->tied;
   switch (sh->family) {
   case SCHED_GPIPE: compile_gpipe(out); break;
   case SCHED_1F1B: compile_1f1b(out); break;
   case SCHED_INTERLEAVED: compile_interleaved(out); break;
-  default: rc = sched_compile_zb(out, costs); break;
+  default: rc = sched_compile_zb(out, costs); break; /* zb-h1, zb-h2, zb-v */
   }
   if (rc) sched_program_free(out);
   return rc;

@@ -41,6 +41,7 @@ typedef enum {
   SCHED_INTERLEAVED,
   SCHED_ZB_H1, /* zero-bubble, 1F1B's memory */
   SCHED_ZB_H2, /* zero-bubble, about twice 1F1B's memory */
+  SCHED_ZB_V,  /* zero-bubble, two chunks per rank in a V, 1F1B's memory */
   SCHED_CUSTOM, /* imported from a schedule file */
   SCHED_FAMILY_COUNT
 } sched_family;

@@ -3,17 +3,20 @@
  * Backward is split into I (input gradient, on the critical path) and W (weight gradient, free
  * to wait). The order is built by list scheduling under the cost model: whenever a rank is
  * free it runs, in this priority,
- *   1. the next I whose output gradient has arrived (keeps the critical path moving),
- *   2. the next F whose input has arrived, if fewer than `limit` micro-batches are in flight
- *      on the rank (a micro-batch is in flight from its F until its W: W still needs the stash),
+ *   1. an I whose output gradient has arrived (keeps the critical path moving),
+ *   2. an F whose input has arrived, if the rank's memory allows another micro-batch,
  *   3. the oldest pending W (fills what would be a bubble, and frees memory),
- * and otherwise waits for the next arrival; a W goes first when too many are pending.
- * Two limits set the memory. Between F and I a micro-batch holds its whole stash: zb-h1 allows
- * 1F1B's min(p-r, m) such micro-batches, zb-h2 2(p-r)-1. Between I and W it holds only what W
- * needs (layer inputs and output gradients of the matmuls): up to the first limit plus p-1 of
- * them for zb-h1 (enough to fill the p-1 gaps of the drain), plus 2(p-1) for zb-h2.
+ * and otherwise waits for the next arrival; a W goes first when too many are pending. Within a
+ * chunk, F's and I's run in micro-batch order; between chunks the later virtual stage goes
+ * first (it finishes micro-batches sooner and frees their memory).
+ *
+ * Two limits set the memory, counted in chunk-stashes. Between F and I a micro-batch holds its
+ * whole stash: zb-h1 allows 1F1B's min(p-r, m), zb-h2 2(p-r)-1, zb-v 2p (two half-size chunks
+ * per rank: 1F1B's memory, the same on every rank). Between I and W it holds only what W needs
+ * (layer inputs and output gradients of the matmuls): up to the first limit plus p-1 (zb-h1,
+ * enough to fill the p-1 gaps of the drain) or 2(p-1) (zb-h2, zb-v) more.
  * With F = B = W this gives the paper's bubbles: zb-h1 (p-1)(F+B-W), a third of 1F1B's, and
- * zb-h2 (p-1)(F+B-2W) = 0 (for m large enough to fill the warm-up; see the tests). */
+ * zb-h2 (p-1)(F+B-2W) = 0 once m fills the warm-up; see tests/schedule/test_zb.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,87 +25,121 @@
 #include "schedule/internal.h"
 
 typedef struct {
-  int nf, ni, nw; /* next F, next I (micro-batch order), W's done */
-  int wq_head;    /* W's are run in the order of their I's: wq[wq_head .. ni) */
-  int *wq;
+  int *nf, *ni;  /* per chunk: next F, next I (micro-batch order) */
+  int f_open;    /* stashes between F and I */
+  int w_pending; /* stashes between I and W */
+  int *wq, wq_head, wq_tail; /* pending W's as (chunk, mb) codes, oldest first */
   double free_at;
-  int limit;  /* micro-batches between F and I */
-  int wlimit; /* micro-batches between I and W */
+  int limit, wlimit;
 } zb_rank;
 
-/* Time at which op (stage s, micro-batch j) could start on its rank, or INFINITY. */
-static double f_ready(const sched_program *pr, const double *f_end, const sched_costs *c, int s, int j) {
+typedef struct {
+  const sched_program *pr;
+  const sched_costs *c;
+  int S, m;
+  double *f_end, *i_end; /* [S*m], < 0 until done */
+} zb_state;
+
+/* Earliest start of the F (or I) of stage s, micro-batch j given what has finished. */
+static double f_ready(const zb_state *z, int s, int j) {
   if (s == 0) return 0;
-  double e = f_end[(size_t)(s - 1) * pr->m + j];
-  return e < 0 ? INFINITY : e + c->comm;
-}
-
-static double i_ready(const sched_program *pr, const double *f_end, const double *i_end,
-                      const sched_costs *c, int s, int j) {
-  double t = f_end[(size_t)s * pr->m + j];
-  if (t < 0) return INFINITY;
-  if (s == pr->p * pr->v - 1) return t;
-  double e = i_end[(size_t)(s + 1) * pr->m + j];
+  double e = z->f_end[(size_t)(s - 1) * z->m + j];
   if (e < 0) return INFINITY;
-  return e + c->comm > t ? e + c->comm : t;
+  return e + (z->pr->rank_of[s - 1] != z->pr->rank_of[s] ? z->c->comm : 0);
 }
 
-static void compile_zb_1chunk(sched_program *pr, const sched_costs *costs, int h2) {
-  int p = pr->p, m = pr->m;
-  size_t n = (size_t)p * (size_t)m;
-  double *f_end = core_malloc(sizeof(double) * n), *i_end = core_malloc(sizeof(double) * n);
-  for (size_t k = 0; k < n; k++) f_end[k] = i_end[k] = -1;
-  zb_rank *rk = core_calloc((size_t)p, sizeof(zb_rank));
-  for (int r = 0; r < p; r++) {
-    rk[r].wq = core_malloc(sizeof(int) * (size_t)m);
-    int lim = h2 ? 2 * (p - r) - 1 : p - r;
-    rk[r].limit = lim < m ? lim : m;
-    /* pending W's: enough to fill the p-1 gaps of the drain (twice that for zb-h2) */
-    rk[r].wlimit = rk[r].limit + (h2 ? 2 : 1) * (p - 1);
-  }
-  for (size_t done = 0; done < 3 * n;) {
-    /* the rank that can start something earliest runs its highest-priority op */
-    int best_r = -1, best_op = 0;
-    double best_t = INFINITY;
-    for (int r = 0; r < p; r++) {
-      zb_rank *k = &rk[r];
-      double ti = k->ni < m ? i_ready(pr, f_end, i_end, costs, r, k->ni) : INFINITY;
-      int w_full = k->ni - k->nw >= k->wlimit; /* too many stashes wait for their W */
-      double tf = k->nf < m && k->nf - k->ni < k->limit && !w_full ? f_ready(pr, f_end, costs, r, k->nf) : INFINITY;
-      double tw = k->wq_head < k->ni ? k->free_at : INFINITY;
-      ti = ti > k->free_at ? ti : k->free_at;
-      tf = tf > k->free_at ? tf : k->free_at;
-      /* at the moment the rank is free, take I, else F, else W; if nothing is ready then,
-       * the earliest of them */
-      double t;
-      int op;
-      if (ti <= k->free_at) t = ti, op = SCHED_BACKWARD_INPUT;
-      else if (tf <= k->free_at) t = tf, op = SCHED_FORWARD;
-      else if (tw <= k->free_at) t = tw, op = SCHED_BACKWARD_WEIGHT;
-      else if (ti <= tf) t = ti, op = SCHED_BACKWARD_INPUT;
-      else t = tf, op = SCHED_FORWARD;
-      if (t < best_t) best_t = t, best_r = r, best_op = op;
+static double i_ready(const zb_state *z, int s, int j) {
+  double t = z->f_end[(size_t)s * z->m + j];
+  if (t < 0) return INFINITY;
+  if (s == z->S - 1) return t;
+  double e = z->i_end[(size_t)(s + 1) * z->m + j];
+  if (e < 0) return INFINITY;
+  e += z->pr->rank_of[s + 1] != z->pr->rank_of[s] ? z->c->comm : 0;
+  return e > t ? e : t;
+}
+
+typedef struct {
+  double t;
+  int op, chunk, mb;
+} zb_choice;
+
+/* What rank r would run next and when: the highest-priority op ready when the rank is free,
+ * else the op that becomes ready first. */
+static zb_choice zb_next(const zb_state *z, const zb_rank *k, int r) {
+  const sched_program *pr = z->pr;
+  zb_choice best_i = {INFINITY, SCHED_BACKWARD_INPUT, -1, -1}, best_f = {INFINITY, SCHED_FORWARD, -1, -1};
+  int w_full = k->w_pending >= k->wlimit;
+  for (int c = pr->v - 1; c >= 0; c--) { /* later stages first on ties */
+    int s = pr->stage_of[r * pr->v + c];
+    if (k->ni[c] < z->m) {
+      double t = i_ready(z, s, k->ni[c]);
+      t = t > k->free_at ? t : k->free_at;
+      if (t < best_i.t) best_i = (zb_choice){t, SCHED_BACKWARD_INPUT, c, k->ni[c]};
     }
-    CORE_ASSERT(best_r >= 0);
-    zb_rank *k = &rk[best_r];
-    int j = best_op == SCHED_FORWARD ? k->nf++ : best_op == SCHED_BACKWARD_INPUT ? k->ni++ : k->wq[k->wq_head++];
-    if (best_op == SCHED_BACKWARD_INPUT) k->wq[k->ni - 1] = j;
-    if (best_op == SCHED_BACKWARD_WEIGHT) k->nw++;
-    double end = best_t + sched_op_cost(costs, (sched_op)best_op, best_r);
-    if (best_op == SCHED_FORWARD) f_end[(size_t)best_r * m + j] = end;
-    if (best_op == SCHED_BACKWARD_INPUT) i_end[(size_t)best_r * m + j] = end;
-    k->free_at = end;
-    sched_push_action(pr, (sched_op)best_op, best_r, j);
-    done++;
+    if (k->nf[c] < z->m && k->f_open < k->limit && !w_full) {
+      double t = f_ready(z, s, k->nf[c]);
+      t = t > k->free_at ? t : k->free_at;
+      if (t < best_f.t) best_f = (zb_choice){t, SCHED_FORWARD, c, k->nf[c]};
+    }
   }
-  for (int r = 0; r < p; r++) free(rk[r].wq);
-  free(rk), free(f_end), free(i_end);
+  zb_choice w = {INFINITY, SCHED_BACKWARD_WEIGHT, -1, -1};
+  if (k->wq_head < k->wq_tail) {
+    int code = k->wq[k->wq_head];
+    w = (zb_choice){k->free_at, SCHED_BACKWARD_WEIGHT, code / z->m, code % z->m};
+  }
+  if (best_i.t <= k->free_at) return best_i;
+  if (best_f.t <= k->free_at) return best_f;
+  if (w.t <= k->free_at) return w;
+  return best_i.t <= best_f.t ? best_i : best_f;
+}
+
+static void zb_limits(sched_family f, int p, int r, int m, zb_rank *k) {
+  int lim = f == SCHED_ZB_H1 ? p - r : f == SCHED_ZB_H2 ? 2 * (p - r) - 1 : 2 * p;
+  int cap = f == SCHED_ZB_V ? 2 * m : m;
+  k->limit = lim < cap ? lim : cap;
+  k->wlimit = k->limit + (f == SCHED_ZB_H1 ? 1 : 2) * (p - 1);
 }
 
 int sched_compile_zb(sched_program *pr, const sched_costs *costs) {
-  if (pr->v != 1)
-    return core_error_set(CORE_EINPUT, "schedule %s runs one chunk per rank (got --virtual %d)",
-                          sched_family_name(pr->family), pr->v);
-  compile_zb_1chunk(pr, costs, pr->family == SCHED_ZB_H2);
+  int p = pr->p, v = pr->v, m = pr->m;
+  zb_state z = {.pr = pr, .c = costs, .S = p * v, .m = m};
+  size_t n = (size_t)z.S * (size_t)m;
+  z.f_end = core_malloc(sizeof(double) * n);
+  z.i_end = core_malloc(sizeof(double) * n);
+  for (size_t i = 0; i < n; i++) z.f_end[i] = z.i_end[i] = -1;
+  zb_rank *rk = core_calloc((size_t)p, sizeof(zb_rank));
+  for (int r = 0; r < p; r++) {
+    rk[r].nf = core_calloc((size_t)v, sizeof(int));
+    rk[r].ni = core_calloc((size_t)v, sizeof(int));
+    rk[r].wq = core_malloc(sizeof(int) * (size_t)v * (size_t)m);
+    zb_limits(pr->family, p, r, m, &rk[r]);
+  }
+  for (size_t done = 0; done < 3 * n; done++) {
+    int best_r = -1;
+    zb_choice best = {INFINITY, 0, 0, 0};
+    for (int r = 0; r < p; r++) {
+      zb_choice ch = zb_next(&z, &rk[r], r);
+      if (ch.t < best.t) best = ch, best_r = r;
+    }
+    CORE_ASSERT(best_r >= 0); /* some rank can always move: the limits leave a W or an I */
+    zb_rank *k = &rk[best_r];
+    int s = pr->stage_of[best_r * v + best.chunk];
+    double end = best.t + sched_op_cost(costs, (sched_op)best.op, s);
+    size_t key = (size_t)s * m + best.mb;
+    if (best.op == SCHED_FORWARD) {
+      k->nf[best.chunk]++, k->f_open++;
+      z.f_end[key] = end;
+    } else if (best.op == SCHED_BACKWARD_INPUT) {
+      k->ni[best.chunk]++, k->f_open--, k->w_pending++;
+      k->wq[k->wq_tail++] = best.chunk * m + best.mb;
+      z.i_end[key] = end;
+    } else {
+      k->wq_head++, k->w_pending--;
+    }
+    k->free_at = end;
+    sched_push_action(pr, (sched_op)best.op, s, best.mb);
+  }
+  for (int r = 0; r < p; r++) free(rk[r].nf), free(rk[r].ni), free(rk[r].wq);
+  free(rk), free(z.f_end), free(z.i_end);
   return CORE_OK;
 }

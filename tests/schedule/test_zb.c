@@ -70,3 +70,32 @@ Test(zb, w_never_before_its_i_and_costs_steer_placement) {
   sh.v = 2;
   cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_EINPUT);
 }
+
+Test(zb, zb_v_zero_bubble_in_a_v) {
+  sched_costs c = sched_costs_unit();
+  for (int p = 1; p <= 16; p++)
+    for (int m = 1; m <= 64; m++) {
+      sched_shape sh = {.family = SCHED_ZB_V, .p = p, .v = 2, .m = m};
+      sched_program pr;
+      cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "zb-v p=%d m=%d: %s", p, m, core_error_msg());
+      for (int r = 0; r < p; r++) {
+        cr_assert_eq(pr.stage_of[2 * r], r);
+        cr_assert_eq(pr.stage_of[2 * r + 1], 2 * p - 1 - r);
+        /* at most 2p chunk-stashes between F and I: 1F1B's memory on every rank */
+        int open = 0, peak = 0;
+        for (int i = 0; i < pr.streams[r].len; i++) {
+          open += pr.streams[r].ins[i].op == SCHED_FORWARD;
+          open -= pr.streams[r].ins[i].op == SCHED_BACKWARD_INPUT;
+          peak = open > peak ? open : peak;
+        }
+        cr_assert(peak <= 2 * p, "rank %d holds %d stashes", r, peak);
+      }
+      sched_sim_result res;
+      cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK);
+      double s = 0;
+      for (int r = 0; r < p; r++) s = res.ranks[r].span > s ? res.ranks[r].span : s;
+      if (m >= 2 * p) cr_assert_eq(s, 6.0 * m, "zb-v p=%d m=%d: span %g, busy %g", p, m, s, 6.0 * m);
+      sched_sim_result_free(&res);
+      sched_program_free(&pr);
+    }
+}

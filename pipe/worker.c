@@ -1,0 +1,170 @@
+#include "pipe/worker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/error.h"
+
+int pipe_tag(const sched_program *pr, int dst_stage, int mb, int is_grad) {
+  return ((mb * pr->p * pr->v) + dst_stage) * 2 + is_grad;
+}
+
+int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm comm, pipe_exec ex) {
+  memset(w, 0, sizeof *w);
+  w->pr = pr, w->rank = rank, w->comm = comm, w->ex = ex;
+  w->timeout_s = 60;
+  int *ub, flag = 0;
+  MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &flag);
+  w->tag_ub = flag ? *ub : 32767;
+  long max_tag = ((long)pr->m * pr->p * pr->v) * 2 + 1;
+  if (max_tag > w->tag_ub)
+    return core_error_set(CORE_EINPUT, "m * stages too large for MPI tags (%ld > %d)", max_tag, w->tag_ub);
+  int ns = pr->nslots[rank] > 0 ? pr->nslots[rank] : 1;
+  w->slot_req = core_malloc(sizeof(MPI_Request) * 2 * (size_t)ns);
+  for (int i = 0; i < 2 * ns; i++) w->slot_req[i] = MPI_REQUEST_NULL;
+  return CORE_OK;
+}
+
+void pipe_worker_free(pipe_worker *w) {
+  if (w->slot_req) {
+    int ns = w->pr->nslots[w->rank] > 0 ? w->pr->nslots[w->rank] : 1;
+    MPI_Waitall(2 * ns, w->slot_req, MPI_STATUSES_IGNORE);
+  }
+  free(w->slot_req);
+  w->slot_req = NULL;
+}
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+static int fail(const pipe_worker *w, int i, const sched_instr *in, const char *what) {
+  char s[96];
+  sched_instr_str(in, s, sizeof s);
+  return core_error_set(CORE_ERUNTIME, "rank %d instruction %d (%s): %s", w->rank, i, s, what);
+}
+
+/* Waits for a request, polling so that a stuck peer becomes a timeout, not a hang. */
+static int wait_req(pipe_worker *w, MPI_Request *req, MPI_Status *st, int i, const sched_instr *in) {
+  double start = now();
+  int done = 0, spins = 0;
+  while (!done) {
+    if (MPI_Test(req, &done, st) != MPI_SUCCESS) return fail(w, i, in, "MPI error");
+    if (done) break;
+    if (++spins > 1000) {
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL); /* yield the core: ranks share cores on small machines */
+      if (now() - start > w->timeout_s) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "timed out after %.0f s waiting for rank %d", w->timeout_s, in->peer);
+        return fail(w, i, in, msg);
+      }
+    }
+  }
+  return CORE_OK;
+}
+
+static int stage_of(const pipe_worker *w, const sched_instr *in) {
+  return w->pr->stage_of[w->rank * w->pr->v + in->chunk];
+}
+
+/* A slot's earlier sends must be complete before the slot is written again. */
+static int drain_slot(pipe_worker *w, int slot, int i, const sched_instr *in) {
+  for (int k = 0; k < 2; k++) {
+    MPI_Request *r = &w->slot_req[2 * slot + k];
+    if (*r != MPI_REQUEST_NULL) {
+      int rc = wait_req(w, r, MPI_STATUS_IGNORE, i, in);
+      if (rc) return rc;
+    }
+  }
+  return CORE_OK;
+}
+
+static int op_send(pipe_worker *w, int i, const sched_instr *in) {
+  size_t n = 0;
+  float *buf = w->ex.buffer(w->ex.ctx, in, &n);
+  int grad = in->op == SCHED_SEND_GRAD;
+  int dst = stage_of(w, in) + (grad ? -1 : 1);
+  int tag = pipe_tag(w->pr, dst, in->mb, grad);
+  MPI_Request *r = &w->slot_req[2 * in->slot + grad];
+  if (*r != MPI_REQUEST_NULL) {
+    int rc = wait_req(w, r, MPI_STATUS_IGNORE, i, in);
+    if (rc) return rc;
+  }
+  int err = w->synchronous ? MPI_Issend(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, r)
+                           : MPI_Isend(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, r);
+  return err == MPI_SUCCESS ? CORE_OK : fail(w, i, in, "MPI_Isend failed");
+}
+
+static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
+  int rc = drain_slot(w, in->slot, i, in);
+  if (rc) return rc;
+  size_t n = 0;
+  float *buf = w->ex.buffer(w->ex.ctx, in, &n);
+  int grad = in->op == SCHED_RECV_GRAD;
+  int tag = pipe_tag(w->pr, stage_of(w, in), in->mb, grad);
+  MPI_Request req;
+  MPI_Status st;
+  if (MPI_Irecv(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, &req) != MPI_SUCCESS)
+    return fail(w, i, in, "MPI_Irecv failed");
+  rc = wait_req(w, &req, &st, i, in);
+  if (rc) return rc;
+  int got = 0;
+  MPI_Get_count(&st, MPI_FLOAT, &got);
+  if ((size_t)got != n) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "received %d floats, expected %zu (shapes of the two stages differ)", got, n);
+    return fail(w, i, in, msg);
+  }
+  return CORE_OK;
+}
+
+static int op_exec(pipe_worker *w, int i, const sched_instr *in) {
+  if (in->slot >= 0 && (in->op == SCHED_LOAD_MICROBATCH || in->op == SCHED_FORWARD)) {
+    int rc = drain_slot(w, in->slot, i, in); /* about to overwrite the slot */
+    if (rc) return rc;
+  }
+  int rc = w->ex.run(w->ex.ctx, in);
+  return rc ? core_error_prefix("rank %d instruction %d (%s)", w->rank, i, sched_op_name((sched_op)in->op)) : CORE_OK;
+}
+
+typedef int (*op_fn)(pipe_worker *, int, const sched_instr *);
+
+/* The one table from opcode to executor. */
+static const op_fn op_table[SCHED_OP_COUNT] = {
+    [SCHED_LOAD_MICROBATCH] = op_exec, [SCHED_FORWARD] = op_exec,
+    [SCHED_BACKWARD] = op_exec,        [SCHED_BACKWARD_INPUT] = op_exec,
+    [SCHED_BACKWARD_WEIGHT] = op_exec, [SCHED_SEND_ACT] = op_send,
+    [SCHED_RECV_ACT] = op_recv,        [SCHED_SEND_GRAD] = op_send,
+    [SCHED_RECV_GRAD] = op_recv,       [SCHED_REDUCE_TIED_GRADS] = op_exec,
+    [SCHED_REDUCE_GRADS] = op_exec,    [SCHED_OPTIMIZER_STEP] = op_exec,
+};
+
+int pipe_worker_step(pipe_worker *w) {
+  const sched_stream *st = &w->pr->streams[w->rank];
+  for (int i = 0; i < st->len; i++) {
+    const sched_instr *in = &st->ins[i];
+    if (in->op >= SCHED_OP_COUNT) return fail(w, i, in, "unknown opcode");
+    double t0 = w->tl ? MPI_Wtime() : 0;
+    int rc = op_table[in->op](w, i, in);
+    if (rc) return rc;
+    if (w->tl) {
+      sched_event e = {.rank = w->rank, .op = in->op, .mb = in->mb, .chunk = in->chunk,
+                       .stage = in->chunk >= 0 ? stage_of(w, in) : -1, .peer = in->peer,
+                       .start = t0 - w->t0, .end = MPI_Wtime() - w->t0};
+      sched_timeline_add(w->tl, e);
+    }
+  }
+  /* the step ends with no send in flight: buffers may change before the next step */
+  int ns = w->pr->nslots[w->rank] > 0 ? w->pr->nslots[w->rank] : 1;
+  for (int k = 0; k < 2 * ns; k++)
+    if (w->slot_req[k] != MPI_REQUEST_NULL) {
+      int rc = wait_req(w, &w->slot_req[k], MPI_STATUS_IGNORE, st->len - 1, &st->ins[st->len - 1]);
+      if (rc) return rc;
+    }
+  return CORE_OK;
+}

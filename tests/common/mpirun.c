@@ -1,0 +1,27 @@
+#include "tests/common/mpirun.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+const char *test_build_dir(void) {
+  const char *b = getenv("BRIGADE_BUILD");
+  return b && *b ? b : "build";
+}
+
+int test_sh(const char *cmd) {
+  int st = system(cmd);
+  if (st == -1 || !WIFEXITED(st)) return -1;
+  return WEXITSTATUS(st);
+}
+
+int test_mpirun(int np, const char *prog, const char *args) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+           "OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 "
+           "OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none "
+           "timeout 120 mpirun -np %d %s/%s %s 1>&2",
+           np, test_build_dir(), prog, args);
+  return test_sh(cmd);
+}

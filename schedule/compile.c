@@ -13,6 +13,14 @@ static void compile_gpipe(sched_program *pr) {
   }
 }
 
+/* Forward only (DeepSpeed's InferenceSchedule): each rank runs its chunks' forwards in
+ * micro-batch order, chunk by chunk within a micro-batch. */
+static void compile_inference(sched_program *pr) {
+  pr->forward_only = 1;
+  for (int j = 0; j < pr->m; j++)
+    for (int s = 0; s < pr->p * pr->v; s++) sched_push_action(pr, SCHED_FORWARD, s, j);
+}
+
 /* 1F1B (PipeDream-Flush): min(p-r-1, m) warm-up forwards, then one forward and one backward
  * alternately, then the remaining backwards. */
 static void compile_1f1b(sched_program *pr) {
@@ -102,6 +110,7 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
       return core_error_set(CORE_EINPUT, "schedule zb-v runs two chunks per rank in a V (give "
                             "--virtual 2, got %d)", sh->v);
     break;
+  case SCHED_INFERENCE: break;
   case SCHED_INTERLEAVED:
     if (sh->v < 2)
       return core_error_set(CORE_EINPUT,
@@ -124,6 +133,7 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
   case SCHED_GPIPE: compile_gpipe(out); break;
   case SCHED_1F1B: compile_1f1b(out); break;
   case SCHED_INTERLEAVED: compile_interleaved(out); break;
+  case SCHED_INFERENCE: compile_inference(out); break;
   default: rc = sched_compile_zb(out, costs); break; /* zb-h1, zb-h2, zb-v */
   }
   if (rc) sched_program_free(out);

@@ -166,6 +166,8 @@ int sched_csv_parse(const char *text, const char *name, sched_program *out) {
   if (!rc) rc = build_placement(name, &as, p, &v, &m, &stage_of);
   if (!rc) rc = sched_program_init(out, SCHED_CUSTOM, p, v, m, stage_of);
   if (!rc) {
+    out->forward_only = 1; /* a file of forwards only is an evaluation schedule */
+    for (int i = 0; i < as.n; i++) out->forward_only &= as.a[i].op == 'F';
     for (int i = 0; i < as.n; i++) {
       sched_op op = as.a[i].op == 'F'   ? SCHED_FORWARD
                     : as.a[i].op == 'B' ? SCHED_BACKWARD

@@ -13,7 +13,7 @@ static const char *const op_names[SCHED_OP_COUNT] = {
 };
 
 static const char *const family_names[SCHED_FAMILY_COUNT] = {"gpipe", "1f1b", "interleaved",
-                                                             "zb-h1", "zb-h2", "zb-v", "custom"};
+                                                             "zb-h1", "zb-h2", "zb-v", "inference", "custom"};
 
 const char *sched_op_name(sched_op op) { return op < SCHED_OP_COUNT ? op_names[op] : "?"; }
 
@@ -39,7 +39,7 @@ int sched_family_parse(const char *name, sched_family *out) {
       *out = (sched_family)f;
       return CORE_OK;
     }
-  return core_error_set(CORE_EINPUT, "unknown schedule '%s' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2 or zb-v)",
+  return core_error_set(CORE_EINPUT, "unknown schedule '%s' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or inference)",
                         name);
 }
 
@@ -103,7 +103,9 @@ void sched_push_action(sched_program *pr, sched_op op, int s, int mb) {
 }
 
 int sched_program_equal(const sched_program *a, const sched_program *b) {
-  if (a->p != b->p || a->v != b->v || a->m != b->m || a->tied != b->tied) return 0;
+  if (a->p != b->p || a->v != b->v || a->m != b->m || a->tied != b->tied ||
+      a->forward_only != b->forward_only)
+    return 0;
   if (memcmp(a->stage_of, b->stage_of, sizeof(int) * (size_t)(a->p * a->v)) != 0) return 0;
   for (int r = 0; r < a->p; r++) {
     const sched_stream *x = &a->streams[r], *y = &b->streams[r];

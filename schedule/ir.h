@@ -42,6 +42,7 @@ typedef enum {
   SCHED_ZB_H1, /* zero-bubble, 1F1B's memory */
   SCHED_ZB_H2, /* zero-bubble, about twice 1F1B's memory */
   SCHED_ZB_V,  /* zero-bubble, two chunks per rank in a V, 1F1B's memory */
+  SCHED_INFERENCE, /* forward only (evaluation): every rank runs its F's in micro-batch order */
   SCHED_CUSTOM, /* imported from a schedule file */
   SCHED_FAMILY_COUNT
 } sched_family;
@@ -55,6 +56,7 @@ typedef struct {
   sched_family family;
   int p, v, m;       /* ranks, chunks per rank, micro-batches */
   int tied;          /* 1: the first and last virtual stages share a weight (REDUCE_TIED_GRADS) */
+  int forward_only;  /* 1: no backward, no tail (evaluation) */
   int *stage_of;     /* [p*v]: virtual stage of (rank, chunk) */
   int *rank_of;      /* [p*v]: rank of virtual stage s */
   int *chunk_of;     /* [p*v]: chunk of virtual stage s on its rank */

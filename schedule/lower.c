@@ -307,6 +307,7 @@ int sched_lower(const sched_program *compute, const sched_costs *costs, sched_pr
     return rc;
   }
   out->tied = compute->tied;
+  out->forward_only = compute->forward_only;
   size_t n = (size_t)fl.S * (size_t)fl.m;
   int *f_idx = core_malloc(sizeof(int) * n), *b_idx = core_malloc(sizeof(int) * n);
   items *per_rank = core_calloc((size_t)compute->p, sizeof(items));
@@ -319,7 +320,7 @@ int sched_lower(const sched_program *compute, const sched_costs *costs, sched_pr
     out->streams[r].len = per_rank[r].n;
     free(per_rank[r].it);
   }
-  append_tail(out);
+  if (!out->forward_only) append_tail(out);
   for (int r = 0; r < out->p; r++) assign_slots(out, r);
   free(per_rank), free(f_idx), free(b_idx);
   flow_free(&fl);

@@ -106,6 +106,8 @@ int sched_check_compute(const sched_program *pr) {
       const char *what = NULL;
       if (!c[0]) what = "has no forward";
       else if (c[1] && (c[2] || c[3])) what = "has both a full backward and a split one";
+      else if (pr->forward_only && (c[1] || c[2] || c[3])) what = "has a backward in a forward-only program";
+      else if (pr->forward_only) what = NULL;
       else if (!c[1] && !c[2] && !c[3]) what = "has no backward";
       else if (!c[1] && !c[2]) what = "has a weight-gradient backward (W) but no input-gradient one (I)";
       else if (!c[1] && !c[3]) what = "has an input-gradient backward (I) but no weight-gradient one (W)";
@@ -360,7 +362,7 @@ int sched_verify(const sched_program *pr) {
   rp.st = core_calloc((size_t)rp.S * (size_t)rp.m, 1);
   rp.pc = core_calloc((size_t)pr->p, sizeof(int));
   rp.bwd_left = core_calloc((size_t)pr->p, sizeof(int));
-  for (int s = 0; s < rp.S; s++) rp.bwd_left[pr->rank_of[s]] += pr->m;
+  for (int s = 0; s < rp.S && !pr->forward_only; s++) rp.bwd_left[pr->rank_of[s]] += pr->m;
   rc = replay_run(&rp);
   free(rp.st), free(rp.pc), free(rp.bwd_left);
   if (!rc) rc = check_slots(pr);

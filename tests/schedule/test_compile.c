@@ -129,3 +129,24 @@ Test(compile, loads_on_first_and_last_stage_only) {
   cr_assert_eq(loads, 2 * 5);
   sched_program_free(&pr);
 }
+
+Test(compile, inference_forward_only) {
+  sched_costs c = sched_costs_unit();
+  for (int p = 1; p <= 8; p++)
+    for (int v = 1; v <= 3; v++)
+      for (int m = 1; m <= 16; m++) {
+        sched_program pr;
+        compile_ok(SCHED_INFERENCE, p, v, m, &c, &pr);
+        cr_assert(pr.forward_only);
+        for (int r = 0; r < p; r++)
+          for (int i = 0; i < pr.streams[r].len; i++) {
+            sched_op op = (sched_op)pr.streams[r].ins[i].op;
+            cr_assert(op != SCHED_BACKWARD && op != SCHED_REDUCE_GRADS && op != SCHED_OPTIMIZER_STEP);
+          }
+        sched_sim_result res;
+        cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK);
+        cr_assert(fabs(res.makespan - (m * v + p - 1) * 1.0) < 1e-9 || v > 1);
+        sched_sim_result_free(&res);
+        sched_program_free(&pr);
+      }
+}

@@ -79,6 +79,7 @@ BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
 .PHONY: all test run bench clean deps format
+.SECONDARY:
 all: $(BIN)
 
 deps:

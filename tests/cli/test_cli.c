@@ -1,0 +1,116 @@
+/* The brigade program as a user runs it: subcommands, outputs, and clear errors (exit 2). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/json.h"
+#include "tests/common/mpirun.h"
+
+/* Runs build/brigade ARGS; returns the exit status, stdout+stderr in *out (caller frees). */
+static int brigade(const char *args, char **out) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "%s/brigade %s 2>&1", test_build_dir(), args);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p);
+  size_t cap = 1 << 16, n = 0, k;
+  char *buf = malloc(cap);
+  while ((k = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+    n += k;
+    if (n + 1 == cap) buf = realloc(buf, cap *= 2);
+  }
+  buf[n] = 0;
+  int st = pclose(p);
+  *out = buf;
+  return WEXITSTATUS(st);
+}
+
+Test(cli, sim_json_has_the_documented_keys) {
+  char *out;
+  cr_assert_eq(brigade("sim --schedule 1f1b --stages 4 --microbatches 8 --json", &out), 0, "%s", out);
+  core_json *j;
+  cr_assert_eq(core_json_parse(out, strlen(out), "stdout", &j), 0, "%s", out);
+  const char *keys[] = {"schedule", "stages", "virtual", "microbatches", "makespan", "bubble_rate", "idle_fraction", "ranks"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) cr_assert_not_null(core_json_get(j, keys[i]), "no %s", keys[i]);
+  cr_assert_eq(core_json_get(j, "makespan")->num, 33);
+  const core_json *r0 = core_json_at(core_json_get(j, "ranks"), 0);
+  const char *rk[] = {"rank", "busy", "span", "idle", "peak_activations"};
+  for (size_t i = 0; i < 5; i++) cr_assert_not_null(core_json_get(r0, rk[i]));
+  cr_assert_eq(core_json_get(r0, "peak_activations")->num, 4);
+  core_json_free(j);
+  free(out);
+}
+
+Test(cli, compile_formats_and_schedule_file_round_trip) {
+  char *out;
+  cr_assert_eq(brigade("compile --schedule interleaved --stages 2 --virtual 2 --microbatches 3", &out), 0, "%s", out);
+  cr_assert(strstr(out, "rank 0: 0F0"), "%s", out);
+  free(out);
+  cr_assert_eq(brigade("compile --schedule 1f1b --stages 2 --microbatches 2 --format instructions", &out), 0);
+  cr_assert(strstr(out, "SEND_ACT mb=0 chunk=0 peer=1 slot=0"), "%s", out);
+  free(out);
+  char csv[] = "/tmp/brigade_cli_XXXXXX";
+  close(mkstemp(csv));
+  char args[256];
+  snprintf(args, sizeof args, "compile --schedule zb-h1 --stages 3 --microbatches 5 --format csv -o %s", csv);
+  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  free(out);
+  snprintf(args, sizeof args, "sim --schedule-file %s --json", csv);
+  char *a, *b;
+  cr_assert_eq(brigade(args, &a), 0, "%s", a);
+  cr_assert_eq(brigade("sim --schedule zb-h1 --stages 3 --microbatches 5 --json", &b), 0);
+  cr_assert(strstr(a, "\"makespan\":") && strcmp(strstr(a, "\"makespan\":"), strstr(b, "\"makespan\":")) == 0,
+            "file: %s\ncompiled: %s", a, b);
+  free(a), free(b);
+  remove(csv);
+}
+
+Test(cli, trace_svg_and_plot) {
+  char *out;
+  cr_assert_eq(brigade("sim --schedule gpipe --stages 2 --microbatches 3 --trace /tmp/brigade_cli_t.json "
+                       "--svg /tmp/brigade_cli_t.svg --ascii", &out), 0, "%s", out);
+  cr_assert(strstr(out, "rank  1 |"), "%s", out);
+  free(out);
+  cr_assert_eq(brigade("plot /tmp/brigade_cli_t.json -o /tmp/brigade_cli_t2.svg", &out), 0, "%s", out);
+  free(out);
+  cr_assert_eq(test_sh("cmp -s /tmp/brigade_cli_t.svg /tmp/brigade_cli_t2.svg"), 0, "plot of the trace differs from sim's SVG");
+  remove("/tmp/brigade_cli_t.json"), remove("/tmp/brigade_cli_t.svg"), remove("/tmp/brigade_cli_t2.svg");
+}
+
+/* Each bad invocation: exit 2 and exactly one line "brigade: error: ...". */
+Test(cli, bad_input_is_one_line_and_exit_2) {
+  const char *bad[] = {
+      "sim --schedule 1f1b --stages 0 --microbatches 4",
+      "sim --schedule 1f1b --stages 4 --microbatches 0",
+      "sim --schedule interleaved --stages 4 --virtual 1 --microbatches 4",
+      "sim --schedule warp --stages 4 --microbatches 4",
+      "sim --schedule 1f1b --stages four --microbatches 4",
+      "sim --schedule 1f1b --stages 4",
+      "sim --schedule 1f1b --stages 4 --microbatches 4 --cost-f -1",
+      "sim --schedule 1f1b --stages 4 --microbatches 4 --bogus",
+      "sim --schedule-file /nonexistent.csv",
+      "compile --schedule 1f1b --stages 2 --microbatches 2 --format xml",
+      "plot /nonexistent.json -o /tmp/x.svg",
+      "frobnicate",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *out;
+    int rc = brigade(bad[i], &out);
+    cr_assert_eq(rc, 2, "'%s' exited %d: %s", bad[i], rc, out);
+    cr_assert(strncmp(out, "brigade: error: ", 16) == 0, "'%s': %s", bad[i], out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", bad[i], out);
+    free(out);
+  }
+  char csv[] = "/tmp/brigade_bad_XXXXXX";
+  FILE *f = fdopen(mkstemp(csv), "w");
+  fputs("0F0,0B0\n1F0,1Q0\n", f);
+  fclose(f);
+  char args[128], *out;
+  snprintf(args, sizeof args, "sim --schedule-file %s", csv);
+  cr_assert_eq(brigade(args, &out), 2);
+  cr_assert(strstr(out, ":2:5: bad action '1Q0'"), "%s", out);
+  free(out);
+  remove(csv);
+}

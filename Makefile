@@ -29,7 +29,8 @@ BUILD   := build-san
 endif
 
 PC_CFLAGS := $(shell pkg-config --cflags $(DEPS_PC))
-PC_LIBS   := $(shell pkg-config --libs $(DEPS_PC))
+PC_LIBS   := $(shell pkg-config --libs ompi-c libconfig openblas)
+TEST_LIBS := $(shell pkg-config --libs criterion)
 
 CFLAGS  := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter \
            -I. $(PC_CFLAGS) -MMD -MP
@@ -101,8 +102,13 @@ $(LIB): $(LIB_OBJS)
 $(BIN): $(CLI_OBJS) $(LIB)
 	$(CC) $(LDFLAGS) $(CLI_OBJS) $(LIB) $(LDLIBS) -o $@
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJS) $(LIB)
-	$(CC) $(LDFLAGS) $< $(TEST_HELPER_OBJS) $(LIB) $(LDLIBS) -o $@
+# Criterion is linked into test binaries only: a program linked with it aborts when started
+# from inside a Criterion test (it takes itself for a sandboxed child).
+$(TEST_BINS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) $< $(TEST_HELPER_OBJS) $(LIB) $(LDLIBS) $(TEST_LIBS) -o $@
+
+$(WORKER_BINS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
+	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@

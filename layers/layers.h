@@ -31,8 +31,10 @@ typedef struct {
   /* dimensions */
   int T, C, V, NH; /* sequence length, width, vocabulary, heads */
   int hidden;      /* MLP width of a transformer block */
+  int bias;        /* linear: has a bias */
   int in_width, out_width;
   int tied_to;       /* lm_head: index of the embedding whose weight it shares, or -1 */
+  int nblocks;       /* transformer blocks in the model (GPT-2's scaled init of projections) */
   double eps;        /* layernorm */
   size_t nparams;
   float *params, *grads; /* views into the chunk's flat buffers */
@@ -85,3 +87,42 @@ void layers_model_free(layers_model *m);
 size_t layers_model_params(const layers_model *m);
 
 #endif
+
+/* ---- a chunk: the contiguous layers [lo, hi) of one virtual stage, with its own flat
+ * parameter and gradient buffers and `nslots` activation slots (one per in-flight micro-batch,
+ * as the compiled schedule says). ---- */
+typedef struct {
+  const kernels_ops *ops;
+  int lo, hi, n; /* layer range; n = hi - lo */
+  int B, T, nslots;
+  layer *layers; /* copies of the model's layers with params/grads bound to the buffers below */
+  float *params, *grads;
+  size_t nparams;
+  size_t *param_off; /* [n] offsets into params/grads */
+  /* slot layout (floats): in | din | per layer: out, stash, dout */
+  size_t in_floats, slot_floats;
+  size_t *out_off, *stash_off, *dout_off; /* [n] */
+  float *slots;                           /* [nslots * slot_floats] */
+  int32_t *tokens, *targets;              /* [nslots * B*T] */
+  float *scratch;
+  int first_takes_tokens, last_is_loss;
+} layers_chunk;
+
+int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
+                      int B, int T, int nslots);
+void layers_chunk_free(layers_chunk *ch);
+float *layers_chunk_input(const layers_chunk *ch, int slot);       /* activations in */
+float *layers_chunk_grad_input(const layers_chunk *ch, int slot);  /* gradient of the input */
+float *layers_chunk_output(const layers_chunk *ch, int slot);      /* output of the last layer */
+float *layers_chunk_grad_output(const layers_chunk *ch, int slot); /* its gradient */
+int32_t *layers_chunk_tokens(const layers_chunk *ch, int slot);
+int32_t *layers_chunk_targets(const layers_chunk *ch, int slot);
+size_t layers_chunk_io_floats(const layers_chunk *ch); /* floats of the input activation */
+size_t layers_chunk_out_floats(const layers_chunk *ch);
+void layers_chunk_forward(layers_chunk *ch, int slot);
+/* grad_scale: d(objective)/d(per-position loss), used by a loss layer */
+void layers_chunk_backward_input(layers_chunk *ch, int slot, float grad_scale);
+void layers_chunk_backward_weight(layers_chunk *ch, int slot);
+double layers_chunk_loss_sum(const layers_chunk *ch, int slot); /* sum of per-position losses */
+/* bytes of one slot (the memory model's act_bytes) */
+size_t layers_chunk_slot_bytes(const layers_chunk *ch);

@@ -1,0 +1,187 @@
+/* layers/basic.c: linear, relu, gelu, layernorm, embedding, lm_head, cross_entropy. */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "layers/internal.h"
+
+/* ---- shared helpers ---- */
+
+void layers_normal(float *w, size_t n, float std, core_rng *r) {
+  for (size_t i = 0; i < n; i++) w[i] = std * core_rng_normal(r);
+}
+
+void layers_linear_forward(const kernels_ops *ops, float *out, const float *in, const float *w,
+                           const float *b, int N, int C, int OC) {
+  ops->gemm(out, in, w, N, OC, C, 0, 1, 1.0f, 0.0f);
+  if (b) ops->bias_add(out, b, N, OC);
+}
+
+void layers_linear_backward_input(const kernels_ops *ops, float *din, const float *dout,
+                                  const float *w, int N, int C, int OC) {
+  ops->gemm(din, dout, w, N, C, OC, 0, 0, 1.0f, 0.0f);
+}
+
+void layers_linear_backward_weight(const kernels_ops *ops, float *dw, float *db, const float *dout,
+                                   const float *in, int N, int C, int OC) {
+  ops->gemm(dw, dout, in, OC, C, N, 1, 0, 1.0f, 1.0f);
+  if (db) ops->bias_grad(db, dout, N, OC);
+}
+
+static size_t zero(const layer *l, int B, int T) { return 0; }
+
+/* ---- linear: out = in W^T + b, W [out, in] ---- */
+
+static int linear_configure(layer *l, const core_config *c, int i) {
+  int64_t out, bias;
+  int rc = core_config_elem_int(c, "model.layers", i, "out", l->C, &out);
+  if (!rc && (out < 1 || out > (1 << 24))) rc = core_error_set(CORE_EINPUT, "%s: out must be in [1, 16777216]", l->where);
+  if (rc) return rc;
+  int b = 1;
+  rc = core_config_elem_bool(c, "model.layers", i, "bias", 1, &b);
+  bias = b;
+  l->out_width = (int)out;
+  l->bias = (int)bias;
+  return rc;
+}
+static size_t linear_params(const layer *l) {
+  return (size_t)l->out_width * l->in_width + (l->bias ? (size_t)l->out_width : 0);
+}
+static double linear_flops(const layer *l) { return 2.0 * l->out_width * l->in_width; }
+static void linear_init(const layer *l, float *p, uint64_t seed) {
+  core_rng r = core_rng_keyed(seed, (uint64_t)l->index, 0, 0);
+  size_t nw = (size_t)l->out_width * l->in_width;
+  layers_normal(p, nw, 0.02f, &r);
+  if (l->bias) memset(p + nw, 0, sizeof(float) * (size_t)l->out_width);
+}
+static void linear_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  size_t nw = (size_t)l->out_width * l->in_width;
+  layers_linear_forward(ops, io->out, io->in, l->params, l->bias ? l->params + nw : NULL,
+                        io->B * io->T, l->in_width, l->out_width);
+}
+static void linear_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  layers_linear_backward_input(ops, io->din, io->dout, l->params, io->B * io->T, l->in_width, l->out_width);
+}
+static void linear_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  size_t nw = (size_t)l->out_width * l->in_width;
+  layers_linear_backward_weight(ops, l->grads, l->bias ? l->grads + nw : NULL, io->dout, io->in,
+                                io->B * io->T, l->in_width, l->out_width);
+}
+const layer_type layers_linear = {"linear", LAYER_IN_HIDDEN, linear_configure, linear_params, linear_flops, zero, zero, linear_init, linear_forward, linear_backward_input, linear_backward_weight};
+
+/* ---- relu and gelu: no weights ---- */
+
+static size_t no_params(const layer *l) { return 0; }
+static double act_flops(const layer *l) { return 8.0 * l->in_width; }
+static void no_init(const layer *l, float *p, uint64_t seed) {}
+static void no_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {}
+static void relu_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  ops->relu_forward(io->out, io->in, (size_t)io->B * io->T * l->in_width);
+}
+static void relu_backward(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  ops->relu_backward(io->din, io->in, io->dout, (size_t)io->B * io->T * l->in_width);
+}
+static void gelu_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  ops->gelu_forward(io->out, io->in, (size_t)io->B * io->T * l->in_width);
+}
+static void gelu_backward(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  ops->gelu_backward(io->din, io->in, io->dout, (size_t)io->B * io->T * l->in_width);
+}
+const layer_type layers_relu = {"relu", LAYER_IN_HIDDEN, NULL, no_params, act_flops, zero, zero, no_init, relu_forward, relu_backward, no_weight};
+const layer_type layers_gelu = {"gelu", LAYER_IN_HIDDEN, NULL, no_params, act_flops, zero, zero, no_init, gelu_forward, gelu_backward, no_weight};
+
+/* ---- layernorm: w, b [C]; stash mean, rstd [N] ---- */
+
+static int ln_configure(layer *l, const core_config *c, int i) {
+  double eps;
+  int rc = core_config_elem_float(c, "model.layers", i, "eps", 1e-5, &eps);
+  if (!rc && !(eps > 0 && eps < 1)) rc = core_error_set(CORE_EINPUT, "%s: eps must be in (0, 1)", l->where);
+  l->eps = eps;
+  return rc;
+}
+static size_t ln_params(const layer *l) { return 2 * (size_t)l->in_width; }
+static double ln_flops(const layer *l) { return 8.0 * l->in_width; }
+static size_t ln_stash(const layer *l, int B, int T) { return 2 * (size_t)B * T; }
+static void ln_init(const layer *l, float *p, uint64_t seed) {
+  for (int c = 0; c < l->in_width; c++) p[c] = 1.0f, p[l->in_width + c] = 0.0f;
+}
+static void ln_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  int N = io->B * io->T;
+  ops->layernorm_forward(io->out, io->stash, io->stash + N, io->in, l->params, l->params + l->in_width,
+                         N, l->in_width, (float)l->eps);
+}
+static void ln_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  int N = io->B * io->T;
+  ops->layernorm_backward_input(io->din, io->dout, io->in, l->params, io->stash, io->stash + N, N, l->in_width);
+}
+static void ln_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  int N = io->B * io->T;
+  ops->layernorm_backward_weight(l->grads, l->grads + l->in_width, io->dout, io->in, io->stash,
+                                 io->stash + N, N, l->in_width);
+}
+const layer_type layers_layernorm = {"layernorm", LAYER_IN_HIDDEN, ln_configure, ln_params, ln_flops, ln_stash, zero, ln_init, ln_forward, ln_backward_input, ln_backward_weight};
+
+/* ---- embedding: wte [V, C], wpe [T, C]; tokens in, hidden out ---- */
+
+static int emb_configure(layer *l, const core_config *c, int i) {
+  l->out_width = l->C;
+  return CORE_OK;
+}
+static size_t emb_params(const layer *l) { return ((size_t)l->V + l->T) * l->C; }
+static double emb_flops(const layer *l) { return l->C; }
+static void emb_init(const layer *l, float *p, uint64_t seed) {
+  core_rng r = core_rng_keyed(seed, (uint64_t)l->index, 0, 0);
+  layers_normal(p, (size_t)l->V * l->C, 0.02f, &r);
+  core_rng r2 = core_rng_keyed(seed, (uint64_t)l->index, 1, 0);
+  layers_normal(p + (size_t)l->V * l->C, (size_t)l->T * l->C, 0.01f, &r2);
+}
+static void emb_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  ops->embedding_forward(io->out, io->tokens, l->params, l->params + (size_t)l->V * l->C, io->B, io->T, l->C);
+}
+static void emb_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {}
+static void emb_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  ops->embedding_backward(l->grads, l->grads + (size_t)l->V * l->C, io->dout, io->tokens, io->B, io->T, l->C);
+}
+const layer_type layers_embedding = {"embedding", LAYER_IN_TOKENS, emb_configure, emb_params, emb_flops, zero, zero, emb_init, emb_forward, emb_backward_input, emb_backward_weight};
+
+/* ---- lm_head: logits = in W^T, W [V, C]; tied: its own copy of the embedding's wte, kept equal
+ * by REDUCE_TIED_GRADS (gradients summed across the two copies) ---- */
+
+static int head_configure(layer *l, const core_config *c, int i) {
+  l->out_width = l->V;
+  return CORE_OK; /* `tie` is resolved by the registry, which knows the other layers */
+}
+static size_t head_params(const layer *l) { return (size_t)l->V * l->in_width; }
+static double head_flops(const layer *l) { return 2.0 * l->V * l->in_width; }
+static void head_init(const layer *l, float *p, uint64_t seed) {
+  /* a tied head starts from the embedding's wte: same keys, same stream */
+  core_rng r = core_rng_keyed(seed, (uint64_t)(l->tied_to >= 0 ? l->tied_to : l->index), 0, 0);
+  layers_normal(p, (size_t)l->V * l->in_width, 0.02f, &r);
+}
+static void head_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  layers_linear_forward(ops, io->out, io->in, l->params, NULL, io->B * io->T, l->in_width, l->V);
+}
+static void head_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  layers_linear_backward_input(ops, io->din, io->dout, l->params, io->B * io->T, l->in_width, l->V);
+}
+static void head_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  layers_linear_backward_weight(ops, l->grads, NULL, io->dout, io->in, io->B * io->T, l->in_width, l->V);
+}
+const layer_type layers_lm_head = {"lm_head", LAYER_IN_HIDDEN, head_configure, head_params, head_flops, zero, zero, head_init, head_forward, head_backward_input, head_backward_weight};
+
+/* ---- cross_entropy: logits [N, V] + targets -> per-position losses [N]; stash probs ---- */
+
+static int xent_configure(layer *l, const core_config *c, int i) {
+  l->out_width = 1;
+  return CORE_OK;
+}
+static double xent_flops(const layer *l) { return 4.0 * l->in_width; }
+static size_t xent_stash(const layer *l, int B, int T) { return (size_t)B * T * l->in_width; }
+static void xent_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  ops->xent_forward(io->out, io->stash, io->in, io->targets, io->B * io->T, l->in_width);
+}
+static void xent_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  ops->xent_backward(io->din, io->stash, io->targets, io->grad_scale, io->B * io->T, l->in_width);
+}
+const layer_type layers_cross_entropy = {"cross_entropy", LAYER_IN_HIDDEN, xent_configure, no_params, xent_flops, xent_stash, zero, no_init, xent_forward, xent_backward_input, no_weight};

@@ -1,0 +1,211 @@
+/* layers/block.c: causal multi-head self-attention, and the pre-LayerNorm transformer block
+ *   res2 = x + proj(attention(qkv(ln1(x))));  out = res2 + fc_proj(gelu(fc(ln2(res2))))
+ * as in GPT-2 / llm.c. backward_input writes into the stash the output gradients that
+ * backward_weight needs later (zero-bubble schedules run the two apart). */
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "layers/internal.h"
+
+
+/* ---- parameter layout: offsets in floats ---- */
+
+typedef struct {
+  size_t ln1w, ln1b, wqkv, bqkv, wproj, bproj, ln2w, ln2b, wfc, bfc, wfp, bfp, total;
+} block_params;
+
+static block_params block_layout(const layer *l, int full) {
+  size_t C = (size_t)l->C, H = (size_t)l->hidden, at = 0;
+  block_params p;
+  p.ln1w = at, at += full ? C : 0;
+  p.ln1b = at, at += full ? C : 0;
+  p.wqkv = at, at += 3 * C * C;
+  p.bqkv = at, at += 3 * C;
+  p.wproj = at, at += C * C;
+  p.bproj = at, at += C;
+  p.ln2w = at, at += full ? C : 0;
+  p.ln2b = at, at += full ? C : 0;
+  p.wfc = at, at += full ? H * C : 0;
+  p.bfc = at, at += full ? H : 0;
+  p.wfp = at, at += full ? C * H : 0;
+  p.bfp = at, at += full ? C : 0;
+  p.total = at;
+  return p;
+}
+
+/* ---- stash layout, per micro-batch of N = B*T positions ---- */
+
+typedef struct {
+  size_t ln1, mean1, rstd1, qkv, att, atty, res2, ln2, mean2, rstd2, fch, fchg;      /* forward */
+  size_t g_out, g_fch, g_ln2, g_res2, g_qkv, g_ln1;                                  /* for W */
+  size_t total;
+} block_stash;
+
+static block_stash stash_layout(const layer *l, int B, int T, int full) {
+  size_t N = (size_t)B * T, C = (size_t)l->C, H = (size_t)l->hidden, at = 0;
+  block_stash s;
+  s.ln1 = at, at += full ? N * C : 0;
+  s.mean1 = at, at += full ? N : 0;
+  s.rstd1 = at, at += full ? N : 0;
+  s.qkv = at, at += N * 3 * C;
+  s.att = at, at += (size_t)B * l->NH * T * T;
+  s.atty = at, at += N * C;
+  s.res2 = at, at += full ? N * C : 0;
+  s.ln2 = at, at += full ? N * C : 0;
+  s.mean2 = at, at += full ? N : 0;
+  s.rstd2 = at, at += full ? N : 0;
+  s.fch = at, at += full ? N * H : 0;
+  s.fchg = at, at += full ? N * H : 0;
+  s.g_out = at, at += N * C;
+  s.g_fch = at, at += full ? N * H : 0;
+  s.g_ln2 = at, at += full ? N * C : 0;
+  s.g_res2 = at, at += full ? N * C : 0;
+  s.g_qkv = at, at += N * 3 * C;
+  s.g_ln1 = at, at += full ? N * C : 0;
+  s.total = at;
+  return s;
+}
+
+static int dims_check(layer *l) {
+  if (l->NH < 1 || l->C % l->NH != 0)
+    return core_error_set(CORE_EINPUT, "%s: d_model %d must be a multiple of n_heads %d", l->where, l->C, l->NH);
+  l->out_width = l->C;
+  return CORE_OK;
+}
+
+/* ---- causal_attention alone: qkv linear, attention, output projection ---- */
+
+static int attn_configure(layer *l, const core_config *c, int i) { return dims_check(l); }
+static size_t attn_params(const layer *l) { return block_layout(l, 0).total; }
+static double attn_flops(const layer *l) { return 2.0 * 4 * l->C * l->C + 2.0 * l->T * l->C; }
+static size_t attn_stash(const layer *l, int B, int T) { return stash_layout(l, B, T, 0).total; }
+static size_t attn_scratch(const layer *l, int B, int T) { return (size_t)B * T * l->C + 2 * (size_t)T; }
+
+static void init_common(const layer *l, float *p, uint64_t seed, block_params o) {
+  size_t C = (size_t)l->C, H = (size_t)l->hidden;
+  float proj_std = 0.02f / sqrtf(2.0f * (l->nblocks > 0 ? l->nblocks : 1));
+  memset(p, 0, sizeof(float) * o.total);
+  core_rng r = core_rng_keyed(seed, (uint64_t)l->index, 0, 0);
+  layers_normal(p + o.wqkv, 3 * C * C, 0.02f, &r);
+  layers_normal(p + o.wproj, C * C, proj_std, &r);
+  if (o.wfc != o.bfc) {
+    layers_normal(p + o.wfc, H * C, 0.02f, &r);
+    layers_normal(p + o.wfp, C * H, proj_std, &r);
+    for (size_t c = 0; c < C; c++) p[o.ln1w + c] = 1.0f, p[o.ln2w + c] = 1.0f;
+  }
+}
+
+static void attn_init(const layer *l, float *p, uint64_t seed) { init_common(l, p, seed, block_layout(l, 0)); }
+
+/* attention core forward from `x` (the input of the qkv projection) into `y` */
+static void attn_core_forward(const layer *l, const kernels_ops *ops, float *y, const float *x,
+                              float *st, block_stash s, block_params o, const float *p, int B, int T) {
+  int N = B * T, C = l->C;
+  layers_linear_forward(ops, st + s.qkv, x, p + o.wqkv, p + o.bqkv, N, C, 3 * C);
+  ops->attention_forward(st + s.atty, st + s.att, st + s.qkv, B, T, C, l->NH);
+  layers_linear_forward(ops, y, st + s.atty, p + o.wproj, p + o.bproj, N, C, C);
+}
+
+/* gradient dy of the projection's output -> dx of the qkv projection's input; stores g_qkv */
+static void attn_core_backward_input(const layer *l, const kernels_ops *ops, float *dx, const float *dy,
+                                     float *st, float *scratch, block_stash s, block_params o,
+                                     const float *p, int B, int T) {
+  int N = B * T, C = l->C;
+  float *datty = scratch, *sc = scratch + (size_t)N * C;
+  layers_linear_backward_input(ops, datty, dy, p + o.wproj, N, C, C);
+  ops->attention_backward(st + s.g_qkv, sc, datty, st + s.qkv, st + s.att, B, T, C, l->NH);
+  layers_linear_backward_input(ops, dx, st + s.g_qkv, p + o.wqkv, N, C, 3 * C);
+}
+
+static void attn_core_backward_weight(const layer *l, const kernels_ops *ops, const float *dy, const float *x,
+                                      float *st, block_stash s, block_params o, float *g, int B, int T) {
+  int N = B * T, C = l->C;
+  layers_linear_backward_weight(ops, g + o.wproj, g + o.bproj, dy, st + s.atty, N, C, C);
+  layers_linear_backward_weight(ops, g + o.wqkv, g + o.bqkv, st + s.g_qkv, x, N, C, 3 * C);
+}
+
+static void attn_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  attn_core_forward(l, ops, io->out, io->in, io->stash, stash_layout(l, io->B, io->T, 0),
+                    block_layout(l, 0), l->params, io->B, io->T);
+}
+static void attn_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  block_stash s = stash_layout(l, io->B, io->T, 0);
+  ops->copy(io->stash + s.g_out, io->dout, (size_t)io->B * io->T * l->C);
+  attn_core_backward_input(l, ops, io->din, io->dout, io->stash, io->scratch, s, block_layout(l, 0),
+                           l->params, io->B, io->T);
+}
+static void attn_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  block_stash s = stash_layout(l, io->B, io->T, 0);
+  attn_core_backward_weight(l, ops, io->stash + s.g_out, io->in, io->stash, s, block_layout(l, 0),
+                            l->grads, io->B, io->T);
+}
+const layer_type layers_attention = {"causal_attention", LAYER_IN_HIDDEN, attn_configure, attn_params, attn_flops, attn_stash, attn_scratch, attn_init, attn_forward, attn_backward_input, attn_backward_weight};
+
+/* ---- transformer_block ---- */
+
+static int block_configure(layer *l, const core_config *c, int i) {
+  int64_t ratio;
+  int rc = core_config_elem_int(c, "model.layers", i, "mlp_ratio", 4, &ratio);
+  if (!rc && (ratio < 1 || ratio > 64)) rc = core_error_set(CORE_EINPUT, "%s: mlp_ratio must be in [1, 64]", l->where);
+  if (rc) return rc;
+  l->hidden = (int)ratio * l->C;
+  l->eps = 1e-5;
+  return dims_check(l);
+}
+static size_t block_params_n(const layer *l) { return block_layout(l, 1).total; }
+static double block_flops(const layer *l) {
+  return 2.0 * (4.0 * l->C * l->C + 2.0 * l->C * l->hidden) + 2.0 * l->T * l->C;
+}
+static size_t block_stash_n(const layer *l, int B, int T) { return stash_layout(l, B, T, 1).total; }
+static size_t block_scratch(const layer *l, int B, int T) {
+  return (size_t)B * T * (l->hidden + l->C) + 2 * (size_t)T;
+}
+static void block_init(const layer *l, float *p, uint64_t seed) { init_common(l, p, seed, block_layout(l, 1)); }
+
+static void block_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  int B = io->B, T = io->T, N = B * T, C = l->C, H = l->hidden;
+  block_stash s = stash_layout(l, B, T, 1);
+  block_params o = block_layout(l, 1);
+  const float *p = l->params;
+  float *st = io->stash;
+  ops->layernorm_forward(st + s.ln1, st + s.mean1, st + s.rstd1, io->in, p + o.ln1w, p + o.ln1b, N, C, (float)l->eps);
+  attn_core_forward(l, ops, st + s.res2, st + s.ln1, st, s, o, p, B, T); /* res2 = attn(ln1) ... */
+  ops->axpy(st + s.res2, 1.0f, io->in, (size_t)N * C);                     /* ... + x */
+  ops->layernorm_forward(st + s.ln2, st + s.mean2, st + s.rstd2, st + s.res2, p + o.ln2w, p + o.ln2b, N, C, (float)l->eps);
+  layers_linear_forward(ops, st + s.fch, st + s.ln2, p + o.wfc, p + o.bfc, N, C, H);
+  ops->gelu_forward(st + s.fchg, st + s.fch, (size_t)N * H);
+  layers_linear_forward(ops, io->out, st + s.fchg, p + o.wfp, p + o.bfp, N, H, C);
+  ops->axpy(io->out, 1.0f, st + s.res2, (size_t)N * C);
+}
+
+static void block_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  int B = io->B, T = io->T, N = B * T, C = l->C, H = l->hidden;
+  block_stash s = stash_layout(l, B, T, 1);
+  block_params o = block_layout(l, 1);
+  const float *p = l->params;
+  float *st = io->stash, *tmp = io->scratch; /* tmp: N*H, then N*C + 2T for the attention core */
+  size_t NC = (size_t)N * C;
+  ops->copy(st + s.g_out, io->dout, NC);
+  layers_linear_backward_input(ops, tmp, io->dout, p + o.wfp, N, H, C);      /* d gelu out */
+  ops->gelu_backward(st + s.g_fch, st + s.fch, tmp, (size_t)N * H);          /* d fc out */
+  layers_linear_backward_input(ops, st + s.g_ln2, st + s.g_fch, p + o.wfc, N, C, H);
+  ops->layernorm_backward_input(st + s.g_res2, st + s.g_ln2, st + s.res2, p + o.ln2w, st + s.mean2, st + s.rstd2, N, C);
+  ops->axpy(st + s.g_res2, 1.0f, io->dout, NC);                              /* residual */
+  attn_core_backward_input(l, ops, st + s.g_ln1, st + s.g_res2, st, tmp, s, o, p, B, T);
+  ops->layernorm_backward_input(io->din, st + s.g_ln1, io->in, p + o.ln1w, st + s.mean1, st + s.rstd1, N, C);
+  ops->axpy(io->din, 1.0f, st + s.g_res2, NC);                               /* residual */
+}
+
+static void block_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
+  int B = io->B, T = io->T, N = B * T, C = l->C, H = l->hidden;
+  block_stash s = stash_layout(l, B, T, 1);
+  block_params o = block_layout(l, 1);
+  float *g = l->grads, *st = io->stash;
+  layers_linear_backward_weight(ops, g + o.wfp, g + o.bfp, st + s.g_out, st + s.fchg, N, H, C);
+  layers_linear_backward_weight(ops, g + o.wfc, g + o.bfc, st + s.g_fch, st + s.ln2, N, C, H);
+  ops->layernorm_backward_weight(g + o.ln2w, g + o.ln2b, st + s.g_ln2, st + s.res2, st + s.mean2, st + s.rstd2, N, C);
+  attn_core_backward_weight(l, ops, st + s.g_res2, st + s.ln1, st, s, o, g, B, T);
+  ops->layernorm_backward_weight(g + o.ln1w, g + o.ln1b, st + s.g_ln1, io->in, st + s.mean1, st + s.rstd1, N, C);
+}
+const layer_type layers_block = {"transformer_block", LAYER_IN_HIDDEN, block_configure, block_params_n, block_flops, block_stash_n, block_scratch, block_init, block_forward, block_backward_input, block_backward_weight};

@@ -1,0 +1,266 @@
+/* layers/model.c: the registry that builds a model from model.* of the config, and chunks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "layers/internal.h"
+
+static const layer_type *const all_types[] = {
+    &layers_embedding, &layers_block, &layers_attention, &layers_linear, &layers_relu,
+    &layers_gelu, &layers_layernorm, &layers_lm_head, &layers_cross_entropy,
+};
+
+const layer_type *layers_find_type(const char *name) {
+  for (size_t i = 0; i < sizeof all_types / sizeof all_types[0]; i++)
+    if (strcmp(all_types[i]->name, name) == 0) return all_types[i];
+  return NULL;
+}
+
+static int model_dims(layers_model *m, const core_config *c, int vocab_from_data) {
+  int64_t V, T, C, NH, seed;
+  int rc = core_config_get_int_range(c, "model.vocab_size", vocab_from_data, 1, 1 << 24, &V);
+  if (!rc) rc = core_config_get_int_range(c, "model.seq_len", 64, 1, 1 << 16, &T);
+  if (!rc) rc = core_config_get_int_range(c, "model.d_model", 64, 1, 1 << 16, &C);
+  if (!rc) rc = core_config_get_int_range(c, "model.n_heads", 4, 1, 1 << 10, &NH);
+  if (!rc) rc = core_config_get_int(c, "train.seed", 1337, &seed);
+  if (rc) return rc;
+  if (V < vocab_from_data) {
+    char w[256];
+    core_config_where(c, "model.vocab_size", -1, w, sizeof w);
+    return core_error_set(CORE_EINPUT, "model.vocab_size = %lld is smaller than the data's vocabulary %d (%s)",
+                          (long long)V, vocab_from_data, w);
+  }
+  m->V = (int)V, m->T = (int)T, m->C = (int)C, m->NH = (int)NH, m->seed = (uint64_t)seed;
+  return CORE_OK;
+}
+
+/* Expands model.layers (with `repeat`) into m->layers; returns the config element of each. */
+static int expand(layers_model *m, const core_config *c, int **elem_out) {
+  int n = core_config_list_len(c, "model.layers"), total = 0, rc = CORE_OK;
+  if (n == 0) return core_error_set(CORE_EINPUT, "%s: model.layers is missing or empty", core_config_name(c));
+  for (int i = 0; i < n && !rc; i++) {
+    int64_t rep;
+    rc = core_config_elem_int(c, "model.layers", i, "repeat", 1, &rep);
+    if (!rc && (rep < 1 || rep > 4096)) {
+      char w[256];
+      core_config_where(c, "model.layers", i, w, sizeof w);
+      rc = core_error_set(CORE_EINPUT, "model.layers.[%d].repeat must be in [1, 4096] (%s)", i, w);
+    }
+    total += (int)rep;
+  }
+  if (rc) return rc;
+  m->layers = core_calloc((size_t)total, sizeof(layer));
+  int *elem = core_malloc(sizeof(int) * (size_t)total);
+  for (int i = 0; i < n && !rc; i++) {
+    int64_t rep;
+    const char *type, *name;
+    core_config_elem_int(c, "model.layers", i, "repeat", 1, &rep);
+    rc = core_config_elem_string(c, "model.layers", i, "type", NULL, &type);
+    if (!rc) rc = core_config_elem_string(c, "model.layers", i, "name", NULL, &name);
+    char w[96];
+    core_config_where(c, "model.layers", i, w, sizeof w);
+    if (!rc && !type) rc = core_error_set(CORE_EINPUT, "model.layers.[%d] has no type (%s)", i, w);
+    const layer_type *t = rc ? NULL : layers_find_type(type);
+    if (!rc && !t)
+      rc = core_error_set(CORE_EINPUT, "model.layers.[%d]: unknown layer type '%s' (%s); known: embedding, "
+                          "transformer_block, causal_attention, linear, relu, gelu, layernorm, lm_head, "
+                          "cross_entropy", i, type, w);
+    for (int r = 0; r < rep && !rc; r++) {
+      layer *l = &m->layers[m->n];
+      l->type = t, l->index = m->n, l->tied_to = -1;
+      snprintf(l->where, sizeof l->where, "%s", w);
+      if (name && rep == 1) snprintf(l->name, sizeof l->name, "%s", name);
+      else if (name) snprintf(l->name, sizeof l->name, "%s.%d", name, r);
+      else snprintf(l->name, sizeof l->name, "%s%d", t->name, m->n);
+      elem[m->n++] = i;
+    }
+  }
+  *elem_out = elem;
+  return rc;
+}
+
+static int chain(layers_model *m, const core_config *c, const int *elem) {
+  int nblocks = 0;
+  for (int i = 0; i < m->n; i++) nblocks += m->layers[i].type == &layers_block;
+  for (int i = 0; i < m->n; i++) {
+    layer *l = &m->layers[i], *prev = i ? &m->layers[i - 1] : NULL;
+    l->T = m->T, l->C = m->C, l->V = m->V, l->NH = m->NH, l->nblocks = nblocks;
+    if ((l->type->input == LAYER_IN_TOKENS) != (i == 0))
+      return core_error_set(CORE_EINPUT, i == 0 ? "layer '%s' (%s) is first but does not take token ids; "
+                            "the first layer must be an embedding" : "layer '%s' (%s) takes token ids, so it "
+                            "must be the first layer", l->name, l->where);
+    l->in_width = prev ? prev->out_width : 0;
+    l->out_width = l->in_width;
+    if (l->type->configure) {
+      int rc = l->type->configure(l, c, elem[i]);
+      if (rc) return rc;
+    }
+    int want = (l->type == &layers_block || l->type == &layers_attention) ? m->C
+               : l->type == &layers_cross_entropy ? m->V : -1;
+    if (prev && want > 0 && prev->out_width != want)
+      return core_error_set(CORE_EINPUT, "layer '%s' (%s) takes width %d, but the layer before it, '%s' (%s), "
+                            "gives %d: the shapes do not chain", l->name, l->where, want, prev->name,
+                            prev->where, prev->out_width);
+  }
+  layer *last = &m->layers[m->n - 1];
+  if (last->type != &layers_cross_entropy)
+    return core_error_set(CORE_EINPUT, "the last layer, '%s' (%s), must be cross_entropy (the loss)", last->name, last->where);
+  return CORE_OK;
+}
+
+static int resolve_ties(layers_model *m, const core_config *c, const int *elem) {
+  for (int i = 0; i < m->n; i++) {
+    layer *l = &m->layers[i];
+    const char *tie = NULL;
+    int rc = core_config_elem_string(c, "model.layers", elem[i], "tie", NULL, &tie);
+    if (rc) return rc;
+    if (!tie) continue;
+    if (l->type != &layers_lm_head)
+      return core_error_set(CORE_EINPUT, "layer '%s' (%s): only an lm_head can be tied", l->name, l->where);
+    for (int k = 0; k < m->n; k++)
+      if (strcmp(m->layers[k].name, tie) == 0 && m->layers[k].type == &layers_embedding) l->tied_to = k;
+    if (l->tied_to < 0)
+      return core_error_set(CORE_EINPUT, "layer '%s' (%s): tie = \"%s\" names no embedding layer", l->name, l->where, tie);
+    if (l->in_width != m->C)
+      return core_error_set(CORE_EINPUT, "layer '%s' (%s): a tied head takes width %d, got %d", l->name, l->where, m->C, l->in_width);
+  }
+  return CORE_OK;
+}
+
+int layers_model_build(layers_model *m, const core_config *c, int vocab_from_data) {
+  if (m->built) return core_error_set(CORE_EINPUT, "the model is already built; build a model once");
+  memset(m, 0, sizeof *m);
+  int *elem = NULL;
+  int rc = model_dims(m, c, vocab_from_data);
+  if (!rc) rc = expand(m, c, &elem);
+  if (!rc) rc = chain(m, c, elem);
+  if (!rc) rc = resolve_ties(m, c, elem);
+  for (int i = 0; i < m->n && !rc; i++) m->layers[i].nparams = m->layers[i].type->num_params(&m->layers[i]);
+  free(elem);
+  if (rc) {
+    free(m->layers);
+    memset(m, 0, sizeof *m);
+    return rc;
+  }
+  m->built = 1;
+  return CORE_OK;
+}
+
+void layers_model_free(layers_model *m) {
+  free(m->layers);
+  memset(m, 0, sizeof *m);
+}
+
+size_t layers_model_params(const layers_model *m) {
+  size_t n = 0;
+  for (int i = 0; i < m->n; i++) n += m->layers[i].nparams;
+  return n;
+}
+
+/* ---- chunks ---- */
+
+int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
+                      int B, int T, int nslots) {
+  memset(ch, 0, sizeof *ch);
+  if (lo < 0 || hi > m->n || lo >= hi) return core_error_set(CORE_EINPUT, "empty chunk [%d, %d)", lo, hi);
+  ch->ops = ops, ch->lo = lo, ch->hi = hi, ch->n = hi - lo, ch->B = B, ch->T = T;
+  ch->nslots = nslots > 0 ? nslots : 1;
+  ch->layers = core_malloc(sizeof(layer) * (size_t)ch->n);
+  memcpy(ch->layers, m->layers + lo, sizeof(layer) * (size_t)ch->n);
+  ch->first_takes_tokens = ch->layers[0].type->input == LAYER_IN_TOKENS;
+  ch->last_is_loss = ch->layers[ch->n - 1].type == &layers_cross_entropy;
+  size_t N = (size_t)B * T, scratch = 0, at;
+  ch->param_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
+  for (int i = 0; i < ch->n; i++) ch->param_off[i] = ch->nparams, ch->nparams += ch->layers[i].nparams;
+  /* one flat buffer each; layers hold views, initialised in place from (seed, layer index) */
+  ch->params = core_calloc(ch->nparams, sizeof(float));
+  ch->grads = core_calloc(ch->nparams, sizeof(float));
+  for (int i = 0; i < ch->n; i++) {
+    layer *l = &ch->layers[i];
+    l->params = ch->params + ch->param_off[i], l->grads = ch->grads + ch->param_off[i];
+    l->type->init(l, l->params, m->seed);
+  }
+  ch->in_floats = ch->first_takes_tokens ? 0 : N * (size_t)ch->layers[0].in_width;
+  ch->out_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
+  ch->stash_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
+  ch->dout_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
+  at = 2 * ch->in_floats; /* in, din */
+  for (int i = 0; i < ch->n; i++) {
+    layer *l = &ch->layers[i];
+    size_t out = N * (size_t)l->out_width;
+    ch->out_off[i] = at, at += out;
+    ch->stash_off[i] = at, at += l->type->stash_floats(l, B, T);
+    ch->dout_off[i] = at, at += out;
+    size_t s = l->type->scratch_floats(l, B, T);
+    scratch = s > scratch ? s : scratch;
+  }
+  ch->slot_floats = at;
+  ch->slots = core_calloc((size_t)ch->nslots * at, sizeof(float));
+  ch->tokens = core_calloc((size_t)ch->nslots * N, sizeof(int32_t));
+  ch->targets = core_calloc((size_t)ch->nslots * N, sizeof(int32_t));
+  ch->scratch = core_calloc(scratch ? scratch : 1, sizeof(float));
+  return CORE_OK;
+}
+
+void layers_chunk_free(layers_chunk *ch) {
+  free(ch->layers), free(ch->params), free(ch->grads), free(ch->param_off);
+  free(ch->out_off), free(ch->stash_off), free(ch->dout_off), free(ch->slots);
+  free(ch->tokens), free(ch->targets), free(ch->scratch);
+  memset(ch, 0, sizeof *ch);
+}
+
+static float *slot_base(const layers_chunk *ch, int slot) { return ch->slots + (size_t)slot * ch->slot_floats; }
+float *layers_chunk_input(const layers_chunk *ch, int slot) { return slot_base(ch, slot); }
+float *layers_chunk_grad_input(const layers_chunk *ch, int slot) { return slot_base(ch, slot) + ch->in_floats; }
+float *layers_chunk_output(const layers_chunk *ch, int slot) { return slot_base(ch, slot) + ch->out_off[ch->n - 1]; }
+float *layers_chunk_grad_output(const layers_chunk *ch, int slot) { return slot_base(ch, slot) + ch->dout_off[ch->n - 1]; }
+int32_t *layers_chunk_tokens(const layers_chunk *ch, int slot) { return ch->tokens + (size_t)slot * ch->B * ch->T; }
+int32_t *layers_chunk_targets(const layers_chunk *ch, int slot) { return ch->targets + (size_t)slot * ch->B * ch->T; }
+size_t layers_chunk_io_floats(const layers_chunk *ch) { return ch->in_floats; }
+size_t layers_chunk_out_floats(const layers_chunk *ch) {
+  return (size_t)ch->B * ch->T * (size_t)ch->layers[ch->n - 1].out_width;
+}
+size_t layers_chunk_slot_bytes(const layers_chunk *ch) { return ch->slot_floats * sizeof(float); }
+
+/* The io of layer i for a slot: inputs are the previous layer's output (or the slot's input). */
+static layer_io io_of(const layers_chunk *ch, int slot, int i) {
+  float *base = slot_base(ch, slot);
+  layer_io io = {.B = ch->B, .T = ch->T, .tokens = layers_chunk_tokens(ch, slot),
+                 .targets = layers_chunk_targets(ch, slot), .scratch = ch->scratch};
+  io.in = i ? base + ch->out_off[i - 1] : (ch->first_takes_tokens ? NULL : base);
+  io.out = base + ch->out_off[i];
+  io.stash = base + ch->stash_off[i];
+  io.dout = base + ch->dout_off[i];
+  io.din = i ? base + ch->dout_off[i - 1] : base + ch->in_floats;
+  return io;
+}
+
+void layers_chunk_forward(layers_chunk *ch, int slot) {
+  for (int i = 0; i < ch->n; i++) {
+    layer_io io = io_of(ch, slot, i);
+    ch->layers[i].type->forward(&ch->layers[i], ch->ops, &io);
+  }
+}
+
+void layers_chunk_backward_input(layers_chunk *ch, int slot, float grad_scale) {
+  for (int i = ch->n - 1; i >= 0; i--) {
+    layer_io io = io_of(ch, slot, i);
+    io.grad_scale = grad_scale;
+    if (i == 0 && ch->first_takes_tokens) continue; /* no gradient w.r.t. token ids */
+    ch->layers[i].type->backward_input(&ch->layers[i], ch->ops, &io);
+  }
+}
+
+void layers_chunk_backward_weight(layers_chunk *ch, int slot) {
+  for (int i = ch->n - 1; i >= 0; i--) {
+    layer_io io = io_of(ch, slot, i);
+    ch->layers[i].type->backward_weight(&ch->layers[i], ch->ops, &io);
+  }
+}
+
+double layers_chunk_loss_sum(const layers_chunk *ch, int slot) {
+  const float *l = layers_chunk_output(ch, slot);
+  double s = 0;
+  for (int i = 0; i < ch->B * ch->T; i++) s += l[i];
+  return s;
+}

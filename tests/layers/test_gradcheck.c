@@ -1,0 +1,247 @@
+/* Finite-difference gradient checks of every layer type, through chunks as training runs them:
+ * weight gradients of each layer and the gradient w.r.t. a chunk's input activations. fp32
+ * central differences; tolerances below are stated per check. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "kernels/ops.h"
+#include "layers/layers.h"
+
+static const char *model_cfg =
+    "model = { vocab_size = 16; seq_len = 5; d_model = 8; n_heads = 2;\n"
+    "  layers = ( { type = \"embedding\"; name = \"wte\"; },\n"
+    "             { type = \"transformer_block\"; },\n"
+    "             { type = \"layernorm\"; },\n"
+    "             { type = \"linear\"; out = 12; },\n"
+    "             { type = \"gelu\"; },\n"
+    "             { type = \"linear\"; out = 8; bias = false; },\n"
+    "             { type = \"causal_attention\"; },\n"
+    "             { type = \"lm_head\"; tie = \"wte\"; },\n"
+    "             { type = \"cross_entropy\"; } ); };\n"
+    "train = { seed = 5; };\n";
+
+static layers_model build(void) {
+  core_config *c;
+  cr_assert_eq(core_config_load_string(&c, model_cfg, "grad.cfg"), CORE_OK, "%s", core_error_msg());
+  layers_model m = {0};
+  cr_assert_eq(layers_model_build(&m, c, 16), CORE_OK, "%s", core_error_msg());
+  core_config_free(c);
+  return m;
+}
+
+enum { B = 2, T = 5 };
+
+static void fill_batch(layers_chunk *ch) {
+  core_rng r = core_rng_keyed(1, 2, 3, 4);
+  for (int i = 0; i < B * T; i++) {
+    layers_chunk_tokens(ch, 0)[i] = (int32_t)core_rng_below(&r, 16);
+    layers_chunk_targets(ch, 0)[i] = (int32_t)core_rng_below(&r, 16);
+  }
+  float *in = layers_chunk_input(ch, 0);
+  for (size_t i = 0; i < layers_chunk_io_floats(ch); i++) in[i] = core_rng_normal(&r);
+}
+
+/* mean loss of the chunk's slot 0 (the chunk ends in the loss) */
+static double loss(layers_chunk *ch) {
+  layers_chunk_forward(ch, 0);
+  return layers_chunk_loss_sum(ch, 0) / (B * T);
+}
+
+/* Directional derivatives: for a direction d over a whole tensor, the analytic sum(g * d)
+ * against (L(x + eps d) - L(x - eps d)) / 2 eps. Summing over the tensor lifts the signal far
+ * above fp32 rounding of the loss (about 1e-7 relative), so the tolerance can be tight: 2%
+ * relative plus 1e-5 absolute. Weights are scaled up 10x from init so every path carries
+ * signal, and eps = 1e-4: larger steps see the curvature (3e-4 already misses by 10% on the
+ * block), smaller ones the rounding. Mutating a kernel by 5% (layernorm bias gradient) or 10%
+ * (softmax backward) fails this test. Checks whose derivative is too small to mean anything
+ * are counted and most must be significant. */
+static int significant, total;
+
+static void check(const char *what, double an, double fd) {
+  double tol = 2e-2 * fmax(fabs(an), fabs(fd)) + 1e-5;
+  cr_assert(fabs(an - fd) <= tol, "%s: analytic %.6g, finite difference %.6g", what, an, fd);
+  total++;
+  significant += fabs(an) > 1e-3;
+}
+
+static double central(layers_chunk *ch, float *x, size_t n, const float *d, float eps) {
+  float *save = malloc(sizeof(float) * n);
+  memcpy(save, x, sizeof(float) * n);
+  for (size_t i = 0; i < n; i++) x[i] = save[i] + eps * d[i];
+  double up = loss(ch);
+  for (size_t i = 0; i < n; i++) x[i] = save[i] - eps * d[i];
+  double dn = loss(ch);
+  memcpy(x, save, sizeof(float) * n);
+  free(save);
+  return (up - dn) / (2 * (double)eps);
+}
+
+static double plain(layers_chunk *ch, float *x, size_t n, const float *d, float eps) {
+  return central(ch, x, n, d, eps);
+}
+
+/* A direction that follows the sign of the analytic gradient, with random weights in {0.75, 1}
+ * (and a random sign on one element in 32): the directional derivative is then large, so
+ * the comparison is above fp32 noise, and a wrong sign or scale anywhere still shows. */
+static float *random_direction(const float *g, size_t n, uint64_t key) {
+  core_rng r = core_rng_keyed(99, key, 0, 0);
+  float *d = malloc(sizeof(float) * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) {
+    uint64_t u = core_rng_u64(&r);
+    float mag = u & 1 ? 1.0f : 0.75f, sign = (u & 62) == 0 ? (u & 64 ? 1.0f : -1.0f) : (g[i] >= 0 ? 1.0f : -1.0f);
+    d[i] = mag * sign;
+  }
+  return d;
+}
+
+static void gradcheck_chunk(int lo) {
+  layers_model m = build();
+  layers_chunk ch;
+  kernels_cpu_init(1);
+  cr_assert_eq(layers_chunk_init(&ch, &m, lo, m.n, kernels_cpu_ops(), B, T, 1), CORE_OK);
+  fill_batch(&ch);
+  for (size_t i = 0; i < ch.nparams; i++) ch.params[i] *= 10.0f;
+  loss(&ch);
+  memset(ch.grads, 0, sizeof(float) * ch.nparams);
+  layers_chunk_backward_input(&ch, 0, 1.0f / (B * T));
+  layers_chunk_backward_weight(&ch, 0);
+  size_t nin = layers_chunk_io_floats(&ch);
+  float *din = malloc(sizeof(float) * (nin ? nin : 1));
+  memcpy(din, layers_chunk_grad_input(&ch, 0), sizeof(float) * nin);
+  const float eps = 1e-4f;
+  significant = total = 0;
+  for (int li = 0; li < ch.n; li++) {
+    size_t n = ch.layers[li].nparams;
+    for (int rep = 0; rep < 3 && n; rep++) {
+      const float *g = ch.grads + ch.param_off[li];
+      float *d = random_direction(g, n, (uint64_t)(li * 10 + rep));
+      double an = 0;
+      for (size_t i = 0; i < n; i++) an += (double)g[i] * d[i];
+      char what[128];
+      snprintf(what, sizeof what, "weights of layer %s (%s), direction %d", ch.layers[li].name, ch.layers[li].type->name, rep);
+      check(what, an, plain(&ch, ch.params + ch.param_off[li], n, d, eps));
+      free(d);
+    }
+  }
+  for (int rep = 0; rep < 3 && nin; rep++) { /* gradient w.r.t. the chunk's input */
+    float *d = random_direction(din, nin, (uint64_t)(1000 + rep));
+    double an = 0;
+    for (size_t i = 0; i < nin; i++) an += (double)din[i] * d[i];
+    char what[128];
+    snprintf(what, sizeof what, "input of the chunk from layer %d (%s), direction %d", lo, ch.layers[0].type->name, rep);
+    check(what, an, plain(&ch, layers_chunk_input(&ch, 0), nin, d, eps));
+    free(d);
+  }
+  cr_assert(significant * 4 >= total * 3, "only %d of %d checks had a derivative above 1e-3", significant, total);
+  free(din);
+  layers_chunk_free(&ch);
+  layers_model_free(&m);
+}
+
+Test(gradcheck, whole_model_weights) { gradcheck_chunk(0); }
+Test(gradcheck, from_block_input) { gradcheck_chunk(1); }
+Test(gradcheck, from_linear_input) { gradcheck_chunk(3); }
+Test(gradcheck, from_gelu_input) { gradcheck_chunk(4); }
+Test(gradcheck, from_attention_input) { gradcheck_chunk(6); }
+Test(gradcheck, from_head_input) { gradcheck_chunk(7); }
+
+/* ReLU has a kink at 0: checked on its own, with inputs kept away from it. */
+Test(gradcheck, relu) {
+  core_config *c;
+  cr_assert_eq(core_config_load_string(&c, "model = { vocab_size = 16; seq_len = 5; d_model = 8; layers = ( "
+               "{ type = \"embedding\"; }, { type = \"relu\"; }, { type = \"lm_head\"; }, "
+               "{ type = \"cross_entropy\"; } ); };", "relu.cfg"), CORE_OK);
+  layers_model m = {0};
+  cr_assert_eq(layers_model_build(&m, c, 16), CORE_OK, "%s", core_error_msg());
+  layers_chunk ch;
+  cr_assert_eq(layers_chunk_init(&ch, &m, 1, m.n, kernels_cpu_ops(), B, T, 1), CORE_OK);
+  fill_batch(&ch);
+  for (size_t i = 0; i < ch.nparams; i++) ch.params[i] *= 30.0f;
+  float *in = layers_chunk_input(&ch, 0);
+  size_t nin = layers_chunk_io_floats(&ch);
+  for (size_t i = 0; i < nin; i++) in[i] = in[i] >= 0 ? in[i] + 0.1f : in[i] - 0.1f;
+  loss(&ch);
+  layers_chunk_backward_input(&ch, 0, 1.0f / (B * T));
+  const float *din = layers_chunk_grad_input(&ch, 0);
+  int zeros = 0;
+  for (size_t i = 0; i < nin; i++) {
+    if (in[i] < 0) {
+      cr_assert_eq(din[i], 0.0f);
+      zeros++;
+      continue;
+    }
+    float *d = calloc(nin, sizeof(float));
+    d[i] = 1.0f;
+    check("relu input", din[i], plain(&ch, in, nin, d, 1e-2f));
+    free(d);
+  }
+  cr_assert(zeros > 0 && zeros < (int)nin);
+  layers_chunk_free(&ch);
+  layers_model_free(&m);
+  core_config_free(c);
+}
+
+Test(gradcheck, split_backward_equals_interleaved_order) {
+  /* B then W for the whole chunk gives the same bits as any later W: W reads only the stash */
+  layers_model m = build();
+  layers_chunk a, b;
+  cr_assert_eq(layers_chunk_init(&a, &m, 0, m.n, kernels_cpu_ops(), B, T, 2), CORE_OK);
+  cr_assert_eq(layers_chunk_init(&b, &m, 0, m.n, kernels_cpu_ops(), B, T, 2), CORE_OK);
+  fill_batch(&a), fill_batch(&b);
+  memcpy(layers_chunk_tokens(&a, 1), layers_chunk_tokens(&a, 0), sizeof(int32_t) * B * T);
+  memcpy(layers_chunk_targets(&a, 1), layers_chunk_targets(&a, 0), sizeof(int32_t) * B * T);
+  memcpy(layers_chunk_tokens(&b, 1), layers_chunk_tokens(&a, 0), sizeof(int32_t) * B * T);
+  memcpy(layers_chunk_targets(&b, 1), layers_chunk_targets(&a, 0), sizeof(int32_t) * B * T);
+  /* a: F0 B0 W0 F1 B1 W1; b: F0 F1 I0 I1 W0 W1 */
+  layers_chunk_forward(&a, 0), layers_chunk_backward_input(&a, 0, 0.1f), layers_chunk_backward_weight(&a, 0);
+  layers_chunk_forward(&a, 1), layers_chunk_backward_input(&a, 1, 0.1f), layers_chunk_backward_weight(&a, 1);
+  layers_chunk_forward(&b, 0), layers_chunk_forward(&b, 1);
+  layers_chunk_backward_input(&b, 0, 0.1f), layers_chunk_backward_input(&b, 1, 0.1f);
+  layers_chunk_backward_weight(&b, 0), layers_chunk_backward_weight(&b, 1);
+  cr_assert(memcmp(a.grads, b.grads, sizeof(float) * a.nparams) == 0);
+  layers_chunk_free(&a), layers_chunk_free(&b);
+  layers_model_free(&m);
+}
+
+static void bad_model(const char *text, const char *needle) {
+  core_config *c;
+  cr_assert_eq(core_config_load_string(&c, text, "bad.cfg"), CORE_OK, "%s", core_error_msg());
+  layers_model m = {0};
+  core_error_clear();
+  cr_assert_eq(layers_model_build(&m, c, 16), CORE_EINPUT, "accepted: %s", text);
+  cr_assert(strstr(core_error_msg(), needle), "'%s' lacks '%s'", core_error_msg(), needle);
+  core_config_free(c);
+}
+
+Test(model, bad_models_name_the_layers) {
+  bad_model("model = { d_model = 8; n_heads = 2; layers = ( { type = \"embedding\"; },\n"
+            "{ type = \"linear\"; name = \"fc\"; out = 6; },\n{ type = \"transformer_block\"; name = \"blk\"; },\n"
+            "{ type = \"lm_head\"; }, { type = \"cross_entropy\"; } ); };",
+            "layer 'blk' (bad.cfg:3) takes width 8, but the layer before it, 'fc' (bad.cfg:2), gives 6");
+  bad_model("model = { layers = ( { type = \"linear\"; }, { type = \"cross_entropy\"; } ); };", "must be an embedding");
+  bad_model("model = { layers = ( { type = \"embedding\"; }, { type = \"warp\"; } ); };", "unknown layer type 'warp'");
+  bad_model("model = { layers = ( { type = \"embedding\"; }, { type = \"lm_head\"; } ); };", "must be cross_entropy");
+  bad_model("model = { layers = ( { type = \"embedding\"; }, { type = \"lm_head\"; tie = \"nope\"; }, { type = \"cross_entropy\"; } ); };", "names no embedding");
+  bad_model("model = { d_model = 10; n_heads = 3; layers = ( { type = \"embedding\"; }, { type = \"transformer_block\"; }, { type = \"lm_head\"; }, { type = \"cross_entropy\"; } ); };", "multiple of n_heads");
+  bad_model("model = { vocab_size = 4; layers = ( { type = \"embedding\"; }, { type = \"lm_head\"; }, { type = \"cross_entropy\"; } ); };", "smaller than the data's vocabulary");
+  bad_model("model = { layers = ( { type = \"embedding\"; }, { type = \"transformer_block\"; repeat = 0; } ); };", "repeat must be in");
+  bad_model("model = { };", "model.layers is missing");
+}
+
+Test(model, names_kept_and_built_once) {
+  layers_model m = build();
+  cr_assert_str_eq(m.layers[0].name, "wte");
+  cr_assert_str_eq(m.layers[1].name, "transformer_block1");
+  cr_assert_eq(m.layers[7].tied_to, 0);
+  core_config *c;
+  core_config_load_string(&c, model_cfg, "grad.cfg");
+  cr_assert_eq(layers_model_build(&m, c, 16), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "already built"));
+  core_config_free(c);
+  layers_model_free(&m);
+}

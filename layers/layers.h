@@ -126,3 +126,7 @@ void layers_chunk_backward_weight(layers_chunk *ch, int slot);
 double layers_chunk_loss_sum(const layers_chunk *ch, int slot); /* sum of per-position losses */
 /* bytes of one slot (the memory model's act_bytes) */
 size_t layers_chunk_slot_bytes(const layers_chunk *ch);
+
+/* Which parameters of a layer get weight decay: matrices and embeddings yes, biases and norm
+ * gains no (mask[i] = 1 for decay), as GPT-2 training does. */
+void layers_decay_mask(const layer *l, uint8_t *mask);

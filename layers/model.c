@@ -264,3 +264,23 @@ double layers_chunk_loss_sum(const layers_chunk *ch, int slot) {
   for (int i = 0; i < ch->B * ch->T; i++) s += l[i];
   return s;
 }
+
+void layers_decay_mask(const layer *l, uint8_t *mask) {
+  size_t C = (size_t)l->C, H = (size_t)l->hidden, n = l->nparams;
+  memset(mask, 0, n);
+  if (l->type == &layers_embedding || l->type == &layers_lm_head) {
+    memset(mask, 1, n);
+  } else if (l->type == &layers_linear) {
+    memset(mask, 1, (size_t)l->out_width * l->in_width);
+  } else if (l->type == &layers_attention || l->type == &layers_block) {
+    int full = l->type == &layers_block;
+    size_t at = full ? 2 * C : 0;          /* ln1 */
+    memset(mask + at, 1, 3 * C * C), at += 3 * C * C + 3 * C; /* wqkv, bqkv */
+    memset(mask + at, 1, C * C), at += C * C + C;             /* wproj, bproj */
+    if (full) {
+      at += 2 * C;                                             /* ln2 */
+      memset(mask + at, 1, H * C), at += H * C + H;            /* wfc, bfc */
+      memset(mask + at, 1, C * H);                             /* wfp */
+    }
+  }
+}

@@ -275,7 +275,7 @@ static void append_tail(sched_program *out) {
   int a = out->rank_of[0], b = out->rank_of[S - 1];
   for (int r = 0; r < out->p; r++) {
     sched_instr t = {.op = SCHED_REDUCE_TIED_GRADS, .mb = -1, .chunk = -1, .peer = -1, .slot = -1};
-    if (out->tied && S > 1 && (r == a || r == b)) {
+    if (out->tied && (r == a || r == b)) {
       t.peer = a == b ? -1 : (r == a ? b : a);
       sched_push(out, r, t);
     }

@@ -1,0 +1,58 @@
+/* cli/cmd_train.c: `brigade train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR]`,
+ * as one process or under mpirun. */
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "pipe/train.h"
+
+int cli_train(int argc, char **argv) {
+  pipe_train_opts o = {0};
+  const char *sets[256];
+  int rc = CORE_OK;
+  for (int i = 1; i < argc && !rc; i++) {
+    const char *v;
+    if (strcmp(argv[i], "--set") == 0) {
+      rc = cli_take(argc, argv, &i, &v);
+      if (!rc && o.nsets == 256) rc = core_error_set(CORE_EINPUT, "too many --set options");
+      if (!rc) sets[o.nsets++] = v;
+    } else if (strncmp(argv[i], "--set=", 6) == 0) {
+      sets[o.nsets++] = argv[i] + 6;
+    } else if (strcmp(argv[i], "--log-json") == 0) {
+      rc = cli_take(argc, argv, &i, &o.log_json);
+    } else if (strcmp(argv[i], "--resume") == 0) {
+      rc = cli_take(argc, argv, &i, &o.resume);
+    } else if (argv[i][0] == '-') {
+      rc = core_error_set(CORE_EINPUT, "train: unknown option '%s'", argv[i]);
+    } else if (o.config) {
+      rc = core_error_set(CORE_EINPUT, "train takes one config file (got '%s' and '%s')", o.config, argv[i]);
+    } else {
+      o.config = argv[i];
+    }
+  }
+  if (!rc && !o.config) rc = core_error_set(CORE_EINPUT, "usage: brigade train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR]");
+  o.sets = sets;
+  if (rc) {
+    fprintf(stderr, "brigade: error: %s\n", core_error_msg());
+    return 2;
+  }
+  MPI_Init(&argc, &argv);
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  rc = pipe_train(&o);
+  if (rc == CORE_EINPUT) { /* every rank read the same input and failed the same way */
+    if (rank == 0) fprintf(stderr, "brigade: error: %s\n", core_error_msg());
+    MPI_Finalize();
+    return 2;
+  }
+  if (rc) { /* a runtime failure may leave other ranks waiting: take the job down */
+    fprintf(stderr, "brigade: error: [rank %d] %s\n", rank, core_error_msg());
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,145 @@
+#include "pipe/ckpt_model.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "pipe/ckpt.h"
+
+static int mkdirs(const char *path) {
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+      *p = '/';
+    }
+  return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int put_layers(pipe_ckpt_writer *w, const pipe_runner *rn) {
+  int rc = CORE_OK;
+  for (int c = 0; c < rn->v && !rc; c++) {
+    const layers_chunk *ch = &rn->chunks[c];
+    for (int i = 0; i < ch->n && !rc; i++) {
+      const layer *l = &ch->layers[i];
+      size_t off = ch->param_off[i];
+      char name[128];
+      snprintf(name, sizeof name, "layer.%d.params", l->index);
+      rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, l->params, l->nparams);
+      snprintf(name, sizeof name, "layer.%d.adam_m", l->index);
+      if (!rc) rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, rn->opt_m[c] + off, l->nparams);
+      snprintf(name, sizeof name, "layer.%d.adam_v", l->index);
+      if (!rc) rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, rn->opt_v[c] + off, l->nparams);
+    }
+  }
+  return rc;
+}
+
+int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo *topo, long step,
+                         const core_config *cfg) {
+  char sub[1024], path[1100];
+  snprintf(sub, sizeof sub, "%s/step_%08ld", dir, step);
+  int rc = CORE_OK;
+  if (topo->data == 0) { /* replicas hold the same state: one copy per stage */
+    if (mkdirs(sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
+    snprintf(path, sizeof path, "%s/rank_%05d.ckpt", sub, topo->stage);
+    pipe_ckpt_writer w;
+    if (!rc) rc = pipe_ckpt_create(&w, path);
+    if (!rc) {
+      int64_t st = step, t = rn->opt_t;
+      rc = put_layers(&w, rn);
+      if (!rc) rc = pipe_ckpt_put(&w, "step", PIPE_CKPT_I64, &st, 1);
+      if (!rc) rc = pipe_ckpt_put(&w, "opt_t", PIPE_CKPT_I64, &t, 1);
+      if (!rc && topo->stage == 0) { /* the effective config, for the record */
+        char *text = NULL;
+        size_t n = 0;
+        FILE *f = open_memstream(&text, &n);
+        core_config_write(cfg, f);
+        fclose(f);
+        rc = pipe_ckpt_put(&w, "config", PIPE_CKPT_BYTES, text, n);
+        free(text);
+      }
+      if (!rc) rc = pipe_ckpt_commit(&w);
+      else pipe_ckpt_abort(&w);
+    }
+  }
+  /* `latest` moves only when every rank has written its file */
+  int bad = rc != CORE_OK, any = 0;
+  MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any) return rc ? rc : core_error_set(CORE_ERUNTIME, "another rank failed to save step %ld", step);
+  if (topo->world_rank == 0) {
+    char latest[1100], tmp[1110];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", latest);
+    FILE *f = fopen(tmp, "w");
+    int ok = f && fprintf(f, "step_%08ld\n", step) > 0;
+    if (f) ok &= fflush(f) == 0 && fsync(fileno(f)) == 0, fclose(f);
+    if (!ok || rename(tmp, latest) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot write %s", latest);
+  }
+  return rc;
+}
+
+/* Copies the records of every layer this rank owns from whichever rank file holds them. */
+static int load_layers(const char *sub, pipe_runner *rn, long *step) {
+  DIR *d = opendir(sub);
+  if (!d) return core_error_set(CORE_EINPUT, "cannot open checkpoint %s: %s", sub, strerror(errno));
+  int total = 0, found = 0, rc = CORE_OK;
+  for (int c = 0; c < rn->v; c++) total += rn->chunks[c].n;
+  struct dirent *e;
+  while (!rc && (e = readdir(d))) {
+    if (strncmp(e->d_name, "rank_", 5) != 0 || !strstr(e->d_name, ".ckpt") || strstr(e->d_name, ".tmp")) continue;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
+    pipe_ckpt_reader r;
+    rc = pipe_ckpt_open(&r, path);
+    if (rc) break;
+    int64_t st, t;
+    if (!pipe_ckpt_get(&r, "step", PIPE_CKPT_I64, &st, 1) && !pipe_ckpt_get(&r, "opt_t", PIPE_CKPT_I64, &t, 1))
+      *step = st, rn->opt_t = t;
+    for (int c = 0; c < rn->v && !rc; c++) {
+      layers_chunk *ch = &rn->chunks[c];
+      for (int i = 0; i < ch->n && !rc; i++) {
+        layer *l = &ch->layers[i];
+        char name[128];
+        snprintf(name, sizeof name, "layer.%d.params", l->index);
+        if (!pipe_ckpt_find(&r, name)) continue;
+        rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, l->params, l->nparams);
+        snprintf(name, sizeof name, "layer.%d.adam_m", l->index);
+        if (!rc) rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, rn->opt_m[c] + ch->param_off[i], l->nparams);
+        snprintf(name, sizeof name, "layer.%d.adam_v", l->index);
+        if (!rc) rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, rn->opt_v[c] + ch->param_off[i], l->nparams);
+        found++;
+      }
+    }
+    pipe_ckpt_close(&r);
+  }
+  closedir(d);
+  if (!rc && found < total)
+    rc = core_error_set(CORE_EINPUT, "checkpoint %s lacks %d of this rank's %d layers (a different model?)", sub,
+                        total - found, total);
+  return rc;
+}
+
+int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo, long *step) {
+  char latest[1100], name[256] = "", sub[1400];
+  snprintf(latest, sizeof latest, "%s/latest", dir);
+  FILE *f = fopen(latest, "r");
+  if (!f) return core_error_set(CORE_EINPUT, "--resume %s: no complete checkpoint there (%s: %s)", dir, latest, strerror(errno));
+  int ok = fscanf(f, "%255s", name) == 1 && strncmp(name, "step_", 5) == 0 && !strchr(name, '/');
+  fclose(f);
+  if (!ok) return core_error_set(CORE_EINPUT, "--resume %s: %s is malformed", dir, latest);
+  snprintf(sub, sizeof sub, "%s/%s", dir, name);
+  *step = -1;
+  int rc = load_layers(sub, rn, step);
+  if (!rc && *step < 0) rc = core_error_set(CORE_EINPUT, "checkpoint %s has no step record", sub);
+  (void)topo;
+  return rc;
+}

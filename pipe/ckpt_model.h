@@ -1,0 +1,18 @@
+/* pipe/ckpt_model.h: saving and loading the training state through pipe/ckpt.c.
+ * DIR/step_NNNNNNNN/rank_RRRRR.ckpt holds, for each layer a rank owns, the records
+ * "layer.<index>.params", ".adam_m", ".adam_v" (by the model's global layer index, so any
+ * layout can read them), plus "step" and "opt_t"; DIR/latest names the last complete step,
+ * replaced by rename once every rank has written. */
+#ifndef BRIGADE_PIPE_CKPT_MODEL_H
+#define BRIGADE_PIPE_CKPT_MODEL_H
+
+#include "core/config.h"
+#include "pipe/runner.h"
+
+int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo *topo, long step,
+                         const core_config *cfg);
+/* Loads the state of this rank's layers from the checkpoint DIR/latest names; *step is the
+ * next step to run. */
+int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo, long *step);
+
+#endif

@@ -1,0 +1,176 @@
+/* pipe/runner.c: what LOAD, F, B, I, W, REDUCE_TIED_GRADS, REDUCE_GRADS and OPTIMIZER_STEP
+ * do to the chunks of one rank. */
+#include "pipe/runner.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+static int stage_at(const pipe_runner *rn, int chunk) {
+  return rn->pr->stage_of[rn->topo->stage * rn->pr->v + chunk];
+}
+
+void pipe_runner_use(pipe_runner *rn, const sched_program *pr) {
+  rn->pr = pr;
+  rn->m = pr->m;
+}
+
+static int load(pipe_runner *rn, const sched_instr *in) {
+  layers_chunk *ch = &rn->chunks[in->chunk];
+  const layers_chunk *any = ch;
+  pipe_data_batch(rn->data, rn->split, rn->seed, rn->step, rn->topo->data, in->mb, any->B, any->T,
+                  layers_chunk_tokens(ch, in->slot), layers_chunk_targets(ch, in->slot));
+  return CORE_OK;
+}
+
+/* When the neighbouring stage sits on this rank (several chunks per rank), its output (or
+ * input gradient) is copied over instead of sent. */
+static void local_handoff(pipe_runner *rn, const sched_instr *in, int forward) {
+  const sched_program *pr = rn->pr;
+  int s = stage_at(rn, in->chunk), nb = forward ? s - 1 : s + 1;
+  if (nb < 0 || nb >= pr->p * pr->v || pr->rank_of[nb] != rn->topo->stage) return;
+  int c = pr->chunk_of[nb], src = rn->slot_of[c * rn->m + in->mb];
+  layers_chunk *from = &rn->chunks[c], *to = &rn->chunks[in->chunk];
+  if (forward)
+    memcpy(layers_chunk_input(to, in->slot), layers_chunk_output(from, src),
+           sizeof(float) * layers_chunk_io_floats(to));
+  else
+    memcpy(layers_chunk_grad_output(to, in->slot), layers_chunk_grad_input(from, src),
+           sizeof(float) * layers_chunk_out_floats(to));
+}
+
+static int compute(pipe_runner *rn, const sched_instr *in) {
+  layers_chunk *ch = &rn->chunks[in->chunk];
+  switch (in->op) {
+  case SCHED_FORWARD:
+    local_handoff(rn, in, 1);
+    layers_chunk_forward(ch, in->slot);
+    if (ch->last_is_loss) rn->loss_sum += layers_chunk_loss_sum(ch, in->slot);
+    return CORE_OK;
+  case SCHED_BACKWARD:
+  case SCHED_BACKWARD_INPUT:
+    local_handoff(rn, in, 0);
+    layers_chunk_backward_input(ch, in->slot, rn->grad_scale);
+    if (in->op == SCHED_BACKWARD) layers_chunk_backward_weight(ch, in->slot);
+    return CORE_OK;
+  default:
+    layers_chunk_backward_weight(ch, in->slot);
+    return CORE_OK;
+  }
+}
+
+/* The embedding's wte and the tied head's copy get the same summed gradient. a + b == b + a in
+ * IEEE arithmetic, so both copies end bit-identical, on one rank or two. */
+static int reduce_tied(pipe_runner *rn, const sched_instr *in) {
+  if (!rn->head_tied) return CORE_OK;
+  layers_chunk *e = rn->tied_emb_chunk >= 0 ? &rn->chunks[rn->tied_emb_chunk] : NULL;
+  layers_chunk *h = rn->tied_head_chunk >= 0 ? &rn->chunks[rn->tied_head_chunk] : NULL;
+  layer *hl = h ? &h->layers[rn->tied_head_layer] : NULL;
+  size_t n = e ? (size_t)e->layers[0].V * e->layers[0].C : (size_t)hl->V * hl->C;
+  float *mine = e ? e->layers[0].grads : hl->grads;
+  if (in->peer < 0) { /* both on this rank */
+    for (size_t i = 0; i < n; i++) mine[i] += hl->grads[i];
+    memcpy(hl->grads, mine, sizeof(float) * n);
+    return CORE_OK;
+  }
+  float *other = core_malloc(sizeof(float) * n);
+  int err = MPI_Sendrecv(mine, (int)n, MPI_FLOAT, in->peer, 1 << 20, other, (int)n, MPI_FLOAT, in->peer,
+                         1 << 20, rn->topo->pipe, MPI_STATUS_IGNORE);
+  for (size_t i = 0; i < n; i++) mine[i] += other[i];
+  free(other);
+  return err == MPI_SUCCESS ? CORE_OK : core_error_set(CORE_ERUNTIME, "tied-gradient exchange failed");
+}
+
+/* ZeRO stage 0: every replica gets the sum of the gradients (the scale already averages). */
+static int reduce_grads(pipe_runner *rn) {
+  if (rn->topo->d == 1) return CORE_OK;
+  for (int c = 0; c < rn->v; c++)
+    if (MPI_Allreduce(MPI_IN_PLACE, rn->chunks[c].grads, (int)rn->chunks[c].nparams, MPI_FLOAT, MPI_SUM,
+                      rn->topo->dp) != MPI_SUCCESS)
+      return core_error_set(CORE_ERUNTIME, "gradient all-reduce failed");
+  return CORE_OK;
+}
+
+/* Squared norm of this rank's gradients, counting a tied weight once (the head's copy is
+ * skipped: it equals the embedding's after REDUCE_TIED_GRADS). */
+static double local_sumsq(const pipe_runner *rn) {
+  double s = 0;
+  for (int c = 0; c < rn->v; c++) {
+    const layers_chunk *ch = &rn->chunks[c];
+    for (int i = 0; i < ch->n; i++) {
+      if (rn->head_tied && c == rn->tied_head_chunk && i == rn->tied_head_layer) continue;
+      s += ch->ops->sumsq(ch->layers[i].grads, ch->layers[i].nparams);
+    }
+  }
+  return s;
+}
+
+static void update_range(pipe_runner *rn, int c, size_t lo, size_t hi, float wd, float gscale) {
+  layers_chunk *ch = &rn->chunks[c];
+  if (strcmp(rn->opt.type, "sgd") == 0)
+    ch->ops->sgd(ch->params + lo, ch->grads + lo, rn->opt.momentum > 0 ? rn->opt_m[c] + lo : NULL, hi - lo,
+                 (float)rn->lr, (float)rn->opt.momentum, wd, gscale);
+  else
+    ch->ops->adamw(ch->params + lo, ch->grads + lo, rn->opt_m[c] + lo, rn->opt_v[c] + lo, hi - lo,
+                   (float)rn->lr, (float)rn->opt.beta1, (float)rn->opt.beta2, (float)rn->opt.eps, wd,
+                   (int)rn->opt_t, gscale);
+}
+
+static int optimizer_step(pipe_runner *rn) {
+  double s = local_sumsq(rn), total = 0;
+  if (MPI_Allreduce(&s, &total, 1, MPI_DOUBLE, MPI_SUM, rn->topo->pipe) != MPI_SUCCESS)
+    return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce failed");
+  rn->grad_norm = sqrt(total);
+  if (!isfinite(rn->grad_norm))
+    return core_error_set(CORE_ERUNTIME, "step %ld: the gradient norm is not finite (loss diverged); "
+                          "nothing was updated", rn->step);
+  float gscale = rn->opt.clip > 0 && rn->grad_norm > rn->opt.clip ? (float)(rn->opt.clip / rn->grad_norm) : 1.0f;
+  rn->opt_t++;
+  for (int c = 0; c < rn->v; c++) {
+    const uint8_t *mask = rn->decay[c];
+    size_t n = rn->chunks[c].nparams, lo = 0;
+    while (lo < n) { /* runs of equal decay */
+      size_t hi = lo;
+      while (hi < n && mask[hi] == mask[lo]) hi++;
+      update_range(rn, c, lo, hi, mask[lo] ? (float)rn->opt.weight_decay : 0.0f, gscale);
+      lo = hi;
+    }
+    memset(rn->chunks[c].grads, 0, sizeof(float) * n);
+  }
+  return CORE_OK;
+}
+
+static int run(void *ctx, const sched_instr *in) {
+  pipe_runner *rn = ctx;
+  if (in->chunk >= 0 && in->mb >= 0) rn->slot_of[in->chunk * rn->m + in->mb] = in->slot;
+  switch (in->op) {
+  case SCHED_LOAD_MICROBATCH: return load(rn, in);
+  case SCHED_FORWARD:
+  case SCHED_BACKWARD:
+  case SCHED_BACKWARD_INPUT:
+  case SCHED_BACKWARD_WEIGHT: return compute(rn, in);
+  case SCHED_REDUCE_TIED_GRADS: return reduce_tied(rn, in);
+  case SCHED_REDUCE_GRADS: return reduce_grads(rn);
+  case SCHED_OPTIMIZER_STEP: return optimizer_step(rn);
+  default: return core_error_set(CORE_ERUNTIME, "the runner cannot execute %s", sched_op_name((sched_op)in->op));
+  }
+}
+
+static float *buffer(void *ctx, const sched_instr *in, size_t *n) {
+  pipe_runner *rn = ctx;
+  layers_chunk *ch = &rn->chunks[in->chunk];
+  rn->slot_of[in->chunk * rn->m + in->mb] = in->slot;
+  switch (in->op) {
+  case SCHED_SEND_ACT: *n = layers_chunk_out_floats(ch); return layers_chunk_output(ch, in->slot);
+  case SCHED_RECV_ACT: *n = layers_chunk_io_floats(ch); return layers_chunk_input(ch, in->slot);
+  case SCHED_SEND_GRAD: *n = layers_chunk_io_floats(ch); return layers_chunk_grad_input(ch, in->slot);
+  default: *n = layers_chunk_out_floats(ch); return layers_chunk_grad_output(ch, in->slot);
+  }
+}
+
+pipe_exec pipe_runner_exec(pipe_runner *rn) {
+  pipe_exec ex = {.ctx = rn, .run = run, .buffer = buffer};
+  return ex;
+}

@@ -1,0 +1,47 @@
+/* pipe/runner.h: the executor the stage worker calls on one rank: the chunks of the model this
+ * rank holds, their activation slots, the optimizer state, and what each non-transfer
+ * instruction means for them. */
+#ifndef BRIGADE_PIPE_RUNNER_H
+#define BRIGADE_PIPE_RUNNER_H
+
+#include <stdint.h>
+
+#include "layers/layers.h"
+#include "pipe/data.h"
+#include "pipe/topo.h"
+#include "pipe/worker.h"
+#include "schedule/ir.h"
+
+typedef struct {
+  char type[16]; /* "adamw" or "sgd" */
+  double lr, beta1, beta2, eps, weight_decay, momentum, clip;
+} pipe_optim;
+
+typedef struct {
+  const sched_program *pr; /* the program being run (training or evaluation) */
+  const pipe_topo *topo;
+  int v;
+  layers_chunk *chunks; /* [v], chunk c holds virtual stage pr->stage_of[rank*v + c] */
+  float **opt_m, **opt_v; /* [v] optimizer state, same layout as the chunk's parameters */
+  uint8_t **decay;        /* [v] weight-decay masks */
+  const pipe_data *data;
+  uint64_t seed;
+  long step;      /* training step (selects the batches) */
+  int split;      /* PIPE_TRAIN or PIPE_VAL */
+  int m;          /* micro-batches of the program */
+  int *slot_of;   /* [v * m] current slot of (chunk, micro-batch) */
+  double loss_sum; /* sum of per-position losses on this rank (last stage) */
+  float grad_scale;
+  pipe_optim opt;
+  double lr;       /* learning rate of this step */
+  long opt_t;      /* optimizer steps taken (Adam's t) */
+  double grad_norm; /* of the last step, before clipping */
+  int tied_emb_chunk, tied_head_chunk, tied_head_layer; /* -1 when not on this rank */
+  int head_tied;   /* the model ties its head to the embedding */
+} pipe_runner;
+
+pipe_exec pipe_runner_exec(pipe_runner *rn);
+/* Sets the program (and its micro-batch count) the next step will run. */
+void pipe_runner_use(pipe_runner *rn, const sched_program *pr);
+
+#endif

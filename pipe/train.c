@@ -1,0 +1,280 @@
+/* pipe/train.c: set-up and the step loop. */
+#include "pipe/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "pipe/ckpt_model.h"
+#include "pipe/train_internal.h"
+#include "viz/viz.h"
+
+typedef struct {
+  train_cfg cfg;
+  pipe_topo topo;
+  pipe_data data;
+  layers_model model;
+  int *bounds; /* [p*v + 1] layer ranges of the virtual stages */
+  sched_program prog, eval_prog;
+  pipe_worker worker, eval_worker;
+  pipe_runner rn;
+  FILE *log_json;
+} trainer;
+
+/* Layer weights for the partitioner; the loss layer rides with the layer before it. */
+static int cut_model(trainer *tr) {
+  const layers_model *m = &tr->model;
+  int k = tr->cfg.stages * tr->cfg.v, n = m->n - 1;
+  double *w = core_malloc(sizeof(double) * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    const layer *l = &m->layers[i];
+    w[i] = tr->cfg.part == SCHED_PART_COST ? l->type->flops_per_token(l) : (double)l->nparams;
+    if (i == n - 1) w[i] += tr->cfg.part == SCHED_PART_COST ? m->layers[n].type->flops_per_token(&m->layers[n]) : 0;
+  }
+  int *given = NULL, rc = CORE_OK;
+  if (tr->cfg.part == SCHED_PART_EXPLICIT) {
+    int nb = core_config_list_len(tr->cfg.cfg, "pipeline.boundaries");
+    if (nb != k + 1) rc = core_error_set(CORE_EINPUT, "pipeline.boundaries needs %d entries (0, the cuts, %d) for %d pieces", k + 1, n, k);
+    given = core_malloc(sizeof(int) * (size_t)(k + 1));
+    for (int i = 0; i < nb && !rc; i++) {
+      int64_t b;
+      rc = core_config_array_int(tr->cfg.cfg, "pipeline.boundaries", i, &b);
+      given[i] = (int)b;
+    }
+  }
+  tr->bounds = core_malloc(sizeof(int) * (size_t)(k + 1));
+  if (!rc) rc = sched_partition(tr->cfg.part, w, n, k, given, tr->bounds);
+  if (!rc) tr->bounds[k] = m->n; /* the loss joins the last piece */
+  free(w), free(given);
+  return rc ? core_error_prefix("%s: partitioning the model", core_config_name(tr->cfg.cfg)) : CORE_OK;
+}
+
+static int setup_runner(trainer *tr) {
+  pipe_runner *rn = &tr->rn;
+  const train_cfg *c = &tr->cfg;
+  const kernels_ops *ops;
+  int rc = kernels_get_ops(c->backend, &ops);
+  if (rc) return rc;
+  memset(rn, 0, sizeof *rn);
+  rn->topo = &tr->topo, rn->v = c->v, rn->data = &tr->data, rn->seed = c->seed, rn->opt = c->opt;
+  rn->chunks = core_calloc((size_t)c->v, sizeof(layers_chunk));
+  rn->opt_m = core_calloc((size_t)c->v, sizeof(float *));
+  rn->opt_v = core_calloc((size_t)c->v, sizeof(float *));
+  rn->decay = core_calloc((size_t)c->v, sizeof(uint8_t *));
+  int mmax = c->m > c->eval_batches ? c->m : c->eval_batches, r = tr->topo.stage;
+  rn->slot_of = core_calloc((size_t)c->v * (size_t)mmax, sizeof(int));
+  rn->tied_emb_chunk = rn->tied_head_chunk = rn->tied_head_layer = -1;
+  for (int ch = 0; ch < c->v && !rc; ch++) {
+    int s = tr->prog.stage_of[r * c->v + ch];
+    int slots = tr->prog.nslots[r] > tr->eval_prog.nslots[r] ? tr->prog.nslots[r] : tr->eval_prog.nslots[r];
+    rc = layers_chunk_init(&rn->chunks[ch], &tr->model, tr->bounds[s], tr->bounds[s + 1], ops, c->B,
+                           tr->model.T, slots);
+    if (rc) break;
+    layers_chunk *k = &rn->chunks[ch];
+    rn->opt_m[ch] = core_calloc(k->nparams, sizeof(float));
+    rn->opt_v[ch] = core_calloc(k->nparams, sizeof(float));
+    rn->decay[ch] = core_malloc(k->nparams ? k->nparams : 1);
+    for (int i = 0; i < k->n; i++) {
+      layers_decay_mask(&k->layers[i], rn->decay[ch] + k->param_off[i]);
+      if (k->layers[i].tied_to >= 0) rn->head_tied = 1, rn->tied_head_chunk = ch, rn->tied_head_layer = i;
+    }
+    if (s == 0) rn->tied_emb_chunk = ch;
+  }
+  for (int i = 0; i < tr->model.n; i++) rn->head_tied |= tr->model.layers[i].tied_to >= 0;
+  rn->grad_scale = 1.0f / (float)((double)c->m * c->B * tr->model.T * c->d);
+  pipe_runner_use(rn, &tr->prog);
+  return rc;
+}
+
+/* The training program, and the forward-only evaluation program on the same placement. */
+static int compile_programs(trainer *tr) {
+  const train_cfg *c = &tr->cfg;
+  sched_shape sh = {.family = c->family, .p = c->stages, .v = c->v, .m = c->m};
+  for (int i = 0; i < tr->model.n; i++) sh.tied |= tr->model.layers[i].tied_to >= 0;
+  sched_costs costs = sched_costs_unit();
+  int rc = sched_compile(&sh, &costs, &tr->prog);
+  if (rc) return core_error_prefix("%s: pipeline", core_config_name(c->cfg));
+  sched_program ev;
+  int S = c->stages * c->v;
+  rc = sched_program_init(&ev, SCHED_INFERENCE, c->stages, c->v, c->eval_batches, tr->prog.stage_of);
+  if (rc) return rc;
+  ev.forward_only = 1;
+  for (int j = 0; j < c->eval_batches; j++)
+    for (int s = 0; s < S; s++) sched_push_action(&ev, SCHED_FORWARD, s, j);
+  rc = sched_lower(&ev, &costs, &tr->eval_prog);
+  if (!rc) rc = sched_verify(&tr->eval_prog);
+  sched_program_free(&ev);
+  return rc;
+}
+
+static int setup(trainer *tr, const pipe_train_opts *o) {
+  int world;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  int rc = train_read_config(&tr->cfg, o, world);
+  if (!rc) rc = pipe_topo_init(&tr->topo, MPI_COMM_WORLD, tr->cfg.stages);
+  if (rc) return rc;
+  core_log_set_rank(world > 1 ? tr->topo.world_rank : -1);
+  kernels_cpu_init(tr->cfg.threads);
+  int64_t T;
+  rc = core_config_get_int_range(tr->cfg.cfg, "model.seq_len", 64, 1, 1 << 16, &T);
+  if (!rc) rc = pipe_data_open(&tr->data, tr->cfg.data_path, tr->cfg.val_path, tr->cfg.val_fraction, (int)T);
+  if (rc) return core_error_prefix("data.path");
+  if (tr->cfg.eval_interval > 0 && tr->data.n_val == 0)
+    return core_error_set(CORE_EINPUT, "train.eval_interval is set but the data has no validation split (data.val_fraction = 0 and no data.val_path)");
+  rc = layers_model_build(&tr->model, tr->cfg.cfg, tr->data.vocab);
+  if (!rc) rc = cut_model(tr);
+  if (!rc) rc = compile_programs(tr);
+  if (!rc) rc = setup_runner(tr);
+  if (!rc) rc = pipe_worker_init(&tr->worker, &tr->prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
+  if (!rc) rc = pipe_worker_init(&tr->eval_worker, &tr->eval_prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
+  if (!rc && o->log_json && tr->topo.world_rank == 0 && !(tr->log_json = fopen(o->log_json, "w")))
+    rc = core_error_set(CORE_EINPUT, "cannot write --log-json %s: %s", o->log_json, strerror(errno));
+  return rc;
+}
+
+/* Mean loss over the step's micro-batches and replicas, known on every rank. */
+static double mean_loss(trainer *tr, int m) {
+  double s = tr->rn.loss_sum, total = 0;
+  MPI_Allreduce(&s, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  return total / ((double)m * tr->cfg.B * tr->model.T * tr->cfg.d);
+}
+
+static int evaluate(trainer *tr, double *val) {
+  pipe_runner_use(&tr->rn, &tr->eval_prog);
+  tr->rn.split = PIPE_VAL, tr->rn.step = 0, tr->rn.loss_sum = 0;
+  int rc = pipe_worker_step(&tr->eval_worker);
+  *val = mean_loss(tr, tr->cfg.eval_batches);
+  tr->rn.split = PIPE_TRAIN;
+  pipe_runner_use(&tr->rn, &tr->prog);
+  return rc;
+}
+
+static void log_step(trainer *tr, long step, double loss, double ms, int has_val, double val) {
+  if (tr->topo.world_rank != 0) return;
+  double toks = (double)tr->cfg.B * tr->cfg.m * tr->cfg.d * tr->model.T / (ms / 1e3);
+  if (step % tr->cfg.print_every == 0 || step == tr->cfg.steps || has_val) {
+    char vs[64] = "";
+    if (has_val) snprintf(vs, sizeof vs, " | val loss %.6f", val);
+    core_log(CORE_LOG_INFO, "step %5ld | loss %.9g | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s%s",
+             step, loss, tr->rn.lr, tr->rn.grad_norm, ms, toks, vs);
+  }
+  if (tr->log_json) {
+    fprintf(tr->log_json, "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f",
+            step, loss, tr->rn.lr, tr->rn.grad_norm, ms, toks);
+    if (has_val) fprintf(tr->log_json, ",\"val_loss\":%.9g", val);
+    fprintf(tr->log_json, "}\n");
+    fflush(tr->log_json);
+  }
+}
+
+/* The measured timeline of one step: every rank's events, gathered on rank 0 and written as
+ * the simulator's files are. */
+static int write_trace(trainer *tr, sched_timeline *tl) {
+  int p = tr->topo.p, n = tl->n, me = tr->topo.stage;
+  if (tr->topo.data != 0) return CORE_OK;
+  int *counts = core_calloc((size_t)p, sizeof(int)), *displ = core_calloc((size_t)p, sizeof(int));
+  MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, tr->topo.pipe);
+  int total = 0;
+  for (int r = 0; r < p; r++) displ[r] = total * (int)sizeof(sched_event), total += counts[r], counts[r] *= (int)sizeof(sched_event);
+  sched_event *all = core_malloc(sizeof(sched_event) * (size_t)(total ? total : 1));
+  MPI_Gatherv(tl->ev, n * (int)sizeof(sched_event), MPI_BYTE, all, counts, displ, MPI_BYTE, 0, tr->topo.pipe);
+  int rc = CORE_OK;
+  if (me == 0) {
+    sched_timeline out;
+    sched_timeline_init(&out, sched_family_name(tr->prog.family), "s", p, tr->cfg.v, tr->cfg.m);
+    double t0 = 1e300;
+    for (int i = 0; i < total; i++) t0 = all[i].start < t0 ? all[i].start : t0;
+    for (int i = 0; i < total; i++) all[i].start -= t0, all[i].end -= t0, sched_timeline_add(&out, all[i]);
+    sched_timeline_stats(&out);
+    char svg[1100];
+    snprintf(svg, sizeof svg, "%s.svg", tr->cfg.trace_path);
+    rc = viz_write_trace(&out, tr->cfg.trace_path);
+    if (!rc) rc = viz_write_svg(&out, svg);
+    if (!rc) core_log(CORE_LOG_INFO, "measured timeline: %s and %s (step time %.2f ms, bubble rate %.1f%%)",
+                      tr->cfg.trace_path, svg, out.makespan * 1e3, 100 * out.bubble_rate);
+    sched_timeline_free(&out);
+  }
+  free(counts), free(displ), free(all);
+  return rc;
+}
+
+static int train_step(trainer *tr, long step, double *loss, double *ms) {
+  pipe_runner *rn = &tr->rn;
+  rn->step = step, rn->loss_sum = 0, rn->lr = zero_lr_at(&tr->cfg.lr, step);
+  sched_timeline tl;
+  int tracing = tr->cfg.trace_path && step == tr->cfg.trace_step;
+  if (tracing) {
+    sched_timeline_init(&tl, "", "s", tr->topo.p, tr->cfg.v, tr->cfg.m);
+    tr->worker.tl = &tl;
+    tr->worker.t0 = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  double t0 = MPI_Wtime();
+  int rc = pipe_worker_step(&tr->worker);
+  *ms = (MPI_Wtime() - t0) * 1e3;
+  tr->worker.tl = NULL;
+  if (!rc) *loss = mean_loss(tr, tr->cfg.m);
+  if (tracing) {
+    if (!rc) rc = write_trace(tr, &tl);
+    sched_timeline_free(&tl);
+  }
+  return rc;
+}
+
+static void teardown(trainer *tr) {
+  pipe_worker_free(&tr->worker);
+  pipe_worker_free(&tr->eval_worker);
+  for (int c = 0; c < tr->cfg.v && tr->rn.chunks; c++) {
+    layers_chunk_free(&tr->rn.chunks[c]);
+    free(tr->rn.opt_m[c]), free(tr->rn.opt_v[c]), free(tr->rn.decay[c]);
+  }
+  free(tr->rn.chunks), free(tr->rn.opt_m), free(tr->rn.opt_v), free(tr->rn.decay), free(tr->rn.slot_of);
+  sched_program_free(&tr->prog);
+  sched_program_free(&tr->eval_prog);
+  layers_model_free(&tr->model);
+  pipe_data_free(&tr->data);
+  free(tr->bounds);
+  if (tr->log_json) fclose(tr->log_json);
+  pipe_topo_free(&tr->topo);
+  core_config_free(tr->cfg.cfg);
+}
+
+static void announce(trainer *tr) {
+  if (tr->topo.world_rank != 0) return;
+  core_log(CORE_LOG_INFO, "model: %d layers, %.3f M parameters, vocabulary %d, T=%d, d_model=%d",
+           tr->model.n, layers_model_params(&tr->model) / 1e6, tr->model.V, tr->model.T, tr->model.C);
+  core_log(CORE_LOG_INFO, "layout: %d stage(s) x %d replica(s), schedule %s, %d chunk(s) per rank, %d "
+           "micro-batches of %d, %zu instructions per step",
+           tr->cfg.stages, tr->cfg.d, sched_family_name(tr->prog.family), tr->cfg.v, tr->cfg.m, tr->cfg.B,
+           sched_program_count(&tr->prog));
+  for (int s = 0; s < tr->cfg.stages * tr->cfg.v; s++)
+    core_log(CORE_LOG_INFO, "  virtual stage %d (rank %d): layers %d..%d (%s .. %s)", s, tr->prog.rank_of[s],
+             tr->bounds[s], tr->bounds[s + 1] - 1, tr->model.layers[tr->bounds[s]].name,
+             tr->model.layers[tr->bounds[s + 1] - 1].name);
+}
+
+int pipe_train(const pipe_train_opts *o) {
+  trainer tr;
+  memset(&tr, 0, sizeof tr);
+  int rc = setup(&tr, o);
+  long start = 0;
+  if (!rc && o->resume) rc = pipe_ckpt_model_load(o->resume, &tr.rn, &tr.topo, &start);
+  if (!rc) announce(&tr);
+  for (long step = start; step < tr.cfg.steps && !rc; step++) {
+    double loss = 0, ms = 0, val = 0;
+    rc = train_step(&tr, step, &loss, &ms);
+    int ev = !rc && tr.cfg.eval_interval > 0 && ((step + 1) % tr.cfg.eval_interval == 0 || step + 1 == tr.cfg.steps);
+    if (ev) rc = evaluate(&tr, &val);
+    if (!rc) log_step(&tr, step + 1, loss, ms, ev, val);
+    int save = tr.cfg.ckpt_dir && ((tr.cfg.ckpt_interval > 0 && (step + 1) % tr.cfg.ckpt_interval == 0) || step + 1 == tr.cfg.steps);
+    if (!rc && save) rc = pipe_ckpt_model_save(tr.cfg.ckpt_dir, &tr.rn, &tr.topo, step + 1, tr.cfg.cfg);
+  }
+  teardown(&tr);
+  return rc;
+}

@@ -1,0 +1,172 @@
+/* pipe/train_cfg.c: the keys of a training config (DeepSpeed's names where a DeepSpeed user
+ * would look) and reading them, with errors that name the line. */
+#include <string.h>
+#include <strings.h>
+
+#include "core/error.h"
+#include "pipe/train_internal.h"
+
+static const core_config_key keys[] = {
+    {"train_batch_size", CORE_CFG_INT}, {"train_micro_batch_size_per_gpu", CORE_CFG_INT},
+    {"gradient_accumulation_steps", CORE_CFG_INT}, {"steps_per_print", CORE_CFG_INT},
+    {"gradient_clipping", CORE_CFG_FLOAT}, {"backend", CORE_CFG_STRING}, {"threads", CORE_CFG_INT},
+    {"train", CORE_CFG_GROUP}, {"train.steps", CORE_CFG_INT}, {"train.seed", CORE_CFG_INT},
+    {"train.eval_interval", CORE_CFG_INT}, {"train.eval_batches", CORE_CFG_INT},
+    {"optimizer", CORE_CFG_GROUP}, {"optimizer.type", CORE_CFG_STRING},
+    {"optimizer.params", CORE_CFG_GROUP}, {"optimizer.params.lr", CORE_CFG_FLOAT},
+    {"optimizer.params.betas", CORE_CFG_LIST}, {"optimizer.params.betas.[]", CORE_CFG_FLOAT},
+    {"optimizer.params.eps", CORE_CFG_FLOAT}, {"optimizer.params.weight_decay", CORE_CFG_FLOAT},
+    {"optimizer.params.momentum", CORE_CFG_FLOAT},
+    {"scheduler", CORE_CFG_GROUP}, {"scheduler.type", CORE_CFG_STRING},
+    {"scheduler.params", CORE_CFG_GROUP}, {"scheduler.params.warmup_num_steps", CORE_CFG_INT},
+    {"scheduler.params.total_num_steps", CORE_CFG_INT}, {"scheduler.params.min_lr", CORE_CFG_FLOAT},
+    {"data", CORE_CFG_GROUP}, {"data.path", CORE_CFG_STRING}, {"data.val_path", CORE_CFG_STRING},
+    {"data.val_fraction", CORE_CFG_FLOAT},
+    {"model", CORE_CFG_GROUP}, {"model.vocab_size", CORE_CFG_INT}, {"model.seq_len", CORE_CFG_INT},
+    {"model.d_model", CORE_CFG_INT}, {"model.n_heads", CORE_CFG_INT}, {"model.layers", CORE_CFG_LIST},
+    {"model.layers.[]", CORE_CFG_GROUP}, {"model.layers.[].type", CORE_CFG_STRING},
+    {"model.layers.[].name", CORE_CFG_STRING}, {"model.layers.[].tie", CORE_CFG_STRING},
+    {"model.layers.[].repeat", CORE_CFG_INT}, {"model.layers.[].out", CORE_CFG_INT},
+    {"model.layers.[].mlp_ratio", CORE_CFG_INT}, {"model.layers.[].bias", CORE_CFG_BOOL},
+    {"model.layers.[].eps", CORE_CFG_FLOAT},
+    {"pipeline", CORE_CFG_GROUP}, {"pipeline.stages", CORE_CFG_INT}, {"pipeline.schedule", CORE_CFG_STRING},
+    {"pipeline.virtual_stages", CORE_CFG_INT}, {"pipeline.partition_method", CORE_CFG_STRING},
+    {"pipeline.boundaries", CORE_CFG_LIST}, {"pipeline.boundaries.[]", CORE_CFG_INT},
+    {"checkpoint", CORE_CFG_GROUP}, {"checkpoint.dir", CORE_CFG_STRING}, {"checkpoint.interval", CORE_CFG_INT},
+    {"trace", CORE_CFG_GROUP}, {"trace.path", CORE_CFG_STRING}, {"trace.step", CORE_CFG_INT},
+    {"zero_optimization", CORE_CFG_GROUP}, {"zero_optimization.stage", CORE_CFG_INT},
+};
+
+static int get_i(const core_config *c, const char *k, int64_t def, int64_t lo, int64_t hi, int *out) {
+  int64_t v;
+  int rc = core_config_get_int_range(c, k, def, lo, hi, &v);
+  *out = (int)v;
+  return rc;
+}
+
+static int read_optimizer(train_cfg *t) {
+  const core_config *c = t->cfg;
+  const char *type;
+  pipe_optim *o = &t->opt;
+  int rc = core_config_get_string(c, "optimizer.type", "AdamW", &type);
+  if (!rc && strcasecmp(type, "adamw") && strcasecmp(type, "adam") && strcasecmp(type, "sgd")) {
+    char w[256];
+    core_config_where(c, "optimizer.type", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "optimizer.type '%s' is not AdamW, Adam or SGD (%s)", type, w);
+  }
+  if (rc) return rc;
+  snprintf(o->type, sizeof o->type, "%s", strcasecmp(type, "sgd") ? "adamw" : "sgd");
+  o->beta1 = 0.9, o->beta2 = 0.95;
+  rc = core_config_get_float(c, "optimizer.params.lr", 1e-3, &o->lr);
+  if (!rc) rc = core_config_get_float(c, "optimizer.params.eps", 1e-8, &o->eps);
+  if (!rc) rc = core_config_get_float(c, "optimizer.params.weight_decay", 0.0, &o->weight_decay);
+  if (!rc) rc = core_config_get_float(c, "optimizer.params.momentum", 0.0, &o->momentum);
+  if (!rc) rc = core_config_get_float(c, "gradient_clipping", 0.0, &o->clip);
+  if (!rc && !(o->lr > 0 && o->eps > 0 && o->weight_decay >= 0 && o->momentum >= 0 && o->clip >= 0))
+    rc = core_error_set(CORE_EINPUT, "%s: optimizer.params.lr and eps must be > 0; weight_decay, "
+                        "momentum and gradient_clipping >= 0", core_config_name(c));
+  return rc;
+}
+
+static int read_betas(train_cfg *t) {
+  int n = core_config_list_len(t->cfg, "optimizer.params.betas");
+  if (n == 0) return CORE_OK;
+  char w[256];
+  core_config_where(t->cfg, "optimizer.params.betas", -1, w, sizeof w);
+  if (n != 2) return core_error_set(CORE_EINPUT, "optimizer.params.betas must hold two numbers (%s)", w);
+  double b[2];
+  for (int i = 0; i < 2; i++) {
+    char path[64];
+    snprintf(path, sizeof path, "optimizer.params.betas.[%d]", i);
+    if (core_config_get_float(t->cfg, path, -1, &b[i])) return core_error_code();
+  }
+  if (!(b[0] >= 0 && b[0] < 1 && b[1] >= 0 && b[1] < 1))
+    return core_error_set(CORE_EINPUT, "optimizer.params.betas must be in [0, 1) (%s)", w);
+  t->opt.beta1 = b[0], t->opt.beta2 = b[1];
+  return CORE_OK;
+}
+
+static int read_schedule(train_cfg *t) {
+  const core_config *c = t->cfg;
+  const char *type;
+  int rc = core_config_get_string(c, "scheduler.type", "constant", &type);
+  if (!rc) rc = zero_lr_parse_kind(type, &t->lr.kind);
+  if (rc) return rc;
+  t->lr.lr = t->opt.lr;
+  int64_t w, total;
+  rc = core_config_get_int_range(c, "scheduler.params.warmup_num_steps", 0, 0, 1L << 40, &w);
+  if (!rc) rc = core_config_get_int_range(c, "scheduler.params.total_num_steps", t->steps, 1, 1L << 40, &total);
+  if (!rc) rc = core_config_get_float(c, "scheduler.params.min_lr", 0.0, &t->lr.min_lr);
+  t->lr.warmup = w, t->lr.total = total;
+  if (!rc && t->lr.kind != ZERO_LR_CONSTANT && w == 0 && t->lr.kind == ZERO_LR_WARMUP) t->lr.warmup = 1;
+  return rc;
+}
+
+static int read_pipeline(train_cfg *t, int world) {
+  const core_config *c = t->cfg;
+  const char *name, *part;
+  int rc = get_i(c, "pipeline.stages", world, 1, 1 << 16, &t->stages);
+  if (!rc) rc = core_config_get_string(c, "pipeline.schedule", "1f1b", &name);
+  if (!rc) rc = sched_family_parse(name, &t->family);
+  if (rc) {
+    char w[256];
+    core_config_where(c, "pipeline.schedule", -1, w, sizeof w);
+    return core_error_prefix("pipeline.schedule (%s)", w);
+  }
+  int defv = t->family == SCHED_INTERLEAVED || t->family == SCHED_ZB_V ? 2 : 1;
+  rc = get_i(c, "pipeline.virtual_stages", defv, 1, 64, &t->v);
+  if (!rc) rc = core_config_get_string(c, "pipeline.partition_method", "parameters", &part);
+  if (!rc) rc = sched_part_parse(part, &t->part);
+  if (!rc && world % t->stages != 0) {
+    char w[256];
+    core_config_where(c, "pipeline.stages", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "pipeline.stages = %d does not divide the %d ranks (%s)", t->stages, world, w);
+  }
+  return rc;
+}
+
+int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
+  memset(t, 0, sizeof *t);
+  int rc = core_config_load(&t->cfg, o->config);
+  for (int i = 0; i < o->nsets && !rc; i++) rc = core_config_set(t->cfg, o->sets[i]);
+  if (!rc) rc = core_config_check(t->cfg, keys, sizeof keys / sizeof keys[0]);
+  const core_config *c = t->cfg;
+  int64_t seed;
+  if (!rc) rc = get_i(c, "train_micro_batch_size_per_gpu", 4, 1, 1 << 20, &t->B);
+  if (!rc) rc = get_i(c, "gradient_accumulation_steps", 1, 1, 1 << 20, &t->m);
+  if (!rc) rc = get_i(c, "train.steps", 100, 0, 1 << 30, &t->steps);
+  if (!rc) rc = get_i(c, "steps_per_print", 10, 1, 1 << 30, &t->print_every);
+  if (!rc) rc = get_i(c, "train.eval_interval", 0, 0, 1 << 30, &t->eval_interval);
+  if (!rc) rc = get_i(c, "train.eval_batches", 4, 1, 1 << 16, &t->eval_batches);
+  if (!rc) rc = get_i(c, "threads", 1, 0, 1024, &t->threads);
+  if (!rc) rc = core_config_get_int(c, "train.seed", 1337, &seed);
+  if (!rc) rc = core_config_get_string(c, "data.path", NULL, &t->data_path);
+  if (!rc && !t->data_path) rc = core_error_set(CORE_EINPUT, "%s: data.path is missing (a text or token file)", core_config_name(c));
+  if (!rc) rc = core_config_get_string(c, "data.val_path", NULL, &t->val_path);
+  if (!rc) rc = core_config_get_float(c, "data.val_fraction", 0.1, &t->val_fraction);
+  if (!rc) rc = core_config_get_string(c, "backend", "cpu", &t->backend);
+  if (!rc) rc = core_config_get_string(c, "checkpoint.dir", NULL, &t->ckpt_dir);
+  if (!rc) rc = get_i(c, "checkpoint.interval", 0, 0, 1 << 30, &t->ckpt_interval);
+  if (!rc) rc = core_config_get_string(c, "trace.path", NULL, &t->trace_path);
+  if (!rc) rc = get_i(c, "trace.step", 1, 0, 1 << 30, &t->trace_step);
+  if (!rc) rc = get_i(c, "zero_optimization.stage", 0, 0, 2, &t->zero_stage);
+  if (!rc && t->zero_stage != 0)
+    rc = core_error_set(CORE_EINPUT, "zero_optimization.stage %d is not built yet (stage 0 only)", t->zero_stage);
+  if (!rc) rc = read_optimizer(t);
+  if (!rc) rc = read_betas(t);
+  if (!rc) rc = read_schedule(t);
+  if (!rc) rc = read_pipeline(t, world);
+  t->seed = (uint64_t)seed;
+  if (!rc) {
+    t->d = world / t->stages;
+    int64_t tbs;
+    rc = core_config_get_int(c, "train_batch_size", (int64_t)t->B * t->m * t->d, &tbs);
+    if (!rc && tbs != (int64_t)t->B * t->m * t->d) {
+      char w[256];
+      core_config_where(c, "train_batch_size", -1, w, sizeof w);
+      rc = core_error_set(CORE_EINPUT, "train_batch_size = %lld, but micro-batch %d x accumulation %d x "
+                          "%d replicas = %d (%s)", (long long)tbs, t->B, t->m, t->d, t->B * t->m * t->d, w);
+    }
+  }
+  return rc;
+}

@@ -1,0 +1,32 @@
+/* pipe/train_internal.h: what the files of the training loop share. */
+#ifndef BRIGADE_PIPE_TRAIN_INTERNAL_H
+#define BRIGADE_PIPE_TRAIN_INTERNAL_H
+
+#include "core/config.h"
+#include "pipe/runner.h"
+#include "pipe/train.h"
+#include "schedule/partition.h"
+#include "schedule/schedule.h"
+#include "zero/lr.h"
+
+typedef struct {
+  core_config *cfg;
+  int B, m, d, steps, print_every, eval_interval, eval_batches, threads;
+  uint64_t seed;
+  const char *data_path, *val_path, *backend;
+  double val_fraction;
+  sched_family family;
+  int stages, v;
+  sched_part_method part;
+  const char *ckpt_dir;
+  int ckpt_interval;
+  const char *trace_path;
+  int trace_step;
+  int zero_stage;
+  pipe_optim opt;
+  zero_lr lr;
+} train_cfg;
+
+int train_read_config(train_cfg *t, const pipe_train_opts *o, int world);
+
+#endif

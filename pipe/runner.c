@@ -20,7 +20,9 @@ void pipe_runner_use(pipe_runner *rn, const sched_program *pr) {
 static int load(pipe_runner *rn, const sched_instr *in) {
   layers_chunk *ch = &rn->chunks[in->chunk];
   const layers_chunk *any = ch;
-  pipe_data_batch(rn->data, rn->split, rn->seed, rn->step, rn->topo->data, in->mb, any->B, any->T,
+  /* micro-batch j of data rank r is micro-batch r*m + j of the step's global batch, so a run
+   * with d replicas draws the same samples as one process with d*m micro-batches */
+  pipe_data_batch(rn->data, rn->split, rn->seed, rn->step, 0, rn->topo->data * rn->m + in->mb, any->B, any->T,
                   layers_chunk_tokens(ch, in->slot), layers_chunk_targets(ch, in->slot));
   return CORE_OK;
 }

@@ -159,5 +159,5 @@ Test(train, bad_configs_name_the_line) {
   bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "pipeline = { stages = 4; };\n", "", "does not divide");
   bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "pipeline = { schedule = \"fast\"; };\n", "", "unknown schedule 'fast'");
   bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "train = { steps = 1; };\n", "--resume /nonexistent", "no complete checkpoint");
-  bad_config("data = { path = \"data/kjv.txt\" };\n", "", ":1:");
+  bad_config("data = {\n path = ; };\n", "", ":2: syntax error");
 }

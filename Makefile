@@ -114,14 +114,25 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 # Runs every test binary; each prints Criterion's synthesis line. Fails if any fails.
-test: $(BIN) $(TEST_BINS) $(WORKER_BINS)
+test: $(BIN) $(TEST_BINS) $(WORKER_BINS) data/kjv.txt
 	@BRIGADE_BIN=$(abspath $(BIN)) BRIGADE_BUILD=$(abspath $(BUILD)) sh scripts/run_tests.sh $(TEST_BINS)
 
-# The main job: for now a simulated 1F1B schedule with its bubble plots.
-run: $(BIN)
+# mpirun for small shared machines: as root, more ranks than cores, yielding when idle.
+MPIRUN := env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader \
+  OMPI_MCA_btl_vader_single_copy_mechanism=none mpirun
+
+# The default corpus (King James Bible, from Debian's bible-kjv).
+data/kjv.txt:
+	sh scripts/data.sh $@
+
+# The main job: train configs/default.cfg across 4 pipeline stages on the CPU; writes
+# out/checkpoint/ and the measured bubble timeline out/trace.json (+ .svg), and the simulated
+# timeline of the same schedule next to it.
+run: $(BIN) data/kjv.txt
 	@mkdir -p out
-	$(BIN) sim --schedule 1f1b --stages 4 --microbatches 8 --ascii \
-	  --trace out/trace.json --svg out/timeline.svg
+	$(MPIRUN) -np 4 $(BIN) train configs/default.cfg --log-json out/train.jsonl
+	$(BIN) sim --schedule 1f1b --stages 4 --microbatches 8 --svg out/simulated.svg --trace out/simulated.json
 
 bench: $(BENCH_BINS)
 	@for b in $(BENCH_BINS); do echo "== $$b"; $$b || exit 1; done

@@ -3,6 +3,9 @@
 #   tests: N passed, N failed
 # Exits non-zero when any binary fails or a binary ran no test.
 pass=0; fail=0; bad=0
+# sanitizer builds: ignore leaks inside Criterion's own runner
+LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")/.." && pwd)/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export LSAN_OPTIONS
 for t in "$@"; do
   log=$(mktemp)
   "$t" --jobs 2 >"$log" 2>&1

@@ -1,40 +1,125 @@
-/* viz/ascii.c: a terminal chart. Each column is a slice of time; it shows the letter of the
- * compute op that covers most of the slice (F, B, I, W; lower case for odd micro-batches so
- * neighbours stay apart), '.' when the rank is idle there. */
+/* viz/ascii.c: a terminal chart. Each column is a slice of time on one rank; it shows the op
+ * covering most of the slice, idle time competing as '.': F, B, I, W (upper case for even
+ * micro-batches, lower case for odd ones, so neighbours stay apart), '#' for the tail ops
+ * (tied/data-parallel gradient reduction, optimizer step). Loads and transfers are not drawn. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "core/error.h"
 #include "viz/viz.h"
 
-void viz_write_ascii(const sched_timeline *tl, FILE *f, int width) {
-  double t0 = INFINITY, t1 = -INFINITY;
+enum { MIN_COLS = 10 };
+
+static char cell_char(const sched_event *e) {
+  sched_op op = (sched_op)e->op;
+  char l = sched_op_letter(op);
+  if (!l) return op >= SCHED_REDUCE_TIED_GRADS && op <= SCHED_OPTIMIZER_STEP ? '#' : 0;
+  return e->mb >= 0 && e->mb % 2 ? (char)(l - 'A' + 'a') : l;
+}
+
+/* Prints s cut to at most `width` bytes, then a newline. */
+static void line(FILE *f, const char *s, int width) {
+  int n = (int)strlen(s);
+  fprintf(f, "%.*s\n", n > width ? width : n, s);
+}
+
+static void legend(const sched_timeline *tl, FILE *f, int width) {
+  int has[SCHED_OP_COUNT] = {0};
   for (int i = 0; i < tl->n; i++)
-    if (sched_op_is_compute((sched_op)tl->ev[i].op))
-      t0 = fmin(t0, tl->ev[i].start), t1 = fmax(t1, tl->ev[i].end);
-  fprintf(f, "%s p=%d v=%d m=%d  bubble rate %.1f%%\n", tl->schedule, tl->p, tl->v, tl->m, 100 * tl->bubble_rate);
-  if (!(t1 > t0) || width < 1) return;
+    has[tl->ev[i].op] |= tl->ev[i].end > tl->ev[i].start;
+  int tail = has[SCHED_REDUCE_TIED_GRADS] | has[SCHED_REDUCE_GRADS] | has[SCHED_OPTIMIZER_STEP];
+  char lng[256], sht[256];
+  snprintf(lng, sizeof lng, "F forward%s%s%s  (lower case: odd micro-batch)%s  . idle",
+           has[SCHED_BACKWARD] ? "  B backward" : "",
+           has[SCHED_BACKWARD_INPUT] ? "  I input grad" : "",
+           has[SCHED_BACKWARD_WEIGHT] ? "  W weight grad" : "", tail ? "  # reduce/step" : "");
+  snprintf(sht, sizeof sht, "F fwd%s%s%s, odd mb lower case%s, . idle",
+           has[SCHED_BACKWARD] ? " B bwd" : "", has[SCHED_BACKWARD_INPUT] ? " I in-grad" : "",
+           has[SCHED_BACKWARD_WEIGHT] ? " W wt-grad" : "", tail ? ", # reduce/step" : "");
+  line(f, (int)strlen(lng) <= width ? lng : sht, width);
+}
+
+void viz_write_ascii(const sched_timeline *tl, FILE *f, int width) {
+  if (viz_check(tl)) {
+    fprintf(f, "(cannot draw the timeline: %s)\n", core_error_msg());
+    return;
+  }
+  double makespan, bubble, t0 = INFINITY, t1 = -INFINITY;
+  viz_summary(tl, &makespan, &bubble);
+  for (int i = 0; i < tl->n; i++)
+    t0 = fmin(t0, tl->ev[i].start), t1 = fmax(t1, tl->ev[i].end);
+  int rw = 2;
+  for (int x = tl->p - 1; x >= 100; x /= 10)
+    rw++;
+  int maxcols = width - (5 + rw + 2) - 1; /* "rank NN |" ... "|" */
+  if (maxcols < MIN_COLS) maxcols = MIN_COLS;
+  if (width < maxcols + 8 + rw) width = maxcols + 8 + rw;
+
+  int seconds = strcmp(tl->unit, "s") == 0;
+  char head[256], scale[64] = "";
   double span = t1 - t0;
-  /* one column per unit when that fits, so unit-cost schedules read op by op */
-  int cols = span <= width && fabs(span - round(span)) < 1e-9 ? (int)round(span) : width;
+  int cols = maxcols;
+  if (tl->n > 0 && span > 0) {
+    if (span >= 1 && span <= maxcols && fabs(span - round(span)) < 1e-9 && !seconds) {
+      cols = (int)round(span);
+      snprintf(scale, sizeof scale, "  (1 column = 1 unit)");
+    } else {
+      double dt = span / cols;
+      if (seconds)
+        snprintf(scale, sizeof scale, "  (1 column = %.3g ms)", dt * 1e3);
+      else
+        snprintf(scale, sizeof scale, "  (1 column = %.3g units)", dt);
+    }
+  }
+  snprintf(head, sizeof head, "%s p=%d v=%d m=%d  bubble rate %.1f%%  makespan %.6g %s%s",
+           tl->schedule, tl->p, tl->v, tl->m, 100 * bubble, makespan, seconds ? "s" : "units",
+           scale);
+  line(f, head, width);
+  if (tl->n == 0 || !(span > 0)) {
+    line(f, "(no events to draw)", width);
+    return;
+  }
+
+  /* events grouped by rank (counting sort), so each row is one pass over its own events */
+  int *start = core_calloc((size_t)tl->p + 1, sizeof *start),
+      *order = core_malloc(sizeof *order * (size_t)tl->n);
+  for (int i = 0; i < tl->n; i++)
+    start[tl->ev[i].rank + 1]++;
+  for (int r = 0; r < tl->p; r++)
+    start[r + 1] += start[r];
+  int *fill = core_malloc(sizeof *fill * (size_t)tl->p);
+  memcpy(fill, start, sizeof *fill * (size_t)tl->p);
+  for (int i = 0; i < tl->n; i++)
+    order[fill[tl->ev[i].rank]++] = i;
+
   double dt = span / cols;
-  char *row = malloc((size_t)cols + 1);
-  double *cover = malloc(sizeof(double) * (size_t)cols);
+  char *row = core_malloc((size_t)cols + 1);
+  double *best = core_malloc(sizeof *best * (size_t)cols),
+         *busy = core_malloc(sizeof *busy * (size_t)cols);
   for (int r = 0; r < tl->p; r++) {
-    for (int c = 0; c < cols; c++) row[c] = '.', cover[c] = 0;
-    for (int i = 0; i < tl->n; i++) {
-      const sched_event *e = &tl->ev[i];
-      char l = sched_op_letter((sched_op)e->op);
-      if (e->rank != r || !l) continue;
-      if (e->mb % 2) l = (char)(l - 'A' + 'a');
+    memset(row, '.', (size_t)cols);
+    row[cols] = 0;
+    for (int c = 0; c < cols; c++)
+      best[c] = busy[c] = 0;
+    for (int k = start[r]; k < start[r + 1]; k++) {
+      const sched_event *e = &tl->ev[order[k]];
+      char ch = cell_char(e);
+      if (!ch || !(e->end > e->start)) continue;
       int c0 = (int)floor((e->start - t0) / dt), c1 = (int)ceil((e->end - t0) / dt);
-      for (int c = c0 < 0 ? 0 : c0; c < c1 && c < cols; c++) {
-        double a = fmax(e->start, t0 + c * dt), b = fmin(e->end, t0 + (c + 1) * dt);
-        if (b - a > cover[c]) cover[c] = b - a, row[c] = l;
+      if (c0 < 0) c0 = 0;
+      if (c1 > cols) c1 = cols;
+      for (int c = c0; c < c1; c++) {
+        double cover = fmin(e->end, t0 + (c + 1) * dt) - fmax(e->start, t0 + c * dt);
+        if (cover <= 0) continue;
+        busy[c] += cover;
+        if (cover > best[c]) best[c] = cover, row[c] = ch;
       }
     }
-    row[cols] = 0;
-    fprintf(f, "rank %2d |%s|\n", r, row);
+    for (int c = 0; c < cols; c++)
+      if (best[c] > 0 && best[c] < dt - busy[c]) row[c] = '.'; /* idle covers more than any op */
+    fprintf(f, "rank %*d |%s|\n", rw, r, row);
   }
-  fprintf(f, "         F forward, B backward, I input grad, W weight grad (lower case: odd micro-batch), . idle\n");
-  free(row), free(cover);
+  legend(tl, f, width);
+  free(start), free(order), free(fill), free(row), free(best), free(busy);
 }

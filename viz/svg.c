@@ -1,109 +1,357 @@
-/* viz/svg.c: an SVG Gantt chart of a timeline, meant for a slide: ranks as rows, time to the
- * right, one colour per op kind (later chunks lighter), micro-batch numbers in the boxes. */
+/* viz/svg.c: an SVG Gantt chart of a timeline, made to be put on a slide.
+ *
+ * Layout, top to bottom: title and subtitle; one row per rank (rank 0 on top) on a light
+ * background, so idle time (the bubble) shows as empty background; thin strips for loads and
+ * transfers in the gap under each row; the time axis with round ticks and faint grid lines;
+ * the legend. Right of each row: the share of the step (first start to last end) that the rank
+ * is not computing, what the eye sees as empty row; the title gives the bubble rate as
+ * sched_timeline_stats defines it, the subtitle the idle fraction (the mean of the rows). */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "viz/viz.h"
 
-enum { LEFT = 80, RIGHT = 30, TOP = 64, ROW = 30, GAP = 8, WIDTH = 1200 };
+enum { WIDTH = 1200, LEFT = 84, RIGHT = 92, TOP = 82 };
+static const char *ROW_BG = "#eceff4";
 
-static const char *colour(sched_op op) {
+typedef struct {
+  const sched_timeline *tl;
+  double t0, t1, sx; /* time range drawn and pixels per time unit */
+  double row_h, gap; /* row height and the gap under it */
+  double scale;      /* axis label = (t - t0) * scale */
+  const char *axis_unit;
+} layout;
+
+static unsigned base_colour(sched_op op) {
   switch (op) {
-  case SCHED_FORWARD: return "#4c78a8";
-  case SCHED_BACKWARD: return "#54a24b";
-  case SCHED_BACKWARD_INPUT: return "#72b7b2";
-  case SCHED_BACKWARD_WEIGHT: return "#b279a2";
-  default: return "#9d9d9d";
+  case SCHED_FORWARD: return 0x4e79a7;
+  case SCHED_BACKWARD: return 0x59a14f;
+  case SCHED_BACKWARD_INPUT: return 0xf28e2b;
+  case SCHED_BACKWARD_WEIGHT: return 0xb07aa1;
+  case SCHED_LOAD_MICROBATCH: return 0xa0a0a0;
+  case SCHED_SEND_ACT:
+  case SCHED_RECV_ACT: return 0x7fa7d0;
+  case SCHED_SEND_GRAD:
+  case SCHED_RECV_GRAD: return 0x8fc47f;
+  case SCHED_REDUCE_TIED_GRADS: return 0xc4c4c4;
+  case SCHED_REDUCE_GRADS: return 0x9d9d9d;
+  default: return 0x707070; /* OPTIMIZER_STEP */
   }
 }
 
-/* A round tick step (1, 2 or 5 times a power of ten) giving about eight ticks. */
-static double tick_step(double span) {
-  double raw = span / 8, p = pow(10, floor(log10(raw > 0 ? raw : 1)));
-  double m = raw / p;
-  return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * p;
+/* Chunk c of v: chunk 0 in the base colour, later chunks mixed towards white (up to half). */
+static unsigned shade(unsigned rgb, int chunk, int v) {
+  if (v <= 1 || chunk <= 0) return rgb;
+  double t = 0.5 * (chunk < v ? chunk : v - 1) / (v - 1);
+  unsigned out = 0;
+  for (int s = 16; s >= 0; s -= 8) {
+    double c = (rgb >> s) & 0xff;
+    out |= (unsigned)lround(c + (255 - c) * t) << s;
+  }
+  return out;
 }
 
+static const char *text_colour(unsigned rgb) {
+  double l = 0.2126 * ((rgb >> 16) & 0xff) + 0.7152 * ((rgb >> 8) & 0xff) + 0.0722 * (rgb & 0xff);
+  return l > 165 ? "#1b1b1b" : "#ffffff";
+}
+
+static int is_tail(sched_op op) {
+  return op == SCHED_REDUCE_TIED_GRADS || op == SCHED_REDUCE_GRADS || op == SCHED_OPTIMIZER_STEP;
+}
+
+/* Text for XML: markup characters escaped, control characters and bytes that are not UTF-8
+ * (a name cut short, say) written as '?', so the file stays well-formed whatever comes in. */
 static void xml_text(FILE *f, const char *s) {
-  for (; *s; s++) {
-    if (*s == '<') fputs("&lt;", f);
-    else if (*s == '>') fputs("&gt;", f);
-    else if (*s == '&') fputs("&amp;", f);
-    else if (*s == '"') fputs("&quot;", f);
-    else fputc(*s, f);
+  for (const unsigned char *c = (const unsigned char *)s; *c;) {
+    int n = 1;
+    if (*c == '<')
+      fputs("&lt;", f);
+    else if (*c == '>')
+      fputs("&gt;", f);
+    else if (*c == '&')
+      fputs("&amp;", f);
+    else if (*c == '"')
+      fputs("&quot;", f);
+    else if (*c == '\'')
+      fputs("&apos;", f);
+    else if (*c < 0x20 || *c == 0x7f)
+      fputc('?', f);
+    else if (*c < 0x80)
+      fputc(*c, f);
+    else {
+      int want = *c >= 0xc2 && *c <= 0xdf   ? 2
+                 : *c >= 0xe0 && *c <= 0xef ? 3
+                 : *c >= 0xf0 && *c <= 0xf4 ? 4
+                                            : 0;
+      int ok = want > 0;
+      for (int i = 1; ok && i < want; i++)
+        ok = (c[i] & 0xc0) == 0x80;
+      if (ok)
+        fwrite(c, 1, (size_t)want, f), n = want;
+      else
+        fputc('?', f);
+    }
+    c += n;
   }
 }
 
-static void legend(FILE *f, int y, int split) {
-  struct { sched_op op; const char *label; } items[] = {
-      {SCHED_FORWARD, "forward (F)"}, {SCHED_BACKWARD, "backward (B)"},
-      {SCHED_BACKWARD_INPUT, "input grad (I)"}, {SCHED_BACKWARD_WEIGHT, "weight grad (W)"},
-      {SCHED_REDUCE_GRADS, "reduce / step"}};
-  int x = LEFT;
-  for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
-    if (split && items[i].op == SCHED_BACKWARD) continue;
-    if (!split && (items[i].op == SCHED_BACKWARD_INPUT || items[i].op == SCHED_BACKWARD_WEIGHT)) continue;
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"14\" fill=\"%s\"/>", x, y, colour(items[i].op));
-    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"l\">%s</text>\n", x + 20, y + 12, items[i].label);
-    x += 170;
+static double row_y(const layout *L, int r) { return TOP + r * (L->row_h + L->gap); }
+static double x_of(const layout *L, double t) { return LEFT + (t - L->t0) * L->sx; }
+
+/* A round step (1, 2 or 5 times a power of ten) for about eight ticks at least 56 px apart. */
+static double tick_step(const layout *L) {
+  double span = (L->t1 - L->t0) * L->scale, px_per = L->sx / L->scale;
+  double raw = span / 8, p = pow(10, floor(log10(raw > 0 ? raw : 1)));
+  static const double nice[] = {1, 2, 5, 10, 20, 50, 100};
+  for (int i = 0; i < 7; i++)
+    if (nice[i] * p >= raw && nice[i] * p * px_per >= 56) return nice[i] * p;
+  return 100 * p;
+}
+
+static void axis(FILE *f, const layout *L, double axis_y) {
+  double rows_bottom = axis_y - 6, step = tick_step(L), span = (L->t1 - L->t0) * L->scale;
+  int decimals = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
+  fprintf(f, "<g class=\"axis\">\n");
+  for (long i = 0;; i++) {
+    double v = i * step;
+    if (v > span * (1 + 1e-9)) break;
+    double x = LEFT + v / L->scale * L->sx;
+    fprintf(f,
+            "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#d0d5dd\" "
+            "stroke-width=\"1\"/>"
+            "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#555\"/>"
+            "<text x=\"%.2f\" y=\"%.2f\" class=\"tick\">%.*f</text>\n",
+            x, (double)TOP - 4, x, rows_bottom, x, axis_y, x, axis_y + 5, x, axis_y + 19, decimals,
+            v);
   }
-  fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"l\">white: idle (bubble)</text>\n", x, y + 12);
+  fprintf(f, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"#555\"/>\n", LEFT, axis_y,
+          WIDTH - RIGHT, axis_y);
+  fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" class=\"axt\">time (%s)</text>\n</g>\n",
+          LEFT + (WIDTH - LEFT - RIGHT) / 2.0, axis_y + 38, L->axis_unit);
+}
+
+/* The legend, wrapped to the width; returns its number of lines (f NULL: only counts). */
+static int legend(FILE *f, const layout *L, double y0) {
+  const sched_timeline *tl = L->tl;
+  int has[SCHED_OP_COUNT] = {0}, tail = 0;
+  for (int i = 0; i < tl->n; i++) /* zero-length loads, transfers and tail ops are not drawn */
+    has[tl->ev[i].op] |=
+        sched_op_is_compute((sched_op)tl->ev[i].op) || tl->ev[i].end > tl->ev[i].start;
+  for (int o = 0; o < SCHED_OP_COUNT; o++)
+    tail |= has[o] && is_tail((sched_op)o);
+  struct {
+    int show;
+    unsigned colour;
+    const char *label;
+  } items[] = {
+      {has[SCHED_FORWARD], base_colour(SCHED_FORWARD), "F  forward"},
+      {has[SCHED_BACKWARD], base_colour(SCHED_BACKWARD), "B  backward"},
+      {has[SCHED_BACKWARD_INPUT], base_colour(SCHED_BACKWARD_INPUT), "I  backward, input grad"},
+      {has[SCHED_BACKWARD_WEIGHT], base_colour(SCHED_BACKWARD_WEIGHT), "W  backward, weight grad"},
+      {tail, base_colour(SCHED_REDUCE_GRADS), "grad reduction / optimizer step"},
+      {has[SCHED_LOAD_MICROBATCH], base_colour(SCHED_LOAD_MICROBATCH), "load (strip)"},
+      {has[SCHED_SEND_ACT] | has[SCHED_RECV_ACT], base_colour(SCHED_SEND_ACT),
+       "activation send/recv (strip)"},
+      {has[SCHED_SEND_GRAD] | has[SCHED_RECV_GRAD], base_colour(SCHED_SEND_GRAD),
+       "gradient send/recv (strip)"},
+      {1, 0, "idle (bubble)"},
+  };
+  int lines = 1;
+  double x = LEFT, y = y0;
+  for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+    if (!items[i].show) continue;
+    double w = 22 + 6.8 * strlen(items[i].label) + 20;
+    if (x + w > WIDTH - 10 && x > LEFT) x = LEFT, y += 22, lines++;
+    if (f) {
+      if (items[i].colour == 0) /* idle: the row background */
+        fprintf(f,
+                "<rect class=\"key\" x=\"%.1f\" y=\"%.1f\" width=\"16\" height=\"14\" fill=\"%s\" "
+                "stroke=\"#b8bec8\"/>",
+                x, y, ROW_BG);
+      else
+        fprintf(
+            f,
+            "<rect class=\"key\" x=\"%.1f\" y=\"%.1f\" width=\"16\" height=\"14\" fill=\"#%06x\"/>",
+            x, y, items[i].colour);
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"leg\">%s</text>\n", x + 22, y + 11.5,
+              items[i].label);
+    }
+    x += w;
+  }
+  if (tl->v > 1) { /* the chunk shades, on the forward colour */
+    int shown = tl->v < 4 ? tl->v : 4;
+    double w = 16.0 * shown + 6 + 6.8 * 24 + 20;
+    if (x + w > WIDTH - 10 && x > LEFT) x = LEFT, y += 22, lines++;
+    if (f) {
+      for (int c = 0; c < shown; c++) {
+        int chunk = shown == tl->v ? c : (int)lround((double)c * (tl->v - 1) / (shown - 1));
+        fprintf(
+            f,
+            "<rect class=\"key\" x=\"%.1f\" y=\"%.1f\" width=\"16\" height=\"14\" fill=\"#%06x\"/>",
+            x + 16 * c, y, shade(base_colour(SCHED_FORWARD), chunk, tl->v));
+      }
+      fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"leg\">chunk 0 to %d (lighter)</text>\n",
+              x + 16 * shown + 6, y + 11.5, tl->v - 1);
+    }
+  }
+  return lines;
+}
+
+static void event_box(FILE *f, const layout *L, const sched_event *e) {
+  const sched_timeline *tl = L->tl;
+  sched_op op = (sched_op)e->op;
+  double x = x_of(L, e->start), w = (e->end - e->start) * L->sx, y = row_y(L, e->rank);
+  char name[96];
+  viz_event_name(tl, e, name, sizeof name);
+  if (!sched_op_is_compute(op) && !(e->end > e->start)) return; /* nothing to see */
+  if (!sched_op_is_compute(op) && !is_tail(op)) { /* loads and transfers: a strip under the row */
+    fprintf(f,
+            "<rect class=\"xfer\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
+            "fill=\"#%06x\"><title>",
+            x, y + L->row_h + 1, w, L->gap > 6 ? 3.0 : L->gap / 2, base_colour(op));
+  } else {
+    unsigned rgb =
+        sched_op_is_compute(op) ? shade(base_colour(op), e->chunk, tl->v) : base_colour(op);
+    if (w < 0.5) w = 0.5;
+    if (sched_op_is_compute(op))
+      fprintf(f, "<rect class=\"op %c\"", sched_op_letter(op));
+    else
+      fputs("<rect class=\"tail\"", f);
+    fprintf(f, " x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#%06x\"%s><title>", x,
+            y, w, L->row_h, rgb,
+            w >= 12  ? " stroke=\"#fff\" stroke-width=\"1\""
+            : w >= 4 ? " stroke=\"#fff\" stroke-width=\"0.5\""
+                     : "");
+  }
+  xml_text(f, name);
+  fprintf(f, " on rank %d: %.6g to %.6g</title></rect>", e->rank, (e->start - L->t0),
+          (e->end - L->t0));
+  /* the micro-batch number (compute) or a short word (tail), when it fits */
+  double fs = L->row_h >= 24 ? 12 : L->row_h * 0.5;
+  if (sched_op_is_compute(op) && e->mb >= 0 && fs >= 7) {
+    char num[16];
+    int len = snprintf(num, sizeof num, "%d", e->mb);
+    if (w < len * fs * 0.62 + 3) fs = fs * 0.8;
+    if (w >= len * fs * 0.62 + 3 && fs >= 7)
+      fprintf(f,
+              "<text x=\"%.2f\" y=\"%.2f\" class=\"mb\" font-size=\"%.1f\" fill=\"%s\">%s</text>",
+              x + w / 2, y + L->row_h / 2 + fs * 0.36, fs,
+              text_colour(shade(base_colour(op), e->chunk, tl->v)), num);
+  } else if (is_tail(op) && fs >= 7) {
+    const char *word = op == SCHED_OPTIMIZER_STEP ? "step"
+                       : op == SCHED_REDUCE_GRADS ? "reduce"
+                                                  : "tied";
+    if (w >= strlen(word) * fs * 0.6 + 4)
+      fprintf(f,
+              "<text x=\"%.2f\" y=\"%.2f\" class=\"mb\" font-size=\"%.1f\" fill=\"%s\">%s</text>",
+              x + w / 2, y + L->row_h / 2 + fs * 0.36, fs, text_colour(base_colour(op)), word);
+  }
+  fputc('\n', f);
+}
+
+static void make_layout(const sched_timeline *tl, layout *L) {
+  *L = (layout){.tl = tl, .t0 = INFINITY, .t1 = -INFINITY};
+  for (int i = 0; i < tl->n; i++)
+    L->t0 = fmin(L->t0, tl->ev[i].start), L->t1 = fmax(L->t1, tl->ev[i].end);
+  if (tl->n == 0) L->t0 = 0, L->t1 = 1;
+  if (!(L->t1 > L->t0)) L->t1 = L->t0 + 1;
+  L->sx = (WIDTH - LEFT - RIGHT) / (L->t1 - L->t0);
+  L->row_h = fmin(30, fmax(8, 480.0 / tl->p));
+  L->gap = fmax(3, round(L->row_h * 0.36));
+  double span = L->t1 - L->t0;
+  L->scale = 1, L->axis_unit = "cost units";
+  if (strcmp(tl->unit, "s") == 0) {
+    if (span < 1e-3)
+      L->scale = 1e6, L->axis_unit = "\xc2\xb5s";
+    else if (span < 1)
+      L->scale = 1e3, L->axis_unit = "ms";
+    else
+      L->axis_unit = "s";
+  } else if (strcmp(tl->unit, "unit") != 0) {
+    L->axis_unit = tl->unit;
+  }
+}
+
+int viz_fwrite_svg(const sched_timeline *tl, FILE *f) {
+  int rc = viz_check(tl);
+  if (rc) return rc;
+  layout L;
+  make_layout(tl, &L);
+  double makespan, bubble;
+  viz_summary(tl, &makespan, &bubble);
+  viz_rank_stat *st = core_calloc((size_t)tl->p, sizeof *st);
+  viz_stats(tl, st);
+  /* each row's idle share is what the eye sees: the part of the whole step (t0 to t1) that the
+   * rank spends outside compute; their mean is the idle fraction of ranks x makespan */
+  double drawn = L.t1 - L.t0, idle_sum = 0;
+  for (int r = 0; r < tl->p; r++)
+    idle_sum += tl->n ? 1 - st[r].busy / drawn : 0;
+  double axis_y = row_y(&L, tl->p) - L.gap + 8, legend_y = axis_y + 54;
+  int height = (int)ceil(legend_y + 22 * legend(NULL, &L, legend_y) + 8);
+  const char *label_unit = strcmp(tl->unit, "s") == 0      ? "s"
+                           : strcmp(tl->unit, "unit") == 0 ? "cost units"
+                                                           : tl->unit;
+
+  fprintf(
+      f,
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+      "font-family=\"Helvetica, Arial, 'DejaVu Sans', sans-serif\">\n",
+      WIDTH, height, WIDTH, height);
+  fputs("<style>.title{font-size:21px;font-weight:bold;fill:#1b1b1b}.sub{font-size:13px;fill:#555}"
+        ".rank{font-size:13px;fill:#333;text-anchor:end}.idle{font-size:12px;fill:#666}"
+        ".mb{text-anchor:middle}.tick{font-size:11px;fill:#444;text-anchor:middle}"
+        ".axt{font-size:12px;fill:#444;text-anchor:middle}.leg{font-size:12px;fill:#333}</style>\n",
+        f);
+  fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", WIDTH, height);
+  fprintf(f, "<text x=\"%d\" y=\"34\" class=\"title\">", LEFT);
+  xml_text(f, tl->schedule[0] ? tl->schedule : "timeline");
+  fprintf(f, " \xc2\xb7 p=%d, v=%d, m=%d \xc2\xb7 bubble rate %.1f%%</text>\n", tl->p, tl->v, tl->m,
+          100 * bubble);
+  fprintf(f, "<text x=\"%d\" y=\"58\" class=\"sub\">makespan %.6g ", LEFT, makespan);
+  xml_text(f, label_unit);
+  fprintf(f,
+          ", %s \xc2\xb7 idle fraction %.1f%% \xc2\xb7 %d events \xc2\xb7 rank 0 on top%s</text>\n",
+          strcmp(tl->unit, "s") == 0 ? "measured" : "simulated", 100 * idle_sum / tl->p, tl->n,
+          tl->n ? "" : " \xc2\xb7 no events");
+
+  for (int r = 0; r < tl->p; r++) { /* row backgrounds (the bubble shows through), names, idle */
+    double y = row_y(&L, r), fs = fmin(13, L.row_h * 0.75);
+    fprintf(f, "<rect class=\"row\" x=\"%d\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"%s\"/>",
+            LEFT, y, WIDTH - LEFT - RIGHT, L.row_h, ROW_BG);
+    fprintf(f, "<text x=\"%d\" y=\"%.2f\" class=\"rank\" font-size=\"%.1f\">rank %d</text>",
+            LEFT - 10, y + L.row_h / 2 + fs * 0.36, fs, r);
+    fprintf(f, "<text x=\"%d\" y=\"%.2f\" class=\"idle\" font-size=\"%.1f\">idle %.1f%%</text>\n",
+            WIDTH - RIGHT + 8, y + L.row_h / 2 + fs * 0.36, fmin(12, fs),
+            tl->n ? 100 * (1 - st[r].busy / drawn) : 0.0);
+  }
+  axis(f, &L, axis_y);
+  /* tail first, then compute, then the strips, so small things are never hidden */
+  for (int pass = 0; pass < 3; pass++)
+    for (int i = 0; i < tl->n; i++) {
+      sched_op op = (sched_op)tl->ev[i].op;
+      int kind = is_tail(op) ? 0 : sched_op_is_compute(op) ? 1 : 2;
+      if (kind == pass) event_box(f, &L, &tl->ev[i]);
+    }
+  legend(f, &L, legend_y);
+  fputs("</svg>\n", f);
+  free(st);
+  return CORE_OK;
 }
 
 int viz_write_svg(const sched_timeline *tl, const char *path) {
+  int rc = viz_check(tl);
+  if (rc) return rc;
   FILE *f = fopen(path, "w");
   if (!f) return core_error_set(CORE_ERUNTIME, "cannot write %s: %s", path, strerror(errno));
-  double t0 = INFINITY, t1 = -INFINITY;
-  int split = 0;
-  for (int i = 0; i < tl->n; i++) {
-    t0 = fmin(t0, tl->ev[i].start), t1 = fmax(t1, tl->ev[i].end);
-    split |= tl->ev[i].op == SCHED_BACKWARD_INPUT;
+  rc = viz_fwrite_svg(tl, f);
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad) {
+    remove(path);
+    return core_error_set(CORE_ERUNTIME, "writing %s failed", path);
   }
-  if (!(t1 > t0)) t0 = 0, t1 = 1;
-  double plot_w = WIDTH - LEFT - RIGHT, sx = plot_w / (t1 - t0);
-  int height = TOP + tl->p * (ROW + GAP) + 80;
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-             "font-family=\"Helvetica, Arial, sans-serif\">\n", WIDTH, height, WIDTH, height);
-  fprintf(f, "<style>.t{font-size:20px;font-weight:bold}.l{font-size:13px;fill:#333}"
-             ".n{font-size:11px;fill:white;text-anchor:middle}.a{font-size:11px;fill:#555;text-anchor:middle}</style>\n");
-  fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%d\" y=\"32\" class=\"t\">", LEFT);
-  xml_text(f, tl->schedule);
-  fprintf(f, "  p=%d v=%d m=%d  bubble rate %.1f%%  makespan %.4g %s</text>\n", tl->p, tl->v, tl->m,
-          100 * tl->bubble_rate, tl->makespan, strcmp(tl->unit, "s") == 0 ? "s" : "units");
-  for (int r = 0; r < tl->p; r++) { /* row labels and light row backgrounds */
-    int y = TOP + r * (ROW + GAP);
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"#f4f4f4\"/>", LEFT, y, plot_w, ROW);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" class=\"l\" text-anchor=\"end\">rank %d</text>\n", LEFT - 10, y + ROW / 2 + 5, r);
-  }
-  for (int i = 0; i < tl->n; i++) {
-    const sched_event *e = &tl->ev[i];
-    if (e->op >= SCHED_SEND_ACT && e->op <= SCHED_RECV_GRAD) continue; /* transfers: not drawn */
-    if (e->rank < 0 || e->rank >= tl->p || !(e->end > e->start)) continue;
-    double x = LEFT + (e->start - t0) * sx, w = (e->end - e->start) * sx;
-    int y = TOP + e->rank * (ROW + GAP);
-    double op = e->chunk > 0 && sched_op_is_compute((sched_op)e->op) ? 1.0 - 0.35 * e->chunk / (tl->v > 1 ? tl->v - 1 : 1) : 1.0;
-    fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" fill-opacity=\"%.2f\" "
-               "stroke=\"white\" stroke-width=\"0.5\"><title>rank %d %s mb %d chunk %d: %.6g - %.6g</title></rect>",
-            x, y, w, ROW, colour((sched_op)e->op), op, e->rank, sched_op_name((sched_op)e->op), e->mb, e->chunk,
-            e->start, e->end);
-    if (e->mb >= 0 && w >= 14 && sched_op_is_compute((sched_op)e->op))
-      fprintf(f, "<text x=\"%.2f\" y=\"%d\" class=\"n\">%d</text>", x + w / 2, y + ROW / 2 + 4, e->mb);
-    fputc('\n', f);
-  }
-  int axis_y = TOP + tl->p * (ROW + GAP) + 4;
-  fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#555\"/>\n", LEFT, axis_y, LEFT + plot_w, axis_y);
-  double step = tick_step(t1 - t0);
-  for (double t = ceil(t0 / step) * step; t <= t1 + 1e-9 * step; t += step) {
-    double x = LEFT + (t - t0) * sx;
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#555\"/><text x=\"%.1f\" y=\"%d\" class=\"a\">%.4g</text>\n",
-            x, axis_y, x, axis_y + 5, x, axis_y + 18, t);
-  }
-  fprintf(f, "<text x=\"%.1f\" y=\"%d\" class=\"a\">time (%s)</text>\n", LEFT + plot_w / 2, axis_y + 34,
-          strcmp(tl->unit, "s") == 0 ? "seconds" : "cost units");
-  legend(f, axis_y + 44, split);
-  fprintf(f, "</svg>\n");
-  if (ferror(f) | (fclose(f) != 0)) return core_error_set(CORE_ERUNTIME, "writing %s failed", path);
-  return CORE_OK;
+  return rc;
 }

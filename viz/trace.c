@@ -1,5 +1,10 @@
-/* viz/trace.c: Chrome trace event JSON, written and read back. */
+/* viz/trace.c: Chrome trace event JSON, written and read back.
+ *
+ * The layout keeps to what Perfetto's JSON importer reads: only the top-level keys it knows
+ * (displayTimeUnit first, otherData, traceEvents), no arrays inside events, no \u escapes in
+ * brigade's own names, metadata events without a timestamp, pid/tid starting at 1. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,112 +13,208 @@
 #include "core/json.h"
 #include "viz/viz.h"
 
-/* Simulations are in cost units: one unit is drawn as one millisecond. */
-static double us_per_unit(const sched_timeline *tl) { return strcmp(tl->unit, "s") == 0 ? 1e6 : 1e3; }
+enum { TRACE_VERSION = 1, TRACE_PID = 1 };
 
-static void event_name(const sched_timeline *tl, const sched_event *e, char *buf, size_t n) {
-  char l = sched_op_letter((sched_op)e->op);
-  if (l && tl->v > 1) snprintf(buf, n, "%c%d.c%d", l, e->mb, e->chunk);
-  else if (l) snprintf(buf, n, "%c%d", l, e->mb);
-  else if (e->mb >= 0) snprintf(buf, n, "%s %d %s r%d", sched_op_name((sched_op)e->op), e->mb,
-                                (e->op == SCHED_SEND_ACT || e->op == SCHED_SEND_GRAD) ? "->" : "<-", e->peer);
-  else snprintf(buf, n, "%s", sched_op_name((sched_op)e->op));
+/* A cost unit is drawn as one millisecond, a second as a second. */
+static double us_per_unit(const char *unit) { return strcmp(unit, "s") == 0 ? 1e6 : 1e3; }
+
+/* Starts the next element of traceEvents: a separator before all but the first. */
+static void next_event(FILE *f, int *count) { fputs((*count)++ ? ",\n{" : "{", f); }
+
+static void write_meta(FILE *f, int *count, const char *what, int tid, const char *key,
+                       const char *str, int num) {
+  next_event(f, count);
+  fprintf(f, "\"name\":\"%s\",\"ph\":\"M\",\"pid\":%d", what, TRACE_PID);
+  if (tid > 0) fprintf(f, ",\"tid\":%d", tid);
+  fprintf(f, ",\"args\":{\"%s\":", key);
+  if (str)
+    core_json_write_string(f, str);
+  else
+    fprintf(f, "%d", num);
+  fputs("}}", f);
+}
+
+int viz_fwrite_trace(const sched_timeline *tl, FILE *f) {
+  int rc = viz_check(tl);
+  if (rc) return rc;
+  double k = us_per_unit(tl->unit), makespan, bubble;
+  viz_summary(tl, &makespan, &bubble);
+  fputs("{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"generator\":\"brigade\",", f);
+  fprintf(f, "\"version\":%d,\"schedule\":", TRACE_VERSION);
+  core_json_write_string(f, tl->schedule);
+  fputs(",\"unit\":", f);
+  core_json_write_string(f, tl->unit);
+  fputs(",\"us_per_unit\":", f);
+  core_json_write_number(f, k);
+  fprintf(f, ",\"p\":%d,\"v\":%d,\"m\":%d,\"makespan\":", tl->p, tl->v, tl->m);
+  core_json_write_number(f, makespan);
+  fputs(",\"bubble_rate\":", f);
+  core_json_write_number(f, bubble);
+  fputs("},\n\"traceEvents\":[\n", f);
+
+  char label[128];
+  int count = 0;
+  snprintf(label, sizeof label, "brigade %s p=%d v=%d m=%d (%s)", tl->schedule, tl->p, tl->v, tl->m,
+           strcmp(tl->unit, "s") == 0 ? "measured" : "simulated, 1 unit = 1 ms");
+  write_meta(f, &count, "process_name", 0, "name", label, 0);
+  for (int r = 0; r < tl->p; r++) {
+    snprintf(label, sizeof label, "rank %d", r);
+    write_meta(f, &count, "thread_name", r + 1, "name", label, 0);
+    write_meta(f, &count, "thread_sort_index", r + 1, "sort_index", NULL, r);
+  }
+  for (int i = 0; i < tl->n; i++) {
+    const sched_event *e = &tl->ev[i];
+    viz_event_name(tl, e, label, sizeof label);
+    next_event(f, &count);
+    fputs("\"name\":", f);
+    core_json_write_string(f, label);
+    fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":", sched_op_name((sched_op)e->op));
+    core_json_write_number(f, e->start * k);
+    fputs(",\"dur\":", f);
+    core_json_write_number(f, (e->end - e->start) * k);
+    fprintf(f,
+            ",\"pid\":%d,\"tid\":%d,\"args\":{\"mb\":%d,\"chunk\":%d,\"stage\":%d,\"peer\":%d,"
+            "\"start\":",
+            TRACE_PID, e->rank + 1, e->mb, e->chunk, e->stage, e->peer);
+    core_json_write_number(f, e->start);
+    fputs(",\"end\":", f);
+    core_json_write_number(f, e->end);
+    fputs("}}", f);
+  }
+  fputs("\n]}\n", f);
+  return CORE_OK;
 }
 
 int viz_write_trace(const sched_timeline *tl, const char *path) {
+  int rc = viz_check(tl);
+  if (rc) return rc;
   FILE *f = fopen(path, "w");
   if (!f) return core_error_set(CORE_ERUNTIME, "cannot write %s: %s", path, strerror(errno));
-  double k = us_per_unit(tl);
-  fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"brigade\",\"schedule\":");
-  core_json_write_string(f, tl->schedule);
-  fprintf(f, ",\"unit\":");
-  core_json_write_string(f, tl->unit);
-  fprintf(f, ",\"p\":%d,\"v\":%d,\"m\":%d,\"makespan\":%.17g,\"bubble_rate\":%.17g},\n\"traceEvents\":[\n",
-          tl->p, tl->v, tl->m, tl->makespan, tl->bubble_rate);
-  for (int r = 0; r < tl->p; r++)
-    fprintf(f, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}},\n", r, r);
-  for (int i = 0; i < tl->n; i++) {
-    const sched_event *e = &tl->ev[i];
-    char name[64];
-    event_name(tl, e, name, sizeof name);
-    fprintf(f, "{\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"name\":\"%s\",\"cat\":\"%s\",\"ts\":%.17g,\"dur\":%.17g,"
-               "\"args\":{\"op\":%d,\"mb\":%d,\"chunk\":%d,\"stage\":%d,\"peer\":%d,\"start\":%.17g,\"end\":%.17g}}%s\n",
-            e->rank, name, sched_op_name((sched_op)e->op), e->start * k, (e->end - e->start) * k, e->op,
-            e->mb, e->chunk, e->stage, e->peer, e->start, e->end, i + 1 < tl->n ? "," : "");
+  rc = viz_fwrite_trace(tl, f);
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad) {
+    remove(path);
+    return core_error_set(CORE_ERUNTIME, "writing %s failed", path);
   }
-  fprintf(f, "]}\n");
-  if (ferror(f) | (fclose(f) != 0)) return core_error_set(CORE_ERUNTIME, "writing %s failed", path);
-  return CORE_OK;
+  return rc;
 }
 
-static int num(const core_json *o, const char *key, double *out) {
-  const core_json *v = core_json_get(o, key);
-  if (!v || v->type != CORE_JSON_NUMBER) return -1;
-  *out = v->num;
-  return 0;
+/* ---- reading ---- */
+
+static int not_ours(const char *path) {
+  return core_error_set(CORE_EINPUT,
+                        "%s is not a brigade trace (no otherData.generator \"brigade\"); brigade "
+                        "reads the traces it wrote itself (brigade sim --trace, or a training run)",
+                        path);
 }
 
-static int read_meta(const char *path, const core_json *root, sched_timeline *tl) {
+static int at(const core_json *j, const char *what) {
+  return core_error_set(CORE_EINPUT, "%s:%d:%d: %s", j->src, j->line, j->col, what);
+}
+
+static int read_meta(const char *path, const core_json *root, sched_timeline *tl, double *upu) {
   const core_json *meta = core_json_get(root, "otherData");
-  const core_json *sch = meta ? core_json_get(meta, "schedule") : NULL;
-  const core_json *unit = meta ? core_json_get(meta, "unit") : NULL;
-  double p, v, m, mk, br;
-  if (!meta || !sch || sch->type != CORE_JSON_STRING || !unit || unit->type != CORE_JSON_STRING ||
-      num(meta, "p", &p) || num(meta, "v", &v) || num(meta, "m", &m) || num(meta, "makespan", &mk) ||
-      num(meta, "bubble_rate", &br))
-    return core_error_set(CORE_EINPUT, "%s is not a brigade trace (its otherData lacks schedule, "
-                          "unit, p, v, m, makespan or bubble_rate)", path);
-  if (p < 1 || p > 1 << 16 || v < 1 || v > 64 || m < 1 || m > 1 << 24)
-    return core_error_set(CORE_EINPUT, "%s: implausible shape p=%g v=%g m=%g", path, p, v, m);
-  sched_timeline_init(tl, sch->str, unit->str, (int)p, (int)v, (int)m);
-  tl->makespan = mk, tl->bubble_rate = br;
+  const core_json *gen = core_json_get(meta, "generator");
+  if (!core_json_is(gen, CORE_JSON_STRING) || strcmp(gen->str, "brigade") != 0)
+    return not_ours(path);
+  const char *schedule, *unit;
+  int version, p, v, m, rc;
+  double makespan, bubble;
+  if ((rc = core_json_get_int(meta, "version", 0, INT_MAX, &version))) return rc;
+  if (version != TRACE_VERSION)
+    return core_error_set(
+        CORE_EINPUT, "%s: trace format version %d is not supported (this brigade reads version %d)",
+        path, version, TRACE_VERSION);
+  if ((rc = core_json_get_string(meta, "schedule", &schedule)) ||
+      (rc = core_json_get_string(meta, "unit", &unit)) ||
+      (rc = core_json_get_number(meta, "us_per_unit", upu)) ||
+      (rc = core_json_get_int(meta, "p", 1, 1 << 20, &p)) ||
+      (rc = core_json_get_int(meta, "v", 1, 1 << 10, &v)) ||
+      (rc = core_json_get_int(meta, "m", 1, INT_MAX, &m)) ||
+      (rc = core_json_get_number(meta, "makespan", &makespan)) ||
+      (rc = core_json_get_number(meta, "bubble_rate", &bubble)))
+    return rc;
+  if (strlen(schedule) >= sizeof tl->schedule)
+    return at(core_json_get(meta, "schedule"), "'schedule' is longer than 31 bytes");
+  if (strlen(unit) >= sizeof tl->unit)
+    return at(core_json_get(meta, "unit"), "'unit' is longer than 15 bytes");
+  if (!(*upu > 0)) return at(core_json_get(meta, "us_per_unit"), "'us_per_unit' must be positive");
+  if (makespan < 0) return at(core_json_get(meta, "makespan"), "'makespan' must not be negative");
+  sched_timeline_init(tl, schedule, unit, p, v, m);
+  tl->makespan = makespan, tl->bubble_rate = bubble;
   return CORE_OK;
 }
 
-static int read_event(const sched_timeline *tl, const core_json *ev, sched_event *e) {
-  const core_json *args = core_json_get(ev, "args");
-  double tid, op, mb, chunk, stage, peer, start, end;
-  if (!args || num(ev, "tid", &tid) || num(args, "op", &op) || num(args, "mb", &mb) ||
-      num(args, "chunk", &chunk) || num(args, "stage", &stage) || num(args, "peer", &peer) ||
-      num(args, "start", &start) || num(args, "end", &end))
-    return -1;
-  if (tid < 0 || tid >= tl->p || op < 0 || op >= SCHED_OP_COUNT || end < start) return -1;
-  *e = (sched_event){.rank = (int)tid, .op = (uint8_t)op, .mb = (int)mb, .chunk = (int)chunk,
-                     .stage = (int)stage, .peer = (int)peer, .start = start, .end = end};
-  return 0;
+static int op_of(const char *name, sched_op *op) {
+  for (int o = 0; o < SCHED_OP_COUNT; o++)
+    if (strcmp(sched_op_name((sched_op)o), name) == 0) {
+      *op = (sched_op)o;
+      return 0;
+    }
+  return -1;
+}
+
+/* One complete event into *e. */
+static int read_event(const sched_timeline *tl, const core_json *ev, double upu, sched_event *e) {
+  const core_json *args;
+  const char *name, *cat;
+  int tid, rc;
+  double ts, dur;
+  sched_op op;
+  if ((rc = core_json_get_string(ev, "name", &name)) ||
+      (rc = core_json_get_string(ev, "cat", &cat)) ||
+      (rc = core_json_get_int(ev, "tid", 1, tl->p, &tid)) ||
+      (rc = core_json_get_number(ev, "ts", &ts)) || (rc = core_json_get_number(ev, "dur", &dur)) ||
+      (rc = core_json_get_object(ev, "args", &args)))
+    return rc;
+  if (op_of(cat, &op))
+    return at(core_json_get(ev, "cat"), "'cat' is not one of brigade's op names");
+  if (dur < 0) return at(core_json_get(ev, "dur"), "'dur' must not be negative");
+  *e = (sched_event){.rank = tid - 1, .op = (uint8_t)op};
+  if ((rc = core_json_get_int(args, "mb", -1, INT_MAX, &e->mb)) ||
+      (rc = core_json_get_int(args, "chunk", -1, tl->v - 1, &e->chunk)) ||
+      (rc = core_json_get_int(args, "stage", -1, tl->p * tl->v - 1, &e->stage)) ||
+      (rc = core_json_get_int(args, "peer", -1, tl->p - 1, &e->peer)))
+    return rc;
+  if (core_json_get(args, "start") || core_json_get(args, "end")) {
+    if ((rc = core_json_get_number(args, "start", &e->start)) ||
+        (rc = core_json_get_number(args, "end", &e->end)))
+      return rc;
+  } else { /* a trace written by something else: microseconds back to the timeline's unit */
+    e->start = ts / upu, e->end = (ts + dur) / upu;
+  }
+  if (!(e->end >= e->start)) return at(args, "the event ends before it starts");
+  return CORE_OK;
+}
+
+static int read_events(const core_json *root, sched_timeline *tl, double upu) {
+  const core_json *events = NULL;
+  int rc = core_json_get_array(root, "traceEvents", &events);
+  if (rc) return rc;
+  for (size_t i = 0; !rc && i < events->len; i++) {
+    const core_json *ev = events->items[i];
+    const char *ph;
+    if (!core_json_is(ev, CORE_JSON_OBJECT)) return at(ev, "a trace event must be an object");
+    if ((rc = core_json_get_string(ev, "ph", &ph))) return rc;
+    if (strcmp(ph, "M") == 0) continue; /* process and thread names */
+    if (strcmp(ph, "X") != 0)
+      return at(core_json_get(ev, "ph"), "unexpected event phase: a brigade trace holds complete "
+                                         "('X') and metadata ('M') events only");
+    sched_event e;
+    if (!(rc = read_event(tl, ev, upu, &e))) sched_timeline_add(tl, e);
+  }
+  return rc;
 }
 
 int viz_read_trace(const char *path, sched_timeline *tl) {
   memset(tl, 0, sizeof *tl);
-  FILE *f = fopen(path, "rb");
-  if (!f) return core_error_set(CORE_EINPUT, "cannot open trace %s: %s", path, strerror(errno));
-  size_t cap = 1 << 16, n = 0, k;
-  char *buf = core_malloc(cap);
-  while ((k = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += k;
-    if (n == cap) buf = core_realloc(buf, cap *= 2);
-  }
-  fclose(f);
   core_json *root;
-  int rc = core_json_parse(buf, n, path, &root);
-  free(buf);
+  int rc = core_json_parse_file(path, &root);
   if (rc) return rc;
-  rc = read_meta(path, root, tl);
-  const core_json *events = rc ? NULL : core_json_get(root, "traceEvents");
-  if (!rc && (!events || events->type != CORE_JSON_ARRAY))
-    rc = core_error_set(CORE_EINPUT, "%s: no traceEvents array", path);
-  int idx = 0;
-  for (const core_json *ev = events ? events->child : NULL; ev && !rc; ev = ev->next, idx++) {
-    const core_json *ph = core_json_get(ev, "ph");
-    if (!ph || ph->type != CORE_JSON_STRING) {
-      rc = core_error_set(CORE_EINPUT, "%s: event %d has no phase", path, idx);
-      break;
-    }
-    if (strcmp(ph->str, "X") != 0) continue; /* metadata rows */
-    sched_event e;
-    if (read_event(tl, ev, &e)) rc = core_error_set(CORE_EINPUT, "%s: event %d is malformed", path, idx);
-    else sched_timeline_add(tl, e);
-  }
+  double upu = 0;
+  if (!core_json_is(root, CORE_JSON_OBJECT)) rc = not_ours(path);
+  if (!rc) rc = read_meta(path, root, tl, &upu);
+  if (!rc) rc = read_events(root, tl, upu);
   core_json_free(root);
   if (rc) sched_timeline_free(tl);
   return rc;

@@ -38,6 +38,7 @@ typedef struct {
   const sched_costs *c;
   int S, m;
   double *f_end, *i_end; /* [S*m], < 0 until done */
+  int relax;             /* ignore the memory limits (only when nothing else can move) */
 } zb_state;
 
 /* Earliest start of the F (or I) of stage s, micro-batch j given what has finished. */
@@ -68,7 +69,7 @@ typedef struct {
 static zb_choice zb_next(const zb_state *z, const zb_rank *k, int r) {
   const sched_program *pr = z->pr;
   zb_choice best_i = {INFINITY, SCHED_BACKWARD_INPUT, -1, -1}, best_f = {INFINITY, SCHED_FORWARD, -1, -1};
-  int w_full = k->w_pending >= k->wlimit;
+  int w_full = !z->relax && k->w_pending >= k->wlimit;
   for (int c = pr->v - 1; c >= 0; c--) { /* later stages first on ties */
     int s = pr->stage_of[r * pr->v + c];
     if (k->ni[c] < z->m) {
@@ -76,7 +77,7 @@ static zb_choice zb_next(const zb_state *z, const zb_rank *k, int r) {
       t = t > k->free_at ? t : k->free_at;
       if (t < best_i.t) best_i = (zb_choice){t, SCHED_BACKWARD_INPUT, c, k->ni[c]};
     }
-    if (k->nf[c] < z->m && k->f_open < k->limit && !w_full) {
+    if (k->nf[c] < z->m && (z->relax || k->f_open < k->limit) && !w_full) {
       double t = f_ready(z, s, k->nf[c]);
       t = t > k->free_at ? t : k->free_at;
       if (t < best_f.t) best_f = (zb_choice){t, SCHED_FORWARD, c, k->nf[c]};
@@ -117,11 +118,14 @@ int sched_compile_zb(sched_program *pr, const sched_costs *costs) {
   for (size_t done = 0; done < 3 * n; done++) {
     int best_r = -1;
     zb_choice best = {INFINITY, 0, 0, 0};
-    for (int r = 0; r < p; r++) {
-      zb_choice ch = zb_next(&z, &rk[r], r);
-      if (ch.t < best.t) best = ch, best_r = r;
-    }
-    CORE_ASSERT(best_r >= 0); /* some rank can always move: the limits leave a W or an I */
+    for (z.relax = 0; best_r < 0 && z.relax < 2; z.relax++)
+      for (int r = 0; r < p; r++) {
+        zb_choice ch = zb_next(&z, &rk[r], r);
+        if (ch.t < best.t) best = ch, best_r = r;
+      }
+    /* With latencies the limits can leave every rank waiting on another's forward: then one
+     * forward beyond the limit (on the rank that can start soonest) breaks the wait. */
+    CORE_ASSERT(best_r >= 0);
     zb_rank *k = &rk[best_r];
     int s = pr->stage_of[best_r * v + best.chunk];
     double end = best.t + sched_op_cost(costs, (sched_op)best.op, s);

@@ -99,3 +99,21 @@ Test(zb, zb_v_zero_bubble_in_a_v) {
       sched_program_free(&pr);
     }
 }
+
+/* Latencies used to stall the list scheduler of zb-v (every rank at its memory limit, waiting
+ * on another's forward); the limits now give way when nothing else can move. */
+Test(zb, every_family_compiles_with_latency_and_uneven_costs) {
+  double comms[] = {0.1, 0.2, 0.5, 1.5};
+  for (int f = SCHED_ZB_H1; f <= SCHED_ZB_V; f++)
+    for (int ci = 0; ci < 4; ci++)
+      for (int p = 1; p <= 12; p++)
+        for (int m = 1; m <= 40; m += 3) {
+          sched_costs c = sched_costs_unit();
+          c.comm = comms[ci], c.w = ci == 3 ? 0.5 : 1;
+          sched_shape sh = {.family = (sched_family)f, .p = p, .v = f == SCHED_ZB_V ? 2 : 1, .m = m};
+          sched_program pr;
+          cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s p=%d m=%d comm=%g: %s",
+                       sched_family_name((sched_family)f), p, m, c.comm, core_error_msg());
+          sched_program_free(&pr);
+        }
+}

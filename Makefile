@@ -132,6 +132,7 @@ data/kjv.txt:
 run: $(BIN) data/kjv.txt
 	@mkdir -p out
 	$(MPIRUN) -np 4 $(BIN) train configs/default.cfg --log-json out/train.jsonl
+	$(BIN) sample --checkpoint out/checkpoint --prompt "And God said" --tokens 200
 	$(BIN) sim --schedule 1f1b --stages 4 --microbatches 8 --svg out/simulated.svg --trace out/simulated.json
 
 bench: $(BENCH_BINS)

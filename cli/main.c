@@ -17,6 +17,8 @@ static const char usage[] =
     "            [--act-bytes N] [--json] [--trace FILE.json] [--svg FILE.svg] [--ascii]\n"
     "  train     train a model: train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR]\n"
     "            (one process, or under mpirun -np N for pipeline stages x data replicas)\n"
+    "  sample    generate text from a checkpoint: sample --checkpoint DIR --prompt TEXT\n"
+    "            [--tokens N] [--temperature T] [--seed S]\n"
     "  plot      draw a trace brigade wrote: plot TRACE.json [-o FILE.svg] [--ascii]\n"
     "  help      this text\n";
 
@@ -31,6 +33,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "sim") == 0) return cli_sim(argc - 1, argv + 1);
   if (strcmp(cmd, "plot") == 0) return cli_plot(argc - 1, argv + 1);
   if (strcmp(cmd, "train") == 0) return cli_train(argc - 1, argv + 1);
+  if (strcmp(cmd, "sample") == 0) return cli_sample(argc - 1, argv + 1);
   fprintf(stderr, "brigade: error: unknown command '%s' (see 'brigade help')\n", cmd);
   return 2;
 }

@@ -124,6 +124,8 @@ void layers_chunk_forward(layers_chunk *ch, int slot);
 void layers_chunk_backward_input(layers_chunk *ch, int slot, float grad_scale);
 void layers_chunk_backward_weight(layers_chunk *ch, int slot);
 double layers_chunk_loss_sum(const layers_chunk *ch, int slot); /* sum of per-position losses */
+/* output of the chunk's layer i (0-based within the chunk) for a slot */
+float *layers_chunk_layer_output(const layers_chunk *ch, int slot, int i);
 /* bytes of one slot (the memory model's act_bytes) */
 size_t layers_chunk_slot_bytes(const layers_chunk *ch);
 

@@ -221,6 +221,7 @@ size_t layers_chunk_out_floats(const layers_chunk *ch) {
   return (size_t)ch->B * ch->T * (size_t)ch->layers[ch->n - 1].out_width;
 }
 size_t layers_chunk_slot_bytes(const layers_chunk *ch) { return ch->slot_floats * sizeof(float); }
+float *layers_chunk_layer_output(const layers_chunk *ch, int slot, int i) { return slot_base(ch, slot) + ch->out_off[i]; }
 
 /* The io of layer i for a slot: inputs are the previous layer's output (or the slot's input). */
 static layer_io io_of(const layers_chunk *ch, int slot, int i) {

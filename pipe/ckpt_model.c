@@ -58,6 +58,8 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
       rc = put_layers(&w, rn);
       if (!rc) rc = pipe_ckpt_put(&w, "step", PIPE_CKPT_I64, &st, 1);
       if (!rc) rc = pipe_ckpt_put(&w, "opt_t", PIPE_CKPT_I64, &t, 1);
+      int64_t vocab = rn->chunks[0].layers[0].V; /* the model's vocabulary, for `brigade sample` */
+      if (!rc) rc = pipe_ckpt_put(&w, "vocab", PIPE_CKPT_I64, &vocab, 1);
       if (!rc && topo->stage == 0) { /* the effective config, for the record */
         char *text = NULL;
         size_t n = 0;
@@ -128,17 +130,46 @@ static int load_layers(const char *sub, pipe_runner *rn, long *step) {
   return rc;
 }
 
-int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo, long *step) {
-  char latest[1100], name[256] = "", sub[1400];
+/* DIR/latest -> DIR/step_N, checked */
+static int latest_dir(const char *dir, char *sub, size_t n) {
+  char latest[1100], name[256] = "";
   snprintf(latest, sizeof latest, "%s/latest", dir);
   FILE *f = fopen(latest, "r");
   if (!f) return core_error_set(CORE_EINPUT, "--resume %s: no complete checkpoint there (%s: %s)", dir, latest, strerror(errno));
   int ok = fscanf(f, "%255s", name) == 1 && strncmp(name, "step_", 5) == 0 && !strchr(name, '/');
   fclose(f);
   if (!ok) return core_error_set(CORE_EINPUT, "--resume %s: %s is malformed", dir, latest);
-  snprintf(sub, sizeof sub, "%s/%s", dir, name);
+  snprintf(sub, n, "%s/%s", dir, name);
+  return CORE_OK;
+}
+
+int pipe_ckpt_model_config(const char *dir, char **text, int64_t *vocab) {
+  char sub[1400], path[1500];
+  int rc = latest_dir(dir, sub, sizeof sub);
+  if (rc) return rc;
+  snprintf(path, sizeof path, "%s/rank_00000.ckpt", sub);
+  pipe_ckpt_reader r;
+  rc = pipe_ckpt_open(&r, path);
+  if (rc) return rc;
+  const pipe_ckpt_record *c = pipe_ckpt_find(&r, "config");
+  if (!c) rc = core_error_set(CORE_EINPUT, "checkpoint %s has no config record", path);
+  *vocab = 256; /* checkpoints without the record come from byte-level runs */
+  if (!rc && pipe_ckpt_find(&r, "vocab")) rc = pipe_ckpt_get(&r, "vocab", PIPE_CKPT_I64, vocab, 1);
+  if (!rc) {
+    *text = core_malloc(c->count + 1);
+    memcpy(*text, c->data, c->count);
+    (*text)[c->count] = 0;
+  }
+  pipe_ckpt_close(&r);
+  return rc;
+}
+
+int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo, long *step) {
+  char sub[1400];
+  int rc = latest_dir(dir, sub, sizeof sub);
+  if (rc) return rc;
   *step = -1;
-  int rc = load_layers(sub, rn, step);
+  rc = load_layers(sub, rn, step);
   if (!rc && *step < 0) rc = core_error_set(CORE_EINPUT, "checkpoint %s has no step record", sub);
   (void)topo;
   return rc;

@@ -6,6 +6,8 @@
 #ifndef BRIGADE_PIPE_CKPT_MODEL_H
 #define BRIGADE_PIPE_CKPT_MODEL_H
 
+#include <stdint.h>
+
 #include "core/config.h"
 #include "pipe/runner.h"
 
@@ -14,5 +16,8 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
 /* Loads the state of this rank's layers from the checkpoint DIR/latest names; *step is the
  * next step to run. */
 int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo, long *step);
+
+/* The effective config (text, caller frees) and vocabulary saved with the latest checkpoint. */
+int pipe_ckpt_model_config(const char *dir, char **text, int64_t *vocab);
 
 #endif

@@ -162,3 +162,26 @@ Test(train, bad_configs_name_the_line) {
   bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "train = { steps = 1; };\n", "--resume /nonexistent", "no complete checkpoint");
   bad_config("data = {\n path = ; };\n", "", ":2: syntax error");
 }
+
+Test(train, sample_from_a_checkpoint, .timeout = 120) {
+  char dir[] = "/tmp/brigade_sample_XXXXXX", cmd[1024], out[] = "/tmp/brigade_sample_out_XXXXXX";
+  cr_assert(mkdtemp(dir));
+  close(mkstemp(out));
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=3 "
+           "--set checkpoint.dir=%s 1>&2", test_build_dir(), dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s/brigade sample --checkpoint %s --prompt 'In the beginning' --tokens 40 --seed 3 > %s",
+           test_build_dir(), dir, out);
+  cr_assert_eq(test_sh(cmd), 0);
+  FILE *f = fopen(out, "rb");
+  char text[256] = "";
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  cr_assert_eq(n, strlen("In the beginning") + 40 + 1, "%zu bytes: %s", n, text);
+  cr_assert(strncmp(text, "In the beginning", 16) == 0);
+  snprintf(cmd, sizeof cmd, "%s/brigade sample --checkpoint /nonexistent --prompt x 2>/dev/null", test_build_dir());
+  cr_assert_eq(test_sh(cmd), 2);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+  unlink(out);
+}

@@ -1,0 +1,87 @@
+/* pipe/sample.c: load the latest checkpoint into one chunk holding the whole model and
+ * generate: the window is the last T tokens, padded at the end (causal attention keeps the
+ * padding out of the positions that matter), and the next token comes from the head's logits at
+ * the last real position. */
+#include "pipe/sample.h"
+
+#include <math.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "pipe/ckpt_model.h"
+
+static int pick(const float *logits, int V, double temp, core_rng *r) {
+  int best = 0;
+  for (int i = 1; i < V; i++) best = logits[i] > logits[best] ? i : best;
+  if (temp <= 0) return best;
+  double sum = 0, u = core_rng_uniform(r);
+  double *p = core_malloc(sizeof(double) * (size_t)V);
+  for (int i = 0; i < V; i++) sum += (p[i] = exp((logits[i] - logits[best]) / temp));
+  int k = V - 1;
+  for (int i = 0; i < V; i++) {
+    u -= p[i] / sum;
+    if (u < 0) {
+      k = i;
+      break;
+    }
+  }
+  free(p);
+  return k;
+}
+
+static int generate(const pipe_sample_opts *o, layers_chunk *ch, FILE *out) {
+  int T = ch->T, V = ch->layers[0].V, n = (int)strlen(o->prompt), head = ch->n - 2;
+  if (V != 256) return core_error_set(CORE_EINPUT, "sampling needs a byte-level model (vocabulary 256, got %d)", V);
+  if (n == 0) return core_error_set(CORE_EINPUT, "--prompt is empty");
+  int total = n + o->tokens;
+  int32_t *seq = core_malloc(sizeof(int32_t) * (size_t)total);
+  for (int i = 0; i < n; i++) seq[i] = (unsigned char)o->prompt[i];
+  fputs(o->prompt, out);
+  core_rng r = core_rng_keyed(o->seed, 0x5a3, 0, 0);
+  for (int len = n; len < total; len++) {
+    int start = len > T ? len - T : 0, w = len - start;
+    int32_t *tok = layers_chunk_tokens(ch, 0);
+    memset(tok, 0, sizeof(int32_t) * (size_t)T);
+    memcpy(tok, seq + start, sizeof(int32_t) * (size_t)w);
+    layers_chunk_forward(ch, 0);
+    const float *logits = layers_chunk_layer_output(ch, 0, head) + (size_t)(w - 1) * V;
+    seq[len] = pick(logits, V, o->temperature, &r);
+    fputc(seq[len], out);
+  }
+  fputc('\n', out);
+  free(seq);
+  return CORE_OK;
+}
+
+int pipe_sample(const pipe_sample_opts *o, FILE *out) {
+  char *text = NULL;
+  int64_t vocab = 0;
+  int rc = pipe_ckpt_model_config(o->checkpoint, &text, &vocab);
+  core_config *cfg = NULL;
+  if (!rc) rc = core_config_load_string(&cfg, text, o->checkpoint);
+  free(text);
+  layers_model m = {0};
+  if (!rc) rc = layers_model_build(&m, cfg, (int)vocab);
+  layers_chunk ch = {0};
+  if (!rc) rc = layers_chunk_init(&ch, &m, 0, m.n, kernels_cpu_ops(), 1, m.T, 1);
+  if (!rc && m.layers[m.n - 2].out_width != m.V)
+    rc = core_error_set(CORE_EINPUT, "the model's second-to-last layer does not give logits");
+  if (!rc) {
+    /* the checkpoint loader fills parameters (and optimizer state, unused here) by layer */
+    float *om = core_calloc(ch.nparams, sizeof(float)), *ov = core_calloc(ch.nparams, sizeof(float));
+    pipe_topo topo = {0};
+    pipe_runner rn = {.v = 1, .chunks = &ch, .opt_m = &om, .opt_v = &ov, .topo = &topo};
+    long step;
+    rc = pipe_ckpt_model_load(o->checkpoint, &rn, &topo, &step);
+    free(om), free(ov);
+  }
+  if (!rc) rc = generate(o, &ch, out);
+  if (ch.layers) layers_chunk_free(&ch);
+  if (m.built) layers_model_free(&m);
+  core_config_free(cfg);
+  return rc;
+}

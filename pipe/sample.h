@@ -1,0 +1,19 @@
+/* pipe/sample.h: text generation from a checkpoint (byte-level models), in one process. */
+#ifndef BRIGADE_PIPE_SAMPLE_H
+#define BRIGADE_PIPE_SAMPLE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+  const char *checkpoint; /* directory with `latest` */
+  const char *prompt;
+  int tokens;             /* how many to generate */
+  double temperature;     /* 0: greedy */
+  uint64_t seed;
+} pipe_sample_opts;
+
+/* Writes the prompt and its continuation to out. */
+int pipe_sample(const pipe_sample_opts *o, FILE *out);
+
+#endif

@@ -107,8 +107,8 @@ $(BIN): $(CLI_OBJS) $(LIB)
 $(TEST_BINS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJS) $(LIB)
 	$(CC) $(LDFLAGS) $< $(TEST_HELPER_OBJS) $(LIB) $(LDLIBS) $(TEST_LIBS) -o $@
 
-$(WORKER_BINS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(LIB)
-	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
+$(WORKER_BINS): $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_HELPER_OBJS) $(LIB)
+	$(CC) $(LDFLAGS) $< $(TEST_HELPER_OBJS) $(LIB) $(LDLIBS) -o $@
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@

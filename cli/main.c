@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "kernels/ops.h"
 
 static const char usage[] =
     "usage: brigade <command> [options]\n"
@@ -23,6 +24,7 @@ static const char usage[] =
     "  help      this text\n";
 
 int main(int argc, char **argv) {
+  kernels_cpu_reexec(argv);
   if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
       strcmp(argv[1], "-h") == 0) {
     fputs(usage, argc < 2 ? stderr : stdout);

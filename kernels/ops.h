@@ -63,9 +63,11 @@ typedef struct kernels_ops {
   void (*round_fp16)(float *x, size_t n);           /* round to fp16 precision (and range) */
 } kernels_ops;
 
-/* Sets up the CPU backend (OpenBLAS core type and threads); call before anything else uses BLAS.
- * threads <= 0 leaves OpenBLAS's default. */
+/* Sets OpenBLAS's thread count (threads <= 0 leaves its default). */
 void kernels_cpu_init(int threads);
+/* First thing in main: on a CPU with AVX-512, re-executes the program with
+ * OPENBLAS_CORETYPE=SkylakeX so OpenBLAS loads its AVX-512 kernels (it picks them at load). */
+void kernels_cpu_reexec(char **argv);
 const kernels_ops *kernels_cpu_ops(void);
 /* "cpu" or "cuda"; CORE_EINPUT for other names, CORE_ERUNTIME when CUDA is not built or no GPU. */
 int kernels_get_ops(const char *backend, const kernels_ops **out);

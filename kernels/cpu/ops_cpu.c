@@ -1,6 +1,7 @@
 /* kernels/cpu/ops_cpu.c: the CPU op table. GEMMs through OpenBLAS; everything else is plain C
  * loops in a fixed order (deterministic), written after llm.c's train_gpt2.c. */
 #include <cblas.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,13 +273,18 @@ static const kernels_ops cpu_ops = {
 void openblas_set_num_threads(int);
 
 void kernels_cpu_init(int threads) {
-  /* OpenBLAS 0.3.21 does not know Zen 5 and falls back to Haswell kernels: ask for the AVX-512
-   * ones when the CPU has them (ENVIRONMENT.md measured 107 -> 202 GFLOP/s). The variable is
-   * read when OpenBLAS initialises, which for a dynamic-arch build is at first use. */
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && !getenv("OPENBLAS_CORETYPE"))
-    setenv("OPENBLAS_CORETYPE", "SkylakeX", 0);
   if (threads > 0) openblas_set_num_threads(threads);
+}
+
+void kernels_cpu_reexec(char **argv) {
+  /* OpenBLAS 0.3.21 does not know Zen 5 and falls back to its Haswell kernels (about 107
+   * GFLOP/s a core here); its SkylakeX kernels run at about 202. The choice is made when the
+   * library is loaded, before main, so the variable has to be in the environment at exec:
+   * set it and exec ourselves once. BRIGADE_NO_REEXEC=1 (or any OPENBLAS_CORETYPE) skips it. */
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f") || getenv("OPENBLAS_CORETYPE") || getenv("BRIGADE_NO_REEXEC")) return;
+  setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+  execv("/proc/self/exe", argv); /* returns only on failure: then run with the default kernels */
 }
 
 const kernels_ops *kernels_cpu_ops(void) { return &cpu_ops; }

@@ -6,6 +6,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "pipe/plan.h"
 #include "schedule/schedule.h"
 #include "viz/viz.h"
 
@@ -16,6 +17,10 @@ typedef struct {
   sched_costs costs;
   const char *format, *out, *trace, *svg;
   int json, ascii;
+  const char *config; /* sim CONFIG: a training config */
+  const char *sets[64];
+  int nsets;
+  double gflops;
 } sched_opts;
 
 static int fail(void) {
@@ -29,6 +34,7 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
   o->shape.v = 1;
   o->costs = sched_costs_unit();
   o->format = "actions";
+  o->gflops = 50;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = NULL;
     int rc = CORE_OK;
@@ -77,11 +83,24 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       VALUE(), o->trace = val;
     } else if (allow_sim && strcmp(a, "--svg") == 0) {
       VALUE(), o->svg = val;
+    } else if (allow_sim && strcmp(a, "--set") == 0) {
+      if (!VALUE() && o->nsets == 64) rc = core_error_set(CORE_EINPUT, "too many --set options");
+      else if (!rc) o->sets[o->nsets++] = val;
+    } else if (allow_sim && strcmp(a, "--gflops") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 1e-6, &o->gflops);
+    } else if (allow_sim && a[0] != '-' && !o->config) {
+      o->config = a;
     } else {
       rc = core_error_set(CORE_EINPUT, "%s: unknown option '%s' (see 'brigade help')", argv[0], a);
     }
 #undef VALUE
     if (rc) return rc;
+  }
+  if (o->config) {
+    if (o->have_schedule || o->have_stages || o->have_mb || o->schedule_file)
+      return core_error_set(CORE_EINPUT, "sim CONFIG takes the shape from the config: use --set "
+                                         "pipeline.schedule=... instead of the shape flags");
+    return CORE_OK;
   }
   if (o->schedule_file) {
     if (o->have_schedule || o->have_stages || o->have_mb)
@@ -166,9 +185,20 @@ static void print_table(const sched_program *pr, const sched_sim_result *res) {
 int cli_sim(int argc, char **argv) {
   sched_opts o;
   sched_program pr;
-  if (parse_opts(argc, argv, 1, &o) || build_program(&o, &pr)) return fail();
+  pipe_plan plan = {0};
+  if (parse_opts(argc, argv, 1, &o)) return fail();
+  if (o.config) { /* predict a training config: FLOP-priced stages, times in seconds */
+    if (pipe_plan_build(o.config, o.sets, o.nsets, o.gflops, &plan)) return fail();
+    pr = plan.prog;
+    o.costs = plan.costs;
+    if (!o.json)
+      printf("%s: %.3f M parameters; stage costs from FLOPs at %.4g GFLOP/s (--gflops)\n", o.config,
+             plan.params / 1e6, o.gflops);
+  } else if (build_program(&o, &pr)) {
+    return fail();
+  }
   sched_timeline tl;
-  sched_timeline_init(&tl, sched_family_name(pr.family), "unit", pr.p, pr.v, pr.m);
+  sched_timeline_init(&tl, sched_family_name(pr.family), o.config ? "s" : "unit", pr.p, pr.v, pr.m);
   sched_sim_result res;
   int rc = sched_simulate(&pr, &o.costs, &res, &tl);
   if (!rc) {
@@ -183,7 +213,8 @@ int cli_sim(int argc, char **argv) {
     sched_sim_result_free(&res);
   }
   sched_timeline_free(&tl);
-  sched_program_free(&pr);
+  if (o.config) pipe_plan_free(&plan);
+  else sched_program_free(&pr);
   return rc ? fail() : 0;
 }
 

@@ -16,6 +16,8 @@ static const char usage[] =
     "            shape flags as for compile, or --schedule-file FILE.csv;\n"
     "            [--cost-f T] [--cost-b T] [--cost-w T] [--comm T] [--cost-reduce T] [--cost-step T]\n"
     "            [--act-bytes N] [--json] [--trace FILE.json] [--svg FILE.svg] [--ascii]\n"
+    "            or: sim CONFIG [--set key=value ...] [--gflops G]: predict a training config's step\n"
+    "            from per-layer FLOPs (stage forward = FLOPs / G, backward twice that)\n"
     "  train     train a model: train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR]\n"
     "            (one process, or under mpirun -np N for pipeline stages x data replicas)\n"
     "  sample    generate text from a checkpoint: sample --checkpoint DIR --prompt TEXT\n"

@@ -27,33 +27,7 @@ typedef struct {
   FILE *log_json;
 } trainer;
 
-/* Layer weights for the partitioner; the loss layer rides with the layer before it. */
-static int cut_model(trainer *tr) {
-  const layers_model *m = &tr->model;
-  int k = tr->cfg.stages * tr->cfg.v, n = m->n - 1;
-  double *w = core_malloc(sizeof(double) * (size_t)n);
-  for (int i = 0; i < n; i++) {
-    const layer *l = &m->layers[i];
-    w[i] = tr->cfg.part == SCHED_PART_COST ? l->type->flops_per_token(l) : (double)l->nparams;
-    if (i == n - 1) w[i] += tr->cfg.part == SCHED_PART_COST ? m->layers[n].type->flops_per_token(&m->layers[n]) : 0;
-  }
-  int *given = NULL, rc = CORE_OK;
-  if (tr->cfg.part == SCHED_PART_EXPLICIT) {
-    int nb = core_config_list_len(tr->cfg.cfg, "pipeline.boundaries");
-    if (nb != k + 1) rc = core_error_set(CORE_EINPUT, "pipeline.boundaries needs %d entries (0, the cuts, %d) for %d pieces", k + 1, n, k);
-    given = core_malloc(sizeof(int) * (size_t)(k + 1));
-    for (int i = 0; i < nb && !rc; i++) {
-      int64_t b;
-      rc = core_config_array_int(tr->cfg.cfg, "pipeline.boundaries", i, &b);
-      given[i] = (int)b;
-    }
-  }
-  tr->bounds = core_malloc(sizeof(int) * (size_t)(k + 1));
-  if (!rc) rc = sched_partition(tr->cfg.part, w, n, k, given, tr->bounds);
-  if (!rc) tr->bounds[k] = m->n; /* the loss joins the last piece */
-  free(w), free(given);
-  return rc ? core_error_prefix("%s: partitioning the model", core_config_name(tr->cfg.cfg)) : CORE_OK;
-}
+static int cut_model(trainer *tr) { return train_cut_model(&tr->cfg, &tr->model, &tr->bounds); }
 
 static int setup_runner(trainer *tr) {
   pipe_runner *rn = &tr->rn;
@@ -173,6 +147,37 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
   }
 }
 
+/* The simulator's prediction for this program from the op times measured in the step: mean F,
+ * B (or I and W) time per virtual stage, the step's tail as measured on the slowest rank. */
+static void predict(const trainer *tr, const sched_timeline *meas) {
+  int S = tr->cfg.stages * tr->cfg.v;
+  double *sum = core_calloc((size_t)S * 3, sizeof(double));
+  int *cnt = core_calloc((size_t)S * 3, sizeof(int));
+  for (int i = 0; i < meas->n; i++) {
+    const sched_event *e = &meas->ev[i];
+    int k = e->op == SCHED_FORWARD ? 0 : (e->op == SCHED_BACKWARD || e->op == SCHED_BACKWARD_INPUT) ? 1
+            : e->op == SCHED_BACKWARD_WEIGHT ? 2 : -1;
+    if (k < 0 || e->stage < 0 || e->stage >= S) continue;
+    sum[3 * e->stage + k] += e->end - e->start, cnt[3 * e->stage + k]++;
+  }
+  double *f = core_calloc((size_t)S, sizeof(double)), *b = core_calloc((size_t)S, sizeof(double)),
+         *w = core_calloc((size_t)S, sizeof(double));
+  for (int s = 0; s < S; s++) {
+    f[s] = cnt[3 * s] ? sum[3 * s] / cnt[3 * s] : 0;
+    b[s] = cnt[3 * s + 1] ? sum[3 * s + 1] / cnt[3 * s + 1] : 0;
+    w[s] = cnt[3 * s + 2] ? sum[3 * s + 2] / cnt[3 * s + 2] : 0;
+  }
+  sched_costs c = {.stage_f = f, .stage_b = b, .stage_w = w};
+  sched_sim_result res;
+  if (sched_simulate(&tr->prog, &c, &res, NULL) == CORE_OK) {
+    core_log(CORE_LOG_INFO, "predicted from the measured op times: step %.2f ms, bubble rate %.1f%% "
+             "(measured: %.2f ms, %.1f%%; ranks sharing cores, communication and waiting are not in the model)",
+             res.makespan * 1e3, 100 * res.bubble_rate, meas->makespan * 1e3, 100 * meas->bubble_rate);
+    sched_sim_result_free(&res);
+  }
+  free(sum), free(cnt), free(f), free(b), free(w);
+}
+
 /* The measured timeline of one step: every rank's events, gathered on rank 0 and written as
  * the simulator's files are. */
 static int write_trace(trainer *tr, sched_timeline *tl) {
@@ -198,6 +203,7 @@ static int write_trace(trainer *tr, sched_timeline *tl) {
     if (!rc) rc = viz_write_svg(&out, svg);
     if (!rc) core_log(CORE_LOG_INFO, "measured timeline: %s and %s (step time %.2f ms, bubble rate %.1f%%)",
                       tr->cfg.trace_path, svg, out.makespan * 1e3, 100 * out.bubble_rate);
+    if (!rc) predict(tr, &out);
     sched_timeline_free(&out);
   }
   free(counts), free(displ), free(all);

@@ -114,3 +114,18 @@ Test(cli, bad_input_is_one_line_and_exit_2) {
   free(out);
   remove(csv);
 }
+
+Test(cli, sim_a_training_config) {
+  char *out;
+  cr_assert_eq(brigade("sim configs/tiny.cfg --set pipeline.stages=4 --set pipeline.schedule=zb-h1 --gflops 10 --json", &out), 0, "%s", out);
+  core_json *j;
+  cr_assert_eq(core_json_parse(out, strlen(out), "stdout", &j), 0, "%s", out);
+  cr_assert_str_eq(core_json_get(j, "schedule")->str, "zb-h1");
+  cr_assert_eq(core_json_get(j, "stages")->num, 4);
+  cr_assert(core_json_get(j, "makespan")->num > 0);
+  core_json_free(j);
+  free(out);
+  cr_assert_eq(brigade("sim configs/tiny.cfg --set pipeline.stages=16", &out), 2);
+  cr_assert(strstr(out, "fewer than the 16 pieces"), "%s", out);
+  free(out);
+}

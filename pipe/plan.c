@@ -1,0 +1,94 @@
+/* pipe/plan.c: what a config would do, without running it: the cut, the compiled program and a
+ * cost model from per-layer FLOPs, for `brigade sim CONFIG`. */
+#include "pipe/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "pipe/train_internal.h"
+
+int train_cut_model(const train_cfg *t, const layers_model *m, int **bounds_out) {
+  int k = t->stages * t->v, n = m->n - 1;
+  double *w = core_malloc(sizeof(double) * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    const layer *l = &m->layers[i];
+    w[i] = t->part == SCHED_PART_COST ? l->type->flops_per_token(l) : (double)l->nparams;
+    if (i == n - 1 && t->part == SCHED_PART_COST) w[i] += m->layers[n].type->flops_per_token(&m->layers[n]);
+  }
+  int *given = NULL, rc = CORE_OK;
+  if (t->part == SCHED_PART_EXPLICIT) {
+    int nb = core_config_list_len(t->cfg, "pipeline.boundaries");
+    if (nb != k + 1)
+      rc = core_error_set(CORE_EINPUT, "pipeline.boundaries needs %d entries (0, the cuts, %d) for %d pieces", k + 1, n, k);
+    given = core_malloc(sizeof(int) * (size_t)(k + 1));
+    for (int i = 0; i < nb && i <= k && !rc; i++) {
+      int64_t b;
+      rc = core_config_array_int(t->cfg, "pipeline.boundaries", i, &b);
+      given[i] = (int)b;
+    }
+  }
+  int *bounds = core_malloc(sizeof(int) * (size_t)(k + 1));
+  if (!rc) rc = sched_partition(t->part, w, n, k, given, bounds);
+  if (!rc) bounds[k] = m->n; /* the loss joins the last piece */
+  free(w), free(given);
+  if (rc) {
+    free(bounds);
+    return core_error_prefix("%s: partitioning the model", core_config_name(t->cfg));
+  }
+  *bounds_out = bounds;
+  return CORE_OK;
+}
+
+int pipe_plan_build(const char *config, const char **sets, int nsets, double gflops, pipe_plan *out) {
+  memset(out, 0, sizeof *out);
+  pipe_train_opts o = {.config = config, .sets = sets, .nsets = nsets};
+  train_cfg t;
+  core_config *probe;
+  int64_t stages = 1, vocab = 256;
+  /* the config's own stage count stands in for the number of ranks */
+  int rc = core_config_load(&probe, config);
+  if (!rc) {
+    for (int i = 0; i < nsets && !rc; i++) rc = core_config_set(probe, sets[i]);
+    if (!rc) rc = core_config_get_int_range(probe, "pipeline.stages", 1, 1, 1 << 16, &stages);
+    if (!rc) rc = core_config_get_int_range(probe, "model.vocab_size", 256, 1, 1 << 24, &vocab);
+    core_config_free(probe);
+  }
+  if (!rc) rc = train_read_config(&t, &o, (int)stages);
+  if (rc) return rc;
+  layers_model m = {0};
+  int *bounds = NULL;
+  rc = layers_model_build(&m, t.cfg, (int)vocab);
+  if (!rc) rc = train_cut_model(&t, &m, &bounds);
+  sched_shape sh = {.family = t.family, .p = t.stages, .v = t.v, .m = t.m};
+  int S = t.stages * t.v;
+  if (!rc) {
+    for (int i = 0; i < m.n; i++) sh.tied |= m.layers[i].tied_to >= 0;
+    out->f = core_calloc((size_t)S, sizeof(double));
+    out->b = core_calloc((size_t)S, sizeof(double));
+    out->w = core_calloc((size_t)S, sizeof(double));
+    double tokens = (double)t.B * m.T;
+    for (int s = 0; s < S; s++) {
+      double fl = 0;
+      for (int i = bounds[s]; i < bounds[s + 1]; i++) fl += m.layers[i].type->flops_per_token(&m.layers[i]);
+      out->f[s] = fl * tokens / (gflops * 1e9); /* seconds */
+      out->b[s] = out->w[s] = out->f[s];       /* backward = twice the forward, half each */
+    }
+    out->costs = (sched_costs){.stage_f = out->f, .stage_b = out->b, .stage_w = out->w};
+    rc = sched_compile(&sh, &out->costs, &out->prog);
+  }
+  if (!rc) {
+    out->stages = t.stages, out->v = t.v, out->m = t.m;
+    out->params = layers_model_params(&m);
+  }
+  free(bounds);
+  if (m.built) layers_model_free(&m);
+  core_config_free(t.cfg);
+  return rc;
+}
+
+void pipe_plan_free(pipe_plan *p) {
+  sched_program_free(&p->prog);
+  free(p->f), free(p->b), free(p->w);
+  memset(p, 0, sizeof *p);
+}

@@ -135,7 +135,7 @@ run: $(BIN) data/kjv.txt
 	$(BIN) sample --checkpoint out/checkpoint --prompt "And God said" --tokens 200
 	$(BIN) sim --schedule 1f1b --stages 4 --microbatches 8 --svg out/simulated.svg --trace out/simulated.json
 
-bench: $(BENCH_BINS)
+bench: $(BENCH_BINS) $(BIN)
 	@for b in $(BENCH_BINS); do echo "== $$b"; $$b || exit 1; done
 
 format:

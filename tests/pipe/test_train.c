@@ -40,7 +40,7 @@ static void read_log(const char *path, run_log *lg) {
  * leaks at MPI_Init even in one process, so sanitizer builds run it without leak checks. */
 static int train(int np, const char *sets, const char *log) {
   char args[2048];
-  snprintf(args, sizeof args, "train configs/tiny.cfg --set train.steps=12 --set train.eval_interval=6 %s --log-json %s", sets, log);
+  snprintf(args, sizeof args, "train configs/tiny.cfg --set train.steps=20 --set train.eval_interval=10 %s --log-json %s", sets, log);
   if (np > 0) return test_mpirun(np, "brigade", args);
   char cmd[2300];
   snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade %s 1>&2", test_build_dir(), args);
@@ -62,13 +62,14 @@ Test(train, pipelines_equal_single_process_bit_for_bit, .timeout = 300) {
   const char *m3 = "--set gradient_accumulation_steps=3";
   cr_assert_eq(train(0, m3, log), 0);
   read_log(log, &ref);
-  cr_assert_eq(ref.n, 12);
-  cr_assert(ref.loss[11] < ref.loss[0] - 0.5, "the loss did not fall: %g -> %g", ref.loss[0], ref.loss[11]);
+  cr_assert_eq(ref.n, 20);
+  cr_assert(ref.loss[19] < ref.loss[0] - 0.5, "the loss did not fall: %g -> %g", ref.loss[0], ref.loss[19]);
   const struct { int np; const char *sets; } layouts[] = {
       {2, "--set pipeline.stages=2 --set pipeline.schedule=gpipe"},
       {4, "--set pipeline.stages=4 --set pipeline.schedule=1f1b"}, /* m < p */
       {2, "--set pipeline.stages=2 --set pipeline.schedule=interleaved --set pipeline.virtual_stages=2"},
       {4, "--set pipeline.stages=4 --set pipeline.schedule=zb-h1"},
+      {3, "--set pipeline.stages=3 --set pipeline.schedule=zb-h2"},
       {2, "--set pipeline.stages=2 --set pipeline.schedule=zb-v"},
       {4, "--set pipeline.stages=4 --set pipeline.schedule=interleaved --set pipeline.partition_method=uniform"},
   };
@@ -102,14 +103,14 @@ Test(train, resume_is_bit_identical, .timeout = 120) {
   char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_ckpt_XXXXXX";
   close(mkstemp(log));
   cr_assert(mkdtemp(dir));
-  const char *sched = "--set scheduler.params.total_num_steps=12";
+  const char *sched = "--set scheduler.params.total_num_steps=20";
   char sets[512];
   cr_assert_eq(train(0, sched, log), 0);
   read_log(log, &full);
-  /* 6 steps and a checkpoint, then resume to 12, on 2 stages for a change of process count */
-  snprintf(sets, sizeof sets, "%s --set train.steps=6 --set checkpoint.dir=%s", sched, dir);
+  /* 10 steps and a checkpoint, then resume to 20, on 2 stages for a change of process count */
+  snprintf(sets, sizeof sets, "%s --set train.steps=10 --set checkpoint.dir=%s", sched, dir);
   char args[1024], cmd[2048];
-  snprintf(args, sizeof args, "train configs/tiny.cfg --set train.eval_interval=6 %s --log-json %s", sets, log);
+  snprintf(args, sizeof args, "train configs/tiny.cfg --set train.eval_interval=10 %s --log-json %s", sets, log);
   snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade %s 1>&2", test_build_dir(), args);
   cr_assert_eq(test_sh(cmd), 0);
   read_log(log, &first);

@@ -5,12 +5,24 @@
 
 #include "tests/common/mpirun.h"
 
-static void run(const char *fam, int p, int v, int m) {
+static void run_steps(const char *fam, int p, int v, int m, int steps) {
   char args[256];
-  snprintf(args, sizeof args, "--schedule %s --stages %d --virtual %d --microbatches %d --sync --tied --steps 3",
-           fam, p, v, m);
+  snprintf(args, sizeof args, "--schedule %s --stages %d --virtual %d --microbatches %d --sync --tied --steps %d",
+           fam, p, v, m, steps);
   int rc = test_mpirun(p, "tests/pipe/worker_sched", args);
   cr_assert_eq(rc, 0, "worker_sched %s failed (exit %d)", args, rc);
+}
+
+static void run(const char *fam, int p, int v, int m) { run_steps(fam, p, v, m, 3); }
+
+/* 200 steps of every family with synchronous sends: no deadlock, every value checked. */
+Test(worker_mpi, two_hundred_steps_every_family, .timeout = 300) {
+  run_steps("gpipe", 4, 1, 8, 200);
+  run_steps("1f1b", 4, 1, 8, 200);
+  run_steps("interleaved", 4, 2, 6, 200);
+  run_steps("zb-h1", 4, 1, 8, 200);
+  run_steps("zb-h2", 4, 1, 8, 200);
+  run_steps("zb-v", 4, 2, 8, 200);
 }
 
 Test(worker_mpi, gpipe_and_1f1b, .timeout = 240) {

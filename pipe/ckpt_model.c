@@ -24,7 +24,27 @@ static int mkdirs(const char *path) {
   return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-static int put_layers(pipe_ckpt_writer *w, const pipe_runner *rn) {
+/* Whole optimizer-state tensors of every chunk (gathered from the ZeRO shards; collective). */
+static int gather_states(const pipe_runner *rn, float ***m, float ***v) {
+  *m = core_calloc((size_t)rn->v, sizeof(float *));
+  *v = core_calloc((size_t)rn->v, sizeof(float *));
+  int rc = CORE_OK;
+  for (int c = 0; c < rn->v && !rc; c++) {
+    size_t n = rn->chunks[c].nparams;
+    (*m)[c] = core_calloc(n ? n : 1, sizeof(float));
+    (*v)[c] = core_calloc(n ? n : 1, sizeof(float));
+    rc = zero_gather_state(&rn->zb[c], rn->opt_m[c], (*m)[c]);
+    if (!rc) rc = zero_gather_state(&rn->zb[c], rn->opt_v[c], (*v)[c]);
+  }
+  return rc;
+}
+
+static void free_states(const pipe_runner *rn, float **m, float **v) {
+  for (int c = 0; c < rn->v; c++) free(m[c]), free(v[c]);
+  free(m), free(v);
+}
+
+static int put_layers(pipe_ckpt_writer *w, const pipe_runner *rn, float **full_m, float **full_v) {
   int rc = CORE_OK;
   for (int c = 0; c < rn->v && !rc; c++) {
     const layers_chunk *ch = &rn->chunks[c];
@@ -35,9 +55,9 @@ static int put_layers(pipe_ckpt_writer *w, const pipe_runner *rn) {
       snprintf(name, sizeof name, "layer.%d.params", l->index);
       rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, l->params, l->nparams);
       snprintf(name, sizeof name, "layer.%d.adam_m", l->index);
-      if (!rc) rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, rn->opt_m[c] + off, l->nparams);
+      if (!rc) rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, full_m[c] + off, l->nparams);
       snprintf(name, sizeof name, "layer.%d.adam_v", l->index);
-      if (!rc) rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, rn->opt_v[c] + off, l->nparams);
+      if (!rc) rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, full_v[c] + off, l->nparams);
     }
   }
   return rc;
@@ -47,15 +67,16 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
                          const core_config *cfg) {
   char sub[1024], path[1100];
   snprintf(sub, sizeof sub, "%s/step_%08ld", dir, step);
-  int rc = CORE_OK;
-  if (topo->data == 0) { /* replicas hold the same state: one copy per stage */
+  float **full_m, **full_v;
+  int rc = gather_states(rn, &full_m, &full_v);
+  if (!rc && topo->data == 0) { /* replicas hold the same state: one copy per stage */
     if (mkdirs(sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
     snprintf(path, sizeof path, "%s/rank_%05d.ckpt", sub, topo->stage);
     pipe_ckpt_writer w;
     if (!rc) rc = pipe_ckpt_create(&w, path);
     if (!rc) {
       int64_t st = step, t = rn->opt_t;
-      rc = put_layers(&w, rn);
+      rc = put_layers(&w, rn, full_m, full_v);
       if (!rc) rc = pipe_ckpt_put(&w, "step", PIPE_CKPT_I64, &st, 1);
       if (!rc) rc = pipe_ckpt_put(&w, "opt_t", PIPE_CKPT_I64, &t, 1);
       int64_t vocab = rn->chunks[0].layers[0].V; /* the model's vocabulary, for `brigade sample` */
@@ -73,6 +94,7 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
       else pipe_ckpt_abort(&w);
     }
   }
+  free_states(rn, full_m, full_v);
   /* `latest` moves only when every rank has written its file */
   int bad = rc != CORE_OK, any = 0;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -90,7 +112,7 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
 }
 
 /* Copies the records of every layer this rank owns from whichever rank file holds them. */
-static int load_layers(const char *sub, pipe_runner *rn, long *step) {
+static int load_layers(const char *sub, pipe_runner *rn, float **full_m, float **full_v, long *step) {
   DIR *d = opendir(sub);
   if (!d) return core_error_set(CORE_EINPUT, "cannot open checkpoint %s: %s", sub, strerror(errno));
   int total = 0, found = 0, rc = CORE_OK;
@@ -115,9 +137,9 @@ static int load_layers(const char *sub, pipe_runner *rn, long *step) {
         if (!pipe_ckpt_find(&r, name)) continue;
         rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, l->params, l->nparams);
         snprintf(name, sizeof name, "layer.%d.adam_m", l->index);
-        if (!rc) rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, rn->opt_m[c] + ch->param_off[i], l->nparams);
+        if (!rc) rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, full_m[c] + ch->param_off[i], l->nparams);
         snprintf(name, sizeof name, "layer.%d.adam_v", l->index);
-        if (!rc) rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, rn->opt_v[c] + ch->param_off[i], l->nparams);
+        if (!rc) rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, full_v[c] + ch->param_off[i], l->nparams);
         found++;
       }
     }
@@ -169,7 +191,22 @@ int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo
   int rc = latest_dir(dir, sub, sizeof sub);
   if (rc) return rc;
   *step = -1;
-  rc = load_layers(sub, rn, step);
+  float **full_m = core_calloc((size_t)rn->v, sizeof(float *)), **full_v = core_calloc((size_t)rn->v, sizeof(float *));
+  for (int c = 0; c < rn->v; c++) {
+    full_m[c] = core_calloc(rn->chunks[c].nparams + 1, sizeof(float));
+    full_v[c] = core_calloc(rn->chunks[c].nparams + 1, sizeof(float));
+  }
+  rc = load_layers(sub, rn, full_m, full_v, step);
+  for (int c = 0; c < rn->v && !rc; c++) { /* each rank keeps its ZeRO shard of the state */
+    if (rn->zb) {
+      zero_take_shard(&rn->zb[c], full_m[c], rn->opt_m[c]);
+      zero_take_shard(&rn->zb[c], full_v[c], rn->opt_v[c]);
+    } else {
+      memcpy(rn->opt_m[c], full_m[c], sizeof(float) * rn->chunks[c].nparams);
+      memcpy(rn->opt_v[c], full_v[c], sizeof(float) * rn->chunks[c].nparams);
+    }
+  }
+  free_states(rn, full_m, full_v);
   if (!rc && *step < 0) rc = core_error_set(CORE_EINPUT, "checkpoint %s has no step record", sub);
   (void)topo;
   return rc;

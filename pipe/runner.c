@@ -55,11 +55,14 @@ static int compute(pipe_runner *rn, const sched_instr *in) {
   case SCHED_BACKWARD_INPUT:
     local_handoff(rn, in, 0);
     layers_chunk_backward_input(ch, in->slot, rn->grad_scale);
-    if (in->op == SCHED_BACKWARD) layers_chunk_backward_weight(ch, in->slot);
+    if (in->op == SCHED_BACKWARD) {
+      layers_chunk_backward_weight(ch, in->slot);
+      return zero_after_backward(&rn->zb[in->chunk]); /* ZeRO-2: this micro-batch's share */
+    }
     return CORE_OK;
   default:
     layers_chunk_backward_weight(ch, in->slot);
-    return CORE_OK;
+    return zero_after_backward(&rn->zb[in->chunk]);
   }
 }
 
@@ -85,44 +88,59 @@ static int reduce_tied(pipe_runner *rn, const sched_instr *in) {
   return err == MPI_SUCCESS ? CORE_OK : core_error_set(CORE_ERUNTIME, "tied-gradient exchange failed");
 }
 
-/* ZeRO stage 0: every replica gets the sum of the gradients (the scale already averages). */
+/* Each chunk's gradients summed over the data-parallel group: all of them (ZeRO-0) or the
+ * owned shard (ZeRO-1/2; the scale already averages). */
 static int reduce_grads(pipe_runner *rn) {
-  if (rn->topo->d == 1) return CORE_OK;
-  for (int c = 0; c < rn->v; c++)
-    if (MPI_Allreduce(MPI_IN_PLACE, rn->chunks[c].grads, (int)rn->chunks[c].nparams, MPI_FLOAT, MPI_SUM,
-                      rn->topo->dp) != MPI_SUCCESS)
-      return core_error_set(CORE_ERUNTIME, "gradient all-reduce failed");
+  for (int c = 0; c < rn->v; c++) {
+    int rc = zero_reduce(&rn->zb[c]);
+    if (rc) return rc;
+  }
   return CORE_OK;
 }
 
-/* Squared norm of this rank's gradients, counting a tied weight once (the head's copy is
- * skipped: it equals the embedding's after REDUCE_TIED_GRADS). */
+/* Parameter range [lo, hi) of chunk c that the gradient norm skips: the tied head's copy (it
+ * equals the embedding's after REDUCE_TIED_GRADS, so the weight counts once). */
+static void skipped(const pipe_runner *rn, int c, size_t *lo, size_t *hi) {
+  *lo = *hi = 0;
+  if (!rn->head_tied || c != rn->tied_head_chunk) return;
+  const layers_chunk *ch = &rn->chunks[c];
+  *lo = ch->param_off[rn->tied_head_layer];
+  *hi = *lo + ch->layers[rn->tied_head_layer].nparams;
+}
+
+/* Squared norm of the gradients this rank owns. */
 static double local_sumsq(const pipe_runner *rn) {
   double s = 0;
   for (int c = 0; c < rn->v; c++) {
-    const layers_chunk *ch = &rn->chunks[c];
-    for (int i = 0; i < ch->n; i++) {
-      if (rn->head_tied && c == rn->tied_head_chunk && i == rn->tied_head_layer) continue;
-      s += ch->ops->sumsq(ch->layers[i].grads, ch->layers[i].nparams);
-    }
+    const zero_buffer *z = &rn->zb[c];
+    const float *g = zero_grad(z);
+    size_t lo, hi, sk_lo, sk_hi;
+    zero_range(z, &lo, &hi);
+    skipped(rn, c, &sk_lo, &sk_hi);
+    for (size_t i = lo; i < hi; i++)
+      if (i < sk_lo || i >= sk_hi) s += (double)g[i - lo] * g[i - lo];
   }
   return s;
 }
 
-static void update_range(pipe_runner *rn, int c, size_t lo, size_t hi, float wd, float gscale) {
+static void update_range(pipe_runner *rn, int c, size_t lo, size_t hi, size_t base, float wd, float gscale) {
   layers_chunk *ch = &rn->chunks[c];
+  const float *g = zero_grad(&rn->zb[c]) + (lo - base);
+  float *m = rn->opt_m[c] + (lo - base), *v = rn->opt_v[c] + (lo - base);
   if (strcmp(rn->opt.type, "sgd") == 0)
-    ch->ops->sgd(ch->params + lo, ch->grads + lo, rn->opt.momentum > 0 ? rn->opt_m[c] + lo : NULL, hi - lo,
-                 (float)rn->lr, (float)rn->opt.momentum, wd, gscale);
+    ch->ops->sgd(ch->params + lo, g, rn->opt.momentum > 0 ? m : NULL, hi - lo, (float)rn->lr,
+                 (float)rn->opt.momentum, wd, gscale);
   else
-    ch->ops->adamw(ch->params + lo, ch->grads + lo, rn->opt_m[c] + lo, rn->opt_v[c] + lo, hi - lo,
-                   (float)rn->lr, (float)rn->opt.beta1, (float)rn->opt.beta2, (float)rn->opt.eps, wd,
-                   (int)rn->opt_t, gscale);
+    ch->ops->adamw(ch->params + lo, g, m, v, hi - lo, (float)rn->lr, (float)rn->opt.beta1,
+                   (float)rn->opt.beta2, (float)rn->opt.eps, wd, (int)rn->opt_t, gscale);
 }
 
 static int optimizer_step(pipe_runner *rn) {
+  /* ZeRO-0: replicas hold the same gradients, so the norm spans the pipeline; with shards it
+   * spans every rank */
+  MPI_Comm all = rn->zb[0].stage == 0 ? rn->topo->pipe : MPI_COMM_WORLD;
   double s = local_sumsq(rn), total = 0;
-  if (MPI_Allreduce(&s, &total, 1, MPI_DOUBLE, MPI_SUM, rn->topo->pipe) != MPI_SUCCESS)
+  if (MPI_Allreduce(&s, &total, 1, MPI_DOUBLE, MPI_SUM, all) != MPI_SUCCESS)
     return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce failed");
   rn->grad_norm = sqrt(total);
   if (!isfinite(rn->grad_norm))
@@ -132,14 +150,16 @@ static int optimizer_step(pipe_runner *rn) {
   rn->opt_t++;
   for (int c = 0; c < rn->v; c++) {
     const uint8_t *mask = rn->decay[c];
-    size_t n = rn->chunks[c].nparams, lo = 0;
-    while (lo < n) { /* runs of equal decay */
+    size_t base, end;
+    zero_range(&rn->zb[c], &base, &end);
+    for (size_t lo = base; lo < end;) { /* runs of equal decay within the owned range */
       size_t hi = lo;
-      while (hi < n && mask[hi] == mask[lo]) hi++;
-      update_range(rn, c, lo, hi, mask[lo] ? (float)rn->opt.weight_decay : 0.0f, gscale);
+      while (hi < end && mask[hi] == mask[lo]) hi++;
+      update_range(rn, c, lo, hi, base, mask[lo] ? (float)rn->opt.weight_decay : 0.0f, gscale);
       lo = hi;
     }
-    memset(rn->chunks[c].grads, 0, sizeof(float) * n);
+    int rc = zero_finish(&rn->zb[c]);
+    if (rc) return rc;
   }
   return CORE_OK;
 }

@@ -11,6 +11,7 @@
 #include "pipe/topo.h"
 #include "pipe/worker.h"
 #include "schedule/ir.h"
+#include "zero/zero.h"
 
 typedef struct {
   char type[16]; /* "adamw" or "sgd" */
@@ -22,7 +23,8 @@ typedef struct {
   const pipe_topo *topo;
   int v;
   layers_chunk *chunks; /* [v], chunk c holds virtual stage pr->stage_of[rank*v + c] */
-  float **opt_m, **opt_v; /* [v] optimizer state, same layout as the chunk's parameters */
+  zero_buffer *zb;        /* [v] ZeRO partitioning of each chunk's flat buffers */
+  float **opt_m, **opt_v; /* [v] optimizer state of the owned range (zero_state_len floats) */
   uint8_t **decay;        /* [v] weight-decay masks */
   const pipe_data *data;
   uint64_t seed;

@@ -38,6 +38,7 @@ static int setup_runner(trainer *tr) {
   memset(rn, 0, sizeof *rn);
   rn->topo = &tr->topo, rn->v = c->v, rn->data = &tr->data, rn->seed = c->seed, rn->opt = c->opt;
   rn->chunks = core_calloc((size_t)c->v, sizeof(layers_chunk));
+  rn->zb = core_calloc((size_t)c->v, sizeof(zero_buffer));
   rn->opt_m = core_calloc((size_t)c->v, sizeof(float *));
   rn->opt_v = core_calloc((size_t)c->v, sizeof(float *));
   rn->decay = core_calloc((size_t)c->v, sizeof(uint8_t *));
@@ -51,16 +52,25 @@ static int setup_runner(trainer *tr) {
                            tr->model.T, slots);
     if (rc) break;
     layers_chunk *k = &rn->chunks[ch];
-    rn->opt_m[ch] = core_calloc(k->nparams, sizeof(float));
-    rn->opt_v[ch] = core_calloc(k->nparams, sizeof(float));
+    rc = zero_init(&rn->zb[ch], c->zero_stage, tr->topo.dp, k->params, k->grads, k->nparams);
+    if (rc) break;
+    rn->opt_m[ch] = core_calloc(zero_state_len(&rn->zb[ch]), sizeof(float));
+    rn->opt_v[ch] = core_calloc(zero_state_len(&rn->zb[ch]), sizeof(float));
     rn->decay[ch] = core_malloc(k->nparams ? k->nparams : 1);
     for (int i = 0; i < k->n; i++) {
       layers_decay_mask(&k->layers[i], rn->decay[ch] + k->param_off[i]);
-      if (k->layers[i].tied_to >= 0) rn->head_tied = 1, rn->tied_head_chunk = ch, rn->tied_head_layer = i;
+      if (k->layers[i].tied_to >= 0) {
+        rn->head_tied = 1, rn->tied_head_chunk = ch, rn->tied_head_layer = i;
+        if (!rc) rc = zero_exclude(&rn->zb[ch], k->param_off[i], k->param_off[i] + k->layers[i].nparams);
+      }
     }
     if (s == 0) rn->tied_emb_chunk = ch;
   }
   for (int i = 0; i < tr->model.n; i++) rn->head_tied |= tr->model.layers[i].tied_to >= 0;
+  if (rn->head_tied && rn->tied_emb_chunk >= 0) { /* the embedding's wte is the other tied copy */
+    const layer *e = &rn->chunks[rn->tied_emb_chunk].layers[0];
+    if (!rc) rc = zero_exclude(&rn->zb[rn->tied_emb_chunk], 0, (size_t)e->V * e->C);
+  }
   rn->grad_scale = 1.0f / (float)((double)c->m * c->B * tr->model.T * c->d);
   pipe_runner_use(rn, &tr->prog);
   return rc;
@@ -238,9 +248,10 @@ static void teardown(trainer *tr) {
   pipe_worker_free(&tr->eval_worker);
   for (int c = 0; c < tr->cfg.v && tr->rn.chunks; c++) {
     layers_chunk_free(&tr->rn.chunks[c]);
+    zero_free(&tr->rn.zb[c]);
     free(tr->rn.opt_m[c]), free(tr->rn.opt_v[c]), free(tr->rn.decay[c]);
   }
-  free(tr->rn.chunks), free(tr->rn.opt_m), free(tr->rn.opt_v), free(tr->rn.decay), free(tr->rn.slot_of);
+  free(tr->rn.chunks), free(tr->rn.zb), free(tr->rn.opt_m), free(tr->rn.opt_v), free(tr->rn.decay), free(tr->rn.slot_of);
   sched_program_free(&tr->prog);
   sched_program_free(&tr->eval_prog);
   layers_model_free(&tr->model);
@@ -259,6 +270,19 @@ static void announce(trainer *tr) {
            "micro-batches of %d, %zu instructions per step",
            tr->cfg.stages, tr->cfg.d, sched_family_name(tr->prog.family), tr->cfg.v, tr->cfg.m, tr->cfg.B,
            sched_program_count(&tr->prog));
+  /* memory and traffic of rank 0 (the first stage's first replica) */
+  double params = 0, state = 0, per_step = 0;
+  int d = tr->cfg.d, zs = tr->cfg.zero_stage;
+  for (int c = 0; c < tr->cfg.v; c++) {
+    double n = (double)tr->rn.chunks[c].nparams;
+    params += 4 * n, state += 2 * 4.0 * zero_state_len(&tr->rn.zb[c]);
+    double shard = 4.0 * tr->rn.zb[c].shard * (d - 1);
+    per_step += d == 1 ? 0 : zs == 0 ? 2 * 4 * n * (d - 1) / d : zs == 1 ? 2 * shard : (tr->cfg.m + 1) * shard;
+  }
+  core_log(CORE_LOG_INFO, "ZeRO stage %d over %d replica(s), rank 0: parameters %.2f MB, gradients %.2f MB, "
+           "optimizer state %.2f MB; data-parallel traffic %.2f MB per step (%s)", zs, d, params / 1e6, params / 1e6,
+           state / 1e6, per_step / 1e6,
+           zs == 0 ? "all-reduce" : zs == 1 ? "one reduce-scatter + one all-gather" : "a reduce-scatter per micro-batch + one all-gather");
   for (int s = 0; s < tr->cfg.stages * tr->cfg.v; s++)
     core_log(CORE_LOG_INFO, "  virtual stage %d (rank %d): layers %d..%d (%s .. %s)", s, tr->prog.rank_of[s],
              tr->bounds[s], tr->bounds[s + 1] - 1, tr->model.layers[tr->bounds[s]].name,

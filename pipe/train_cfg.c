@@ -150,8 +150,6 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   if (!rc) rc = core_config_get_string(c, "trace.path", NULL, &t->trace_path);
   if (!rc) rc = get_i(c, "trace.step", 1, 0, 1 << 30, &t->trace_step);
   if (!rc) rc = get_i(c, "zero_optimization.stage", 0, 0, 2, &t->zero_stage);
-  if (!rc && t->zero_stage != 0)
-    rc = core_error_set(CORE_EINPUT, "zero_optimization.stage %d is not built yet (stage 0 only)", t->zero_stage);
   if (!rc) rc = read_optimizer(t);
   if (!rc) rc = read_betas(t);
   if (!rc) rc = read_schedule(t);

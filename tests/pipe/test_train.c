@@ -186,3 +186,64 @@ Test(train, sample_from_a_checkpoint, .timeout = 120) {
   test_sh(cmd);
   unlink(out);
 }
+
+static void close_to(const run_log *ref, const run_log *got, int from, const char *what) {
+  for (int i = 0; i < got->n; i++) {
+    double want = ref->loss[from + i];
+    cr_assert(fabs(got->loss[i] - want) <= 1e-5 * fabs(want), "%s: step %d loss %.9g vs %.9g", what,
+              from + i + 1, got->loss[i], want);
+  }
+}
+
+/* ZeRO 0, 1, 2 with p=2, d=2 and p=1, d=4 give the single-process losses of the same global
+ * batch within 1e-5 relative (fp32). */
+Test(train, zero_stages_match_single_process, .timeout = 300) {
+  run_log ref, got;
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  cr_assert_eq(train(0, "--set gradient_accumulation_steps=4", log), 0);
+  read_log(log, &ref);
+  for (int z = 0; z <= 2; z++) {
+    char sets[256];
+    snprintf(sets, sizeof sets, "--set zero_optimization.stage=%d --set pipeline.stages=2 --set gradient_accumulation_steps=2", z);
+    cr_assert_eq(train(4, sets, log), 0, "%s", sets);
+    read_log(log, &got);
+    cr_assert_eq(got.n, ref.n);
+    close_to(&ref, &got, 0, sets);
+    snprintf(sets, sizeof sets, "--set zero_optimization.stage=%d --set pipeline.stages=1 --set gradient_accumulation_steps=1", z);
+    cr_assert_eq(train(4, sets, log), 0, "%s", sets);
+    read_log(log, &got);
+    close_to(&ref, &got, 0, sets);
+  }
+  unlink(log);
+}
+
+/* A checkpoint saved at p=2, d=2, ZeRO-1 resumes at p=4, d=1, ZeRO-0 and at p=1, d=4, ZeRO-2:
+ * the losses continue within 1e-5 of the original layout's own continuation. */
+Test(train, checkpoints_reshape, .timeout = 300) {
+  run_log full, rest;
+  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_reshape_XXXXXX", sets[512];
+  close(mkstemp(log));
+  cr_assert(mkdtemp(dir));
+  const char *base = "--set scheduler.params.total_num_steps=20 --set train.eval_interval=0";
+  snprintf(sets, sizeof sets, "%s --set zero_optimization.stage=1 --set pipeline.stages=2 --set gradient_accumulation_steps=2", base);
+  cr_assert_eq(train(4, sets, log), 0);
+  read_log(log, &full);
+  snprintf(sets, sizeof sets, "%s --set zero_optimization.stage=1 --set pipeline.stages=2 --set gradient_accumulation_steps=2 "
+           "--set train.steps=10 --set checkpoint.dir=%s", base, dir);
+  char args[1024];
+  snprintf(args, sizeof args, "train configs/tiny.cfg %s", sets);
+  cr_assert_eq(test_mpirun(4, "brigade", args), 0);
+  snprintf(sets, sizeof sets, "%s --set zero_optimization.stage=0 --set pipeline.stages=4 --set gradient_accumulation_steps=4 --resume %s", base, dir);
+  cr_assert_eq(train(4, sets, log), 0, "%s", sets);
+  read_log(log, &rest);
+  cr_assert_eq(rest.n, 10);
+  close_to(&full, &rest, 10, "p=4 d=1 ZeRO-0");
+  snprintf(sets, sizeof sets, "%s --set zero_optimization.stage=2 --set pipeline.stages=1 --set gradient_accumulation_steps=1 --resume %s", base, dir);
+  cr_assert_eq(train(4, sets, log), 0, "%s", sets);
+  read_log(log, &rest);
+  close_to(&full, &rest, 10, "p=1 d=4 ZeRO-2");
+  snprintf(args, sizeof args, "rm -rf %s", dir);
+  test_sh(args);
+  unlink(log);
+}

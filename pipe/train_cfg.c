@@ -12,6 +12,7 @@ static const core_config_key keys[] = {
     {"gradient_clipping", CORE_CFG_FLOAT}, {"backend", CORE_CFG_STRING}, {"threads", CORE_CFG_INT},
     {"train", CORE_CFG_GROUP}, {"train.steps", CORE_CFG_INT}, {"train.seed", CORE_CFG_INT},
     {"train.eval_interval", CORE_CFG_INT}, {"train.eval_batches", CORE_CFG_INT},
+    {"train.timeout", CORE_CFG_FLOAT},
     {"optimizer", CORE_CFG_GROUP}, {"optimizer.type", CORE_CFG_STRING},
     {"optimizer.params", CORE_CFG_GROUP}, {"optimizer.params.lr", CORE_CFG_FLOAT},
     {"optimizer.params.betas", CORE_CFG_LIST}, {"optimizer.params.betas.[]", CORE_CFG_FLOAT},
@@ -139,6 +140,8 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   if (!rc) rc = get_i(c, "train.eval_interval", 0, 0, 1 << 30, &t->eval_interval);
   if (!rc) rc = get_i(c, "train.eval_batches", 4, 1, 1 << 16, &t->eval_batches);
   if (!rc) rc = get_i(c, "threads", 1, 0, 1024, &t->threads);
+  if (!rc) rc = core_config_get_float(c, "train.timeout", 60.0, &t->timeout);
+  if (!rc && !(t->timeout > 0)) rc = core_error_set(CORE_EINPUT, "train.timeout must be > 0 seconds");
   if (!rc) rc = core_config_get_int(c, "train.seed", 1337, &seed);
   if (!rc) rc = core_config_get_string(c, "data.path", NULL, &t->data_path);
   if (!rc && !t->data_path) rc = core_error_set(CORE_EINPUT, "%s: data.path is missing (a text or token file)", core_config_name(c));

@@ -15,6 +15,7 @@ typedef struct {
   uint64_t seed;
   const char *data_path, *val_path, *backend;
   double val_fraction;
+  double timeout; /* seconds a rank waits for a peer before failing the run */
   sched_family family;
   int stages, v;
   sched_part_method part;

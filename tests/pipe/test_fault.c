@@ -1,0 +1,89 @@
+/* Faults: a rank killed mid-run ends the whole job quickly and non-zero; resuming from the last
+ * complete checkpoint reaches the uninterrupted run's losses bit for bit. A run whose loss
+ * diverges stops with a message and saves nothing corrupt. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/common/mpirun.h"
+
+static void last_loss(const char *log, char *out, size_t n) {
+  FILE *f = fopen(log, "r");
+  cr_assert(f, "no log %s", log);
+  char line[512], *last = NULL;
+  out[0] = 0;
+  while (fgets(line, sizeof line, f))
+    if ((last = strstr(line, "\"loss\":"))) snprintf(out, n, "%.*s", (int)strcspn(last + 7, ","), last + 7);
+  fclose(f);
+}
+
+Test(fault, killed_rank_ends_the_job_and_resume_recovers, .timeout = 300) {
+  char dir[] = "/tmp/brigade_fault_XXXXXX", cmd[4096], ref[64], got[64];
+  cr_assert(mkdtemp(dir));
+  const char *b = test_build_dir();
+  const char *env = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+                    "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none "
+                    "ASAN_OPTIONS=detect_leaks=0";
+  const char *sets = "--set pipeline.stages=4 --set train.steps=40 --set train.eval_interval=0 "
+                     "--set train_micro_batch_size_per_gpu=32 --set checkpoint.interval=5";
+  /* the uninterrupted run */
+  snprintf(cmd, sizeof cmd, "%s timeout 120 mpirun -np 4 %s/brigade train configs/tiny.cfg %s --set checkpoint.dir=%s/a "
+           "--log-json %s/ref.jsonl >/dev/null 2>&1", env, b, sets, dir, dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  /* the same run, with rank 2 killed once the first checkpoint is complete */
+  snprintf(cmd, sizeof cmd,
+           "%s; D=%s; (timeout 120 mpirun -np 4 %s/brigade train configs/tiny.cfg %s --set checkpoint.dir=$D/b "
+           ">$D/killed.log 2>&1; echo $? > $D/rc) & "
+           "for i in $(seq 1 300); do [ -f $D/b/latest ] && break; sleep 0.05; done; "
+           "victim=$(pgrep -f \"^%s/brigade train configs/tiny.cfg.*$D/b\" | sed -n 3p); "
+           "[ -n \"$victim\" ] && kill -9 $victim; t0=$(date +%%s); "
+           "for i in $(seq 1 400); do [ -f $D/rc ] && break; sleep 0.05; done; "
+           "echo $(( $(date +%%s) - t0 )) > $D/secs; [ -f $D/rc ]",
+           "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+           "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none "
+           "ASAN_OPTIONS=detect_leaks=0", dir, b, sets, b);
+  cr_assert_eq(test_sh(cmd), 0, "the job did not end within 20 s of the kill");
+  char path[256];
+  snprintf(path, sizeof path, "%s/rc", dir);
+  FILE *f = fopen(path, "r");
+  int rc = 0, secs = 99;
+  cr_assert_eq(fscanf(f, "%d", &rc), 1);
+  fclose(f);
+  snprintf(path, sizeof path, "%s/secs", dir);
+  f = fopen(path, "r");
+  cr_assert_eq(fscanf(f, "%d", &secs), 1);
+  fclose(f);
+  cr_assert_neq(rc, 0, "the job with a killed rank exited 0");
+  cr_assert(secs <= 10, "the job took %d s to end after the kill", secs);
+  /* resume from whatever was last complete; reach step 40 */
+  snprintf(cmd, sizeof cmd, "%s timeout 120 mpirun -np 4 %s/brigade train configs/tiny.cfg %s --set checkpoint.dir=%s/b "
+           "--resume %s/b --log-json %s/resumed.jsonl >/dev/null 2>&1", env, b, sets, dir, dir, dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(path, sizeof path, "%s/ref.jsonl", dir);
+  last_loss(path, ref, sizeof ref);
+  snprintf(path, sizeof path, "%s/resumed.jsonl", dir);
+  last_loss(path, got, sizeof got);
+  cr_assert(ref[0] && strcmp(ref, got) == 0, "step 40: uninterrupted %s, resumed %s", ref, got);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+}
+
+Test(fault, diverging_loss_stops_with_a_message, .timeout = 60) {
+  char dir[] = "/tmp/brigade_div_XXXXXX", cmd[1024];
+  cr_assert(mkdtemp(dir));
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set optimizer.params.lr=1e30 "
+           "--set gradient_clipping=0.0 --set train.steps=20 --set checkpoint.dir=%s --set checkpoint.interval=1 > %s/out 2>&1",
+           test_build_dir(), dir, dir);
+  int rc = test_sh(cmd);
+  cr_assert_neq(rc, 0);
+  snprintf(cmd, sizeof cmd, "grep -q 'not finite' %s/out", dir);
+  cr_assert_eq(test_sh(cmd), 0, "no message about the non-finite gradient");
+  /* what was saved is complete and loads */
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s --prompt x --tokens 3 > /dev/null 2>&1 || "
+           "[ ! -f %s/latest ]", test_build_dir(), dir, dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+}

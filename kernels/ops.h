@@ -1,8 +1,14 @@
-/* kernels/ops.h: the op table. Every layer calls math through one of these tables, never a
- * backend directly; the CPU table lives in kernels/cpu/, a CUDA one plugs into the same struct.
- * Buffers are fp32, row-major. Arguments follow llm.c: outputs, caches, inputs, weights,
- * dimensions. "+=" in a comment means the op accumulates into its output (weight gradients);
- * everything else overwrites. Every op is deterministic: same inputs, same bits. */
+/* kernels/ops.h: the op table. Every layer calls math through a kernels_ops table, never a
+ * backend directly: the CPU table lives in kernels/cpu/, a CUDA one plugs into the same struct
+ * (ggml style: the backend is a table, not #ifdefs in the layers).
+ *
+ * Buffers are fp32, row-major, and belong to the table's backend (host memory for "cpu").
+ * Arguments follow llm.c: outputs, caches, inputs, weights, dimensions. In the comments,
+ * "+=" means the op accumulates into that output (every weight gradient does, so micro-batches
+ * add up); "=" means it overwrites every element of it. Outputs must not alias inputs unless a
+ * comment says so. Every op is deterministic: the same inputs give the same bits, whatever ran
+ * before (the CPU table: for a fixed OpenBLAS thread count). Hot ops allocate nothing; the one
+ * op that needs temporary memory (attention_backward) takes it as an argument. */
 #ifndef BRIGADE_KERNELS_OPS_H
 #define BRIGADE_KERNELS_OPS_H
 
@@ -10,69 +16,125 @@
 #include <stdint.h>
 
 typedef struct kernels_ops {
-  const char *name;
-  /* C[M,N] = alpha * op(A) * op(B) + beta * C; op(A) is [M,K] (A stored [K,M] when transa),
-   * op(B) is [K,N] (B stored [N,K] when transb). */
+  const char *name; /* "cpu", "cuda" */
+
+  /* ---- matrix products ---- */
+  /* C[M,N] = alpha * op(A) @ op(B) + beta * C. op(A) is [M,K]: A is stored [M,K], or [K,M]
+   * when transa. op(B) is [K,N]: B is stored [K,N], or [N,K] when transb. beta = 1 accumulates
+   * (weight gradients); with beta = 0, C is only written, never read. */
   void (*gemm)(float *c, const float *a, const float *b, int M, int N, int K, int transa,
                int transb, float alpha, float beta);
+  /* The same product for `batch` independent matrices: the i-th uses c + i*stride_c,
+   * a + i*stride_a, b + i*stride_b (strides in floats; 0 shares one operand across the batch). */
+  void (*gemm_batched)(float *c, const float *a, const float *b, int batch, size_t stride_c,
+                       size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
+                       int transb, float alpha, float beta);
   void (*bias_add)(float *out, const float *bias, int N, int C);    /* out[n,c] += bias[c] */
   void (*bias_grad)(float *dbias, const float *dout, int N, int C); /* dbias[c] += sum_n dout */
-  void (*gelu_forward)(float *out, const float *in, size_t n);      /* tanh approximation */
-  void (*gelu_backward)(float *din, const float *in, const float *dout, size_t n);
-  void (*relu_forward)(float *out, const float *in, size_t n);
+
+  /* ---- element-wise activations: din may alias dout, out may alias in ---- */
+  void (*gelu_forward)(float *out, const float *in, size_t n); /* = GPT-2's tanh approximation */
+  void (*gelu_backward)(float *din, const float *in, const float *dout, size_t n); /* = */
+  void (*relu_forward)(float *out, const float *in, size_t n);                     /* = */
+  /* din = dout where in > 0, else 0 (the subgradient at 0 is 0) */
   void (*relu_backward)(float *din, const float *in, const float *dout, size_t n);
+
+  /* ---- layernorm over the last dimension of in[N,C] ---- */
+  /* out[N,C] =, mean[N] = and rstd[N] = 1/sqrt(var + eps) (biased variance) are the caches */
   void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *in, const float *w,
                             const float *b, int N, int C, float eps);
-  /* din = d(layernorm)/d(in) applied to dout (overwrites) */
+  /* Backward split in two, for zero-bubble schedules that run them at different times.
+   * din[N,C] = d(loss)/d(in) given dout (overwrites; callers add residual paths with axpy). */
   void (*layernorm_backward_input)(float *din, const float *dout, const float *in, const float *w,
                                    const float *mean, const float *rstd, int N, int C);
-  /* dw += sum dout * xhat, db += sum dout */
+  /* dw[C] += sum_n dout * xhat, db[C] += sum_n dout */
   void (*layernorm_backward_weight)(float *dw, float *db, const float *dout, const float *in,
                                     const float *mean, const float *rstd, int N, int C);
-  /* causal self-attention core: qkv [B,T,3C] -> out [B,T,C]; att [B,NH,T,T] softmax cache */
+
+  /* out[N,V] = softmax of each row of in (max-subtracted, so large logits do not overflow) */
+  void (*softmax_forward)(float *out, const float *in, int N, int V);
+
+  /* ---- causal multi-head self-attention core (no weights: Q/K/V/proj are linear layers) ----
+   * qkv[B,T,3C] holds q, k, v side by side in each row; head h uses columns h*hs..(h+1)*hs-1
+   * of each, hs = C/NH (C must be a multiple of NH). out[B,T,C] =; att[B,NH,T,T] = the softmax
+   * probabilities, the cache backward needs (entries above the diagonal are written as 0). */
   void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-  /* dqkv (overwritten) from dout; scratch: 2*T floats */
+  /* dqkv[B,T,3C] = from dout[B,T,C]; scratch: at least 2*T floats, contents not kept */
   void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH);
+
+  /* ---- token + position embedding: tokens must be in [0, V), checked by the caller ---- */
   /* out[b,t,:] = wte[tok[b,t],:] + wpe[t,:] */
   void (*embedding_forward)(float *out, const int32_t *tok, const float *wte, const float *wpe,
                             int B, int T, int C);
-  /* dwte += scatter of dout by token, dwpe += sum over b (both in a fixed order) */
+  /* dwte[tok,:] += dout, dwpe[t,:] += sum over b; rows in (b, t) order, so repeated tokens
+   * always add up in the same order */
   void (*embedding_backward)(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B,
                              int T, int C);
-  /* losses[n] = -log softmax(logits[n])[target[n]]; probs cache [N,V] */
+
+  /* ---- fused softmax + cross-entropy; targets must be in [0, V): the caller checks them
+   * (a data loader rejects bad ones), the op reads logits[n, targets[n]] unchecked ---- */
+  /* losses[N] = -log softmax(logits[n])[targets[n]]; probs[N,V] = the softmax, the cache */
   void (*xent_forward)(float *losses, float *probs, const float *logits, const int32_t *targets,
                        int N, int V);
-  /* dlogits = (probs - onehot(target)) * scale (overwrites) */
+  /* dlogits[N,V] = (probs - onehot(targets)) * scale, e.g. scale = 1/N for a mean loss
+   * (overwrites; dlogits may alias probs) */
   void (*xent_backward)(float *dlogits, const float *probs, const int32_t *targets, float scale,
                         int N, int V);
-  /* AdamW on a flat range; t is the 1-based step for bias correction; g is multiplied by
-   * grad_scale first (clipping, loss-scale removal) */
+
+  /* ---- optimizers on a flat range of n parameters; g is multiplied by grad_scale first
+   * (clipping, loss-scale removal), so the caller never rewrites the gradients ---- */
+  /* AdamW (Loshchilov & Hutter; PyTorch's AdamW): m, v updated in place; t is the 1-based step
+   * used for bias correction; weight decay is decoupled: p -= lr * weight_decay * p */
   void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, int t, float grad_scale);
-  /* SGD with momentum (mom may be NULL when momentum is 0) and decoupled weight decay */
+  /* SGD, PyTorch's form: g' = g*grad_scale + weight_decay*p; with mom (may be NULL when
+   * momentum is 0) mom = momentum*mom + g', and the step uses mom; p -= lr * step */
   void (*sgd)(float *p, const float *g, float *mom, size_t n, float lr, float momentum,
               float weight_decay, float grad_scale);
-  void (*axpy)(float *y, float a, const float *x, size_t n); /* y += a x */
-  void (*scale)(float *x, float a, size_t n);
-  void (*fill)(float *x, float v, size_t n);
-  void (*copy)(float *dst, const float *src, size_t n);
-  double (*sumsq)(const float *x, size_t n);        /* in double, in order */
-  size_t (*nonfinite)(const float *x, size_t n);    /* count of NaN and Inf */
-  void (*round_bf16)(float *x, size_t n);           /* round to bf16 precision in place */
-  void (*round_fp16)(float *x, size_t n);           /* round to fp16 precision (and range) */
+
+  /* ---- vector utilities ---- */
+  void (*axpy)(float *y, float a, const float *x, size_t n); /* y += a * x */
+  void (*scale)(float *x, float a, size_t n);                /* x *= a */
+  void (*fill)(float *x, float v, size_t n);                 /* x = v */
+  void (*zero)(float *x, size_t n);                          /* x = +0.0 */
+  void (*copy)(float *dst, const float *src, size_t n);      /* dst = src; may overlap */
+  double (*sumsq)(const float *x, size_t n);     /* sum of x^2, in double, in index order */
+  size_t (*nonfinite)(const float *x, size_t n); /* how many elements are NaN or +-Inf */
+
+  /* ---- low precision: round to nearest, ties to even; NaN stays a (quiet) NaN ---- */
+  void (*cast_f32_to_bf16)(uint16_t *out, const float *in, size_t n);
+  void (*cast_bf16_to_f32)(float *out, const uint16_t *in, size_t n); /* exact */
+  /* beyond fp16's range (|x| >= 65520 after rounding) gives +-Inf, as IEEE conversion does */
+  void (*cast_f32_to_f16)(uint16_t *out, const float *in, size_t n);
+  void (*cast_f16_to_f32)(float *out, const uint16_t *in, size_t n); /* exact */
+  /* x = the value x takes in bf16 / fp16 (range included): emulates low precision on fp32 */
+  void (*round_bf16)(float *x, size_t n);
+  void (*round_fp16)(float *x, size_t n);
 } kernels_ops;
 
-/* Sets OpenBLAS's thread count (threads <= 0 leaves its default). */
+/* Sets up the CPU backend. Call it first thing in main, before any thread starts and before
+ * anything calls BLAS. OpenBLAS picks its kernels when the library is loaded, before main; if
+ * that pick lacks AVX-512 on a CPU that has it (Haswell kernels: 107 GFLOP/s on one core here,
+ * against 202 with SkylakeX's) and OPENBLAS_CORETYPE is not set, it sets
+ * OPENBLAS_CORETYPE=SkylakeX (child processes inherit it) and makes OpenBLAS pick again. A
+ * user's OPENBLAS_CORETYPE is always kept. threads > 0 sets OpenBLAS's thread count; <= 0
+ * keeps its default. kernels_cpu_ops() makes the same kernel choice on its first call, for
+ * programs that skip this. */
 void kernels_cpu_init(int threads);
-/* First thing in main: on a CPU with AVX-512, re-executes the program with
- * OPENBLAS_CORETYPE=SkylakeX so OpenBLAS loads its AVX-512 kernels (it picks them at load). */
+/* For callers written when the kernel choice needed a re-exec (HEAD's cli/main.c and
+ * bench/train_step.c): OpenBLAS now picks again in process, so this only does the kernel
+ * choice of kernels_cpu_init(); it never execs, and argv is unused. */
 void kernels_cpu_reexec(char **argv);
+/* The OpenBLAS kernel set in use ("SkylakeX", "Haswell", ...), for logs and benchmarks. */
+const char *kernels_cpu_blas_core(void);
 const kernels_ops *kernels_cpu_ops(void);
-/* "cpu" or "cuda"; CORE_EINPUT for other names, CORE_ERUNTIME when CUDA is not built or no GPU. */
+
+/* The table for a backend by name: "cpu" or "cuda". CORE_EINPUT for any other name;
+ * CORE_ERUNTIME when this build has no CUDA backend, or it finds no usable GPU. */
 int kernels_get_ops(const char *backend, const kernels_ops **out);
 
-/* Conversions used by checkpoints and mixed precision (round to nearest even). */
+/* One value at a time, for checkpoints and tests (same rounding as the casts above). */
 uint16_t kernels_f32_to_bf16(float x);
 float kernels_bf16_to_f32(uint16_t h);
 uint16_t kernels_f32_to_f16(float x);

@@ -1,0 +1,106 @@
+/* kernels/cpu/attention_cpu.c: causal multi-head self-attention core on the CPU.
+ *
+ * Per (batch b, head h), with Q, K, V the [T, hs] slices of qkv (row stride 3C) and
+ * A = softmax(scale * Q K^T + causal mask), scale = 1/sqrt(hs):
+ *   forward:  out_h = A V
+ *   backward: dV = A^T dY;  dA = dY V^T;  dS = A * (dA - rowsum(A * dA)) * scale;
+ *             dQ = dS K;    dK = dS^T Q
+ * BLAS does the products; the slices are read in place through leading dimensions, so nothing
+ * is gathered or copied per head. Products with A use its lower triangle only (strmm), so a
+ * NaN or Inf in a later token can never reach an earlier one, as the mask promises. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu.h"
+
+/* Rows of scores computed per GEMM: a block of rows [t0, t0+rows) only needs keys [0, t0+rows),
+ * so blocking skips most of the masked upper triangle while keeping the GEMMs large. */
+enum { SCORE_ROWS = 64 };
+
+static int min_int(int a, int b) { return a < b ? a : b; }
+
+/* Row t of the scores: softmax over entries 0..t in place; entries t+1..T-1 get 0, so the
+ * whole cache is written and backward may read full rows. */
+static void causal_softmax_row(float *a, int t, int T) {
+  float mx = a[0];
+  for (int j = 1; j <= t; j++) mx = a[j] > mx ? a[j] : mx;
+  float sum = 0.0f;
+  for (int j = 0; j <= t; j++) sum += (a[j] = expf(a[j] - mx));
+  float inv = 1.0f / sum; /* sum >= 1: the max term is exp(0) */
+  for (int j = 0; j <= t; j++) a[j] *= inv;
+  for (int j = t + 1; j < T; j++) a[j] = 0.0f;
+}
+
+static void head_forward(float *o, float *a, const float *q, int T, int C, int hs) {
+  const float *k = q + C, *v = q + 2 * C;
+  const int ld = 3 * C;
+  const float scale = 1.0f / sqrtf((float)hs);
+  for (int t0 = 0; t0 < T; t0 += SCORE_ROWS) {
+    int rows = min_int(SCORE_ROWS, T - t0);
+    /* a[t0.., 0..t0+rows) = scale * q[t0..] @ k[0..t0+rows)^T; cells above the diagonal are
+     * computed but overwritten by the softmax below */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t0 + rows, hs, scale,
+                q + (size_t)t0 * ld, ld, k, ld, 0.0f, a + (size_t)t0 * T, T);
+  }
+  for (int t = 0; t < T; t++) causal_softmax_row(a + (size_t)t * T, t, T);
+  /* o = tril(a) @ v: strmm multiplies in place, so v is first copied into o's slice */
+  for (int t = 0; t < T; t++) memcpy(o + (size_t)t * C, v + (size_t)t * ld, sizeof(float) * hs);
+  cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, T, hs, 1.0f, a, T,
+              o, C);
+}
+
+void kernels_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                                   int NH) {
+  CORE_ASSERT(NH > 0 && C % NH == 0);
+  if (T <= 0) return; /* BLAS rejects empty matrices' leading dimensions */
+  int hs = C / NH;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      head_forward(out + (size_t)b * T * C + h * hs, att + ((size_t)b * NH + h) * T * T,
+                   qkv + (size_t)b * T * 3 * C + h * hs, T, C, hs);
+}
+
+/* dq, dk, dv: this head's slices of dqkv (row stride 3C); dy: its slice of dout (stride C).
+ * ds: T floats of scratch, one row of dA then dS at a time (rows are independent given A). */
+static void head_backward(float *dq, float *ds, const float *dy, const float *q, const float *a,
+                          int T, int C, int hs) {
+  const float *k = q + C, *v = q + 2 * C;
+  float *dk = dq + C, *dv = dq + 2 * C;
+  const int ld = 3 * C;
+  const float scale = 1.0f / sqrtf((float)hs);
+  /* dv = tril(a)^T @ dy, in place in dv's slice */
+  for (int t = 0; t < T; t++) memcpy(dv + (size_t)t * ld, dy + (size_t)t * C, sizeof(float) * hs);
+  cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, T, hs, 1.0f, a, T, dv,
+              ld);
+  /* dk gathers a rank-1 term from every query row t >= j, so it starts from zero */
+  for (int t = 0; t < T; t++) memset(dk + (size_t)t * ld, 0, sizeof(float) * hs);
+  for (int t = 0; t < T; t++) {
+    const float *at = a + (size_t)t * T;
+    int n = t + 1; /* keys this query sees */
+    /* ds[j] = dA[t,j] = dy_t . v_j */
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, hs, 1.0f, v, ld, dy + (size_t)t * C, 1, 0.0f, ds,
+                1);
+    float dot = 0.0f; /* sum_j A[t,j] dA[t,j]: the softmax Jacobian's shared term */
+    for (int j = 0; j < n; j++) dot += at[j] * ds[j];
+    for (int j = 0; j < n; j++) ds[j] = at[j] * (ds[j] - dot) * scale;
+    /* dq_t = sum_j ds[j] k_j (written: each query row once); dk_j += ds[j] q_t */
+    cblas_sgemv(CblasRowMajor, CblasTrans, n, hs, 1.0f, k, ld, ds, 1, 0.0f, dq + (size_t)t * ld, 1);
+    cblas_sger(CblasRowMajor, n, hs, 1.0f, ds, 1, q + (size_t)t * ld, 1, dk, ld);
+  }
+}
+
+void kernels_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
+                                    const float *qkv, const float *att, int B, int T, int C,
+                                    int NH) {
+  CORE_ASSERT(NH > 0 && C % NH == 0);
+  if (T <= 0) return;
+  int hs = C / NH;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      size_t row = (size_t)b * T * 3 * C + h * hs; /* this head's first q column in (d)qkv */
+      head_backward(dqkv + row, scratch, dout + (size_t)b * T * C + h * hs, qkv + row,
+                    att + ((size_t)b * NH + h) * T * T, T, C, hs);
+    }
+}

@@ -1,0 +1,23 @@
+/* kernels/cpu/cpu.h: the CPU backend's functions shared between its files (not public: layers
+ * reach them through kernels_cpu_ops()). */
+#ifndef BRIGADE_KERNELS_CPU_CPU_H
+#define BRIGADE_KERNELS_CPU_CPU_H
+
+#include <stddef.h>
+
+/* blas_cpu.c */
+void kernels_cpu_select_core(void); /* once per process; see kernels_cpu_init() in ops.h */
+void kernels_cpu_gemm(float *c, const float *a, const float *b, int M, int N, int K, int transa,
+                      int transb, float alpha, float beta);
+void kernels_cpu_gemm_batched(float *c, const float *a, const float *b, int batch, size_t stride_c,
+                              size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
+                              int transb, float alpha, float beta);
+
+/* attention_cpu.c */
+void kernels_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                                   int NH);
+void kernels_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
+                                    const float *qkv, const float *att, int B, int T, int C,
+                                    int NH);
+
+#endif

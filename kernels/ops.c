@@ -1,0 +1,31 @@
+/* kernels/ops.c: finding a backend's op table by name. This is the one place that knows which
+ * backends the build has; layers only ever see a kernels_ops pointer. */
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+#if BRIGADE_CUDA
+/* Defined by kernels/cuda/ when the build has it: fills *out, or returns CORE_ERUNTIME with a
+ * message (no driver, no GPU) when the CUDA table cannot be used on this machine. */
+int kernels_cuda_get_ops(const kernels_ops **out);
+#endif
+
+int kernels_get_ops(const char *backend, const kernels_ops **out) {
+  *out = NULL;
+  if (!backend) return core_error_set(CORE_EINPUT, "no backend named (expected cpu or cuda)");
+  if (strcmp(backend, "cpu") == 0) {
+    *out = kernels_cpu_ops();
+    return CORE_OK;
+  }
+  if (strcmp(backend, "cuda") == 0) {
+#if BRIGADE_CUDA
+    return kernels_cuda_get_ops(out);
+#else
+    return core_error_set(CORE_ERUNTIME,
+                          "backend \"cuda\": this build has no CUDA backend (build with nvcc "
+                          "installed and kernels/cuda/*.cu present, or use backend \"cpu\")");
+#endif
+  }
+  return core_error_set(CORE_EINPUT, "unknown backend \"%s\" (expected cpu or cuda)", backend);
+}

@@ -106,6 +106,11 @@ typedef struct {
   int32_t *tokens, *targets;              /* [nslots * B*T] */
   float *scratch;
   int first_takes_tokens, last_is_loss;
+  /* activation checkpointing: a slot keeps only the chunk's input, output and their gradients
+   * (in | din | out | dout); the layers' outputs and stashes live in one workspace, recomputed
+   * by the backward. Needs the weight gradient right after the input gradient (full B). */
+  int ckpt;
+  float *ws;
 } layers_chunk;
 
 int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
@@ -128,6 +133,8 @@ double layers_chunk_loss_sum(const layers_chunk *ch, int slot); /* sum of per-po
 float *layers_chunk_layer_output(const layers_chunk *ch, int slot, int i);
 /* bytes of one slot (the memory model's act_bytes) */
 size_t layers_chunk_slot_bytes(const layers_chunk *ch);
+/* Switches the chunk to activation checkpointing (before its first use). */
+void layers_chunk_checkpoint(layers_chunk *ch);
 
 /* Which parameters of a layer get weight decay: matrices and embeddings yes, biases and norm
  * gains no (mask[i] = 1 for decay), as GPT-2 training does. */

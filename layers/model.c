@@ -205,15 +205,28 @@ int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
 void layers_chunk_free(layers_chunk *ch) {
   free(ch->layers), free(ch->params), free(ch->grads), free(ch->param_off);
   free(ch->out_off), free(ch->stash_off), free(ch->dout_off), free(ch->slots);
-  free(ch->tokens), free(ch->targets), free(ch->scratch);
+  free(ch->tokens), free(ch->targets), free(ch->scratch), free(ch->ws);
   memset(ch, 0, sizeof *ch);
+}
+
+void layers_chunk_checkpoint(layers_chunk *ch) {
+  if (ch->ckpt) return;
+  ch->ckpt = 1;
+  ch->ws = core_calloc(ch->slot_floats, sizeof(float)); /* one full layout, shared */
+  free(ch->slots);
+  ch->slot_floats = 2 * ch->in_floats + 2 * layers_chunk_out_floats(ch);
+  ch->slots = core_calloc((size_t)ch->nslots * ch->slot_floats, sizeof(float));
 }
 
 static float *slot_base(const layers_chunk *ch, int slot) { return ch->slots + (size_t)slot * ch->slot_floats; }
 float *layers_chunk_input(const layers_chunk *ch, int slot) { return slot_base(ch, slot); }
 float *layers_chunk_grad_input(const layers_chunk *ch, int slot) { return slot_base(ch, slot) + ch->in_floats; }
-float *layers_chunk_output(const layers_chunk *ch, int slot) { return slot_base(ch, slot) + ch->out_off[ch->n - 1]; }
-float *layers_chunk_grad_output(const layers_chunk *ch, int slot) { return slot_base(ch, slot) + ch->dout_off[ch->n - 1]; }
+float *layers_chunk_output(const layers_chunk *ch, int slot) {
+  return slot_base(ch, slot) + (ch->ckpt ? 2 * ch->in_floats : ch->out_off[ch->n - 1]);
+}
+float *layers_chunk_grad_output(const layers_chunk *ch, int slot) {
+  return slot_base(ch, slot) + (ch->ckpt ? 2 * ch->in_floats + layers_chunk_out_floats(ch) : ch->dout_off[ch->n - 1]);
+}
 int32_t *layers_chunk_tokens(const layers_chunk *ch, int slot) { return ch->tokens + (size_t)slot * ch->B * ch->T; }
 int32_t *layers_chunk_targets(const layers_chunk *ch, int slot) { return ch->targets + (size_t)slot * ch->B * ch->T; }
 size_t layers_chunk_io_floats(const layers_chunk *ch) { return ch->in_floats; }
@@ -221,11 +234,14 @@ size_t layers_chunk_out_floats(const layers_chunk *ch) {
   return (size_t)ch->B * ch->T * (size_t)ch->layers[ch->n - 1].out_width;
 }
 size_t layers_chunk_slot_bytes(const layers_chunk *ch) { return ch->slot_floats * sizeof(float); }
-float *layers_chunk_layer_output(const layers_chunk *ch, int slot, int i) { return slot_base(ch, slot) + ch->out_off[i]; }
+float *layers_chunk_layer_output(const layers_chunk *ch, int slot, int i) {
+  return (ch->ckpt ? ch->ws : slot_base(ch, slot)) + ch->out_off[i];
+}
 
-/* The io of layer i for a slot: inputs are the previous layer's output (or the slot's input). */
+/* The io of layer i for a slot: inputs are the previous layer's output (or the slot's input).
+ * With checkpointing the layers work in the workspace, which has the full layout. */
 static layer_io io_of(const layers_chunk *ch, int slot, int i) {
-  float *base = slot_base(ch, slot);
+  float *base = ch->ckpt ? ch->ws : slot_base(ch, slot);
   layer_io io = {.B = ch->B, .T = ch->T, .tokens = layers_chunk_tokens(ch, slot),
                  .targets = layers_chunk_targets(ch, slot), .scratch = ch->scratch};
   io.in = i ? base + ch->out_off[i - 1] : (ch->first_takes_tokens ? NULL : base);
@@ -236,20 +252,32 @@ static layer_io io_of(const layers_chunk *ch, int slot, int i) {
   return io;
 }
 
-void layers_chunk_forward(layers_chunk *ch, int slot) {
+static void run_forward(layers_chunk *ch, int slot) {
+  if (ch->ckpt) memcpy(ch->ws, slot_base(ch, slot), sizeof(float) * ch->in_floats);
   for (int i = 0; i < ch->n; i++) {
     layer_io io = io_of(ch, slot, i);
     ch->layers[i].type->forward(&ch->layers[i], ch->ops, &io);
   }
 }
 
+void layers_chunk_forward(layers_chunk *ch, int slot) {
+  run_forward(ch, slot);
+  if (ch->ckpt) /* keep only the output */
+    memcpy(layers_chunk_output(ch, slot), ch->ws + ch->out_off[ch->n - 1], sizeof(float) * layers_chunk_out_floats(ch));
+}
+
 void layers_chunk_backward_input(layers_chunk *ch, int slot, float grad_scale) {
+  if (ch->ckpt) { /* recompute the forward (same bits), then take the received gradient */
+    run_forward(ch, slot);
+    memcpy(ch->ws + ch->dout_off[ch->n - 1], layers_chunk_grad_output(ch, slot), sizeof(float) * layers_chunk_out_floats(ch));
+  }
   for (int i = ch->n - 1; i >= 0; i--) {
     layer_io io = io_of(ch, slot, i);
     io.grad_scale = grad_scale;
     if (i == 0 && ch->first_takes_tokens) continue; /* no gradient w.r.t. token ids */
     ch->layers[i].type->backward_input(&ch->layers[i], ch->ops, &io);
   }
+  if (ch->ckpt) memcpy(layers_chunk_grad_input(ch, slot), ch->ws + ch->in_floats, sizeof(float) * ch->in_floats);
 }
 
 void layers_chunk_backward_weight(layers_chunk *ch, int slot) {

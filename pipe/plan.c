@@ -73,6 +73,7 @@ int pipe_plan_build(const char *config, const char **sets, int nsets, double gfl
       for (int i = bounds[s]; i < bounds[s + 1]; i++) fl += m.layers[i].type->flops_per_token(&m.layers[i]);
       out->f[s] = fl * tokens / (gflops * 1e9); /* seconds */
       out->b[s] = out->w[s] = out->f[s];       /* backward = twice the forward, half each */
+      if (t.ckpt_act) out->b[s] += out->f[s];  /* checkpointing recomputes the forward */
     }
     out->costs = (sched_costs){.stage_f = out->f, .stage_b = out->b, .stage_w = out->w};
     rc = sched_compile(&sh, &out->costs, &out->prog);

@@ -52,6 +52,7 @@ static int setup_runner(trainer *tr) {
                            tr->model.T, slots);
     if (rc) break;
     layers_chunk *k = &rn->chunks[ch];
+    if (c->ckpt_act) layers_chunk_checkpoint(k);
     rc = zero_init(&rn->zb[ch], c->zero_stage, tr->topo.dp, k->params, k->grads, k->nparams);
     if (rc) break;
     rn->opt_m[ch] = core_calloc(zero_state_len(&rn->zb[ch]), sizeof(float));
@@ -272,17 +273,19 @@ static void announce(trainer *tr) {
            tr->cfg.stages, tr->cfg.d, sched_family_name(tr->prog.family), tr->cfg.v, tr->cfg.m, tr->cfg.B,
            sched_program_count(&tr->prog));
   /* memory and traffic of rank 0 (the first stage's first replica) */
-  double params = 0, state = 0, per_step = 0;
+  double params = 0, state = 0, per_step = 0, acts = 0;
   int d = tr->cfg.d, zs = tr->cfg.zero_stage;
   for (int c = 0; c < tr->cfg.v; c++) {
     double n = (double)tr->rn.chunks[c].nparams;
     params += 4 * n, state += 2 * 4.0 * zero_state_len(&tr->rn.zb[c]);
+    acts += (double)layers_chunk_slot_bytes(&tr->rn.chunks[c]) * tr->rn.chunks[c].nslots;
     double shard = 4.0 * tr->rn.zb[c].shard * (d - 1);
     per_step += d == 1 ? 0 : zs == 0 ? 2 * 4 * n * (d - 1) / d : zs == 1 ? 2 * shard : (tr->cfg.m + 1) * shard;
   }
   core_log(CORE_LOG_INFO, "ZeRO stage %d over %d replica(s), rank 0: parameters %.2f MB, gradients %.2f MB, "
-           "optimizer state %.2f MB; data-parallel traffic %.2f MB per step (%s)", zs, d, params / 1e6, params / 1e6,
-           state / 1e6, per_step / 1e6,
+           "optimizer state %.2f MB, activation slots %.2f MB%s; data-parallel traffic %.2f MB per step (%s)", zs, d,
+           params / 1e6, params / 1e6, state / 1e6, acts / 1e6, tr->cfg.ckpt_act ? " (checkpointed, plus one workspace per chunk)" : "",
+           per_step / 1e6,
            zs == 0 ? "all-reduce" : zs == 1 ? "one reduce-scatter + one all-gather" : "a reduce-scatter per micro-batch + one all-gather");
   for (int s = 0; s < tr->cfg.stages * tr->cfg.v; s++)
     core_log(CORE_LOG_INFO, "  virtual stage %d (rank %d): layers %d..%d (%s .. %s)", s, tr->prog.rank_of[s],

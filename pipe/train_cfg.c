@@ -36,6 +36,7 @@ static const core_config_key keys[] = {
     {"checkpoint", CORE_CFG_GROUP}, {"checkpoint.dir", CORE_CFG_STRING}, {"checkpoint.interval", CORE_CFG_INT},
     {"trace", CORE_CFG_GROUP}, {"trace.path", CORE_CFG_STRING}, {"trace.step", CORE_CFG_INT},
     {"zero_optimization", CORE_CFG_GROUP}, {"zero_optimization.stage", CORE_CFG_INT},
+    {"activation_checkpointing", CORE_CFG_GROUP}, {"activation_checkpointing.enabled", CORE_CFG_BOOL},
 };
 
 static int get_i(const core_config *c, const char *k, int64_t def, int64_t lo, int64_t hi, int *out) {
@@ -157,6 +158,13 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   if (!rc) rc = read_betas(t);
   if (!rc) rc = read_schedule(t);
   if (!rc) rc = read_pipeline(t, world);
+  if (!rc) rc = core_config_get_bool(c, "activation_checkpointing.enabled", 0, &t->ckpt_act);
+  if (!rc && t->ckpt_act && (t->family == SCHED_ZB_H1 || t->family == SCHED_ZB_H2 || t->family == SCHED_ZB_V)) {
+    char w[256];
+    core_config_where(c, "activation_checkpointing.enabled", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "activation checkpointing recomputes a chunk inside its full backward; "
+                        "schedule %s splits the backward (%s)", sched_family_name(t->family), w);
+  }
   t->seed = (uint64_t)seed;
   if (!rc) {
     t->d = world / t->stages;

@@ -24,6 +24,7 @@ typedef struct {
   const char *trace_path;
   int trace_step;
   int zero_stage;
+  int ckpt_act; /* activation checkpointing */
   pipe_optim opt;
   zero_lr lr;
 } train_cfg;

@@ -72,6 +72,8 @@ Test(train, pipelines_equal_single_process_bit_for_bit, .timeout = 300) {
       {3, "--set pipeline.stages=3 --set pipeline.schedule=zb-h2"},
       {2, "--set pipeline.stages=2 --set pipeline.schedule=zb-v"},
       {4, "--set pipeline.stages=4 --set pipeline.schedule=interleaved --set pipeline.partition_method=uniform"},
+      {2, "--set pipeline.stages=2 --set activation_checkpointing.enabled=true"},
+      {0, "--set activation_checkpointing.enabled=true"},
   };
   for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
     char sets[512];

@@ -111,6 +111,9 @@ typedef struct {
    * by the backward. Needs the weight gradient right after the input gradient (full B). */
   int ckpt;
   float *ws;
+  /* mixed precision, emulated: every layer output and input gradient is rounded to bf16 (1) or
+   * fp16 (2) as it is stored; 0 keeps fp32 */
+  int act_round;
 } layers_chunk;
 
 int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,

@@ -252,11 +252,18 @@ static layer_io io_of(const layers_chunk *ch, int slot, int i) {
   return io;
 }
 
+static void round_store(const layers_chunk *ch, float *x, size_t n) {
+  if (ch->act_round == 1) ch->ops->round_bf16(x, n);
+  else ch->ops->round_fp16(x, n);
+}
+
 static void run_forward(layers_chunk *ch, int slot) {
   if (ch->ckpt) memcpy(ch->ws, slot_base(ch, slot), sizeof(float) * ch->in_floats);
   for (int i = 0; i < ch->n; i++) {
     layer_io io = io_of(ch, slot, i);
     ch->layers[i].type->forward(&ch->layers[i], ch->ops, &io);
+    if (ch->act_round && ch->layers[i].type != &layers_cross_entropy) /* losses stay fp32 */
+      round_store(ch, io.out, (size_t)ch->B * ch->T * (size_t)ch->layers[i].out_width);
   }
 }
 
@@ -276,6 +283,7 @@ void layers_chunk_backward_input(layers_chunk *ch, int slot, float grad_scale) {
     io.grad_scale = grad_scale;
     if (i == 0 && ch->first_takes_tokens) continue; /* no gradient w.r.t. token ids */
     ch->layers[i].type->backward_input(&ch->layers[i], ch->ops, &io);
+    if (ch->act_round) round_store(ch, io.din, (size_t)ch->B * ch->T * (size_t)ch->layers[i].in_width);
   }
   if (ch->ckpt) memcpy(layers_chunk_grad_input(ch, slot), ch->ws + ch->in_floats, sizeof(float) * ch->in_floats);
 }

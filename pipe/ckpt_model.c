@@ -44,7 +44,18 @@ static void free_states(const pipe_runner *rn, float **m, float **v) {
   free(m), free(v);
 }
 
-static int put_layers(pipe_ckpt_writer *w, const pipe_runner *rn, float **full_m, float **full_v) {
+/* Mixed precision saves the fp32 master weights (gathered), not the rounded working copy. */
+static float **gather_master(const pipe_runner *rn) {
+  if (!rn->precision) return NULL;
+  float **p = core_calloc((size_t)rn->v, sizeof(float *));
+  for (int c = 0; c < rn->v; c++) {
+    p[c] = core_calloc(rn->chunks[c].nparams + 1, sizeof(float));
+    zero_gather_state(&rn->zb[c], rn->master[c], p[c]);
+  }
+  return p;
+}
+
+static int put_layers(pipe_ckpt_writer *w, const pipe_runner *rn, float **full_m, float **full_v, float **full_p) {
   int rc = CORE_OK;
   for (int c = 0; c < rn->v && !rc; c++) {
     const layers_chunk *ch = &rn->chunks[c];
@@ -53,7 +64,7 @@ static int put_layers(pipe_ckpt_writer *w, const pipe_runner *rn, float **full_m
       size_t off = ch->param_off[i];
       char name[128];
       snprintf(name, sizeof name, "layer.%d.params", l->index);
-      rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, l->params, l->nparams);
+      rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, full_p ? full_p[c] + off : l->params, l->nparams);
       snprintf(name, sizeof name, "layer.%d.adam_m", l->index);
       if (!rc) rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, full_m[c] + off, l->nparams);
       snprintf(name, sizeof name, "layer.%d.adam_v", l->index);
@@ -67,7 +78,7 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
                          const core_config *cfg) {
   char sub[1024], path[1100];
   snprintf(sub, sizeof sub, "%s/step_%08ld", dir, step);
-  float **full_m, **full_v;
+  float **full_m, **full_v, **full_p = gather_master(rn);
   int rc = gather_states(rn, &full_m, &full_v);
   if (!rc && topo->data == 0) { /* replicas hold the same state: one copy per stage */
     if (mkdirs(sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
@@ -76,7 +87,12 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
     if (!rc) rc = pipe_ckpt_create(&w, path);
     if (!rc) {
       int64_t st = step, t = rn->opt_t;
-      rc = put_layers(&w, rn, full_m, full_v);
+      rc = put_layers(&w, rn, full_m, full_v, full_p);
+      double scale = rn->loss_scale;
+      int64_t good = rn->good_steps, hyst = rn->hyst_left;
+      if (!rc && rn->precision == 2) rc = pipe_ckpt_put(&w, "loss_scale", PIPE_CKPT_BYTES, &scale, sizeof scale);
+      if (!rc && rn->precision == 2) rc = pipe_ckpt_put(&w, "good_steps", PIPE_CKPT_I64, &good, 1);
+      if (!rc && rn->precision == 2) rc = pipe_ckpt_put(&w, "hysteresis_left", PIPE_CKPT_I64, &hyst, 1);
       if (!rc) rc = pipe_ckpt_put(&w, "step", PIPE_CKPT_I64, &st, 1);
       if (!rc) rc = pipe_ckpt_put(&w, "opt_t", PIPE_CKPT_I64, &t, 1);
       int64_t vocab = rn->chunks[0].layers[0].V; /* the model's vocabulary, for `brigade sample` */
@@ -95,6 +111,8 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
     }
   }
   free_states(rn, full_m, full_v);
+  for (int c = 0; full_p && c < rn->v; c++) free(full_p[c]);
+  free(full_p);
   /* `latest` moves only when every rank has written its file */
   int bad = rc != CORE_OK, any = 0;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -125,9 +143,13 @@ static int load_layers(const char *sub, pipe_runner *rn, float **full_m, float *
     pipe_ckpt_reader r;
     rc = pipe_ckpt_open(&r, path);
     if (rc) break;
-    int64_t st, t;
+    int64_t st, t, good, hyst;
+    double scale;
     if (!pipe_ckpt_get(&r, "step", PIPE_CKPT_I64, &st, 1) && !pipe_ckpt_get(&r, "opt_t", PIPE_CKPT_I64, &t, 1))
       *step = st, rn->opt_t = t;
+    if (rn->precision == 2 && !pipe_ckpt_get(&r, "loss_scale", PIPE_CKPT_BYTES, &scale, sizeof scale) &&
+        !pipe_ckpt_get(&r, "good_steps", PIPE_CKPT_I64, &good, 1) && !pipe_ckpt_get(&r, "hysteresis_left", PIPE_CKPT_I64, &hyst, 1))
+      rn->loss_scale = scale, rn->good_steps = (int)good, rn->hyst_left = (int)hyst;
     for (int c = 0; c < rn->v && !rc; c++) {
       layers_chunk *ch = &rn->chunks[c];
       for (int i = 0; i < ch->n && !rc; i++) {
@@ -198,6 +220,11 @@ int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo
   }
   rc = load_layers(sub, rn, full_m, full_v, step);
   for (int c = 0; c < rn->v && !rc; c++) { /* each rank keeps its ZeRO shard of the state */
+    if (rn->precision && rn->master) { /* params hold the master weights: keep them, round */
+      zero_take_shard(&rn->zb[c], rn->chunks[c].params, rn->master[c]);
+      if (rn->precision == 1) rn->chunks[c].ops->round_bf16(rn->chunks[c].params, rn->chunks[c].nparams);
+      else rn->chunks[c].ops->round_fp16(rn->chunks[c].params, rn->chunks[c].nparams);
+    }
     if (rn->zb) {
       zero_take_shard(&rn->zb[c], full_m[c], rn->opt_m[c]);
       zero_take_shard(&rn->zb[c], full_v[c], rn->opt_v[c]);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/log.h"
 
 static int stage_at(const pipe_runner *rn, int chunk) {
   return rn->pr->stage_of[rn->topo->stage * rn->pr->v + chunk];
@@ -88,10 +89,29 @@ static int reduce_tied(pipe_runner *rn, const sched_instr *in) {
   return err == MPI_SUCCESS ? CORE_OK : core_error_set(CORE_ERUNTIME, "tied-gradient exchange failed");
 }
 
+static void round_to(const pipe_runner *rn, const kernels_ops *ops, float *x, size_t n) {
+  if (rn->precision == 1) ops->round_bf16(x, n);
+  else if (rn->precision == 2) ops->round_fp16(x, n);
+}
+
+void pipe_runner_init_master(pipe_runner *rn) {
+  if (!rn->precision) return;
+  rn->master = core_calloc((size_t)rn->v, sizeof(float *));
+  for (int c = 0; c < rn->v; c++) {
+    size_t lo, hi;
+    zero_range(&rn->zb[c], &lo, &hi);
+    rn->master[c] = core_malloc(sizeof(float) * (hi - lo + 1));
+    memcpy(rn->master[c], rn->chunks[c].params + lo, sizeof(float) * (hi - lo));
+    round_to(rn, rn->chunks[c].ops, rn->chunks[c].params, rn->chunks[c].nparams);
+  }
+}
+
 /* Each chunk's gradients summed over the data-parallel group: all of them (ZeRO-0) or the
- * owned shard (ZeRO-1/2; the scale already averages). */
+ * owned shard (ZeRO-1/2; the scale already averages). Mixed precision keeps its gradient
+ * buffers in bf16/fp16: rounded here (ZeRO-2 scatters each micro-batch in fp32). */
 static int reduce_grads(pipe_runner *rn) {
   for (int c = 0; c < rn->v; c++) {
+    if (rn->precision && rn->zb[c].stage < 2) round_to(rn, rn->chunks[c].ops, rn->chunks[c].grads, rn->chunks[c].nparams);
     int rc = zero_reduce(&rn->zb[c]);
     if (rc) return rc;
   }
@@ -127,26 +147,79 @@ static void update_range(pipe_runner *rn, int c, size_t lo, size_t hi, size_t ba
   layers_chunk *ch = &rn->chunks[c];
   const float *g = zero_grad(&rn->zb[c]) + (lo - base);
   float *m = rn->opt_m[c] + (lo - base), *v = rn->opt_v[c] + (lo - base);
+  /* mixed precision: the optimizer steps the fp32 master; the working copy is its rounding */
+  float *p = rn->precision ? rn->master[c] + (lo - base) : ch->params + lo;
   if (strcmp(rn->opt.type, "sgd") == 0)
-    ch->ops->sgd(ch->params + lo, g, rn->opt.momentum > 0 ? m : NULL, hi - lo, (float)rn->lr,
+    ch->ops->sgd(p, g, rn->opt.momentum > 0 ? m : NULL, hi - lo, (float)rn->lr,
                  (float)rn->opt.momentum, wd, gscale);
   else
-    ch->ops->adamw(ch->params + lo, g, m, v, hi - lo, (float)rn->lr, (float)rn->opt.beta1,
+    ch->ops->adamw(p, g, m, v, hi - lo, (float)rn->lr, (float)rn->opt.beta1,
                    (float)rn->opt.beta2, (float)rn->opt.eps, wd, (int)rn->opt_t, gscale);
 }
 
+/* Mixed precision: did any gradient overflow on any rank? Then every rank skips the step and
+ * the fp16 scale backs off (DeepSpeed's dynamic scaler: halve after `hysteresis` overflows,
+ * double after `loss_scale_window` clean steps). */
+static int overflowed(pipe_runner *rn, int *any) {
+  int mine = 0;
+  for (int c = 0; c < rn->v && !mine; c++) {
+    size_t lo, hi;
+    zero_range(&rn->zb[c], &lo, &hi);
+    mine = rn->chunks[c].ops->nonfinite(zero_grad(&rn->zb[c]), hi - lo) > 0;
+  }
+  if (MPI_Allreduce(&mine, any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+    return core_error_set(CORE_ERUNTIME, "overflow check failed");
+  return CORE_OK;
+}
+
+static void adjust_scale(pipe_runner *rn, int overflow) {
+  if (rn->precision != 2 || !rn->dynamic_scale) return;
+  if (overflow) {
+    rn->good_steps = 0;
+    if (--rn->hyst_left <= 0) {
+      rn->loss_scale = rn->loss_scale / 2 > rn->min_scale ? rn->loss_scale / 2 : rn->min_scale;
+      rn->hyst_left = rn->hysteresis;
+    }
+  } else if (++rn->good_steps % rn->scale_window == 0) {
+    rn->loss_scale *= 2;
+    rn->hyst_left = rn->hysteresis;
+  }
+}
+
+static int skip_step(pipe_runner *rn) {
+  double was = rn->loss_scale;
+  rn->skipped = 1;
+  adjust_scale(rn, 1);
+  if (rn->topo->world_rank == 0)
+    core_log(CORE_LOG_WARN, "step %ld: gradient overflow at loss scale %g; the step is skipped on every rank, "
+             "scale now %g", rn->step + 1, was, rn->loss_scale);
+  for (int c = 0; c < rn->v; c++) {
+    int rc = zero_finish(&rn->zb[c]);
+    if (rc) return rc;
+  }
+  return CORE_OK;
+}
+
 static int optimizer_step(pipe_runner *rn) {
+  rn->skipped = 0;
+  if (rn->precision) {
+    int any = 0, rc = overflowed(rn, &any);
+    if (rc) return rc;
+    if (any && rn->precision == 2) return skip_step(rn);
+  }
   /* ZeRO-0: replicas hold the same gradients, so the norm spans the pipeline; with shards it
    * spans every rank */
   MPI_Comm all = rn->zb[0].stage == 0 ? rn->topo->pipe : MPI_COMM_WORLD;
   double s = local_sumsq(rn), total = 0;
   if (MPI_Allreduce(&s, &total, 1, MPI_DOUBLE, MPI_SUM, all) != MPI_SUCCESS)
     return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce failed");
-  rn->grad_norm = sqrt(total);
+  rn->grad_norm = sqrt(total) / rn->loss_scale; /* of the unscaled gradients */
   if (!isfinite(rn->grad_norm))
     return core_error_set(CORE_ERUNTIME, "step %ld: the gradient norm is not finite (loss diverged); "
                           "nothing was updated", rn->step);
   float gscale = rn->opt.clip > 0 && rn->grad_norm > rn->opt.clip ? (float)(rn->opt.clip / rn->grad_norm) : 1.0f;
+  gscale = (float)(gscale / rn->loss_scale);
+  adjust_scale(rn, 0);
   rn->opt_t++;
   for (int c = 0; c < rn->v; c++) {
     const uint8_t *mask = rn->decay[c];
@@ -157,6 +230,10 @@ static int optimizer_step(pipe_runner *rn) {
       while (hi < end && mask[hi] == mask[lo]) hi++;
       update_range(rn, c, lo, hi, base, mask[lo] ? (float)rn->opt.weight_decay : 0.0f, gscale);
       lo = hi;
+    }
+    if (rn->precision) { /* the new working copy of the owned range */
+      memcpy(rn->chunks[c].params + base, rn->master[c], sizeof(float) * (end - base));
+      round_to(rn, rn->chunks[c].ops, rn->chunks[c].params + base, end - base);
     }
     int rc = zero_finish(&rn->zb[c]);
     if (rc) return rc;

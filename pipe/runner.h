@@ -40,7 +40,18 @@ typedef struct {
   double grad_norm; /* of the last step, before clipping */
   int tied_emb_chunk, tied_head_chunk, tied_head_layer; /* -1 when not on this rank */
   int head_tied;   /* the model ties its head to the embedding */
+  /* mixed precision (emulated on the CPU: compute in fp32, round on store) */
+  int precision;     /* 0 fp32, 1 bf16, 2 fp16 */
+  float **master;    /* [v] fp32 master weights of the owned range (precision > 0) */
+  float grad_scale_base; /* 1/(m B T d); the loss layer gets this times the loss scale */
+  double loss_scale; /* fp16: current scale (1 otherwise) */
+  int dynamic_scale, scale_window, hysteresis, hyst_left, good_steps;
+  double min_scale;
+  int skipped;       /* the last step overflowed and was skipped everywhere */
 } pipe_runner;
+
+/* Copies the owned parameters to the master weights and rounds the working copy. */
+void pipe_runner_init_master(pipe_runner *rn);
 
 pipe_exec pipe_runner_exec(pipe_runner *rn);
 /* Sets the program (and its micro-batch count) the next step will run. */

@@ -53,6 +53,7 @@ static int setup_runner(trainer *tr) {
     if (rc) break;
     layers_chunk *k = &rn->chunks[ch];
     if (c->ckpt_act) layers_chunk_checkpoint(k);
+    k->act_round = c->precision;
     rc = zero_init(&rn->zb[ch], c->zero_stage, tr->topo.dp, k->params, k->grads, k->nparams);
     if (rc) break;
     rn->opt_m[ch] = core_calloc(zero_state_len(&rn->zb[ch]), sizeof(float));
@@ -72,7 +73,10 @@ static int setup_runner(trainer *tr) {
     const layer *e = &rn->chunks[rn->tied_emb_chunk].layers[0];
     if (!rc) rc = zero_exclude(&rn->zb[rn->tied_emb_chunk], 0, (size_t)e->V * e->C);
   }
-  rn->grad_scale = 1.0f / (float)((double)c->m * c->B * tr->model.T * c->d);
+  rn->grad_scale_base = rn->grad_scale = 1.0f / (float)((double)c->m * c->B * tr->model.T * c->d);
+  rn->precision = c->precision, rn->loss_scale = c->loss_scale, rn->dynamic_scale = c->dynamic_scale;
+  rn->scale_window = c->scale_window, rn->hysteresis = rn->hyst_left = c->hysteresis, rn->min_scale = c->min_scale;
+  if (!rc) pipe_runner_init_master(rn);
   pipe_runner_use(rn, &tr->prog);
   return rc;
 }
@@ -154,6 +158,7 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
     fprintf(tr->log_json, "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f",
             step, loss, tr->rn.lr, tr->rn.grad_norm, ms, toks);
     if (has_val) fprintf(tr->log_json, ",\"val_loss\":%.9g", val);
+    if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%g,\"skipped\":%d", tr->rn.loss_scale, tr->rn.skipped);
     fprintf(tr->log_json, "}\n");
     fflush(tr->log_json);
   }
@@ -225,6 +230,7 @@ static int write_trace(trainer *tr, sched_timeline *tl) {
 static int train_step(trainer *tr, long step, double *loss, double *ms) {
   pipe_runner *rn = &tr->rn;
   rn->step = step, rn->loss_sum = 0, rn->lr = zero_lr_at(&tr->cfg.lr, step);
+  rn->grad_scale = (float)(rn->grad_scale_base * rn->loss_scale); /* fp16 scales the loss */
   sched_timeline tl;
   int tracing = tr->cfg.trace_path && step == tr->cfg.trace_step;
   if (tracing) {
@@ -253,6 +259,8 @@ static void teardown(trainer *tr) {
     zero_free(&tr->rn.zb[c]);
     free(tr->rn.opt_m[c]), free(tr->rn.opt_v[c]), free(tr->rn.decay[c]);
   }
+  for (int c = 0; c < tr->cfg.v && tr->rn.master; c++) free(tr->rn.master[c]);
+  free(tr->rn.master);
   free(tr->rn.chunks), free(tr->rn.zb), free(tr->rn.opt_m), free(tr->rn.opt_v), free(tr->rn.decay), free(tr->rn.slot_of);
   sched_program_free(&tr->prog);
   sched_program_free(&tr->eval_prog);

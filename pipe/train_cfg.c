@@ -37,6 +37,10 @@ static const core_config_key keys[] = {
     {"trace", CORE_CFG_GROUP}, {"trace.path", CORE_CFG_STRING}, {"trace.step", CORE_CFG_INT},
     {"zero_optimization", CORE_CFG_GROUP}, {"zero_optimization.stage", CORE_CFG_INT},
     {"activation_checkpointing", CORE_CFG_GROUP}, {"activation_checkpointing.enabled", CORE_CFG_BOOL},
+    {"bf16", CORE_CFG_GROUP}, {"bf16.enabled", CORE_CFG_BOOL},
+    {"fp16", CORE_CFG_GROUP}, {"fp16.enabled", CORE_CFG_BOOL}, {"fp16.loss_scale", CORE_CFG_FLOAT},
+    {"fp16.initial_scale_power", CORE_CFG_INT}, {"fp16.loss_scale_window", CORE_CFG_INT},
+    {"fp16.hysteresis", CORE_CFG_INT}, {"fp16.min_loss_scale", CORE_CFG_FLOAT},
 };
 
 static int get_i(const core_config *c, const char *k, int64_t def, int64_t lo, int64_t hi, int *out) {
@@ -104,6 +108,27 @@ static int read_schedule(train_cfg *t) {
   return rc;
 }
 
+/* bf16.enabled, fp16.* with DeepSpeed's meaning (loss_scale 0 = dynamic). */
+static int read_precision(train_cfg *t) {
+  const core_config *c = t->cfg;
+  int bf = 0, fp = 0, power = 16;
+  int rc = core_config_get_bool(c, "bf16.enabled", 0, &bf);
+  if (!rc) rc = core_config_get_bool(c, "fp16.enabled", 0, &fp);
+  if (!rc && bf && fp) rc = core_error_set(CORE_EINPUT, "%s: bf16.enabled and fp16.enabled are both true; pick one", core_config_name(c));
+  t->precision = bf ? 1 : fp ? 2 : 0;
+  if (!rc) rc = core_config_get_float(c, "fp16.loss_scale", 0, &t->loss_scale);
+  if (!rc) rc = get_i(c, "fp16.initial_scale_power", 16, 0, 120, &power);
+  if (!rc) rc = get_i(c, "fp16.loss_scale_window", 1000, 1, 1 << 30, &t->scale_window);
+  if (!rc) rc = get_i(c, "fp16.hysteresis", 2, 1, 1 << 20, &t->hysteresis);
+  if (!rc) rc = core_config_get_float(c, "fp16.min_loss_scale", 1, &t->min_scale);
+  if (!rc && !(t->loss_scale >= 0 && t->min_scale > 0))
+    rc = core_error_set(CORE_EINPUT, "%s: fp16.loss_scale must be >= 0 and fp16.min_loss_scale > 0", core_config_name(c));
+  t->dynamic_scale = t->loss_scale == 0;
+  if (t->dynamic_scale) t->loss_scale = (double)(1ull << (power > 62 ? 62 : power)) * (power > 62 ? (double)(1ull << (power - 62)) : 1.0);
+  if (t->precision != 2) t->loss_scale = 1, t->dynamic_scale = 0;
+  return rc;
+}
+
 static int read_pipeline(train_cfg *t, int world) {
   const core_config *c = t->cfg;
   const char *name, *part;
@@ -159,6 +184,7 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   if (!rc) rc = read_schedule(t);
   if (!rc) rc = read_pipeline(t, world);
   if (!rc) rc = core_config_get_bool(c, "activation_checkpointing.enabled", 0, &t->ckpt_act);
+  if (!rc) rc = read_precision(t);
   if (!rc && t->ckpt_act && (t->family == SCHED_ZB_H1 || t->family == SCHED_ZB_H2 || t->family == SCHED_ZB_V)) {
     char w[256];
     core_config_where(c, "activation_checkpointing.enabled", -1, w, sizeof w);

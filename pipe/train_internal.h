@@ -25,6 +25,9 @@ typedef struct {
   int trace_step;
   int zero_stage;
   int ckpt_act; /* activation checkpointing */
+  int precision; /* 0 fp32, 1 bf16, 2 fp16 */
+  double loss_scale, min_scale;
+  int dynamic_scale, scale_window, hysteresis;
   pipe_optim opt;
   zero_lr lr;
 } train_cfg;

@@ -3,6 +3,7 @@
 #include "pipe/runner.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,8 +201,21 @@ static int skip_step(pipe_runner *rn) {
   return CORE_OK;
 }
 
+/* Test hook: BRIGADE_INJECT_INF=STEP:RANK puts an inf into that rank's gradient at that step
+ * (1-based), so tests can check that one rank's overflow skips the step everywhere. */
+static void inject_inf(pipe_runner *rn) {
+  const char *e = getenv("BRIGADE_INJECT_INF");
+  long step;
+  int rank;
+  if (!e || sscanf(e, "%ld:%d", &step, &rank) != 2 || step != rn->step + 1 || rank != rn->topo->world_rank) return;
+  size_t lo, hi;
+  zero_range(&rn->zb[0], &lo, &hi);
+  if (hi > lo) ((float *)zero_grad(&rn->zb[0]))[0] = INFINITY;
+}
+
 static int optimizer_step(pipe_runner *rn) {
   rn->skipped = 0;
+  inject_inf(rn);
   if (rn->precision) {
     int any = 0, rc = overflowed(rn, &any);
     if (rc) return rc;

@@ -159,6 +159,16 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
             step, loss, tr->rn.lr, tr->rn.grad_norm, ms, toks);
     if (has_val) fprintf(tr->log_json, ",\"val_loss\":%.9g", val);
     if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%g,\"skipped\":%d", tr->rn.loss_scale, tr->rn.skipped);
+    /* rank 0's ZeRO accounting: bytes this step moved, bytes it keeps */
+    double red = 0, gat = 0, state = 0, master = 0;
+    for (int c = 0; c < tr->cfg.v; c++) {
+      zero_buffer *z = &tr->rn.zb[c];
+      red += z->bytes_reduce, gat += z->bytes_gather, z->bytes_reduce = z->bytes_gather = 0;
+      state += 2.0 * sizeof(float) * zero_state_len(z);
+      master += tr->rn.precision ? sizeof(float) * zero_state_len(z) : 0;
+    }
+    fprintf(tr->log_json, ",\"dp_reduce_bytes\":%.0f,\"dp_gather_bytes\":%.0f,\"opt_state_bytes\":%.0f,\"master_bytes\":%.0f",
+            red, gat, state, master);
     fprintf(tr->log_json, "}\n");
     fflush(tr->log_json);
   }

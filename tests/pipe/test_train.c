@@ -8,7 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/config.h"
 #include "core/json.h"
+#include "layers/layers.h"
 #include "tests/common/mpirun.h"
 
 typedef struct {
@@ -293,5 +295,62 @@ Test(train, mixed_precision, .timeout = 300) {
   }
   fclose(f);
   cr_assert(skipped >= 5 && first_ok > 0 && first_ok < 20, "skipped %d, first good step %d", skipped, first_ok);
+  unlink(log);
+}
+
+/* The ZeRO accounting a run reports: optimizer state of ceil(P/d) parameters per rank (rank
+ * 0's shard), and per step, in stage 1, a reduce-scatter and an all-gather of (d-1) shards each.
+ * P is counted here independently, by building the model. */
+Test(train, zero_accounting_matches_the_model, .timeout = 120) {
+  core_config *c;
+  cr_assert_eq(core_config_load(&c, "configs/tiny.cfg"), 0);
+  layers_model m = {0};
+  cr_assert_eq(layers_model_build(&m, c, 256), 0);
+  double P = (double)layers_model_params(&m), d = 4, shard = ceil(P / d);
+  layers_model_free(&m);
+  core_config_free(c);
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  cr_assert_eq(train(4, "--set zero_optimization.stage=1 --set pipeline.stages=1 --set gradient_accumulation_steps=1 "
+                        "--set fp16.enabled=true", log), 0);
+  FILE *f = fopen(log, "r");
+  char line[1024];
+  cr_assert(fgets(line, sizeof line, f));
+  fclose(f);
+  core_json *j;
+  cr_assert_eq(core_json_parse(line, strlen(line), log, &j), 0);
+  double red = core_json_get(j, "dp_reduce_bytes")->num, gat = core_json_get(j, "dp_gather_bytes")->num;
+  double state = core_json_get(j, "opt_state_bytes")->num, master = core_json_get(j, "master_bytes")->num;
+  core_json_free(j);
+  cr_assert_eq(state, 2 * 4 * shard, "optimizer state %.0f bytes, expected 2 x 4 x ceil(%.0f/4)", state, P);
+  cr_assert_eq(master, 4 * shard, "master weights %.0f bytes", master);
+  cr_assert_eq(red, 4 * shard * (d - 1), "reduce-scatter moved %.0f bytes, expected %.0f", red, 4 * shard * (d - 1));
+  cr_assert_eq(gat, 4 * shard * (d - 1), "all-gather moved %.0f bytes", gat);
+  unlink(log);
+}
+
+/* An inf injected into one rank's gradient skips that step on every rank and halves the scale;
+ * training goes on. */
+Test(train, one_rank_overflow_skips_everywhere, .timeout = 120) {
+  char log[] = "/tmp/brigade_train_XXXXXX", args[1024];
+  close(mkstemp(log));
+  snprintf(args, sizeof args, "train configs/tiny.cfg --set fp16.enabled=true --set fp16.hysteresis=1 "
+           "--set pipeline.stages=2 --set train.steps=8 --log-json %s", log);
+  setenv("BRIGADE_INJECT_INF", "3:1", 1); /* world rank 1: stage 0's second replica */
+  cr_assert_eq(test_mpirun(4, "brigade", args), 0);
+  unsetenv("BRIGADE_INJECT_INF");
+  FILE *f = fopen(log, "r");
+  char line[1024];
+  double scale[9] = {0};
+  int skipped[9] = {0}, n = 0;
+  while (fgets(line, sizeof line, f) && n < 8) {
+    scale[n] = atof(strstr(line, "\"loss_scale\":") + 13);
+    skipped[n] = strstr(line, "\"skipped\":1") != NULL;
+    n++;
+  }
+  fclose(f);
+  cr_assert_eq(n, 8);
+  for (int i = 0; i < 8; i++) cr_assert_eq(skipped[i], i == 2, "step %d skipped=%d", i + 1, skipped[i]);
+  cr_assert_eq(scale[2], scale[1] / 2, "scale %g after the overflow, %g before", scale[2], scale[1]);
   unlink(log);
 }

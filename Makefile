@@ -49,7 +49,7 @@ CU_SRCS := $(wildcard kernels/cuda/*.cu)
 ifeq ($(CUDA),1)
 ifneq ($(CU_SRCS),)
 CFLAGS  += -DBRIGADE_CUDA=1
-NVFLAGS := -O2 -std=c++17 -I. $(PC_CFLAGS) -gencode arch=compute_90,code=sm_90 \
+NVFLAGS := -O2 -std=c++17 -I. -gencode arch=compute_90,code=sm_90 \
            -gencode arch=compute_80,code=[sm_80,compute_80] -Xcompiler -Wall,-Wextra,-Werror -DBRIGADE_CUDA=1
 LDLIBS  += -L/usr/local/cuda/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++
 endif
@@ -79,18 +79,26 @@ TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
-.PHONY: all test run bench clean deps format
+.PHONY: all test run bench clean deps format FORCE
 .SECONDARY:
 all: $(BIN)
 
 deps:
 	sh scripts/deps.sh
 
-$(BUILD)/%.o: %.c
+# Objects depend on the flags they were built with (CUDA on or off, sanitizers), so changing
+# them rebuilds everything.
+FLAGS_STAMP := $(BUILD)/.flags
+$(FLAGS_STAMP): FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(CC) $(CFLAGS) $(NVFLAGS)' | cmp -s - $@ || echo '$(CC) $(CFLAGS) $(NVFLAGS)' > $@
+FORCE:
+
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 

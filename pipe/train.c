@@ -34,7 +34,12 @@ static int setup_runner(trainer *tr) {
   const train_cfg *c = &tr->cfg;
   const kernels_ops *ops;
   int rc = kernels_get_ops(c->backend, &ops);
-  if (rc) return rc;
+  if (rc) { /* the same on every rank: report it as the config's problem, exit 2, no abort */
+    char w[256];
+    core_config_where(c->cfg, "backend", -1, w, sizeof w);
+    core_error_prefix("backend (%s)", w);
+    return CORE_EINPUT;
+  }
   memset(rn, 0, sizeof *rn);
   rn->topo = &tr->topo, rn->v = c->v, rn->data = &tr->data, rn->seed = c->seed, rn->opt = c->opt;
   rn->chunks = core_calloc((size_t)c->v, sizeof(layers_chunk));

@@ -12,7 +12,7 @@ export LSAN_OPTIONS
 for bin in "$@"; do
   name=$(basename "$bin")
   case $name in
-    fuzz_config) seeds="$root/tests/malformed/cfg $root/configs $root/tests/fixtures" ;;
+    fuzz_config) seeds="$root/tests/malformed/cfg $root/configs" ;;
     fuzz_csv) seeds="$root/tests/malformed/csv $root/tests/fuzz/seeds/csv" ;;
     fuzz_ckpt) seeds="$root/tests/malformed/ckpt" ;;
     *) seeds="" ;;

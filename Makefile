@@ -4,6 +4,7 @@
 #   make SANITIZE=1 test   the same under ASan + UBSan (objects go to build-san/)
 #   make run        the main job (see README.md)
 #   make bench      benchmarks that print figures
+#   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS (60) each
 #   CUDA=1 / CUDA=0 force the CUDA backend on / off (default: on when nvcc is found)
 
 # ---- dependencies: checked (and installed) before anything is compiled ----
@@ -79,7 +80,7 @@ TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
-.PHONY: all test run bench clean deps format FORCE
+.PHONY: all test run bench clean deps format fuzz FORCE
 .SECONDARY:
 all: $(BIN)
 
@@ -144,6 +145,33 @@ run: $(BIN) data/kjv.txt
 	$(BIN) sample --checkpoint out/checkpoint --prompt "And God said" --tokens 200
 	$(BIN) sim --schedule 1f1b --stages 4 --microbatches 8 --svg out/simulated.svg --trace out/simulated.json
 
+# ---- fuzzing: libFuzzer targets tests/fuzz/fuzz_*.c, built with clang (not by `make test`) ----
+# `make fuzz` runs each for FUZZ_SECONDS on its seeds (tests/malformed, configs) and fails on
+# any crash, leak or sanitizer report.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_BUILD   := build-fuzz
+FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Werror -Wno-unused-parameter -I. \
+                $(PC_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined \
+                -fno-sanitize-recover=undefined -fno-omit-frame-pointer -MMD -MP
+FUZZ_SRCS    := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(FUZZ_BUILD)/%,$(FUZZ_SRCS))
+FUZZ_OBJS    := $(LIB_SRCS:%.c=$(FUZZ_BUILD)/%.o)
+
+$(FUZZ_BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FUZZ_BUILD)/libbrigade.a: $(FUZZ_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/libbrigade.a
+	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined $< $(FUZZ_BUILD)/libbrigade.a $(PC_LIBS) -lm -lpthread -o $@
+
+fuzz: $(FUZZ_BINS)
+	sh scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BINS)
+
 bench: $(BENCH_BINS) $(BIN)
 	@for b in $(filter-out %/mpi_collectives,$(BENCH_BINS)); do echo "== $$b"; $$b || exit 1; done
 	@echo "== $(BUILD)/bench/mpi_collectives (mpirun -np 4)"
@@ -153,6 +181,6 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
 
 clean:
-	rm -rf build build-san out
+	rm -rf build build-san build-fuzz out
 
--include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:=.d) $(WORKER_BINS:=.d)
+-include $(FUZZ_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:=.d) $(WORKER_BINS:=.d)

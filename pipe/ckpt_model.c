@@ -179,10 +179,10 @@ static int latest_dir(const char *dir, char *sub, size_t n) {
   char latest[1100], name[256] = "";
   snprintf(latest, sizeof latest, "%s/latest", dir);
   FILE *f = fopen(latest, "r");
-  if (!f) return core_error_set(CORE_EINPUT, "--resume %s: no complete checkpoint there (%s: %s)", dir, latest, strerror(errno));
+  if (!f) return core_error_set(CORE_EINPUT, "checkpoint directory %s: no complete checkpoint there (%s: %s)", dir, latest, strerror(errno));
   int ok = fscanf(f, "%255s", name) == 1 && strncmp(name, "step_", 5) == 0 && !strchr(name, '/');
   fclose(f);
-  if (!ok) return core_error_set(CORE_EINPUT, "--resume %s: %s is malformed", dir, latest);
+  if (!ok) return core_error_set(CORE_EINPUT, "checkpoint directory %s: %s is malformed", dir, latest);
   snprintf(sub, n, "%s/%s", dir, name);
   return CORE_OK;
 }
@@ -199,6 +199,8 @@ int pipe_ckpt_model_config(const char *dir, char **text, int64_t *vocab) {
   if (!c) rc = core_error_set(CORE_EINPUT, "checkpoint %s has no config record", path);
   *vocab = 256; /* checkpoints without the record come from byte-level runs */
   if (!rc && pipe_ckpt_find(&r, "vocab")) rc = pipe_ckpt_get(&r, "vocab", PIPE_CKPT_I64, vocab, 1);
+  if (!rc && (*vocab < 1 || *vocab > (1 << 24)))
+    rc = core_error_set(CORE_EINPUT, "checkpoint %s: vocabulary %lld is not in [1, %d]", path, (long long)*vocab, 1 << 24);
   if (!rc) {
     *text = core_malloc(c->count + 1);
     memcpy(*text, c->data, c->count);

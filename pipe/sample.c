@@ -62,7 +62,9 @@ int pipe_sample(const pipe_sample_opts *o, FILE *out) {
   int64_t vocab = 0;
   int rc = pipe_ckpt_model_config(o->checkpoint, &text, &vocab);
   core_config *cfg = NULL;
-  if (!rc) rc = core_config_load_string(&cfg, text, o->checkpoint);
+  char name[1100];
+  snprintf(name, sizeof name, "%s (saved config)", o->checkpoint);
+  if (!rc) rc = core_config_load_string(&cfg, text, name);
   free(text);
   layers_model m = {0};
   if (!rc) rc = layers_model_build(&m, cfg, (int)vocab);

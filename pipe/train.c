@@ -117,8 +117,13 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   kernels_cpu_init(tr->cfg.threads);
   int64_t T;
   rc = core_config_get_int_range(tr->cfg.cfg, "model.seq_len", 64, 1, 1 << 16, &T);
-  if (!rc) rc = pipe_data_open(&tr->data, tr->cfg.data_path, tr->cfg.val_path, tr->cfg.val_fraction, (int)T);
-  if (rc) return core_error_prefix("data.path");
+  if (rc) return rc;
+  rc = pipe_data_open(&tr->data, tr->cfg.data_path, tr->cfg.val_path, tr->cfg.val_fraction, (int)T);
+  if (rc) {
+    char w[256];
+    core_config_where(tr->cfg.cfg, "data", -1, w, sizeof w);
+    return core_error_prefix("data (%s)", w);
+  }
   if (tr->cfg.eval_interval > 0 && tr->data.n_val == 0)
     return core_error_set(CORE_EINPUT, "train.eval_interval is set but the data has no validation split (data.val_fraction = 0 and no data.val_path)");
   rc = layers_model_build(&tr->model, tr->cfg.cfg, tr->data.vocab);

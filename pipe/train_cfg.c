@@ -43,6 +43,11 @@ static const core_config_key keys[] = {
     {"fp16.hysteresis", CORE_CFG_INT}, {"fp16.min_loss_scale", CORE_CFG_FLOAT},
 };
 
+const core_config_key *train_cfg_schema(size_t *n) {
+  *n = sizeof keys / sizeof keys[0];
+  return keys;
+}
+
 static int get_i(const core_config *c, const char *k, int64_t def, int64_t lo, int64_t hi, int *out) {
   int64_t v;
   int rc = core_config_get_int_range(c, k, def, lo, hi, &v);
@@ -99,7 +104,7 @@ static int read_schedule(train_cfg *t) {
   if (!rc) rc = zero_lr_parse_kind(type, &t->lr.kind);
   if (rc) return rc;
   t->lr.lr = t->opt.lr;
-  int64_t w, total;
+  int64_t w = 0, total = 1;
   rc = core_config_get_int_range(c, "scheduler.params.warmup_num_steps", 0, 0, 1L << 40, &w);
   if (!rc) rc = core_config_get_int_range(c, "scheduler.params.total_num_steps", t->steps, 1, 1L << 40, &total);
   if (!rc) rc = core_config_get_float(c, "scheduler.params.min_lr", 0.0, &t->lr.min_lr);
@@ -133,7 +138,8 @@ static int read_pipeline(train_cfg *t, int world) {
   const core_config *c = t->cfg;
   const char *name, *part;
   int rc = get_i(c, "pipeline.stages", world, 1, 1 << 16, &t->stages);
-  if (!rc) rc = core_config_get_string(c, "pipeline.schedule", "1f1b", &name);
+  if (rc) return rc;
+  rc = core_config_get_string(c, "pipeline.schedule", "1f1b", &name);
   if (!rc) rc = sched_family_parse(name, &t->family);
   if (rc) {
     char w[256];
@@ -158,7 +164,7 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   for (int i = 0; i < o->nsets && !rc; i++) rc = core_config_set(t->cfg, o->sets[i]);
   if (!rc) rc = core_config_check(t->cfg, keys, sizeof keys / sizeof keys[0]);
   const core_config *c = t->cfg;
-  int64_t seed;
+  int64_t seed = 0;
   if (!rc) rc = get_i(c, "train_micro_batch_size_per_gpu", 4, 1, 1 << 20, &t->B);
   if (!rc) rc = get_i(c, "gradient_accumulation_steps", 1, 1, 1 << 20, &t->m);
   if (!rc) rc = get_i(c, "train.steps", 100, 0, 1 << 30, &t->steps);

@@ -33,6 +33,8 @@ typedef struct {
 } train_cfg;
 
 int train_read_config(train_cfg *t, const pipe_train_opts *o, int world);
+/* The schema of a training config (for core_config_check; the fuzz target uses it too). */
+const core_config_key *train_cfg_schema(size_t *n);
 /* Cuts the model into stages x virtual stages pieces (*bounds: [p*v + 1], caller frees); the
  * loss layer rides with the layer before it. */
 int train_cut_model(const train_cfg *t, const layers_model *m, int **bounds);

@@ -33,6 +33,7 @@ int sched_csv_write(const sched_program *pr, FILE *f) {
 
 typedef struct {
   int rank, stage, mb;
+  int line, col; /* where the cell is, for messages */
   char op;
 } action;
 
@@ -49,6 +50,9 @@ static void actions_push(actions *as, action x) {
   as->a[as->n++] = x;
 }
 
+/* Limits of sched_program_init: S = p*v <= 2^20 virtual stages, m <= 2^24 micro-batches. */
+enum { MAX_STAGES = 1 << 20, MAX_MB = 1 << 24 };
+
 /* Parses one cell [b, e) into x; returns CORE_OK or an error naming line and column. */
 static int parse_cell(const char *name, int line, int col, const char *b, const char *e, action *x) {
   const char *q = b;
@@ -60,15 +64,23 @@ static int parse_cell(const char *name, int line, int col, const char *b, const 
   int nm = 0;
   while (ok && q < e && isdigit((unsigned char)*q) && nm < 9) mb = mb * 10 + (*q++ - '0'), nm++;
   if (ok && nm > 0 && q == e) {
-    x->stage = (int)stage, x->mb = (int)mb, x->op = op;
+    if (stage >= MAX_STAGES || mb >= MAX_MB)
+      return core_error_set(CORE_EINPUT, "%s:%d:%d: %s index too large in '%.*s' (at most %d)", name,
+                            line, col, stage >= MAX_STAGES ? "stage" : "micro-batch", (int)(e - b), b,
+                            (stage >= MAX_STAGES ? MAX_STAGES : MAX_MB) - 1);
+    *x = (action){.rank = x->rank, .stage = (int)stage, .mb = (int)mb, .line = line, .col = col, .op = op};
     return CORE_OK;
   }
+  /* the cell as printable text: a binary file must not put control bytes on the terminal */
+  char shown[41];
   int len = (int)(e - b) > 40 ? 40 : (int)(e - b);
+  for (int i = 0; i < len; i++) shown[i] = isprint((unsigned char)b[i]) ? b[i] : '?';
+  shown[len] = 0;
   if (nd > 0 && q < e && (strncmp(q, "SEND", 4) == 0 || strncmp(q, "RECV", 4) == 0))
-    return core_error_set(CORE_EINPUT, "%s:%d:%d: transfer action '%.*s': give the compute-only "
-                          "form (brigade inserts the transfers itself)", name, line, col, len, b);
-  return core_error_set(CORE_EINPUT, "%s:%d:%d: bad action '%.*s' (expected {stage}{F|I|W|B}"
-                        "{microbatch}, e.g. 0F3)", name, line, col, len, b);
+    return core_error_set(CORE_EINPUT, "%s:%d:%d: transfer action '%s': give the compute-only "
+                          "form (brigade inserts the transfers itself)", name, line, col, shown);
+  return core_error_set(CORE_EINPUT, "%s:%d:%d: bad action '%s' (expected {stage}{F|I|W|B}"
+                        "{microbatch}, e.g. 0F3)", name, line, col, shown);
 }
 
 static int parse_rows(const char *text, const char *name, actions *as, int *nranks) {
@@ -110,13 +122,17 @@ static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(co
 /* Reads the placement off the actions: stage -> rank, each rank the same number of stages. */
 static int build_placement(const char *name, const actions *as, int p, int *v_out, int *m_out,
                            int **stage_of_out) {
-  int S = 0, m = 0;
+  int S = 0, m = 0, top = 0;
   for (int i = 0; i < as->n; i++) {
     if (as->a[i].stage + 1 > S) S = as->a[i].stage + 1;
-    if (as->a[i].mb + 1 > m) m = as->a[i].mb + 1;
+    if (as->a[i].mb + 1 > m) m = as->a[i].mb + 1, top = i;
   }
-  if (S > (1 << 20) || m > (1 << 24))
-    return core_error_set(CORE_EINPUT, "%s: stage or micro-batch index too large", name);
+  /* every stage needs a forward of every micro-batch: a file with fewer actions than S*m is
+   * refused here, before anything is sized by S*m */
+  if ((long long)S * m > as->n)
+    return core_error_set(CORE_EINPUT, "%s:%d:%d: micro-batch %d needs forwards of %d micro-batches "
+                          "on each of %d stages, more than the file's %d actions", name,
+                          as->a[top].line, as->a[top].col, m - 1, m, S, as->n);
   int *owner = core_malloc(sizeof(int) * (size_t)(S ? S : 1));
   for (int s = 0; s < S; s++) owner[s] = -1;
   int rc = CORE_OK;

@@ -11,7 +11,7 @@ static const char usage[] =
     "commands:\n"
     "  compile   compile a pipeline schedule into per-rank instruction streams\n"
     "            --schedule gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v --stages P [--virtual V] --microbatches M\n"
-    "            [--tied] [--format actions|instructions|csv] [-o FILE]\n"
+    "            [--max-pending-w N] [--tied] [--format actions|instructions|csv] [-o FILE]\n"
     "  sim       simulate a schedule under a cost model (no MPI, no model)\n"
     "            shape flags as for compile, or --schedule-file FILE.csv;\n"
     "            [--cost-f T] [--cost-b T] [--cost-w T] [--comm T] [--cost-reduce T] [--cost-step T]\n"

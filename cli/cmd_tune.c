@@ -80,8 +80,9 @@ int cli_tune(int argc, char **argv) {
          "FLOPs at %.4g GFLOP/s\n",
          config, res.stages, res.batch, sched_family_name(res.own.family), res.own.v, res.own.m,
          pipe_part_name(res.own.part), gflops);
-  printf("%d candidates simulated (%d shapes could not be cut), %d fit in %s per rank; the best %d:\n",
-         res.tried, res.uncut, res.nfits, mem, top < res.nfits ? top : res.nfits);
+  printf("%d candidates simulated (%d shapes could not be cut), %d fit in %s per rank, %d distinct; "
+         "the best %d:\n",
+         res.tried, res.uncut, res.fitting, mem, res.nfits, top < res.nfits ? top : res.nfits);
   printf("%3s  %-12s %2s %5s %5s  %-10s %14s %8s  %s\n", "#", "family", "v", "m", "B", "partition",
          "step (ms)", "bubble", "peak memory (worst rank)");
   for (int i = 0; i < res.nfits && i < top; i++) {

@@ -48,6 +48,19 @@ static int try_one(const char *config, const char **sets, int nsets, double gflo
   return rc;
 }
 
+/* Two partition methods often cut the model the same way: list such a shape once (the first of
+ * parameters, cost, uniform), recognised by equal predictions for the same family, v and m. */
+static int same_as_before(const pipe_tune_result *res, const pipe_tune_cand *c) {
+  for (int i = res->nfits - 1; i >= 0; i--) {
+    const pipe_tune_cand *o = &res->fits[i];
+    if (o->shape.m != c->shape.m) return 0; /* candidates come grouped by m */
+    if (o->shape.family == c->shape.family && o->shape.v == c->shape.v && o->time == c->time &&
+        o->peak_bytes == c->peak_bytes)
+      return 1;
+  }
+  return 0;
+}
+
 static int by_time(const void *a, const void *b) {
   const pipe_tune_cand *x = a, *y = b;
   if (x->time != y->time) return x->time < y->time ? -1 : 1;
@@ -80,6 +93,8 @@ int pipe_tune(const char *config, const char **sets, int nsets, double gflops, d
         }
         if (!res->tried++ || c.peak_bytes < res->smallest.peak_bytes) res->smallest = c;
         if (c.peak_bytes > memory) continue;
+        res->fitting++;
+        if (same_as_before(res, &c)) continue;
         if (res->nfits == cap) res->fits = core_realloc(res->fits, sizeof(pipe_tune_cand) * (size_t)(cap = cap ? 2 * cap : 64));
         res->fits[res->nfits++] = c;
       }

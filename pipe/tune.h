@@ -21,7 +21,9 @@ typedef struct {
   pipe_plan_shape own;  /* the config's own shape */
   int tried;            /* candidates compiled and simulated */
   int uncut;            /* shapes the model cannot be cut into (more pieces than layers) */
-  pipe_tune_cand *fits; /* those within the limit, fastest first (then least memory) */
+  int fitting;          /* candidates within the limit, before merging equal partitions */
+  pipe_tune_cand *fits; /* those within the limit, fastest first (then least memory); a
+                           partition giving the same predictions as an earlier one is left out */
   int nfits;
   pipe_tune_cand smallest; /* the smallest peak over everything tried */
 } pipe_tune_result;

@@ -43,7 +43,7 @@ Test(tune, winner_never_worse_than_plain_1f1b) {
     for (int l = 0; l < 2; l++) {
       pipe_tune_result res;
       cr_assert_eq(pipe_tune(cfg, sets, 1, 10, limits[l], &res), CORE_OK, "%s", core_error_msg());
-      cr_assert(res.nfits >= 1);
+      cr_assert(res.nfits >= 1 && res.nfits <= res.fitting && res.fitting <= res.tried);
       cr_assert(res.fits[0].time <= t1, "p=%d: winner %s %.9g s, 1f1b %.9g s", stages[k],
                 sched_family_name(res.fits[0].shape.family), res.fits[0].time, t1);
       for (int i = 0; i < res.nfits; i++) {
@@ -51,6 +51,10 @@ Test(tune, winner_never_worse_than_plain_1f1b) {
         cr_assert(i == 0 || res.fits[i - 1].time <= res.fits[i].time);
         cr_assert_eq(res.batch % res.fits[i].shape.m, 0);
         cr_assert_eq(res.fits[i].B * res.fits[i].shape.m, res.batch);
+        for (int j = 0; j < i; j++) /* equal partitions are listed once */
+          cr_assert(!(res.fits[j].shape.family == res.fits[i].shape.family && res.fits[j].shape.v == res.fits[i].shape.v &&
+                      res.fits[j].shape.m == res.fits[i].shape.m && res.fits[j].time == res.fits[i].time &&
+                      res.fits[j].peak_bytes == res.fits[i].peak_bytes));
       }
       pipe_tune_result_free(&res);
     }

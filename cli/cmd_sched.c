@@ -12,7 +12,7 @@
 
 typedef struct {
   sched_shape shape;
-  int have_schedule, have_stages, have_mb, have_virtual;
+  int have_schedule, have_stages, have_mb, have_virtual, have_wlimit;
   const char *schedule_file;
   sched_costs costs;
   const char *format, *out, *trace, *svg;
@@ -51,6 +51,9 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     } else if (strcmp(a, "--microbatches") == 0) {
       if (!VALUE()) rc = cli_parse_int(a, val, 1, 1 << 20, &o->shape.m);
       o->have_mb = 1;
+    } else if (strcmp(a, "--max-pending-w") == 0) {
+      if (!VALUE()) rc = cli_parse_int(a, val, 1, 1 << 20, &o->shape.max_pending_w);
+      o->have_wlimit = 1;
     } else if (strcmp(a, "--tied") == 0) {
       o->shape.tied = 1;
     } else if (strcmp(a, "--format") == 0 && !allow_sim) {
@@ -97,15 +100,15 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     if (rc) return rc;
   }
   if (o->config) {
-    if (o->have_schedule || o->have_stages || o->have_mb || o->schedule_file)
+    if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit || o->schedule_file)
       return core_error_set(CORE_EINPUT, "sim CONFIG takes the shape from the config: use --set "
                                          "pipeline.schedule=... instead of the shape flags");
     return CORE_OK;
   }
   if (o->schedule_file) {
-    if (o->have_schedule || o->have_stages || o->have_mb)
+    if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit)
       return core_error_set(CORE_EINPUT, "give either --schedule-file or the shape flags "
-                                         "(--schedule, --stages, --microbatches), not both");
+                                         "(--schedule, --stages, --microbatches, --max-pending-w), not both");
     return CORE_OK;
   }
   /* a V has two chunks; interleaved needs at least two: default to 2 unless --virtual says */

@@ -8,5 +8,6 @@ int cli_sim(int argc, char **argv);
 int cli_plot(int argc, char **argv);
 int cli_train(int argc, char **argv);
 int cli_sample(int argc, char **argv);
+int cli_tune(int argc, char **argv);
 
 #endif

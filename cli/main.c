@@ -11,13 +11,16 @@ static const char usage[] =
     "commands:\n"
     "  compile   compile a pipeline schedule into per-rank instruction streams\n"
     "            --schedule gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v --stages P [--virtual V] --microbatches M\n"
-    "            [--tied] [--format actions|instructions|csv] [-o FILE]\n"
+    "            [--max-pending-w N] [--tied] [--format actions|instructions|csv] [-o FILE]\n"
     "  sim       simulate a schedule under a cost model (no MPI, no model)\n"
     "            shape flags as for compile, or --schedule-file FILE.csv;\n"
     "            [--cost-f T] [--cost-b T] [--cost-w T] [--comm T] [--cost-reduce T] [--cost-step T]\n"
     "            [--act-bytes N] [--json] [--trace FILE.json] [--svg FILE.svg] [--ascii]\n"
     "            or: sim CONFIG [--set key=value ...] [--gflops G]: predict a training config's step\n"
     "            from per-layer FLOPs (stage forward = FLOPs / G, backward twice that)\n"
+    "  tune      search schedule family, virtual stages, micro-batches and partition for the\n"
+    "            fastest predicted step that fits a per-rank memory limit:\n"
+    "            tune CONFIG --memory BYTES [--set key=value ...] [--gflops G] [--top K] [--svg FILE]\n"
     "  train     train a model: train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR]\n"
     "            (one process, or under mpirun -np N for pipeline stages x data replicas)\n"
     "  sample    generate text from a checkpoint: sample --checkpoint DIR --prompt TEXT\n"
@@ -37,6 +40,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "sim") == 0) return cli_sim(argc - 1, argv + 1);
   if (strcmp(cmd, "plot") == 0) return cli_plot(argc - 1, argv + 1);
   if (strcmp(cmd, "train") == 0) return cli_train(argc - 1, argv + 1);
+  if (strcmp(cmd, "tune") == 0) return cli_tune(argc - 1, argv + 1);
   if (strcmp(cmd, "sample") == 0) return cli_sample(argc - 1, argv + 1);
   fprintf(stderr, "brigade: error: unknown command '%s' (see 'brigade help')\n", cmd);
   return 2;

@@ -40,22 +40,67 @@ int train_cut_model(const train_cfg *t, const layers_model *m, int **bounds_out)
   return CORE_OK;
 }
 
-int pipe_plan_build(const char *config, const char **sets, int nsets, double gflops, pipe_plan *out) {
-  memset(out, 0, sizeof *out);
+/* Reads the config as `brigade train` would on as many ranks as it has stages. */
+static int plan_read(const char *config, const char **sets, int nsets, train_cfg *t, int64_t *vocab) {
   pipe_train_opts o = {.config = config, .sets = sets, .nsets = nsets};
-  train_cfg t;
   core_config *probe;
-  int64_t stages = 1, vocab = 256;
+  int64_t stages = 1;
   /* the config's own stage count stands in for the number of ranks */
   int rc = core_config_load(&probe, config);
   if (!rc) {
     for (int i = 0; i < nsets && !rc; i++) rc = core_config_set(probe, sets[i]);
     if (!rc) rc = core_config_get_int_range(probe, "pipeline.stages", 1, 1, 1 << 16, &stages);
-    if (!rc) rc = core_config_get_int_range(probe, "model.vocab_size", 256, 1, 1 << 24, &vocab);
+    if (!rc) rc = core_config_get_int_range(probe, "model.vocab_size", 256, 1, 1 << 24, vocab);
     core_config_free(probe);
   }
-  if (!rc) rc = train_read_config(&t, &o, (int)stages);
-  if (rc) return rc;
+  if (!rc) rc = train_read_config(t, &o, (int)stages);
+  else memset(t, 0, sizeof *t);
+  return rc;
+}
+
+int pipe_plan_config_shape(const char *config, const char **sets, int nsets, pipe_plan_shape *shape,
+                           int *stages, int *batch) {
+  train_cfg t;
+  int64_t vocab;
+  int rc = plan_read(config, sets, nsets, &t, &vocab);
+  if (!rc) {
+    *shape = (pipe_plan_shape){.family = t.family, .v = t.v, .m = t.m, .part = t.part};
+    *stages = t.stages, *batch = t.B * t.m;
+  }
+  core_config_free(t.cfg);
+  return rc;
+}
+
+/* Floats of one activation slot of the chunk [lo, hi), laid out as layers_chunk_init does
+ * (in | din | per layer: out, stash, dout), without allocating it. */
+static double slot_floats(const layers_model *m, int lo, int hi, int B) {
+  double N = (double)B * m->T, at = 0;
+  if (m->layers[lo].type->input != LAYER_IN_TOKENS) at = 2 * N * m->layers[lo].in_width;
+  for (int i = lo; i < hi; i++) {
+    const layer *l = &m->layers[i];
+    at += 2 * N * l->out_width + (double)l->type->stash_floats(l, B, m->T);
+  }
+  return at;
+}
+
+int pipe_plan_build_shape(const char *config, const char **sets, int nsets, double gflops,
+                          const pipe_plan_shape *shape, pipe_plan *out) {
+  memset(out, 0, sizeof *out);
+  train_cfg t;
+  int64_t vocab = 256;
+  int rc = plan_read(config, sets, nsets, &t, &vocab);
+  if (!rc && shape) {
+    int batch = t.B * t.m;
+    if (shape->m < 1 || batch % shape->m != 0)
+      rc = core_error_set(CORE_EINPUT, "%d micro-batches do not divide the per-replica batch of %d sequences",
+                          shape->m, batch);
+    t.family = shape->family, t.v = shape->v, t.part = shape->part;
+    if (!rc) t.m = shape->m, t.B = batch / shape->m;
+  }
+  if (rc) {
+    core_config_free(t.cfg);
+    return rc;
+  }
   layers_model m = {0};
   int *bounds = NULL;
   rc = layers_model_build(&m, t.cfg, (int)vocab);
@@ -74,22 +119,44 @@ int pipe_plan_build(const char *config, const char **sets, int nsets, double gfl
       out->f[s] = fl * tokens / (gflops * 1e9); /* seconds */
       out->b[s] = out->w[s] = out->f[s];       /* backward = twice the forward, half each */
       if (t.ckpt_act) out->b[s] += out->f[s];  /* checkpointing recomputes the forward */
+      double slot = slot_floats(&m, bounds[s], bounds[s + 1], t.B) * sizeof(float);
+      out->act_bytes = slot > out->act_bytes ? slot : out->act_bytes;
     }
-    out->costs = (sched_costs){.stage_f = out->f, .stage_b = out->b, .stage_w = out->w};
+    out->costs = (sched_costs){.stage_f = out->f, .stage_b = out->b, .stage_w = out->w, .act_bytes = out->act_bytes};
     rc = sched_compile(&sh, &out->costs, &out->prog);
   }
   if (!rc) {
-    out->stages = t.stages, out->v = t.v, out->m = t.m;
+    out->stages = t.stages, out->v = t.v, out->m = t.m, out->B = t.B;
+    out->family = t.family, out->part = t.part;
     out->params = layers_model_params(&m);
+    /* parameters, gradients, AdamW's first and second moments: 4 floats per parameter */
+    out->state_bytes = core_calloc((size_t)t.stages, sizeof(double));
+    for (int r = 0; r < t.stages; r++)
+      for (int c = 0; c < t.v; c++) {
+        int s = out->prog.stage_of[r * t.v + c];
+        for (int i = bounds[s]; i < bounds[s + 1]; i++) out->state_bytes[r] += 16.0 * (double)m.layers[i].nparams;
+      }
   }
   free(bounds);
   if (m.built) layers_model_free(&m);
   core_config_free(t.cfg);
+  if (rc) { /* the program is not ours to free: sched_compile cleans up after itself */
+    free(out->f), free(out->b), free(out->w);
+    memset(out, 0, sizeof *out);
+  }
   return rc;
+}
+
+int pipe_plan_build(const char *config, const char **sets, int nsets, double gflops, pipe_plan *out) {
+  return pipe_plan_build_shape(config, sets, nsets, gflops, NULL, out);
+}
+
+double pipe_plan_rank_peak(const pipe_plan *p, const sched_sim_result *res, int r) {
+  return p->state_bytes[r] + res->ranks[r].peak_bytes;
 }
 
 void pipe_plan_free(pipe_plan *p) {
   sched_program_free(&p->prog);
-  free(p->f), free(p->b), free(p->w);
+  free(p->f), free(p->b), free(p->w), free(p->state_bytes);
   memset(p, 0, sizeof *p);
 }

@@ -4,20 +4,44 @@
 
 #include <stddef.h>
 
+#include "schedule/partition.h"
 #include "schedule/schedule.h"
 
 typedef struct {
   sched_program prog;
-  sched_costs costs; /* per-virtual-stage times in seconds at the given GFLOP/s */
+  sched_costs costs; /* per-virtual-stage times in seconds at the given GFLOP/s; act_bytes set */
   double *f, *b, *w;
-  int stages, v, m;
+  int stages, v, m, B; /* B: sequences per micro-batch */
+  sched_family family;
+  sched_part_method part;
   size_t params;
+  double act_bytes;    /* bytes of one activation slot of the largest chunk (as layers_chunk_slot_bytes) */
+  double *state_bytes; /* [stages]: parameters, gradients and AdamW's two moments of each rank's
+                          chunks, 4 bytes each */
 } pipe_plan;
+
+/* What the tuner varies, instead of the config's pipeline.* and batch keys: the family, chunks
+ * per rank, micro-batches per step (m must divide the config's per-replica batch
+ * train_micro_batch_size_per_gpu x gradient_accumulation_steps, which stays fixed: the
+ * micro-batch size becomes that batch / m) and the partition method. */
+typedef struct {
+  sched_family family;
+  int v, m;
+  sched_part_method part;
+} pipe_plan_shape;
 
 /* Reads the config (with --set overrides) as `brigade train` would, cuts the model, compiles
  * the schedule, and prices each virtual stage's forward at its FLOPs / gflops (backward: I and
- * W each as much again). */
+ * W each as much again). The config's stage count stands in for the number of ranks (d = 1). */
 int pipe_plan_build(const char *config, const char **sets, int nsets, double gflops, pipe_plan *out);
+/* The same with the shape given (shape NULL: the config's own). */
+int pipe_plan_build_shape(const char *config, const char **sets, int nsets, double gflops,
+                          const pipe_plan_shape *shape, pipe_plan *out);
+/* The config's own shape, stage count and per-replica batch, without building anything. */
+int pipe_plan_config_shape(const char *config, const char **sets, int nsets, pipe_plan_shape *shape,
+                           int *stages, int *batch);
+/* Peak memory of rank r after a simulation: state_bytes[r] + its peak activation bytes. */
+double pipe_plan_rank_peak(const pipe_plan *p, const sched_sim_result *res, int r);
 void pipe_plan_free(pipe_plan *p);
 
 #endif

@@ -90,6 +90,11 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
   if (sh->p < 1) return core_error_set(CORE_EINPUT, "--stages must be >= 1 (got %d)", sh->p);
   if (sh->m < 1) return core_error_set(CORE_EINPUT, "--microbatches must be >= 1 (got %d)", sh->m);
   if (sh->v < 1) return core_error_set(CORE_EINPUT, "--virtual must be >= 1 (got %d)", sh->v);
+  if (sh->max_pending_w < 0)
+    return core_error_set(CORE_EINPUT, "--max-pending-w must be >= 1, or 0 for the default (got %d)", sh->max_pending_w);
+  if (sh->max_pending_w > 0 && sh->family != SCHED_ZB_H1 && sh->family != SCHED_ZB_H2 && sh->family != SCHED_ZB_V)
+    return core_error_set(CORE_EINPUT, "--max-pending-w applies to zb-h1, zb-h2 and zb-v (not %s)",
+                          sched_family_name(sh->family));
   switch (sh->family) {
   case SCHED_GPIPE:
   case SCHED_1F1B:
@@ -134,7 +139,7 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
   case SCHED_1F1B: compile_1f1b(out); break;
   case SCHED_INTERLEAVED: compile_interleaved(out); break;
   case SCHED_INFERENCE: compile_inference(out); break;
-  default: rc = sched_compile_zb(out, costs); break; /* zb-h1, zb-h2, zb-v */
+  default: rc = sched_compile_zb(out, costs, sh->max_pending_w); break; /* zb-h1, zb-h2, zb-v */
   }
   if (rc) sched_program_free(out);
   return rc;

@@ -19,7 +19,8 @@ int sched_check_compute(const sched_program *pr);
 /* Readable excerpt of rank r's stream around instruction i (multi-line, into buf). */
 void sched_excerpt(const sched_program *pr, int r, int i, char *buf, size_t n);
 
-/* Zero-bubble families (zb.c): fills pr's streams by list scheduling under the costs. */
-int sched_compile_zb(sched_program *pr, const sched_costs *costs);
+/* Zero-bubble families (zb.c): fills pr's streams by list scheduling under the costs;
+ * max_pending_w > 0 replaces the default limit on pending W's per rank. */
+int sched_compile_zb(sched_program *pr, const sched_costs *costs, int max_pending_w);
 
 #endif

@@ -18,6 +18,9 @@ typedef struct {
   sched_family family;
   int p, v, m;
   int tied; /* first and last virtual stage share a weight */
+  /* zero-bubble families: at most this many W's pending (I done, W not yet) per rank, which
+   * bounds the slots a rank holds; 0 = the family's default (zb.c). Other families: must be 0. */
+  int max_pending_w;
 } sched_shape;
 
 /* Cost model: times of one op of one chunk (one virtual stage) on one micro-batch. A full

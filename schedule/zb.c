@@ -31,6 +31,7 @@ typedef struct {
   int *wq, wq_head, wq_tail; /* pending W's as (chunk, mb) codes, oldest first */
   double free_at;
   int limit, wlimit;
+  int hard_w; /* the user's limit: at wlimit pending, a W runs before anything else */
 } zb_rank;
 
 typedef struct {
@@ -88,20 +89,27 @@ static zb_choice zb_next(const zb_state *z, const zb_rank *k, int r) {
     int code = k->wq[k->wq_head];
     w = (zb_choice){k->free_at, SCHED_BACKWARD_WEIGHT, code / z->m, code % z->m};
   }
+  if (w.t <= k->free_at && k->hard_w && !z->relax && k->w_pending >= k->wlimit) return w;
   if (best_i.t <= k->free_at) return best_i;
   if (best_f.t <= k->free_at) return best_f;
   if (w.t <= k->free_at) return w;
   return best_i.t <= best_f.t ? best_i : best_f;
 }
 
-static void zb_limits(sched_family f, int p, int r, int m, zb_rank *k) {
+/* max_pending_w > 0 (the user's --max-pending-w) replaces the default W limit and makes it hard:
+ * a rank with that many W's pending runs its oldest W before any I or F (the default limit only
+ * holds back forwards). Fewer pending W's hold fewer slots (lower peak memory) at the price of
+ * bubbles the W's no longer fill. A rank at a hard limit always has a W to run, so the limit
+ * never stalls the scheduler. */
+static void zb_limits(sched_family f, int p, int r, int m, int max_pending_w, zb_rank *k) {
   int lim = f == SCHED_ZB_H1 ? p - r : f == SCHED_ZB_H2 ? 2 * (p - r) - 1 : 2 * p;
   int cap = f == SCHED_ZB_V ? 2 * m : m;
   k->limit = lim < cap ? lim : cap;
-  k->wlimit = k->limit + (f == SCHED_ZB_H1 ? 1 : 2) * (p - 1);
+  k->wlimit = max_pending_w > 0 ? max_pending_w : k->limit + (f == SCHED_ZB_H1 ? 1 : 2) * (p - 1);
+  k->hard_w = max_pending_w > 0;
 }
 
-int sched_compile_zb(sched_program *pr, const sched_costs *costs) {
+int sched_compile_zb(sched_program *pr, const sched_costs *costs, int max_pending_w) {
   int p = pr->p, v = pr->v, m = pr->m;
   zb_state z = {.pr = pr, .c = costs, .S = p * v, .m = m};
   size_t n = (size_t)z.S * (size_t)m;
@@ -113,7 +121,7 @@ int sched_compile_zb(sched_program *pr, const sched_costs *costs) {
     rk[r].nf = core_calloc((size_t)v, sizeof(int));
     rk[r].ni = core_calloc((size_t)v, sizeof(int));
     rk[r].wq = core_malloc(sizeof(int) * (size_t)v * (size_t)m);
-    zb_limits(pr->family, p, r, m, &rk[r]);
+    zb_limits(pr->family, p, r, m, max_pending_w, &rk[r]);
   }
   for (size_t done = 0; done < 3 * n; done++) {
     int best_r = -1;

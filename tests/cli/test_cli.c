@@ -94,6 +94,9 @@ Test(cli, bad_input_is_one_line_and_exit_2) {
       "sim --schedule 1f1b --stages 4 --microbatches 4 --bogus",
       "sim --schedule-file /nonexistent.csv",
       "compile --schedule 1f1b --stages 2 --microbatches 2 --format xml",
+      "compile --schedule 1f1b --stages 2 --microbatches 2 --max-pending-w 1",
+      "sim --schedule zb-h1 --stages 2 --microbatches 2 --max-pending-w 0",
+      "sim configs/tiny.cfg --max-pending-w 2",
       "plot /nonexistent.json -o /tmp/x.svg",
       "frobnicate",
   };

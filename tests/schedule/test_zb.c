@@ -2,6 +2,7 @@
  * unit costs F = B = W = 1, comm 0, bubble = max span - m(F+B+W). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "schedule/schedule.h"
@@ -116,4 +117,58 @@ Test(zb, every_family_compiles_with_latency_and_uneven_costs) {
                        sched_family_name((sched_family)f), p, m, c.comm, core_error_msg());
           sched_program_free(&pr);
         }
+}
+
+static int peak_of(const sched_sim_result *res) {
+  int pk = 0;
+  for (int r = 0; r < res->p; r++) pk = res->ranks[r].peak_activations > pk ? res->ranks[r].peak_activations : pk;
+  return pk;
+}
+
+/* --max-pending-w: every zero-bubble family still compiles and verifies for p in 2..16 and m in
+ * 1..64 under a user limit on pending W's; the compute order honours the limit; and a smaller
+ * limit never raises peak_activations, lowering it strictly once m >= 2p. */
+Test(zb, max_pending_w_compiles_verifies_and_lowers_peak) {
+  sched_costs c = sched_costs_unit();
+  for (int f = SCHED_ZB_H1; f <= SCHED_ZB_V; f++)
+    for (int p = 2; p <= 16; p++)
+      for (int m = 1; m <= 64; m++) {
+        int peak[3], lims[3] = {0, 2, 1}; /* the default, then smaller user limits */
+        for (int k = 0; k < 3; k++) {
+          sched_shape sh = {.family = (sched_family)f, .p = p, .v = f == SCHED_ZB_V ? 2 : 1, .m = m,
+                            .max_pending_w = lims[k]};
+          sched_program pr;
+          cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s p=%d m=%d max_pending_w=%d: %s",
+                       sched_family_name((sched_family)f), p, m, lims[k], core_error_msg());
+          for (int r = 0; r < p && lims[k]; r++) {
+            int pending = 0;
+            for (int i = 0; i < pr.streams[r].len; i++) {
+              pending += pr.streams[r].ins[i].op == SCHED_BACKWARD_INPUT;
+              pending -= pr.streams[r].ins[i].op == SCHED_BACKWARD_WEIGHT;
+              cr_assert(pending <= lims[k], "%s p=%d m=%d rank %d: %d W's pending, limit %d",
+                        sched_family_name((sched_family)f), p, m, r, pending, lims[k]);
+            }
+          }
+          sched_sim_result res;
+          cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK);
+          peak[k] = peak_of(&res);
+          sched_sim_result_free(&res);
+          sched_program_free(&pr);
+        }
+        cr_assert(peak[2] <= peak[1] && peak[1] <= peak[0], "%s p=%d m=%d: peaks %d (default), %d (2), %d (1)",
+                  sched_family_name((sched_family)f), p, m, peak[0], peak[1], peak[2]);
+        if (m >= 2 * p)
+          cr_assert(peak[2] < peak[0], "%s p=%d m=%d: limit 1 keeps peak %d", sched_family_name((sched_family)f),
+                    p, m, peak[0]);
+      }
+}
+
+Test(zb, max_pending_w_is_refused_where_it_means_nothing) {
+  sched_costs c = sched_costs_unit();
+  sched_program pr;
+  sched_shape sh = {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 8, .max_pending_w = 2};
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "--max-pending-w applies to zb-h1, zb-h2 and zb-v"), "%s", core_error_msg());
+  sh.family = SCHED_ZB_H1, sh.max_pending_w = -1;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_EINPUT);
 }

@@ -1,0 +1,114 @@
+/* cli/cmd_tune.c: `brigade tune CONFIG --memory BYTES`: the fastest predicted schedules that
+ * fit a per-rank memory limit, and the winner's simulated timeline. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "pipe/tune.h"
+#include "viz/viz.h"
+
+static int fail(void) {
+  fprintf(stderr, "brigade: error: %s\n", core_error_msg());
+  return core_error_code() == CORE_EINPUT ? 2 : 1;
+}
+
+/* "1000000", "1.5e9", "512M", "80G", "80GiB": bytes, with binary K/M/G/T suffixes. */
+static int parse_bytes(const char *flag, const char *text, double *out) {
+  char *end;
+  double v = strtod(text, &end);
+  double mult = 1;
+  if (end != text && *end) {
+    const char *units = "KMGT";
+    const char *u = strchr(units, toupper((unsigned char)*end));
+    if (u) {
+      for (const char *q = units; q <= u; q++) mult *= 1024;
+      end++;
+      if (*end == 'i' && end[1] == 'B') end += 2;
+      else if (*end == 'B') end++;
+    } else if (*end == 'B') {
+      end++;
+    }
+  }
+  if (end == text || *end || !(v > 0) || v * mult > 1e18)
+    return core_error_set(CORE_EINPUT, "%s: '%s' is not a positive byte count (e.g. 1000000, 512M, 80G)", flag, text);
+  *out = v * mult;
+  return CORE_OK;
+}
+
+static void print_mib(double bytes, char *buf, size_t n) { snprintf(buf, n, "%.3f MiB", bytes / (1024.0 * 1024.0)); }
+
+int cli_tune(int argc, char **argv) {
+  const char *config = NULL, *svg = "tune.svg", *sets[64];
+  int nsets = 0, top = 5, have_memory = 0, rc = CORE_OK;
+  double memory = 0, gflops = 50;
+  for (int i = 1; i < argc && !rc; i++) {
+    const char *a = argv[i], *val = NULL;
+    if (strcmp(a, "--memory") == 0) {
+      if (!(rc = cli_take(argc, argv, &i, &val))) rc = parse_bytes(a, val, &memory);
+      have_memory = 1;
+    } else if (strcmp(a, "--gflops") == 0) {
+      if (!(rc = cli_take(argc, argv, &i, &val))) rc = cli_parse_double(a, val, 1e-6, &gflops);
+    } else if (strcmp(a, "--top") == 0) {
+      if (!(rc = cli_take(argc, argv, &i, &val))) rc = cli_parse_int(a, val, 1, 1 << 20, &top);
+    } else if (strcmp(a, "--svg") == 0) {
+      rc = cli_take(argc, argv, &i, &svg);
+    } else if (strcmp(a, "--set") == 0) {
+      if (!(rc = cli_take(argc, argv, &i, &val))) {
+        if (nsets == 64) rc = core_error_set(CORE_EINPUT, "too many --set options");
+        else sets[nsets++] = val;
+      }
+    } else if (a[0] != '-' && !config) {
+      config = a;
+    } else {
+      rc = core_error_set(CORE_EINPUT, "tune: unknown option '%s' (see 'brigade help')", a);
+    }
+  }
+  if (!rc && (!config || !have_memory))
+    rc = core_error_set(CORE_EINPUT, "usage: brigade tune CONFIG --memory BYTES [--set key=value ...] "
+                                     "[--gflops G] [--top K] [--svg FILE]");
+  if (rc) return fail();
+
+  pipe_tune_result res;
+  if (pipe_tune(config, sets, nsets, gflops, memory, &res)) return fail();
+  char mem[64], peak[64];
+  print_mib(memory, mem, sizeof mem);
+  printf("%s: %d stages, per-replica batch %d sequences (config: %s v=%d m=%d %s); stage costs from "
+         "FLOPs at %.4g GFLOP/s\n",
+         config, res.stages, res.batch, sched_family_name(res.own.family), res.own.v, res.own.m,
+         pipe_part_name(res.own.part), gflops);
+  printf("%d candidates simulated (%d shapes could not be cut), %d fit in %s per rank, %d distinct; "
+         "the best %d:\n",
+         res.tried, res.uncut, res.fitting, mem, res.nfits, top < res.nfits ? top : res.nfits);
+  printf("%3s  %-12s %2s %5s %5s  %-10s %14s %8s  %s\n", "#", "family", "v", "m", "B", "partition",
+         "step (ms)", "bubble", "peak memory (worst rank)");
+  for (int i = 0; i < res.nfits && i < top; i++) {
+    const pipe_tune_cand *c = &res.fits[i];
+    print_mib(c->peak_bytes, peak, sizeof peak);
+    printf("%3d  %-12s %2d %5d %5d  %-10s %14.6g %7.2f%%  %s (rank %d)\n", i + 1,
+           sched_family_name(c->shape.family), c->shape.v, c->shape.m, c->B, pipe_part_name(c->shape.part),
+           1e3 * c->time, 100 * c->bubble_rate, peak, c->worst_rank);
+  }
+  /* the winner's timeline: rebuilt and simulated once more, with events this time */
+  pipe_tune_cand win = res.fits[0];
+  pipe_tune_result_free(&res);
+  pipe_plan plan;
+  if (pipe_plan_build_shape(config, sets, nsets, gflops, &win.shape, &plan)) return fail();
+  sched_timeline tl;
+  sched_timeline_init(&tl, sched_family_name(plan.prog.family), "s", plan.prog.p, plan.prog.v, plan.prog.m);
+  sched_sim_result sim;
+  rc = sched_simulate(&plan.prog, &plan.costs, &sim, &tl);
+  if (!rc) {
+    sched_sim_result_free(&sim);
+    rc = viz_write_svg(&tl, svg);
+  }
+  if (!rc)
+    printf("wrote %s (%s v=%d m=%d B=%d %s)\n", svg, sched_family_name(win.shape.family), win.shape.v,
+           win.shape.m, win.B, pipe_part_name(win.shape.part));
+  sched_timeline_free(&tl);
+  pipe_plan_free(&plan);
+  return rc ? fail() : 0;
+}

@@ -1,0 +1,131 @@
+/* pipe/tune.c: the schedule tuner behind `brigade tune`. Every candidate is built exactly as
+ * `brigade sim CONFIG` would build it with that shape (pipe_plan_build_shape), so the tuner's
+ * predictions are the simulator's. */
+#include "pipe/tune.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+const char *pipe_part_name(sched_part_method part) {
+  switch (part) {
+  case SCHED_PART_UNIFORM: return "uniform";
+  case SCHED_PART_PARAMETERS: return "parameters";
+  case SCHED_PART_COST: return "cost";
+  default: return "explicit";
+  }
+}
+
+/* Family and chunk counts searched: one chunk for gpipe, 1f1b, zb-h1 and zb-h2, 2..4 for
+ * interleaved, 2 (the V) for zb-v. */
+static const struct {
+  sched_family family;
+  int v;
+} families[] = {
+    {SCHED_GPIPE, 1},       {SCHED_1F1B, 1},  {SCHED_INTERLEAVED, 2}, {SCHED_INTERLEAVED, 3},
+    {SCHED_INTERLEAVED, 4}, {SCHED_ZB_H1, 1}, {SCHED_ZB_H2, 1},       {SCHED_ZB_V, 2},
+};
+static const sched_part_method parts[] = {SCHED_PART_PARAMETERS, SCHED_PART_COST, SCHED_PART_UNIFORM};
+
+/* Compiles, simulates and measures one candidate. CORE_EINPUT: this shape cannot be built. */
+static int try_one(const char *config, const char **sets, int nsets, double gflops, const pipe_plan_shape *sh,
+                   pipe_tune_cand *out) {
+  pipe_plan plan;
+  int rc = pipe_plan_build_shape(config, sets, nsets, gflops, sh, &plan);
+  if (rc) return rc;
+  sched_sim_result res;
+  rc = sched_simulate(&plan.prog, &plan.costs, &res, NULL);
+  if (!rc) {
+    *out = (pipe_tune_cand){.shape = *sh, .B = plan.B, .time = res.makespan, .bubble_rate = res.bubble_rate};
+    for (int r = 0; r < plan.stages; r++) {
+      double peak = pipe_plan_rank_peak(&plan, &res, r);
+      if (peak > out->peak_bytes) out->peak_bytes = peak, out->worst_rank = r;
+    }
+    sched_sim_result_free(&res);
+  }
+  pipe_plan_free(&plan);
+  return rc;
+}
+
+/* Two partition methods often cut the model the same way: list such a shape once (the first of
+ * parameters, cost, uniform), recognised by equal predictions for the same family, v and m. */
+static int same_as_before(const pipe_tune_result *res, const pipe_tune_cand *c) {
+  for (int i = res->nfits - 1; i >= 0; i--) {
+    const pipe_tune_cand *o = &res->fits[i];
+    if (o->shape.m != c->shape.m) return 0; /* candidates come grouped by m */
+    if (o->shape.family == c->shape.family && o->shape.v == c->shape.v && o->time == c->time &&
+        o->peak_bytes == c->peak_bytes)
+      return 1;
+  }
+  return 0;
+}
+
+static int by_time(const void *a, const void *b) {
+  const pipe_tune_cand *x = a, *y = b;
+  if (x->time != y->time) return x->time < y->time ? -1 : 1;
+  if (x->peak_bytes != y->peak_bytes) return x->peak_bytes < y->peak_bytes ? -1 : 1;
+  return 0;
+}
+
+int pipe_tune(const char *config, const char **sets, int nsets, double gflops, double memory,
+              pipe_tune_result *res) {
+  memset(res, 0, sizeof *res);
+  int rc = pipe_plan_config_shape(config, sets, nsets, &res->own, &res->stages, &res->batch);
+  if (rc) return rc;
+  int cap = 0;
+  char first_err[512] = "";
+  for (int m = 1; m <= res->batch; m++) {
+    if (res->batch % m) continue;
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+      for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+        pipe_plan_shape sh = {.family = families[f].family, .v = families[f].v, .m = m, .part = parts[k]};
+        pipe_tune_cand c;
+        rc = try_one(config, sets, nsets, gflops, &sh, &c);
+        if (rc == CORE_EINPUT) { /* e.g. more pieces than layers: not a candidate */
+          if (!first_err[0]) snprintf(first_err, sizeof first_err, "%s", core_error_msg());
+          res->uncut++;
+          continue;
+        }
+        if (rc) {
+          pipe_tune_result_free(res);
+          return rc;
+        }
+        if (!res->tried++ || c.peak_bytes < res->smallest.peak_bytes) res->smallest = c;
+        if (c.peak_bytes > memory) continue;
+        res->fitting++;
+        if (same_as_before(res, &c)) continue;
+        if (res->nfits == cap) res->fits = core_realloc(res->fits, sizeof(pipe_tune_cand) * (size_t)(cap = cap ? 2 * cap : 64));
+        res->fits[res->nfits++] = c;
+      }
+  }
+  rc = CORE_OK;
+  if (!res->tried)
+    rc = core_error_set(CORE_EINPUT, "%s: no schedule could be built for %d stages: %s", config, res->stages, first_err);
+  else if (!res->nfits) {
+    const pipe_tune_cand *s = &res->smallest;
+    rc = core_error_set(CORE_EINPUT,
+                        "no candidate fits in --memory %.0f bytes: the smallest peak found is %.0f bytes "
+                        "(%s v=%d m=%d B=%d %s, rank %d) of %d tried",
+                        memory, s->peak_bytes, sched_family_name(s->shape.family), s->shape.v, s->shape.m, s->B,
+                        pipe_part_name(s->shape.part), s->worst_rank, res->tried);
+  }
+  if (rc) {
+    pipe_tune_result_free(res);
+    return rc;
+  }
+  /* fastest first, then least memory; a stable insertion sort keeps full ties in search order
+   * (so the output does not depend on qsort's implementation); n is a few hundred */
+  for (int i = 1; i < res->nfits; i++) {
+    pipe_tune_cand c = res->fits[i];
+    int j = i;
+    for (; j > 0 && by_time(&res->fits[j - 1], &c) > 0; j--) res->fits[j] = res->fits[j - 1];
+    res->fits[j] = c;
+  }
+  return CORE_OK;
+}
+
+void pipe_tune_result_free(pipe_tune_result *res) {
+  free(res->fits);
+  res->fits = NULL, res->nfits = 0;
+}

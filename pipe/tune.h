@@ -1,0 +1,38 @@
+/* pipe/tune.h: a memory-aware schedule tuner. For a training config it tries every schedule
+ * family, chunk count, micro-batch count (within the config's per-replica batch) and
+ * partition method, predicts each one's step time and per-rank peak memory with pipe_plan and
+ * the simulator, and ranks those that fit a memory limit. */
+#ifndef BRIGADE_PIPE_TUNE_H
+#define BRIGADE_PIPE_TUNE_H
+
+#include "pipe/plan.h"
+
+typedef struct {
+  pipe_plan_shape shape;
+  int B;              /* sequences per micro-batch: the per-replica batch / m */
+  double time;        /* predicted step time in seconds (the simulated makespan) */
+  double bubble_rate;
+  double peak_bytes;  /* peak memory of the worst rank */
+  int worst_rank;
+} pipe_tune_cand;
+
+typedef struct {
+  int stages, batch;    /* the config's stage count and per-replica batch (fixed) */
+  pipe_plan_shape own;  /* the config's own shape */
+  int tried;            /* candidates compiled and simulated */
+  int uncut;            /* shapes the model cannot be cut into (more pieces than layers) */
+  int fitting;          /* candidates within the limit, before merging equal partitions */
+  pipe_tune_cand *fits; /* those within the limit, fastest first (then least memory); a
+                           partition giving the same predictions as an earlier one is left out */
+  int nfits;
+  pipe_tune_cand smallest; /* the smallest peak over everything tried */
+} pipe_tune_result;
+
+/* memory: bytes per rank. CORE_EINPUT when nothing fits (the message names the smallest peak
+ * found) or nothing can be built (the message says why). */
+int pipe_tune(const char *config, const char **sets, int nsets, double gflops, double memory,
+              pipe_tune_result *res);
+void pipe_tune_result_free(pipe_tune_result *res);
+const char *pipe_part_name(sched_part_method part);
+
+#endif

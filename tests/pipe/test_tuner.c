@@ -1,0 +1,101 @@
+/* The schedule tuner (pipe/tune.c) and the memory model it ranks by (pipe/plan.c). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "core/error.h"
+#include "layers/layers.h"
+#include "pipe/tune.h"
+
+static const char *cfg = "configs/tiny.cfg";
+
+/* The config's own schedule run as plain 1F1B: its predicted step time and worst peak. */
+static void plain_1f1b(const char **sets, int nsets, double gflops, double *time, double *peak) {
+  pipe_plan_shape own;
+  int stages, batch;
+  cr_assert_eq(pipe_plan_config_shape(cfg, sets, nsets, &own, &stages, &batch), CORE_OK, "%s", core_error_msg());
+  pipe_plan_shape sh = {.family = SCHED_1F1B, .v = 1, .m = own.m, .part = own.part};
+  pipe_plan plan;
+  cr_assert_eq(pipe_plan_build_shape(cfg, sets, nsets, gflops, &sh, &plan), CORE_OK, "%s", core_error_msg());
+  sched_sim_result res;
+  cr_assert_eq(sched_simulate(&plan.prog, &plan.costs, &res, NULL), CORE_OK);
+  *time = res.makespan, *peak = 0;
+  for (int r = 0; r < plan.stages; r++) {
+    double pk = pipe_plan_rank_peak(&plan, &res, r);
+    *peak = pk > *peak ? pk : *peak;
+  }
+  sched_sim_result_free(&res);
+  pipe_plan_free(&plan);
+}
+
+/* For 1, 2, 4 and 8 stages, with a generous limit and with plain 1F1B's own peak as the limit:
+ * the winner is never slower than plain 1F1B at the config's m, and everything listed fits. */
+Test(tune, winner_never_worse_than_plain_1f1b) {
+  int stages[] = {1, 2, 4, 8};
+  for (int k = 0; k < 4; k++) {
+    char set[64];
+    snprintf(set, sizeof set, "pipeline.stages=%d", stages[k]);
+    const char *sets[] = {set};
+    double t1, peak1;
+    plain_1f1b(sets, 1, 10, &t1, &peak1);
+    double limits[] = {1e12, peak1};
+    for (int l = 0; l < 2; l++) {
+      pipe_tune_result res;
+      cr_assert_eq(pipe_tune(cfg, sets, 1, 10, limits[l], &res), CORE_OK, "%s", core_error_msg());
+      cr_assert(res.nfits >= 1 && res.nfits <= res.fitting && res.fitting <= res.tried);
+      cr_assert(res.fits[0].time <= t1, "p=%d: winner %s %.9g s, 1f1b %.9g s", stages[k],
+                sched_family_name(res.fits[0].shape.family), res.fits[0].time, t1);
+      for (int i = 0; i < res.nfits; i++) {
+        cr_assert(res.fits[i].peak_bytes <= limits[l]);
+        cr_assert(i == 0 || res.fits[i - 1].time <= res.fits[i].time);
+        cr_assert_eq(res.batch % res.fits[i].shape.m, 0);
+        cr_assert_eq(res.fits[i].B * res.fits[i].shape.m, res.batch);
+        for (int j = 0; j < i; j++) /* equal partitions are listed once */
+          cr_assert(!(res.fits[j].shape.family == res.fits[i].shape.family && res.fits[j].shape.v == res.fits[i].shape.v &&
+                      res.fits[j].shape.m == res.fits[i].shape.m && res.fits[j].time == res.fits[i].time &&
+                      res.fits[j].peak_bytes == res.fits[i].peak_bytes));
+      }
+      pipe_tune_result_free(&res);
+    }
+  }
+}
+
+Test(tune, nothing_fits_names_the_smallest_peak) {
+  const char *sets[] = {"pipeline.stages=4"};
+  pipe_tune_result res;
+  cr_assert_eq(pipe_tune(cfg, sets, 1, 50, 1000, &res), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "no candidate fits in --memory 1000 bytes: the smallest peak found is "),
+            "%s", core_error_msg());
+}
+
+/* The plan's slot size (computed without allocating) is the one a real chunk allocates. */
+Test(tune, act_bytes_is_the_chunk_slot_size) {
+  const char *sets[] = {"pipeline.stages=1"};
+  int ms[] = {1, 4, 16};
+  for (int k = 0; k < 3; k++) {
+    pipe_plan_shape sh = {.family = SCHED_1F1B, .v = 1, .m = ms[k], .part = SCHED_PART_PARAMETERS};
+    pipe_plan plan;
+    cr_assert_eq(pipe_plan_build_shape(cfg, sets, 1, 50, &sh, &plan), CORE_OK, "%s", core_error_msg());
+    core_config *c;
+    cr_assert_eq(core_config_load(&c, cfg), CORE_OK);
+    layers_model m = {0};
+    cr_assert_eq(layers_model_build(&m, c, 256), CORE_OK, "%s", core_error_msg());
+    layers_chunk ch;
+    cr_assert_eq(layers_chunk_init(&ch, &m, 0, m.n, NULL, plan.B, m.T, 1), CORE_OK);
+    cr_assert_eq(plan.act_bytes, (double)layers_chunk_slot_bytes(&ch), "m=%d: plan %g, chunk %zu", ms[k],
+                 plan.act_bytes, layers_chunk_slot_bytes(&ch));
+    cr_assert_eq(plan.state_bytes[0], 16.0 * (double)ch.nparams);
+    layers_chunk_free(&ch);
+    layers_model_free(&m);
+    core_config_free(c);
+    pipe_plan_free(&plan);
+  }
+}
+
+Test(tune, a_shape_m_must_divide_the_batch) {
+  pipe_plan_shape sh = {.family = SCHED_1F1B, .v = 1, .m = 3, .part = SCHED_PART_PARAMETERS};
+  pipe_plan plan;
+  cr_assert_eq(pipe_plan_build_shape(cfg, NULL, 0, 50, &sh, &plan), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "3 micro-batches do not divide the per-replica batch of 16"), "%s", core_error_msg());
+}

@@ -175,9 +175,17 @@ static int load_layers(const char *sub, pipe_runner *rn, float **full_m, float *
 }
 
 /* DIR/latest -> DIR/step_N, checked */
+/* DIR/latest names the newest complete step; DIR may also be one step directory itself
+ * (DIR/step_N, holding rank files), to go back to an older checkpoint. */
 static int latest_dir(const char *dir, char *sub, size_t n) {
-  char latest[1100], name[256] = "";
+  char latest[1100], name[256] = "", rank0[1100];
   snprintf(latest, sizeof latest, "%s/latest", dir);
+  snprintf(rank0, sizeof rank0, "%s/rank_00000.ckpt", dir);
+  struct stat st;
+  if (stat(latest, &st) != 0 && stat(rank0, &st) == 0 && S_ISREG(st.st_mode)) {
+    snprintf(sub, n, "%s", dir);
+    return CORE_OK;
+  }
   FILE *f = fopen(latest, "r");
   if (!f) return core_error_set(CORE_EINPUT, "checkpoint directory %s: no complete checkpoint there (%s: %s)", dir, latest, strerror(errno));
   int ok = fscanf(f, "%255s", name) == 1 && strncmp(name, "step_", 5) == 0 && !strchr(name, '/');

@@ -87,3 +87,34 @@ Test(fault, diverging_loss_stops_with_a_message, .timeout = 60) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   test_sh(cmd);
 }
+
+/* A damaged newest checkpoint is refused with a message naming it; the step before it still
+ * resumes (--resume DIR/step_N) and continues the run bit for bit. */
+Test(fault, damaged_checkpoint_refused_previous_still_loads, .timeout = 120) {
+  char dir[] = "/tmp/brigade_dmg_XXXXXX", cmd[2048], ref[64], got[64];
+  cr_assert(mkdtemp(dir));
+  const char *b = test_build_dir(), *env = "ASAN_OPTIONS=detect_leaks=0";
+  snprintf(cmd, sizeof cmd, "%s %s/brigade train configs/tiny.cfg --set train.eval_interval=0 --set checkpoint.dir=%s "
+           "--set checkpoint.interval=5 --set train.steps=10 --log-json %s/ref.jsonl >/dev/null 2>&1", env, b, dir, dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  /* flip one byte in the middle of the newest checkpoint */
+  snprintf(cmd, sizeof cmd, "f=%s/step_00000010/rank_00000.ckpt; n=$(stat -c %%s $f); "
+           "printf '\\377' | dd of=$f bs=1 seek=$((n / 2)) conv=notrunc 2>/dev/null", dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(cmd, sizeof cmd, "%s %s/brigade train configs/tiny.cfg --set train.eval_interval=0 --set train.steps=10 "
+           "--resume %s > %s/out 2>&1", env, b, dir, dir);
+  cr_assert_eq(test_sh(cmd), 2);
+  snprintf(cmd, sizeof cmd, "grep -q 'step_00000010/rank_00000.ckpt is damaged' %s/out", dir);
+  cr_assert_eq(test_sh(cmd), 0, "the message does not name the damaged file");
+  snprintf(cmd, sizeof cmd, "%s %s/brigade train configs/tiny.cfg --set train.eval_interval=0 --set train.steps=10 "
+           "--resume %s/step_00000005 --log-json %s/rest.jsonl >/dev/null 2>&1", env, b, dir, dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  char path[256];
+  snprintf(path, sizeof path, "%s/ref.jsonl", dir);
+  last_loss(path, ref, sizeof ref);
+  snprintf(path, sizeof path, "%s/rest.jsonl", dir);
+  last_loss(path, got, sizeof got);
+  cr_assert(ref[0] && strcmp(ref, got) == 0, "step 10: %s vs resumed from step 5: %s", ref, got);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+}

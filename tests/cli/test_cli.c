@@ -12,19 +12,10 @@
 /* Runs build/brigade ARGS; returns the exit status, stdout+stderr in *out (caller frees). */
 static int brigade_env(const char *env, const char *args, char **out) {
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "%s %s/brigade %s 2>&1", env, test_build_dir(), args);
-  FILE *p = popen(cmd, "r");
-  cr_assert(p);
-  size_t cap = 1 << 16, n = 0, k;
-  char *buf = malloc(cap);
-  while ((k = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-    n += k;
-    if (n + 1 == cap) buf = realloc(buf, cap *= 2);
-  }
-  buf[n] = 0;
-  int st = pclose(p);
-  *out = buf;
-  return WEXITSTATUS(st);
+  snprintf(cmd, sizeof cmd, "%s %s/brigade %s", env, test_build_dir(), args);
+  int rc = test_capture(cmd, out);
+  cr_assert(rc >= 0, "could not run %s", cmd);
+  return rc;
 }
 
 static int brigade(const char *args, char **out) { return brigade_env("", args, out); }

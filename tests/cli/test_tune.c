@@ -10,19 +10,10 @@
 
 static int brigade(const char *args, char **out) {
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "%s/brigade %s 2>&1", test_build_dir(), args);
-  FILE *p = popen(cmd, "r");
-  cr_assert(p);
-  size_t cap = 1 << 16, n = 0, k;
-  char *buf = malloc(cap);
-  while ((k = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-    n += k;
-    if (n + 1 == cap) buf = realloc(buf, cap *= 2);
-  }
-  buf[n] = 0;
-  int st = pclose(p);
-  *out = buf;
-  return WEXITSTATUS(st);
+  snprintf(cmd, sizeof cmd, "%s/brigade %s", test_build_dir(), args);
+  int rc = test_capture(cmd, out);
+  cr_assert(rc >= 0, "could not run %s", cmd);
+  return rc;
 }
 
 Test(cli_tune, generous_limit_prints_the_table_and_the_svg) {

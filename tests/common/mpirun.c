@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 
 const char *test_build_dir(void) {
@@ -28,4 +29,24 @@ int test_mpirun(int np, const char *prog, const char *args) {
            "timeout 120 mpirun -np %d %s/%s %s 1>&2",
            np, test_build_dir(), prog, args);
   return test_sh(cmd);
+}
+
+int test_capture(const char *cmd, char **out) {
+  size_t len = strlen(cmd) + 8, cap = 1 << 16, n = 0, k;
+  char *full = malloc(len);
+  snprintf(full, len, "%s 2>&1", cmd);
+  FILE *p = popen(full, "r");
+  free(full);
+  char *buf = malloc(cap);
+  buf[0] = 0;
+  *out = buf;
+  if (!p) return -1;
+  while ((k = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+    n += k;
+    if (n + 1 == cap) buf = realloc(buf, cap *= 2);
+  }
+  buf[n] = 0;
+  *out = buf;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }

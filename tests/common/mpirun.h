@@ -9,6 +9,9 @@ const char *test_build_dir(void);
  * oversubscription, yielding, shared memory); returns the exit status, -1 if it did not run.
  * The output goes to the test's stderr. */
 int test_mpirun(int np, const char *prog, const char *args);
+/* Runs a shell command line with stderr joined to stdout; returns its exit status (128 + signal
+ * when killed, -1 when it could not start) and the output in *out (caller frees). */
+int test_capture(const char *cmd, char **out);
 /* Runs a shell command; returns its exit status. */
 int test_sh(const char *cmd);
 

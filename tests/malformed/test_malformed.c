@@ -21,20 +21,9 @@
 
 /* Runs a shell command line; returns its exit status, stdout+stderr in *out (caller frees). */
 static int run(const char *cmd, char **out) {
-  char full[4096];
-  snprintf(full, sizeof full, "%s 2>&1", cmd);
-  FILE *p = popen(full, "r");
-  cr_assert(p);
-  size_t cap = 1 << 16, n = 0, k;
-  char *buf = malloc(cap);
-  while ((k = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-    n += k;
-    if (n + 1 == cap) buf = realloc(buf, cap *= 2);
-  }
-  buf[n] = 0;
-  int st = pclose(p);
-  *out = buf;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  int rc = test_capture(cmd, out);
+  cr_assert(rc >= 0, "could not run %s", cmd);
+  return rc;
 }
 
 /* The "# expect: TEXT" of a case file, or "" */

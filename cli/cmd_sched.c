@@ -20,7 +20,8 @@ typedef struct {
   const char *config; /* sim CONFIG: a training config */
   const char *sets[64];
   int nsets;
-  double gflops;
+  double gflops, dp_gbps;
+  int dp;
 } sched_opts;
 
 static int fail(void) {
@@ -34,7 +35,7 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
   o->shape.v = 1;
   o->costs = sched_costs_unit();
   o->format = "actions";
-  o->gflops = 50;
+  o->gflops = 50, o->dp = 1, o->dp_gbps = 10;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = NULL;
     int rc = CORE_OK;
@@ -91,6 +92,12 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       else if (!rc) o->sets[o->nsets++] = val;
     } else if (allow_sim && strcmp(a, "--gflops") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 1e-6, &o->gflops);
+    } else if (allow_sim && strcmp(a, "--dp") == 0) {
+      double dp;
+      if (!VALUE() && !(rc = cli_parse_double(a, val, 1, &dp))) o->dp = (int)dp;
+      if (!rc && (dp != (int)dp || dp > 1 << 20)) rc = core_error_set(CORE_EINPUT, "--dp: '%s' is not a replica count", val);
+    } else if (allow_sim && strcmp(a, "--dp-gbps") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 1e-9, &o->dp_gbps);
     } else if (allow_sim && a[0] != '-' && !o->config) {
       o->config = a;
     } else {
@@ -191,12 +198,21 @@ int cli_sim(int argc, char **argv) {
   pipe_plan plan = {0};
   if (parse_opts(argc, argv, 1, &o)) return fail();
   if (o.config) { /* predict a training config: FLOP-priced stages, times in seconds */
-    if (pipe_plan_build(o.config, o.sets, o.nsets, o.gflops, &plan)) return fail();
+    pipe_plan_hw hw = {.gflops = o.gflops, .d = o.dp, .dp_gbps = o.dp_gbps};
+    if (pipe_plan_build(o.config, o.sets, o.nsets, &hw, &plan)) return fail();
     pr = plan.prog;
     o.costs = plan.costs;
     if (!o.json)
-      printf("%s: %.3f M parameters; stage costs from FLOPs at %.4g GFLOP/s (--gflops)\n", o.config,
-             plan.params / 1e6, o.gflops);
+      printf("%s: %.3f M parameters; stage costs from FLOPs at %.4g GFLOP/s (--gflops)%s\n", o.config,
+             plan.params / 1e6, o.gflops, o.dp > 1 ? "" : "; one replica (--dp)");
+    if (!o.json && o.dp > 1) {
+      double peak = 0;
+      for (int r = 0; r < plan.stages; r++) peak = plan.state_bytes[r] > peak ? plan.state_bytes[r] : peak;
+      printf("%d replicas per stage, ZeRO collectives at %.4g GB/s (--dp-gbps): gradient reduce %.4g s, "
+             "parameter gather %.4g s per step, exposed per-micro-batch reduce-scatter %.4g s (stage 0); "
+             "largest rank state %.2f MB\n", o.dp, o.dp_gbps, plan.costs.reduce, plan.costs.step,
+             plan.dp_w ? plan.dp_w[0] : 0.0, peak / 1e6);
+    }
   } else if (build_program(&o, &pr)) {
     return fail();
   }

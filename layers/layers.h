@@ -114,6 +114,12 @@ typedef struct {
   /* mixed precision, emulated: every layer output and input gradient is rounded to bf16 (1) or
    * fp16 (2) as it is stored; 0 keeps fp32 */
   int act_round;
+  /* gradients held elsewhere (ZeRO-2): when grad_dest is set, the chunk has no gradient buffer
+   * (grads is NULL) and each layer's weight gradient goes where grad_dest(grad_ctx, offset, n)
+   * says, asked right before that layer's backward_weight; offset and n are the layer's range
+   * in the flat parameter buffer. The destination must hold what the layer adds into ("+="). */
+  float *(*grad_dest)(void *ctx, size_t off, size_t n);
+  void *grad_ctx;
 } layers_chunk;
 
 int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
@@ -136,6 +142,9 @@ double layers_chunk_loss_sum(const layers_chunk *ch, int slot); /* sum of per-po
 float *layers_chunk_layer_output(const layers_chunk *ch, int slot, int i);
 /* bytes of one slot (the memory model's act_bytes) */
 size_t layers_chunk_slot_bytes(const layers_chunk *ch);
+/* Drops the chunk's gradient buffer: from now on weight gradients go where dest says (see
+ * grad_dest above). Before the first backward. */
+void layers_chunk_external_grads(layers_chunk *ch, float *(*dest)(void *ctx, size_t off, size_t n), void *ctx);
 /* Switches the chunk to activation checkpointing (before its first use). */
 void layers_chunk_checkpoint(layers_chunk *ch);
 

@@ -209,6 +209,13 @@ void layers_chunk_free(layers_chunk *ch) {
   memset(ch, 0, sizeof *ch);
 }
 
+void layers_chunk_external_grads(layers_chunk *ch, float *(*dest)(void *ctx, size_t off, size_t n), void *ctx) {
+  free(ch->grads);
+  ch->grads = NULL;
+  for (int i = 0; i < ch->n; i++) ch->layers[i].grads = NULL;
+  ch->grad_dest = dest, ch->grad_ctx = ctx;
+}
+
 void layers_chunk_checkpoint(layers_chunk *ch) {
   if (ch->ckpt) return;
   ch->ckpt = 1;
@@ -291,6 +298,8 @@ void layers_chunk_backward_input(layers_chunk *ch, int slot, float grad_scale) {
 void layers_chunk_backward_weight(layers_chunk *ch, int slot) {
   for (int i = ch->n - 1; i >= 0; i--) {
     layer_io io = io_of(ch, slot, i);
+    layer *l = &ch->layers[i];
+    if (ch->grad_dest && l->nparams) l->grads = ch->grad_dest(ch->grad_ctx, ch->param_off[i], l->nparams);
     ch->layers[i].type->backward_weight(&ch->layers[i], ch->ops, &io);
   }
 }

@@ -2,6 +2,7 @@
  * cost model from per-layer FLOPs, for `brigade sim CONFIG`. */
 #include "pipe/plan.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,8 +84,71 @@ static double slot_floats(const layers_model *m, int lo, int hi, int B) {
   return at;
 }
 
-int pipe_plan_build_shape(const char *config, const char **sets, int nsets, double gflops,
-                          const pipe_plan_shape *shape, pipe_plan *out) {
+/* Parameters of virtual stage s, and those of its layers that hold a tied weight (ZeRO-2 keeps
+ * their gradients whole: the embedding when the model ties, and the tied head). */
+static void stage_params(const layers_model *m, const int *bounds, int s, int tied, double *n, double *kept) {
+  *n = *kept = 0;
+  for (int i = bounds[s]; i < bounds[s + 1]; i++) {
+    double np = (double)m->layers[i].nparams;
+    *n += np;
+    if (tied && (i == 0 || m->layers[i].tied_to >= 0)) *kept += np;
+  }
+}
+
+/* ZeRO-2 with d replicas: each micro-batch's weight gradient waits for its reduce-scatter
+ * (only for what the W itself does not hide, with overlap_comm), at hw->dp_gbps GB/s per rank. */
+static void plan_dp_w(const train_cfg *t, const layers_model *m, const int *bounds, int tied,
+                      const pipe_plan_hw *hw, pipe_plan *out) {
+  int S = t->stages * t->v, d = hw->d > 1 ? hw->d : 1;
+  double bw = hw->dp_gbps > 0 ? hw->dp_gbps * 1e9 : 0;
+  out->dp_w = core_calloc((size_t)S, sizeof(double));
+  for (int s = 0; s < S && t->zero_stage == 2 && bw > 0 && d > 1; s++) {
+    double n, kept;
+    stage_params(m, bounds, s, tied, &n, &kept);
+    double rs = 4 * (n - kept) * (d - 1) / d / bw;
+    out->dp_w[s] = t->overlap_comm ? (rs > out->w[s] ? rs - out->w[s] : 0) : rs;
+  }
+}
+
+/* The per-rank memory model and the step's data-parallel tail for d replicas under ZeRO stage
+ * t->zero_stage: stage 0's all-reduce or stage 1's reduce-scatter (ZeRO-2: the kept layers'
+ * all-reduce) at REDUCE_GRADS, the parameter all-gather (stages 1, 2) at OPTIMIZER_STEP. */
+static void plan_ranks(const train_cfg *t, const layers_model *m, const int *bounds, int tied,
+                       const pipe_plan_hw *hw, pipe_plan *out) {
+  int d = hw->d > 1 ? hw->d : 1, zs = t->zero_stage;
+  double frac = (double)(d - 1) / d, bw = hw->dp_gbps > 0 ? hw->dp_gbps * 1e9 : 0;
+  out->state_bytes = core_calloc((size_t)t->stages, sizeof(double));
+  for (int r = 0; r < t->stages; r++) {
+    double N = 0, K = 0, grads = 0;
+    for (int c = 0; c < t->v; c++) {
+      int s = out->prog.stage_of[r * t->v + c];
+      double n, kept, largest = 0;
+      stage_params(m, bounds, s, tied, &n, &kept);
+      N += n, K += kept;
+      for (int i = bounds[s]; i < bounds[s + 1]; i++)
+        if (!(tied && (i == 0 || m->layers[i].tied_to >= 0)) && (double)m->layers[i].nparams > largest)
+          largest = (double)m->layers[i].nparams;
+      double cap = (double)t->bucket_floats > largest ? (double)t->bucket_floats : largest;
+      if (cap > n - kept) cap = n - kept;
+      /* as zero_grad_bytes: the full buffer (ZeRO-1: with the shard's accumulator and the
+       * reduce-scatter's padded staging), or ZeRO-2's accumulator, buckets and kept layers */
+      grads += zs == 0 ? n : zs == 1 ? n + ceil(n / d) * (d + 2) : ceil(n / d) + (t->overlap_comm ? 2 : 1) * cap + kept;
+    }
+    double shard = zs >= 1 ? ceil(N / d) : N;
+    /* parameters, gradients, AdamW's two moments (and the fp32 master under bf16/fp16) */
+    out->state_bytes[r] = 4 * (N + grads + 2 * shard + (t->precision ? shard : 0));
+    if (bw > 0 && d > 1) {
+      double reduce = zs == 0 ? 2 * 4 * N * frac / bw : zs == 1 ? 4 * N * frac / bw : 2 * 4 * K * frac / bw;
+      double gather = zs >= 1 ? 4 * N * frac / bw : 0;
+      if (reduce > out->costs.reduce) out->costs.reduce = reduce;
+      if (gather > out->costs.step) out->costs.step = gather;
+    }
+  }
+}
+
+static int plan_build(const char *config, const char **sets, int nsets, const pipe_plan_hw *hw,
+                      const pipe_plan_shape *shape, pipe_plan *out) {
+  double gflops = hw->gflops;
   memset(out, 0, sizeof *out);
   train_cfg t;
   int64_t vocab = 256;
@@ -122,33 +186,35 @@ int pipe_plan_build_shape(const char *config, const char **sets, int nsets, doub
       double slot = slot_floats(&m, bounds[s], bounds[s + 1], t.B) * sizeof(float);
       out->act_bytes = slot > out->act_bytes ? slot : out->act_bytes;
     }
-    out->costs = (sched_costs){.stage_f = out->f, .stage_b = out->b, .stage_w = out->w, .act_bytes = out->act_bytes};
+    plan_dp_w(&t, &m, bounds, sh.tied, hw, out);
+    out->costs = (sched_costs){.stage_f = out->f, .stage_b = out->b, .stage_w = out->w, .stage_dp_w = out->dp_w,
+                               .act_bytes = out->act_bytes};
     rc = sched_compile(&sh, &out->costs, &out->prog);
   }
   if (!rc) {
     out->stages = t.stages, out->v = t.v, out->m = t.m, out->B = t.B;
     out->family = t.family, out->part = t.part;
     out->params = layers_model_params(&m);
-    /* parameters, gradients, AdamW's first and second moments: 4 floats per parameter */
-    out->state_bytes = core_calloc((size_t)t.stages, sizeof(double));
-    for (int r = 0; r < t.stages; r++)
-      for (int c = 0; c < t.v; c++) {
-        int s = out->prog.stage_of[r * t.v + c];
-        for (int i = bounds[s]; i < bounds[s + 1]; i++) out->state_bytes[r] += 16.0 * (double)m.layers[i].nparams;
-      }
+    plan_ranks(&t, &m, bounds, sh.tied, hw, out);
   }
   free(bounds);
   if (m.built) layers_model_free(&m);
   core_config_free(t.cfg);
   if (rc) { /* the program is not ours to free: sched_compile cleans up after itself */
-    free(out->f), free(out->b), free(out->w);
+    free(out->f), free(out->b), free(out->w), free(out->dp_w);
     memset(out, 0, sizeof *out);
   }
   return rc;
 }
 
-int pipe_plan_build(const char *config, const char **sets, int nsets, double gflops, pipe_plan *out) {
-  return pipe_plan_build_shape(config, sets, nsets, gflops, NULL, out);
+int pipe_plan_build_shape(const char *config, const char **sets, int nsets, double gflops,
+                          const pipe_plan_shape *shape, pipe_plan *out) {
+  pipe_plan_hw hw = {.gflops = gflops, .d = 1};
+  return plan_build(config, sets, nsets, &hw, shape, out);
+}
+
+int pipe_plan_build(const char *config, const char **sets, int nsets, const pipe_plan_hw *hw, pipe_plan *out) {
+  return plan_build(config, sets, nsets, hw, NULL, out);
 }
 
 double pipe_plan_rank_peak(const pipe_plan *p, const sched_sim_result *res, int r) {
@@ -157,6 +223,6 @@ double pipe_plan_rank_peak(const pipe_plan *p, const sched_sim_result *res, int 
 
 void pipe_plan_free(pipe_plan *p) {
   sched_program_free(&p->prog);
-  free(p->f), free(p->b), free(p->w), free(p->state_bytes);
+  free(p->f), free(p->b), free(p->w), free(p->dp_w), free(p->state_bytes);
   memset(p, 0, sizeof *p);
 }

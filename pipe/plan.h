@@ -10,14 +10,14 @@
 typedef struct {
   sched_program prog;
   sched_costs costs; /* per-virtual-stage times in seconds at the given GFLOP/s; act_bytes set */
-  double *f, *b, *w;
+  double *f, *b, *w, *dp_w; /* [stages * v]: seconds; dp_w: ZeRO-2's exposed reduce-scatter per W */
   int stages, v, m, B; /* B: sequences per micro-batch */
   sched_family family;
   sched_part_method part;
   size_t params;
   double act_bytes;    /* bytes of one activation slot of the largest chunk (as layers_chunk_slot_bytes) */
-  double *state_bytes; /* [stages]: parameters, gradients and AdamW's two moments of each rank's
-                          chunks, 4 bytes each */
+  double *state_bytes; /* [stages]: parameters, gradients (ZeRO-2: shard, buckets, kept layers),
+                          AdamW's two moments and the fp32 master (sharded by ZeRO 1, 2) */
 } pipe_plan;
 
 /* What the tuner varies, instead of the config's pipeline.* and batch keys: the family, chunks
@@ -30,11 +30,21 @@ typedef struct {
   sched_part_method part;
 } pipe_plan_shape;
 
+/* The machine a plan is priced for: compute speed of a rank, data-parallel replicas of each
+ * stage, and gradient bandwidth per rank for the data-parallel collectives (0: free). */
+typedef struct {
+  double gflops;
+  int d;
+  double dp_gbps;
+} pipe_plan_hw;
+
 /* Reads the config (with --set overrides) as `brigade train` would, cuts the model, compiles
  * the schedule, and prices each virtual stage's forward at its FLOPs / gflops (backward: I and
- * W each as much again). The config's stage count stands in for the number of ranks (d = 1). */
-int pipe_plan_build(const char *config, const char **sets, int nsets, double gflops, pipe_plan *out);
-/* The same with the shape given (shape NULL: the config's own). */
+ * W each as much again). The config's stage count gives the ranks of one pipeline; hw->d
+ * replicas of it add ZeRO's collectives (per the config's zero_optimization) and shard the
+ * memory model. */
+int pipe_plan_build(const char *config, const char **sets, int nsets, const pipe_plan_hw *hw, pipe_plan *out);
+/* The same with the shape given (shape NULL: the config's own) and d = 1. */
 int pipe_plan_build_shape(const char *config, const char **sets, int nsets, double gflops,
                           const pipe_plan_shape *shape, pipe_plan *out);
 /* The config's own shape, stage count and per-replica batch, without building anything. */

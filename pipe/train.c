@@ -29,6 +29,24 @@ typedef struct {
 
 static int cut_model(trainer *tr) { return train_cut_model(&tr->cfg, &tr->model, &tr->bounds); }
 
+static float *grad_dest(void *z, size_t off, size_t n) { return zero_grad_dest(z, off, n); }
+
+/* ZeRO-2: the chunk gives up its gradient buffer; weight gradients go to the buckets, or to
+ * the kept range of a layer holding a tied weight. */
+static int stage2_buffers(pipe_runner *rn, int ch, const train_cfg *c) {
+  layers_chunk *k = &rn->chunks[ch];
+  zero_buffer *z = &rn->zb[ch];
+  size_t largest = 0;
+  for (int i = 0; i < k->n; i++)
+    if (!zero_kept(z, k->param_off[i], k->param_off[i] + k->layers[i].nparams) && k->layers[i].nparams > largest)
+      largest = k->layers[i].nparams;
+  int rc = zero_buckets(z, c->bucket_floats, c->overlap_comm, largest);
+  if (rc) return rc;
+  layers_chunk_external_grads(k, grad_dest, z);
+  for (int i = 0; i < k->n; i++) k->layers[i].grads = zero_kept(z, k->param_off[i], k->param_off[i] + k->layers[i].nparams);
+  return CORE_OK;
+}
+
 static int setup_runner(trainer *tr) {
   pipe_runner *rn = &tr->rn;
   const train_cfg *c = &tr->cfg;
@@ -68,16 +86,15 @@ static int setup_runner(trainer *tr) {
       layers_decay_mask(&k->layers[i], rn->decay[ch] + k->param_off[i]);
       if (k->layers[i].tied_to >= 0) {
         rn->head_tied = 1, rn->tied_head_chunk = ch, rn->tied_head_layer = i;
-        if (!rc) rc = zero_exclude(&rn->zb[ch], k->param_off[i], k->param_off[i] + k->layers[i].nparams);
+        if (!rc) rc = zero_keep(&rn->zb[ch], k->param_off[i], k->param_off[i] + k->layers[i].nparams);
       }
     }
     if (s == 0) rn->tied_emb_chunk = ch;
   }
   for (int i = 0; i < tr->model.n; i++) rn->head_tied |= tr->model.layers[i].tied_to >= 0;
-  if (rn->head_tied && rn->tied_emb_chunk >= 0) { /* the embedding's wte is the other tied copy */
-    const layer *e = &rn->chunks[rn->tied_emb_chunk].layers[0];
-    if (!rc) rc = zero_exclude(&rn->zb[rn->tied_emb_chunk], 0, (size_t)e->V * e->C);
-  }
+  if (rn->head_tied && rn->tied_emb_chunk >= 0) /* the embedding (its wte) holds the other tied copy */
+    if (!rc) rc = zero_keep(&rn->zb[rn->tied_emb_chunk], 0, rn->chunks[rn->tied_emb_chunk].layers[0].nparams);
+  for (int ch = 0; ch < c->v && !rc && c->zero_stage == 2; ch++) rc = stage2_buffers(rn, ch, c);
   rn->grad_scale_base = rn->grad_scale = 1.0f / (float)((double)c->m * c->B * tr->model.T * c->d);
   rn->precision = c->precision, rn->loss_scale = c->loss_scale, rn->dynamic_scale = c->dynamic_scale;
   rn->scale_window = c->scale_window, rn->hysteresis = rn->hyst_left = c->hysteresis, rn->min_scale = c->min_scale;
@@ -170,15 +187,16 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
     if (has_val) fprintf(tr->log_json, ",\"val_loss\":%.9g", val);
     if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%g,\"skipped\":%d", tr->rn.loss_scale, tr->rn.skipped);
     /* rank 0's ZeRO accounting: bytes this step moved, bytes it keeps */
-    double red = 0, gat = 0, state = 0, master = 0;
+    double red = 0, gat = 0, state = 0, master = 0, grads = 0;
     for (int c = 0; c < tr->cfg.v; c++) {
       zero_buffer *z = &tr->rn.zb[c];
       red += z->bytes_reduce, gat += z->bytes_gather, z->bytes_reduce = z->bytes_gather = 0;
       state += 2.0 * sizeof(float) * zero_state_len(z);
       master += tr->rn.precision ? sizeof(float) * zero_state_len(z) : 0;
+      grads += zero_grad_bytes(z);
     }
-    fprintf(tr->log_json, ",\"dp_reduce_bytes\":%.0f,\"dp_gather_bytes\":%.0f,\"opt_state_bytes\":%.0f,\"master_bytes\":%.0f",
-            red, gat, state, master);
+    fprintf(tr->log_json, ",\"dp_reduce_bytes\":%.0f,\"dp_gather_bytes\":%.0f,\"opt_state_bytes\":%.0f,\"master_bytes\":%.0f,\"grad_bytes\":%.0f",
+            red, gat, state, master, grads);
     fprintf(tr->log_json, "}\n");
     fflush(tr->log_json);
   }
@@ -249,7 +267,9 @@ static int write_trace(trainer *tr, sched_timeline *tl) {
 
 static int train_step(trainer *tr, long step, double *loss, double *ms) {
   pipe_runner *rn = &tr->rn;
-  rn->step = step, rn->loss_sum = 0, rn->lr = zero_lr_at(&tr->cfg.lr, step);
+  /* the schedule follows the updates made, as DeepSpeed's: a step skipped for an fp16 overflow
+   * does not advance it */
+  rn->step = step, rn->loss_sum = 0, rn->lr = zero_lr_at(&tr->cfg.lr, rn->opt_t);
   rn->grad_scale = (float)(rn->grad_scale_base * rn->loss_scale); /* fp16 scales the loss */
   sched_timeline tl;
   int tracing = tr->cfg.trace_path && step == tr->cfg.trace_step;
@@ -301,20 +321,24 @@ static void announce(trainer *tr) {
            tr->cfg.stages, tr->cfg.d, sched_family_name(tr->prog.family), tr->cfg.v, tr->cfg.m, tr->cfg.B,
            sched_program_count(&tr->prog));
   /* memory and traffic of rank 0 (the first stage's first replica) */
-  double params = 0, state = 0, per_step = 0, acts = 0;
+  double params = 0, grads = 0, state = 0, per_step = 0, acts = 0;
   int d = tr->cfg.d, zs = tr->cfg.zero_stage;
   for (int c = 0; c < tr->cfg.v; c++) {
     double n = (double)tr->rn.chunks[c].nparams;
-    params += 4 * n, state += 2 * 4.0 * zero_state_len(&tr->rn.zb[c]);
+    const zero_buffer *z = &tr->rn.zb[c];
+    params += 4 * n, state += 2 * 4.0 * zero_state_len(z), grads += zero_grad_bytes(z);
     acts += (double)layers_chunk_slot_bytes(&tr->rn.chunks[c]) * tr->rn.chunks[c].nslots;
     double shard = 4.0 * tr->rn.zb[c].shard * (d - 1);
-    per_step += d == 1 ? 0 : zs == 0 ? 2 * 4 * n * (d - 1) / d : zs == 1 ? 2 * shard : (tr->cfg.m + 1) * shard;
+    double kept = 0;
+    for (int k = 0; k < z->nkept; k++) kept += (double)(z->kp_hi[k] - z->kp_lo[k]);
+    per_step += d == 1 ? 0 : zs == 0 ? 2 * 4 * n * (d - 1) / d : zs == 1 ? 2 * shard
+              : tr->cfg.m * 4 * (n - kept) * (d - 1) / d + 2 * 4 * kept * (d - 1) / d + shard;
   }
   core_log(CORE_LOG_INFO, "ZeRO stage %d over %d replica(s), rank 0: parameters %.2f MB, gradients %.2f MB, "
            "optimizer state %.2f MB, activation slots %.2f MB%s; data-parallel traffic %.2f MB per step (%s)", zs, d,
-           params / 1e6, params / 1e6, state / 1e6, acts / 1e6, tr->cfg.ckpt_act ? " (checkpointed, plus one workspace per chunk)" : "",
+           params / 1e6, grads / 1e6, state / 1e6, acts / 1e6, tr->cfg.ckpt_act ? " (checkpointed, plus one workspace per chunk)" : "",
            per_step / 1e6,
-           zs == 0 ? "all-reduce" : zs == 1 ? "one reduce-scatter + one all-gather" : "a reduce-scatter per micro-batch + one all-gather");
+           zs == 0 ? "all-reduce" : zs == 1 ? "one reduce-scatter + one all-gather" : "reduce-scatters of gradient buckets in each micro-batch's backward + one all-gather");
   for (int s = 0; s < tr->cfg.stages * tr->cfg.v; s++)
     core_log(CORE_LOG_INFO, "  virtual stage %d (rank %d): layers %d..%d (%s .. %s)", s, tr->prog.rank_of[s],
              tr->bounds[s], tr->bounds[s + 1] - 1, tr->model.layers[tr->bounds[s]].name,

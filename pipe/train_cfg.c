@@ -1,5 +1,6 @@
 /* pipe/train_cfg.c: the keys of a training config (DeepSpeed's names where a DeepSpeed user
  * would look) and reading them, with errors that name the line. */
+#include <math.h>
 #include <string.h>
 #include <strings.h>
 
@@ -36,6 +37,7 @@ static const core_config_key keys[] = {
     {"checkpoint", CORE_CFG_GROUP}, {"checkpoint.dir", CORE_CFG_STRING}, {"checkpoint.interval", CORE_CFG_INT},
     {"trace", CORE_CFG_GROUP}, {"trace.path", CORE_CFG_STRING}, {"trace.step", CORE_CFG_INT},
     {"zero_optimization", CORE_CFG_GROUP}, {"zero_optimization.stage", CORE_CFG_INT},
+    {"zero_optimization.reduce_bucket_size", CORE_CFG_FLOAT}, {"zero_optimization.overlap_comm", CORE_CFG_BOOL},
     {"activation_checkpointing", CORE_CFG_GROUP}, {"activation_checkpointing.enabled", CORE_CFG_BOOL},
     {"bf16", CORE_CFG_GROUP}, {"bf16.enabled", CORE_CFG_BOOL},
     {"fp16", CORE_CFG_GROUP}, {"fp16.enabled", CORE_CFG_BOOL}, {"fp16.loss_scale", CORE_CFG_FLOAT},
@@ -52,6 +54,21 @@ static int get_i(const core_config *c, const char *k, int64_t def, int64_t lo, i
   int64_t v;
   int rc = core_config_get_int_range(c, k, def, lo, hi, &v);
   *out = (int)v;
+  return rc;
+}
+
+/* DeepSpeed's keys and defaults: buckets of 5e8 elements, communication not overlapped. */
+static int read_zero(train_cfg *t) {
+  double b;
+  int rc = core_config_get_float(t->cfg, "zero_optimization.reduce_bucket_size", 5e8, &b);
+  if (!rc && (b < 1 || b > 2147483647.0 || b != floor(b))) {
+    char w[256];
+    core_config_where(t->cfg, "zero_optimization.reduce_bucket_size", -1, w, sizeof w);
+    return core_error_set(CORE_EINPUT, "zero_optimization.reduce_bucket_size must be a whole number of elements "
+                          "in 1..2^31-1, not %g (%s)", b, w);
+  }
+  if (!rc) t->bucket_floats = (size_t)b;
+  if (!rc) rc = core_config_get_bool(t->cfg, "zero_optimization.overlap_comm", 0, &t->overlap_comm);
   return rc;
 }
 
@@ -185,6 +202,7 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   if (!rc) rc = core_config_get_string(c, "trace.path", NULL, &t->trace_path);
   if (!rc) rc = get_i(c, "trace.step", 1, 0, 1 << 30, &t->trace_step);
   if (!rc) rc = get_i(c, "zero_optimization.stage", 0, 0, 2, &t->zero_stage);
+  if (!rc) rc = read_zero(t);
   if (!rc) rc = read_optimizer(t);
   if (!rc) rc = read_betas(t);
   if (!rc) rc = read_schedule(t);

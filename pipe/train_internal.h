@@ -24,6 +24,8 @@ typedef struct {
   const char *trace_path;
   int trace_step;
   int zero_stage;
+  size_t bucket_floats; /* zero_optimization.reduce_bucket_size (elements) */
+  int overlap_comm;     /* zero_optimization.overlap_comm */
   int ckpt_act; /* activation checkpointing */
   int precision; /* 0 fp32, 1 bf16, 2 fp16 */
   double loss_scale, min_scale;

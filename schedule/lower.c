@@ -28,11 +28,12 @@ double sched_op_cost(const sched_costs *c, sched_op op, int s) {
   double f = c->stage_f ? c->stage_f[s] : c->f;
   double b = c->stage_b ? c->stage_b[s] : c->b;
   double w = c->stage_w ? c->stage_w[s] : c->w;
+  double dp = c->stage_dp_w ? c->stage_dp_w[s] : c->dp_w;
   switch (op) {
   case SCHED_FORWARD: return f;
-  case SCHED_BACKWARD: return b + w;
+  case SCHED_BACKWARD: return b + w + dp;
   case SCHED_BACKWARD_INPUT: return b;
-  case SCHED_BACKWARD_WEIGHT: return w;
+  case SCHED_BACKWARD_WEIGHT: return w + dp;
   default: return 0;
   }
 }

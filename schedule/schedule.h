@@ -32,7 +32,10 @@ typedef struct {
   double reduce;    /* REDUCE_GRADS */
   double step;      /* OPTIMIZER_STEP */
   double act_bytes; /* bytes of one activation slot (memory model); 0 = not known */
-  const double *stage_f, *stage_b, *stage_w;
+  /* data-parallel gradient traffic a weight gradient waits for, added to each BACKWARD and
+   * BACKWARD_WEIGHT: ZeRO-2's per-micro-batch reduce-scatter when it is not overlapped */
+  double dp_w;
+  const double *stage_f, *stage_b, *stage_w, *stage_dp_w;
 } sched_costs;
 
 /* Unit costs F = B = W = 1, everything else 0. */

@@ -6,12 +6,18 @@
  *   stage 1: gradients accumulate over the step's micro-batches, then one reduce-scatter
  *            (MPI_Reduce_scatter_block) leaves each replica the sum for its shard; optimizer
  *            state and the update cover the shard only; an all-gather restores the parameters.
- *   stage 2: as stage 1, but the reduce-scatter runs after each micro-batch's backward and adds
- *            into the shard's accumulator (one reduce-scatter per micro-batch, as the simulator
- *            charges). The full-size buffer then holds one micro-batch's gradients at a time.
- *            Up to two ranges can be excluded (tied weights, summed across pipeline ranks first):
- *            they accumulate in full and are all-reduced at the end of the step.
- * The communicator comes from the caller; zero/ knows nothing of pipelines. */
+ *   stage 2: no full-size gradient buffer. Weight gradients land in a bucket of
+ *            reduce_bucket_size floats (zero_grad_dest, asked per layer during backward); a full
+ *            bucket, and the last one of each micro-batch's backward, is reduce-scattered
+ *            (MPI_Reduce_scatter: each replica receives the part of the bucket inside its shard)
+ *            and added into the shard's accumulator: at least one reduce-scatter per
+ *            micro-batch, as the simulator charges. With overlap_comm the reduce-scatter is
+ *            non-blocking (MPI_Ireduce_scatter) into a second bucket's worth of memory, and the
+ *            backward goes on filling the other bucket.
+ *            Kept ranges (zero_keep: the layers holding a tied weight, whose gradient is summed
+ *            across pipeline ranks first) accumulate in full over the step and are all-reduced at
+ *            its end.
+ * The communicator comes from the caller; zero/ knows nothing of pipelines or layers. */
 #ifndef BRIGADE_ZERO_ZERO_H
 #define BRIGADE_ZERO_ZERO_H
 
@@ -23,19 +29,43 @@ typedef struct {
   int stage, d, r;
   MPI_Comm comm;
   size_t n, shard, lo, hi; /* my shard is [lo, hi) */
-  float *params, *grads;   /* the caller's full buffers */
+  float *params, *grads;   /* the caller's full buffers (grads: NULL in stage 2) */
   float *acc;              /* [shard] reduced gradients of my shard (stages 1, 2) */
-  float *send, *recv;      /* [shard * d], [shard] staging for the collectives */
-  size_t ex_lo[2], ex_hi[2]; /* excluded ranges (stage 2): a tied embedding and head may share a buffer */
-  int nex;
+  float *send, *recv;      /* stage 1: [shard * d], [shard] staging for the collectives */
+  /* kept ranges (stage 2): full gradients of their own, all-reduced at the end of the step */
+  size_t kp_lo[2], kp_hi[2];
+  float *kept[2];
+  int nkept;
+  /* stage 2 buckets: nb (1, or 2 with overlap) buffers of cap floats; bucket k holds the
+   * gradients of [blo[k], bhi[k]) in its last bhi - blo floats (layers arrive last first) */
+  size_t cap;
+  int nb, cur, overlap;
+  float *bucket[2];
+  size_t blo[2], bhi[2];
+  MPI_Request req[2];
+  int *counts;            /* [d] */
+  int err;                /* first error inside zero_grad_dest */
+  double reduce_scatters; /* reduce-scatters issued this step (stage 2: one per bucket) */
   /* bytes moved per step by this rank, for the accounting line */
   double bytes_reduce, bytes_gather;
 } zero_buffer;
 
 int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *grads, size_t n);
 void zero_free(zero_buffer *z);
-int zero_exclude(zero_buffer *z, size_t lo, size_t hi);
-/* Stage 2: after a micro-batch's backward, move its gradients into the shard accumulator. */
+/* Stage 2: [lo, hi) (whole layers) keeps a full gradient over the step (at most two ranges);
+ * ignored by stages 0 and 1, whose gradient buffer is full-size anyway. */
+int zero_keep(zero_buffer *z, size_t lo, size_t hi);
+/* Stage 2, after the zero_keep calls: buckets of bucket_floats (at least `largest`, the biggest
+ * layer outside the kept ranges; at most what lies outside them), overlapped or not. Takes the
+ * full gradient buffer away: from here on gradients go where zero_grad_dest says. */
+int zero_buckets(zero_buffer *z, size_t bucket_floats, int overlap, size_t largest);
+/* Stage 2: where the gradient of parameters [off, off+n) goes in the coming backward: zeroed
+ * memory in the current bucket (reduce-scattering the bucket first when it is full or not
+ * adjacent), or the kept range's own accumulator. Errors surface at zero_after_backward. */
+float *zero_grad_dest(zero_buffer *z, size_t off, size_t n);
+/* The kept gradient of [lo, ...) when [lo, hi) lies in a kept range, else NULL. */
+float *zero_kept(const zero_buffer *z, size_t lo, size_t hi);
+/* Stage 2: after a micro-batch's backward, reduce-scatter what is left in the bucket. */
 int zero_after_backward(zero_buffer *z);
 /* End of the step's backward: stage 0 all-reduce; stage 1 reduce-scatter; stage 2 the excluded
  * range's all-reduce. Afterwards zero_grad() is the gradient of the parameters zero_range()
@@ -46,11 +76,12 @@ void zero_range(const zero_buffer *z, size_t *lo, size_t *hi);
 /* After the update of the owned range: all-gather the parameters (stages 1, 2), clear grads. */
 int zero_finish(zero_buffer *z);
 
-
-
 /* Optimizer state of the shard <-> the whole buffer (checkpoints store whole tensors). */
 int zero_gather_state(const zero_buffer *z, const float *shard_state, float *full);
 void zero_take_shard(const zero_buffer *z, const float *full, float *shard_state);
+/* Bytes this rank holds for gradients: the gradient buffer or buckets, the shard's
+ * accumulator, kept ranges and staging for the collectives. */
+double zero_grad_bytes(const zero_buffer *z);
 /* Floats of optimizer state this rank keeps per state tensor (n for stage 0, the shard else). */
 size_t zero_state_len(const zero_buffer *z);
 #endif

@@ -219,6 +219,12 @@ Test(train, zero_stages_match_single_process, .timeout = 300) {
     read_log(log, &got);
     close_to(&ref, &got, 0, sets);
   }
+  /* ZeRO-2 with buckets smaller than a layer (one reduce-scatter per layer), overlapped */
+  const char *z2 = "--set zero_optimization.stage=2 --set zero_optimization.reduce_bucket_size=1000 "
+                   "--set zero_optimization.overlap_comm=true --set pipeline.stages=2 --set gradient_accumulation_steps=2";
+  cr_assert_eq(train(4, z2, log), 0, "%s", z2);
+  read_log(log, &got);
+  close_to(&ref, &got, 0, z2);
   unlink(log);
 }
 
@@ -329,6 +335,49 @@ Test(train, zero_accounting_matches_the_model, .timeout = 120) {
   unlink(log);
 }
 
+/* ZeRO-2 keeps no full-size gradient buffer: rank 0 holds its shard's accumulator, two buckets
+ * (overlap_comm) of the largest layer (the bucket size asked is smaller) and the layers holding
+ * the tied weight (embedding and head, summed across the pipeline before the data-parallel
+ * group). Its reduce-scatters send every gradient outside its own shard once per micro-batch;
+ * the kept layers are all-reduced once per step. Sizes come from building the model here. */
+Test(train, zero2_gradient_memory_and_traffic, .timeout = 120) {
+  core_config *c;
+  cr_assert_eq(core_config_load(&c, "configs/tiny.cfg"), 0);
+  layers_model m = {0};
+  cr_assert_eq(layers_model_build(&m, c, 256), 0);
+  double P = (double)layers_model_params(&m), d = 4, shard = ceil(P / d), kept = 0, largest = 0;
+  for (int i = 0; i < m.n; i++) {
+    const layer *l = &m.layers[i];
+    if (i == 0 || l->tied_to >= 0) kept += (double)l->nparams; /* layer 0: the embedding */
+    else if ((double)l->nparams > largest) largest = (double)l->nparams;
+  }
+  double emb = (double)m.layers[0].nparams; /* rank 0's shard starts with the kept embedding */
+  layers_model_free(&m);
+  core_config_free(c);
+  cr_assert(shard > emb);
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  cr_assert_eq(train(4, "--set zero_optimization.stage=2 --set zero_optimization.reduce_bucket_size=1000 "
+                        "--set zero_optimization.overlap_comm=true --set pipeline.stages=1 "
+                        "--set gradient_accumulation_steps=2", log), 0);
+  FILE *f = fopen(log, "r");
+  char line[1024];
+  cr_assert(fgets(line, sizeof line, f));
+  fclose(f);
+  core_json *j;
+  cr_assert_eq(core_json_parse(line, strlen(line), log, &j), 0);
+  double grads = core_json_get(j, "grad_bytes")->num, red = core_json_get(j, "dp_reduce_bytes")->num;
+  double gat = core_json_get(j, "dp_gather_bytes")->num;
+  core_json_free(j);
+  cr_assert_eq(grads, 4 * (shard + 2 * largest + kept), "gradient bytes %.0f, expected 4 x (%.0f + 2 x %.0f + %.0f)",
+               grads, shard, largest, kept);
+  cr_assert(grads < 4 * P, "ZeRO-2 holds %.0f gradient bytes, a full buffer is %.0f", grads, 4 * P);
+  double per_mb = 4 * ((P - kept) - (shard - emb)), tied = 2 * 4 * kept * (d - 1) / d;
+  cr_assert_eq(red, 2 * per_mb + tied, "reduce bytes %.0f, expected 2 x %.0f + %.0f", red, per_mb, tied);
+  cr_assert_eq(gat, 4 * (P - shard), "all-gather bytes %.0f", gat);
+  unlink(log);
+}
+
 /* An inf injected into one rank's gradient skips that step on every rank and halves the scale;
  * training goes on. */
 Test(train, one_rank_overflow_skips_everywhere, .timeout = 120) {
@@ -341,10 +390,11 @@ Test(train, one_rank_overflow_skips_everywhere, .timeout = 120) {
   unsetenv("BRIGADE_INJECT_INF");
   FILE *f = fopen(log, "r");
   char line[1024];
-  double scale[9] = {0};
+  double scale[9] = {0}, lr[9] = {0};
   int skipped[9] = {0}, n = 0;
   while (fgets(line, sizeof line, f) && n < 8) {
     scale[n] = atof(strstr(line, "\"loss_scale\":") + 13);
+    lr[n] = atof(strstr(line, "\"lr\":") + 5);
     skipped[n] = strstr(line, "\"skipped\":1") != NULL;
     n++;
   }
@@ -352,5 +402,9 @@ Test(train, one_rank_overflow_skips_everywhere, .timeout = 120) {
   cr_assert_eq(n, 8);
   for (int i = 0; i < 8; i++) cr_assert_eq(skipped[i], i == 2, "step %d skipped=%d", i + 1, skipped[i]);
   cr_assert_eq(scale[2], scale[1] / 2, "scale %g after the overflow, %g before", scale[2], scale[1]);
+  /* the learning-rate schedule counts updates: the skipped step's rate comes again (warm-up) */
+  cr_assert(lr[1] < lr[2], "warm-up: lr %g then %g", lr[1], lr[2]);
+  cr_assert_eq(lr[3], lr[2], "the step after the skip has lr %g, the skipped one %g", lr[3], lr[2]);
+  cr_assert(lr[4] > lr[3]);
   unlink(log);
 }

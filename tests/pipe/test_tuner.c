@@ -99,3 +99,45 @@ Test(tune, a_shape_m_must_divide_the_batch) {
   cr_assert_eq(pipe_plan_build_shape(cfg, NULL, 0, 50, &sh, &plan), CORE_EINPUT);
   cr_assert(strstr(core_error_msg(), "3 micro-batches do not divide the per-replica batch of 16"), "%s", core_error_msg());
 }
+
+/* `brigade sim CONFIG --dp D` prices ZeRO: stage 2 without overlap pays one reduce-scatter of
+ * each stage's untied gradients per micro-batch on its W (so its step is longer than stage 1's,
+ * which pays once per step), and holds less gradient memory once its buckets are smaller than
+ * the stage. The expected seconds are counted here from the model's layers. */
+static double plan_time(pipe_plan *plan) {
+  sched_sim_result res;
+  cr_assert_eq(sched_simulate(&plan->prog, &plan->costs, &res, NULL), CORE_OK);
+  double t = res.makespan;
+  sched_sim_result_free(&res);
+  return t;
+}
+
+Test(tune, zero_costs_in_the_simulator) {
+  const char *s1[] = {"pipeline.stages=2", "zero_optimization.stage=1"};
+  const char *s2[] = {"pipeline.stages=2", "zero_optimization.stage=2", "zero_optimization.reduce_bucket_size=1000"};
+  pipe_plan_hw hw = {.gflops = 50, .d = 4, .dp_gbps = 1};
+  pipe_plan p1, p2;
+  cr_assert_eq(pipe_plan_build(cfg, s1, 2, &hw, &p1), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(pipe_plan_build(cfg, s2, 3, &hw, &p2), CORE_OK, "%s", core_error_msg());
+  core_config *c;
+  cr_assert_eq(core_config_load(&c, cfg), CORE_OK);
+  layers_model m = {0};
+  cr_assert_eq(layers_model_build(&m, c, 256), CORE_OK);
+  /* wherever the cut falls, the two stages together reduce-scatter every gradient except the
+   * kept embedding (layer 0) and tied head: 4 bytes x 3/4 of them, at 1 GB/s */
+  double untied = 0;
+  for (int i = 1; i < m.n; i++)
+    if (m.layers[i].tied_to < 0) untied += (double)m.layers[i].nparams;
+  for (int s = 0; s < 2; s++) cr_assert_gt(p2.dp_w[s], 0, "stage %d has no reduce-scatter cost", s);
+  double want = 4 * untied * 3.0 / 4 / 1e9;
+  cr_assert_float_eq(p2.dp_w[0] + p2.dp_w[1], want, 1e-12 * want + 1e-15, "%g vs %g", p2.dp_w[0] + p2.dp_w[1], want);
+  cr_assert_eq(p1.dp_w[0] + p1.dp_w[1], 0);
+  cr_assert_gt(plan_time(&p2), plan_time(&p1), "ZeRO-2's per-micro-batch reduce-scatters cost nothing");
+  for (int r = 0; r < 2; r++)
+    cr_assert_lt(p2.state_bytes[r], p1.state_bytes[r], "rank %d: ZeRO-2 %g bytes, ZeRO-1 %g", r, p2.state_bytes[r],
+                 p1.state_bytes[r]);
+  layers_model_free(&m);
+  core_config_free(c);
+  pipe_plan_free(&p1);
+  pipe_plan_free(&p2);
+}

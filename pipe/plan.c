@@ -84,6 +84,14 @@ static double slot_floats(const layers_model *m, int lo, int hi, int B) {
   return at;
 }
 
+/* The same under activation checkpointing: a slot keeps the chunk's input, output and their
+ * gradients (in | din | out | dout); the full layout is one workspace per chunk. */
+static double ckpt_slot_floats(const layers_model *m, int lo, int hi, int B) {
+  double N = (double)B * m->T, in = 0;
+  if (m->layers[lo].type->input != LAYER_IN_TOKENS) in = N * m->layers[lo].in_width;
+  return 2 * in + 2 * N * m->layers[hi - 1].out_width;
+}
+
 /* Parameters of virtual stage s, and those of its layers that hold a tied weight (ZeRO-2 keeps
  * their gradients whole: the embedding when the model ties, and the tied head). */
 static void stage_params(const layers_model *m, const int *bounds, int s, int tied, double *n, double *kept) {
@@ -119,10 +127,11 @@ static void plan_ranks(const train_cfg *t, const layers_model *m, const int *bou
   double frac = (double)(d - 1) / d, bw = hw->dp_gbps > 0 ? hw->dp_gbps * 1e9 : 0;
   out->state_bytes = core_calloc((size_t)t->stages, sizeof(double));
   for (int r = 0; r < t->stages; r++) {
-    double N = 0, K = 0, grads = 0;
+    double N = 0, K = 0, grads = 0, ws = 0;
     for (int c = 0; c < t->v; c++) {
       int s = out->prog.stage_of[r * t->v + c];
       double n, kept, largest = 0;
+      if (t->ckpt_act) ws += 4 * slot_floats(m, bounds[s], bounds[s + 1], t->B); /* the workspace */
       stage_params(m, bounds, s, tied, &n, &kept);
       N += n, K += kept;
       for (int i = bounds[s]; i < bounds[s + 1]; i++)
@@ -135,8 +144,9 @@ static void plan_ranks(const train_cfg *t, const layers_model *m, const int *bou
       grads += zs == 0 ? n : zs == 1 ? n + ceil(n / d) * (d + 2) : ceil(n / d) + (t->overlap_comm ? 2 : 1) * cap + kept;
     }
     double shard = zs >= 1 ? ceil(N / d) : N;
-    /* parameters, gradients, AdamW's two moments (and the fp32 master under bf16/fp16) */
-    out->state_bytes[r] = 4 * (N + grads + 2 * shard + (t->precision ? shard : 0));
+    /* parameters, gradients, AdamW's two moments (and the fp32 master under bf16/fp16), and
+     * under activation checkpointing each chunk's workspace */
+    out->state_bytes[r] = 4 * (N + grads + 2 * shard + (t->precision ? shard : 0)) + ws;
     if (bw > 0 && d > 1) {
       double reduce = zs == 0 ? 2 * 4 * N * frac / bw : zs == 1 ? 4 * N * frac / bw : 2 * 4 * K * frac / bw;
       double gather = zs >= 1 ? 4 * N * frac / bw : 0;
@@ -159,6 +169,7 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
       rc = core_error_set(CORE_EINPUT, "%d micro-batches do not divide the per-replica batch of %d sequences",
                           shape->m, batch);
     t.family = shape->family, t.v = shape->v, t.part = shape->part;
+    if (t.family != SCHED_ZB_H1 && t.family != SCHED_ZB_H2 && t.family != SCHED_ZB_V) t.max_pending_w = 0;
     if (!rc) t.m = shape->m, t.B = batch / shape->m;
   }
   if (rc) {
@@ -169,7 +180,7 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
   int *bounds = NULL;
   rc = layers_model_build(&m, t.cfg, (int)vocab);
   if (!rc) rc = train_cut_model(&t, &m, &bounds);
-  sched_shape sh = {.family = t.family, .p = t.stages, .v = t.v, .m = t.m};
+  sched_shape sh = {.family = t.family, .p = t.stages, .v = t.v, .m = t.m, .max_pending_w = t.max_pending_w};
   int S = t.stages * t.v;
   if (!rc) {
     for (int i = 0; i < m.n; i++) sh.tied |= m.layers[i].tied_to >= 0;
@@ -183,7 +194,7 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
       out->f[s] = fl * tokens / (gflops * 1e9); /* seconds */
       out->b[s] = out->w[s] = out->f[s];       /* backward = twice the forward, half each */
       if (t.ckpt_act) out->b[s] += out->f[s];  /* checkpointing recomputes the forward */
-      double slot = slot_floats(&m, bounds[s], bounds[s + 1], t.B) * sizeof(float);
+      double slot = (t.ckpt_act ? ckpt_slot_floats : slot_floats)(&m, bounds[s], bounds[s + 1], t.B) * sizeof(float);
       out->act_bytes = slot > out->act_bytes ? slot : out->act_bytes;
     }
     plan_dp_w(&t, &m, bounds, sh.tied, hw, out);

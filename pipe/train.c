@@ -106,7 +106,7 @@ static int setup_runner(trainer *tr) {
 /* The training program, and the forward-only evaluation program on the same placement. */
 static int compile_programs(trainer *tr) {
   const train_cfg *c = &tr->cfg;
-  sched_shape sh = {.family = c->family, .p = c->stages, .v = c->v, .m = c->m};
+  sched_shape sh = {.family = c->family, .p = c->stages, .v = c->v, .m = c->m, .max_pending_w = c->max_pending_w};
   for (int i = 0; i < tr->model.n; i++) sh.tied |= tr->model.layers[i].tied_to >= 0;
   sched_costs costs = sched_costs_unit();
   int rc = sched_compile(&sh, &costs, &tr->prog);

@@ -34,6 +34,7 @@ static const core_config_key keys[] = {
     {"pipeline", CORE_CFG_GROUP}, {"pipeline.stages", CORE_CFG_INT}, {"pipeline.schedule", CORE_CFG_STRING},
     {"pipeline.virtual_stages", CORE_CFG_INT}, {"pipeline.partition_method", CORE_CFG_STRING},
     {"pipeline.boundaries", CORE_CFG_LIST}, {"pipeline.boundaries.[]", CORE_CFG_INT},
+    {"pipeline.max_pending_w", CORE_CFG_INT},
     {"checkpoint", CORE_CFG_GROUP}, {"checkpoint.dir", CORE_CFG_STRING}, {"checkpoint.interval", CORE_CFG_INT},
     {"trace", CORE_CFG_GROUP}, {"trace.path", CORE_CFG_STRING}, {"trace.step", CORE_CFG_INT},
     {"zero_optimization", CORE_CFG_GROUP}, {"zero_optimization.stage", CORE_CFG_INT},
@@ -167,6 +168,13 @@ static int read_pipeline(train_cfg *t, int world) {
   rc = get_i(c, "pipeline.virtual_stages", defv, 1, 64, &t->v);
   if (!rc) rc = core_config_get_string(c, "pipeline.partition_method", "parameters", &part);
   if (!rc) rc = sched_part_parse(part, &t->part);
+  if (!rc) rc = get_i(c, "pipeline.max_pending_w", 0, 0, 1 << 20, &t->max_pending_w);
+  if (!rc && t->max_pending_w && t->family != SCHED_ZB_H1 && t->family != SCHED_ZB_H2 && t->family != SCHED_ZB_V) {
+    char w[256];
+    core_config_where(c, "pipeline.max_pending_w", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "pipeline.max_pending_w limits the pending weight gradients of the zb-* "
+                        "families; schedule %s has none (%s)", sched_family_name(t->family), w);
+  }
   if (!rc && world % t->stages != 0) {
     char w[256];
     core_config_where(c, "pipeline.stages", -1, w, sizeof w);

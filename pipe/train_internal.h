@@ -24,6 +24,7 @@ typedef struct {
   const char *trace_path;
   int trace_step;
   int zero_stage;
+  int max_pending_w;    /* pipeline.max_pending_w (zb-* families; 0 = the family's default) */
   size_t bucket_floats; /* zero_optimization.reduce_bucket_size (elements) */
   int overlap_comm;     /* zero_optimization.overlap_comm */
   int ckpt_act; /* activation checkpointing */

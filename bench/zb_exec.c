@@ -197,19 +197,20 @@ static void ratio(run_t *runs, int n, const char *a, const char *b, int ranks, i
   }
   if (!x || !y) return;
   double q = step_median(x) / step_median(y);
-  printf("%s / %s step time (medians %.1f / %.1f ms, %d ranks): %.3f -> %s is %s than %s in this run\n", a, b,
-         step_median(x), step_median(y), ranks, q, a, q < 1 ? "faster" : q > 1 ? "slower" : "as fast as", b);
-  /* the same ratio round by round: rounds that disagree mean the difference is within the noise */
-  int below = 0, above = 0;
-  printf("  per round:");
+  printf("%s / %s step time (medians %.1f / %.1f ms, %d ranks): %.3f; per round:", a, b, step_median(x),
+         step_median(y), ranks, q);
+  /* the same ratio round by round (the machine's load drifts between rounds) */
+  int below = q < 1, above = q > 1;
   for (int rd = 0; rd < rounds; rd++) {
     double mx = round_median(x, rd), my = round_median(y, rd);
     if (mx <= 0 || my <= 0) continue;
     printf(" %.3f", mx / my);
-    below += mx < my, above += mx > my;
+    below |= mx < my, above |= mx > my;
   }
-  printf(below && above ? " -> the rounds disagree: the difference is within this machine's noise\n"
-                        : " -> the same sign in every round\n");
+  if (below && above)
+    printf(" -> inconclusive: the rounds and the pooled medians disagree (within this machine's noise)\n");
+  else
+    printf(" -> %s is %s than %s in this run, in every round\n", a, below ? "faster" : above ? "slower" : "as fast as", b);
 }
 
 /* Runs the given schedules for all rounds, in rotated order; prints their table. */

@@ -172,10 +172,12 @@ $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/libbrigade
 fuzz: $(FUZZ_BINS)
 	sh scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BINS)
 
-bench: $(BENCH_BINS) $(BIN)
-	@for b in $(filter-out %/mpi_collectives,$(BENCH_BINS)); do echo "== $$b"; $$b || exit 1; done
+bench: $(BENCH_BINS) $(BIN) data/kjv.txt
+	@for b in $(filter-out %/mpi_collectives %/zb_exec,$(BENCH_BINS)); do echo "== $$b"; $$b || exit 1; done
 	@echo "== $(BUILD)/bench/mpi_collectives (mpirun -np 4)"
 	@$(MPIRUN) -np 4 $(BUILD)/bench/mpi_collectives
+	@echo "== $(BUILD)/bench/zb_exec (brigade train under mpirun, per schedule)"
+	@$(BUILD)/bench/zb_exec --brigade $(BIN) --mpirun '$(MPIRUN)'
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')

@@ -51,7 +51,7 @@ ifeq ($(CUDA),1)
 ifneq ($(CU_SRCS),)
 CFLAGS  += -DBRIGADE_CUDA=1
 NVFLAGS := -O2 -std=c++17 -I. -gencode arch=compute_90,code=sm_90 \
-           -gencode arch=compute_80,code=[sm_80,compute_80] -Xcompiler -Wall,-Wextra,-Werror -DBRIGADE_CUDA=1
+           -gencode arch=compute_80,code=[sm_80,compute_80] -Xcompiler -Wall,-Wextra,-Werror -DBRIGADE_CUDA=1 -MMD -MP
 LDLIBS  += -L/usr/local/cuda/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++
 endif
 endif

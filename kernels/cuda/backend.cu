@@ -72,7 +72,10 @@ void *cuda_workspace(size_t bytes) {
   size_t grow = st.ws_bytes + st.ws_bytes / 2; // grow by half at least: fewer reallocations
   if (grow > bytes) bytes = grow;
   bytes = (bytes + 255) & ~(size_t)255;
-  if (st.ws) CUDA_CHECK(cudaFree(st.ws)); // waits for the device: no kernel still uses it
+  if (st.ws) { // no kernel queued before may still use it
+    CUDA_CHECK(cudaStreamSynchronize(st.stream));
+    CUDA_CHECK(cudaFree(st.ws));
+  }
   st.ws = nullptr;
   st.ws_bytes = 0;
   CUDA_CHECK(cudaMalloc(&st.ws, bytes));
@@ -96,7 +99,9 @@ static void *alloc(size_t bytes) {
 }
 
 static void free_(void *p) {
-  if (p) CUDA_CHECK_OP("free", cudaFree(p)); // cudaFree waits for the work queued on the buffer
+  if (!p) return;
+  CUDA_CHECK_OP("free", cudaStreamSynchronize(st.stream)); // ops queued on it finish first
+  CUDA_CHECK_OP("free", cudaFree(p));
 }
 
 // Both copies wait for the stream: the host buffer may be reused (to_device) or read (to_host)

@@ -43,14 +43,14 @@ extern "C" {
 #define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 #define LAUNCH_CHECK_OP(op) CUDA_CHECK_OP(op, cudaGetLastError())
 
-// The process's stream and cuBLAS handle (created by cuda_init()).
+// The process's stream and cuBLAS handle (created by the first kernels_cuda_get_ops()).
 cudaStream_t cuda_stream(void);
 cublasHandle_t cuda_blas(void);
 
 // A device scratch buffer of at least `bytes`, shared by all ops (they run one after another
 // on one stream, so one op's use is over before the next op's kernels start). It only grows;
-// growing frees the old one (cudaFree waits for the device, so no queued kernel still uses
-// it). The pointer is valid until the next call.
+// growing waits for the stream and then frees the old one, so no queued kernel still uses it.
+// The pointer is valid until the next call.
 void *cuda_workspace(size_t bytes);
 
 // Threads per block for the simple kernels, and a grid that covers n elements with a

@@ -166,14 +166,16 @@ __global__ void k_layernorm_backward_input(float *din, const float *dout, const 
   const float *x = in + (size_t)row * C, *dy = dout + (size_t)row * C;
   float m = mean[row], s = rstd[row], gm = 0.0f, gxm = 0.0f;
   for (int c = lane; c < C; c += 32) {
-    float g = w[c] * dy[c];
+    float g = __fmul_rn(w[c], dy[c]);
     gm += g;
     gxm += g * (x[c] - m) * s;
   }
   gm = warp_sum(gm) / (float)C;
   gxm = warp_sum(gxm) / (float)C;
   float *dx = din + (size_t)row * C;
-  for (int c = lane; c < C; c += 32) dx[c] = (w[c] * dy[c] - gm - (x[c] - m) * s * gxm) * s;
+  // __fmul_rn: no FMA here, so w*dy - mean(g) cancels as on the CPU (exactly 0 when C = 1)
+  for (int c = lane; c < C; c += 32)
+    dx[c] = (__fmul_rn(w[c], dy[c]) - gm - (x[c] - m) * s * gxm) * s;
 }
 
 __global__ void k_layernorm_weight_partial(float *pw, float *pb, const float *dout, const float *in,

@@ -18,7 +18,8 @@
  *                       cross-entropy, adamw, bias and LayerNorm weight gradients)
  *     TOL_GEMM   1e-8   fp32 products with K up to 300 and attention built on such sums; TF32
  *                       (BRIGADE_CUDA_TF32=1) is about 1e-6 and fails here on purpose
- *   sumsq is compared relatively at 1e-12, nonfinite exactly.
+ *   sumsq (double sums of up to 3M squares, in another order) is compared relatively at 1e-11,
+ *   nonfinite exactly.
  * - Determinism: the ops that reduce (GEMM, column sums, attention, embedding backward,
  *   sumsq) give the same bits twice.
  *
@@ -606,7 +607,7 @@ Test(gpu, sumsq_and_nonfinite) {
     float *x = rand_buf(&r, n, -3, 3);
     float *gx = devf(x, n);
     double want = H->sumsq(x, n), got = G->sumsq(gx, n);
-    cr_assert(fabs(got - want) <= 1e-12 * want, "sumsq n=%zu: gpu %.17g, cpu %.17g", n, got, want);
+    cr_assert(fabs(got - want) <= 1e-11 * want, "sumsq n=%zu: gpu %.17g, cpu %.17g", n, got, want);
     cr_assert_eq(G->sumsq(gx, n), got, "sumsq: not the same bits twice");
     cr_assert_eq(G->nonfinite(gx, n), 0);
     x[n / 2] = NAN;

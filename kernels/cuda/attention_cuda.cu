@@ -32,24 +32,28 @@ __global__ void k_att_softmax(float *att, const float *qkv, int T, int C, int NH
   int h = (int)(bh % NH);
   size_t b = bh / NH;
   const float *base = qkv + b * T * 3 * C + (size_t)h * hs; // q of token 0 of this head
-  for (int d = threadIdx.x; d < hs; d += blockDim.x) q[d] = base[(size_t)t * 3 * C + d];
+  for (int d = threadIdx.x; d < hs; d += blockDim.x)
+    q[d] = base[(size_t)t * 3 * C + d];
   __syncthreads();
   float *a = att + row * T;
   float mx = -INFINITY;
   for (int j = threadIdx.x; j <= t; j += blockDim.x) {
     const float *k = base + (size_t)j * 3 * C + C;
     float s = 0.0f;
-    for (int d = 0; d < hs; d++) s += q[d] * k[d];
+    for (int d = 0; d < hs; d++)
+      s += q[d] * k[d];
     s *= scale;
     a[j] = s;
     mx = s > mx ? s : mx;
   }
   mx = block_max(mx, sh);
   float sum = 0.0f;
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) sum += (a[j] = expf(a[j] - mx));
+  for (int j = threadIdx.x; j <= t; j += blockDim.x)
+    sum += (a[j] = expf(a[j] - mx));
   sum = block_sum(sum, sh); // >= 1: the max term is exp(0)
   float inv = 1.0f / sum;
-  for (int j = threadIdx.x; j < T; j += blockDim.x) a[j] = j <= t ? a[j] * inv : 0.0f;
+  for (int j = threadIdx.x; j < T; j += blockDim.x)
+    a[j] = j <= t ? a[j] * inv : 0.0f;
 }
 
 // Block = one row (b, h, t): out[b,t,h*hs+d] = sum_{j<=t} att[t,j] v_j[d], threads over d.
@@ -64,7 +68,8 @@ __global__ void k_att_out(float *out, const float *att, const float *qkv, int T,
   float *o = out + (b * T + t) * C + (size_t)h * hs;
   for (int d = threadIdx.x; d < hs; d += blockDim.x) {
     float s = 0.0f;
-    for (int j = 0; j <= t; j++) s += a[j] * v[(size_t)j * 3 * C + d];
+    for (int j = 0; j <= t; j++)
+      s += a[j] * v[(size_t)j * 3 * C + d];
     o[d] = s;
   }
 }
@@ -95,7 +100,8 @@ __global__ void k_att_ds(float *ds, const float *dout, const float *qkv, const f
   int h = (int)(bh % NH);
   size_t b = bh / NH;
   const float *dyt = dout + (b * T + t) * C + (size_t)h * hs;
-  for (int d = threadIdx.x; d < hs; d += blockDim.x) dy[d] = dyt[d];
+  for (int d = threadIdx.x; d < hs; d += blockDim.x)
+    dy[d] = dyt[d];
   __syncthreads();
   const float *v = qkv + b * T * 3 * C + 2 * (size_t)C + (size_t)h * hs, *a = att + row * T;
   float *r = ds + row * T;
@@ -103,12 +109,14 @@ __global__ void k_att_ds(float *ds, const float *dout, const float *qkv, const f
   for (int j = threadIdx.x; j <= t; j += blockDim.x) {
     const float *vj = v + (size_t)j * 3 * C;
     float s = 0.0f;
-    for (int d = 0; d < hs; d++) s += dy[d] * vj[d];
+    for (int d = 0; d < hs; d++)
+      s += dy[d] * vj[d];
     r[j] = s;
     dot += a[j] * s;
   }
   dot = block_sum(dot, sh); // sum_j A[t,j] dA[t,j]
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) r[j] = a[j] * (r[j] - dot) * scale;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x)
+    r[j] = a[j] * (r[j] - dot) * scale;
 }
 
 // Block = one row (b, h, t): dq_t[d] = sum_{j<=t} ds[t,j] k_j[d].
@@ -123,7 +131,8 @@ __global__ void k_att_dq(float *dqkv, const float *ds, const float *qkv, int T, 
   float *dq = dqkv + (b * T + t) * 3 * C + (size_t)h * hs;
   for (int d = threadIdx.x; d < hs; d += blockDim.x) {
     float s = 0.0f;
-    for (int j = 0; j <= t; j++) s += r[j] * k[(size_t)j * 3 * C + d];
+    for (int j = 0; j <= t; j++)
+      s += r[j] * k[(size_t)j * 3 * C + d];
     dq[d] = s;
   }
 }
@@ -155,7 +164,8 @@ void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, con
                              const float *att, int B, int T, int C, int NH) {
   (void)scratch; // sized for the CPU; dS lives in the workspace here
   if (NH <= 0 || C % NH != 0)
-    cuda_fail("attention_backward", __FILE__, __LINE__, "shape check", "C must be a multiple of NH");
+    cuda_fail("attention_backward", __FILE__, __LINE__, "shape check",
+              "C must be a multiple of NH");
   if (B <= 0 || T <= 0) return;
   int hs = C / NH;
   unsigned rows = (unsigned)((size_t)B * NH * T);

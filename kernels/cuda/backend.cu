@@ -143,9 +143,11 @@ extern "C" int kernels_cuda_get_ops(const kernels_ops **out) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess)
-    return core_error_set(kRuntimeError, "backend \"cuda\": no usable GPU (%s); use backend \"cpu\"",
+    return core_error_set(kRuntimeError,
+                          "backend \"cuda\": no usable GPU (%s); use backend \"cpu\"",
                           cudaGetErrorString(e));
-  if (n == 0) return core_error_set(kRuntimeError, "backend \"cuda\": no GPU found; use backend \"cpu\"");
+  if (n == 0)
+    return core_error_set(kRuntimeError, "backend \"cuda\": no GPU found; use backend \"cpu\"");
   if (cuda_init() != 0)
     return core_error_set(kRuntimeError, "backend \"cuda\": %s; use backend \"cpu\"", st.init_msg);
   static std::once_flag filled;

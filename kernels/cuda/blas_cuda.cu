@@ -31,10 +31,13 @@ void cuda_gemm(float *c, const float *a, const float *b, int M, int N, int K, in
     empty_product("gemm", c, (size_t)M * N, beta);
     return;
   }
-  cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = max1(transa ? M : K), ldb = max1(transb ? K : N);
-  cublasStatus_t s = cublasSgemm(cuda_blas(), opb, opa, N, M, K, &alpha, b, ldb, a, lda, &beta, c, N);
-  if (s != CUBLAS_STATUS_SUCCESS) cuda_fail("gemm", __FILE__, __LINE__, "cublasSgemm", cublasGetStatusString(s));
+  cublasStatus_t s =
+      cublasSgemm(cuda_blas(), opb, opa, N, M, K, &alpha, b, ldb, a, lda, &beta, c, N);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    cuda_fail("gemm", __FILE__, __LINE__, "cublasSgemm", cublasGetStatusString(s));
 }
 
 void cuda_gemm_batched(float *c, const float *a, const float *b, int batch, size_t stride_c,
@@ -42,7 +45,8 @@ void cuda_gemm_batched(float *c, const float *a, const float *b, int batch, size
                        int transb, float alpha, float beta) {
   if (batch <= 0 || M <= 0 || N <= 0) return;
   if (K <= 0) { // in batch order, as the CPU does (a shared C is scaled once per product)
-    for (int i = 0; i < batch; i++) empty_product("gemm_batched", c + i * stride_c, (size_t)M * N, beta);
+    for (int i = 0; i < batch; i++)
+      empty_product("gemm_batched", c + i * stride_c, (size_t)M * N, beta);
     return;
   }
   if (batch > 1 && stride_c < (size_t)M * N) {
@@ -53,11 +57,13 @@ void cuda_gemm_batched(float *c, const float *a, const float *b, int batch, size
                 alpha, beta);
     return;
   }
-  cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = max1(transa ? M : K), ldb = max1(transb ? K : N);
   cublasStatus_t s = cublasSgemmStridedBatched(cuda_blas(), opb, opa, N, M, K, &alpha, b, ldb,
                                                (long long)stride_b, a, lda, (long long)stride_a,
                                                &beta, c, N, (long long)stride_c, batch);
   if (s != CUBLAS_STATUS_SUCCESS)
-    cuda_fail("gemm_batched", __FILE__, __LINE__, "cublasSgemmStridedBatched", cublasGetStatusString(s));
+    cuda_fail("gemm_batched", __FILE__, __LINE__, "cublasSgemmStridedBatched",
+              cublasGetStatusString(s));
 }

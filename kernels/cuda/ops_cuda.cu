@@ -64,7 +64,8 @@ __global__ void k_bias_grad_partial(float *partial, const float *dout, int N, in
   if (c >= C) return;
   int n0 = blockIdx.y * rows, n1 = min(N, n0 + rows);
   float s = 0.0f;
-  for (int n = n0; n < n1; n++) s += dout[(size_t)n * C + c];
+  for (int n = n0; n < n1; n++)
+    s += dout[(size_t)n * C + c];
   partial[(size_t)blockIdx.y * C + c] = s;
 }
 
@@ -72,7 +73,8 @@ __global__ void k_colsum_finish(float *out, const float *partial, int chunks, in
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   float s = 0.0f;
-  for (int k = 0; k < chunks; k++) s += partial[(size_t)k * C + c];
+  for (int k = 0; k < chunks; k++)
+    s += partial[(size_t)k * C + c];
   out[c] += s;
 }
 
@@ -143,14 +145,17 @@ __global__ void k_layernorm_forward(float *out, float *mean, float *rstd, const 
   if (row >= N) return; // the whole warp: shuffles below see all 32 lanes
   const float *x = in + (size_t)row * C;
   float s = 0.0f;
-  for (int c = lane; c < C; c += 32) s += x[c];
+  for (int c = lane; c < C; c += 32)
+    s += x[c];
   float m = warp_sum(s) / (float)C;
   float v = 0.0f;
-  for (int c = lane; c < C; c += 32) v += (x[c] - m) * (x[c] - m); // two passes, as the CPU
+  for (int c = lane; c < C; c += 32)
+    v += (x[c] - m) * (x[c] - m); // two passes, as the CPU
   v = warp_sum(v) / (float)C;
   float rs = 1.0f / sqrtf(v + eps);
   float *o = out + (size_t)row * C;
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * rs * w[c] + b[c];
+  for (int c = lane; c < C; c += 32)
+    o[c] = (x[c] - m) * rs * w[c] + b[c];
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = rs;
@@ -237,7 +242,8 @@ __global__ void k_softmax_rows(float *out, float *losses, const float *in, const
   const float *x = in + row * V;
   float *o = out + row * V;
   float mx = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = x[i] > mx ? x[i] : mx;
+  for (int i = threadIdx.x; i < V; i += blockDim.x)
+    mx = x[i] > mx ? x[i] : mx;
   mx = block_max(mx, shf);
   double s = 0.0;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
@@ -247,7 +253,8 @@ __global__ void k_softmax_rows(float *out, float *losses, const float *in, const
   }
   s = block_sum(s, shd); // >= 1: the max term is exp(0)
   float inv = (float)(1.0 / s);
-  for (int i = threadIdx.x; i < V; i += blockDim.x) o[i] *= inv; // this thread's own writes
+  for (int i = threadIdx.x; i < V; i += blockDim.x)
+    o[i] *= inv; // this thread's own writes
   if (losses && threadIdx.x == 0) losses[row] = (float)(log(s) - ((double)x[targets[row]] - mx));
 }
 
@@ -301,7 +308,8 @@ static void embedding_forward(float *out, const int32_t *tok, const float *wte, 
 __global__ void k_embedding_dwpe(float *dwpe, const float *dout, int B, int T, int C) {
   GRID_STRIDE(i, (size_t)T * C) {
     float acc = dwpe[i];
-    for (int b = 0; b < B; b++) acc += dout[(size_t)b * T * C + i];
+    for (int b = 0; b < B; b++)
+      acc += dout[(size_t)b * T * C + i];
     dwpe[i] = acc;
   }
 }
@@ -318,7 +326,8 @@ __global__ void k_embedding_dwte(float *dwte, const float *dout, const int32_t *
   if (i > 0 && keys[i - 1] == v) return;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = dwte[(size_t)v * C + c];
-    for (int k = i; k < n && keys[k] == v; k++) acc += dout[(size_t)pos[k] * C + c];
+    for (int k = i; k < n && keys[k] == v; k++)
+      acc += dout[(size_t)pos[k] * C + c];
     dwte[(size_t)v * C + c] = acc;
   }
 }
@@ -336,10 +345,12 @@ static void embedding_backward(float *dwte, float *dwpe, const float *dout, cons
                                              (int32_t *)nullptr, n, 0, 32, s));
   size_t ints = align256(sizeof(int32_t) * (size_t)n);
   char *ws = (char *)cuda_workspace(3 * ints + align256(temp));
-  int32_t *keys = (int32_t *)ws, *pos_in = (int32_t *)(ws + ints), *pos = (int32_t *)(ws + 2 * ints);
+  int32_t *keys = (int32_t *)ws, *pos_in = (int32_t *)(ws + ints),
+          *pos = (int32_t *)(ws + 2 * ints);
   k_iota<<<cuda_grid((size_t)n), CUDA_THREADS, 0, s>>>(pos_in, n);
   LAUNCH_CHECK();
-  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + 3 * ints, temp, tok, keys, pos_in, pos, n, 0, 32, s));
+  CUDA_CHECK(
+      cub::DeviceRadixSort::SortPairs(ws + 3 * ints, temp, tok, keys, pos_in, pos, n, 0, 32, s));
   k_embedding_dwte<<<n, 128, 0, s>>>(dwte, dout, keys, pos, n, C);
   LAUNCH_CHECK();
 }
@@ -383,7 +394,9 @@ static void sgd(float *p, const float *g, float *mom, size_t n, float lr, float 
 
 // ---- vector utilities ----
 
-__global__ void k_axpy(float *y, float a, const float *x, size_t n) { GRID_STRIDE(i, n) y[i] += a * x[i]; }
+__global__ void k_axpy(float *y, float a, const float *x, size_t n) {
+  GRID_STRIDE(i, n) y[i] += a * x[i];
+}
 __global__ void k_scale(float *x, float a, size_t n) { GRID_STRIDE(i, n) x[i] *= a; }
 __global__ void k_fill(float *x, float v, size_t n) { GRID_STRIDE(i, n) x[i] = v; }
 
@@ -428,7 +441,8 @@ __global__ void k_sumsq_partial(double *partial, const float *x, size_t n) {
 __global__ void k_sumsq_finish(double *out, const double *partial, int nb) {
   __shared__ double sh[32];
   double s = 0.0;
-  for (int k = threadIdx.x; k < nb; k += blockDim.x) s += partial[k];
+  for (int k = threadIdx.x; k < nb; k += blockDim.x)
+    s += partial[k];
   s = block_sum(s, sh);
   if (threadIdx.x == 0) *out = s;
 }
@@ -463,7 +477,8 @@ static size_t nonfinite(const float *x, size_t n) {
   cudaStream_t st = cuda_stream();
   CUDA_CHECK(cudaMemsetAsync(count, 0, sizeof *count, st));
   size_t nb = (n + CUDA_THREADS - 1) / CUDA_THREADS;
-  k_nonfinite<<<(unsigned)(nb < SUMSQ_BLOCKS ? nb : SUMSQ_BLOCKS), CUDA_THREADS, 0, st>>>(count, x, n);
+  k_nonfinite<<<(unsigned)(nb < SUMSQ_BLOCKS ? nb : SUMSQ_BLOCKS), CUDA_THREADS, 0, st>>>(count, x,
+                                                                                          n);
   LAUNCH_CHECK();
   CUDA_CHECK(cudaMemcpyAsync(&r, count, sizeof r, cudaMemcpyDeviceToHost, st));
   CUDA_CHECK(cudaStreamSynchronize(st));

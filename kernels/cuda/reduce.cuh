@@ -4,7 +4,8 @@
 #define BRIGADE_KERNELS_CUDA_REDUCE_CUH
 
 template <typename T> __device__ inline T warp_sum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
   return v; // every lane holds the same value (each step adds the same two operands)
 }
 

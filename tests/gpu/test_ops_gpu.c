@@ -98,8 +98,10 @@ static void *hpool[POOL_MAX], *dpool[POOL_MAX];
 static int hn, dn;
 
 static void free_pools(void) {
-  while (hn > 0) free(hpool[--hn]);
-  while (dn > 0) G->free(dpool[--dn]);
+  while (hn > 0)
+    free(hpool[--hn]);
+  while (dn > 0)
+    G->free(dpool[--dn]);
 }
 
 TestSuite(gpu, .fini = free_pools);
@@ -135,7 +137,8 @@ static void *dev(const void *h, size_t bytes) {
 static float *devf(const float *h, size_t n) { return dev(h, n * sizeof(float)); }
 static float *dev_poisoned(size_t n) {
   float *h = fbuf(n);
-  for (size_t i = 0; i < n; i++) h[i] = NAN;
+  for (size_t i = 0; i < n; i++)
+    h[i] = NAN;
   return devf(h, n);
 }
 static void *back(const void *d, size_t bytes) {
@@ -160,7 +163,8 @@ static float uniform(rng *r, float lo, float hi) {
 }
 static float *rand_buf(rng *r, size_t n, float lo, float hi) {
   float *x = fbuf(n);
-  for (size_t i = 0; i < n; i++) x[i] = uniform(r, lo, hi);
+  for (size_t i = 0; i < n; i++)
+    x[i] = uniform(r, lo, hi);
   return x;
 }
 static float *fdup(const float *x, size_t n) {
@@ -170,7 +174,8 @@ static float *fdup(const float *x, size_t n) {
 }
 static int32_t *rand_tokens(rng *r, size_t n, int V) {
   int32_t *t = halloc(n * sizeof(int32_t));
-  for (size_t i = 0; i < n; i++) t[i] = (int32_t)(next_u64(r) % (uint64_t)V);
+  for (size_t i = 0; i < n; i++)
+    t[i] = (int32_t)(next_u64(r) % (uint64_t)V);
   return t;
 }
 
@@ -264,7 +269,8 @@ Test(gpu, memory_entries) {
   cr_assert_not_null(d);
   dpool[dn++] = d;
   float *z = backf(d, N);
-  for (int i = 0; i < N; i++) cr_assert_eq(z[i], 0.0f, "alloc is not zeroed at %d", i);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(z[i], 0.0f, "alloc is not zeroed at %d", i);
   rng r = {1};
   float *x = rand_buf(&r, N, -5, 5);
   G->to_device(d, x, N * sizeof(float));
@@ -306,9 +312,9 @@ Test(gpu, gemm_all_transposes) {
 Test(gpu, gemm_empty_k) {
   need_gpu();
   rng r = {3};
-  check_gemm(&r, 5, 7, 0, 0, 0, 1.0f, 0.0f); /* C = 0, even from NaN */
-  check_gemm(&r, 5, 7, 0, 1, 1, 1.0f, 0.5f); /* C = 0.5 C */
-  check_gemm(&r, 5, 7, 0, 0, 1, 1.0f, 1.0f); /* untouched */
+  check_gemm(&r, 5, 7, 0, 0, 0, 1.0f, 0.0f);            /* C = 0, even from NaN */
+  check_gemm(&r, 5, 7, 0, 1, 1, 1.0f, 0.5f);            /* C = 0.5 C */
+  check_gemm(&r, 5, 7, 0, 0, 1, 1.0f, 1.0f);            /* untouched */
   G->gemm(NULL, NULL, NULL, 0, 7, 3, 0, 0, 1.0f, 0.0f); /* nothing to write */
   G->sync();
 }
@@ -334,8 +340,8 @@ Test(gpu, gemm_batched) {
   rng r = {4};
   check_gemm_batched(&r, 5, 0, 0, 17, 9, 33, 0, 1, 0.0f);
   check_gemm_batched(&r, 5, 0, 0, 17, 9, 33, 1, 0, 1.0f);
-  check_gemm_batched(&r, 4, 1, 0, 8, 31, 16, 0, 0, 0.0f);  /* one A for every product */
-  check_gemm_batched(&r, 4, 0, 1, 8, 31, 16, 1, 1, 1.0f);  /* products added into one C */
+  check_gemm_batched(&r, 4, 1, 0, 8, 31, 16, 0, 0, 0.0f); /* one A for every product */
+  check_gemm_batched(&r, 4, 0, 1, 8, 31, 16, 1, 1, 1.0f); /* products added into one C */
   check_gemm_batched(&r, 1, 0, 0, 1, 1, 1, 0, 0, 0.0f);
 }
 
@@ -400,7 +406,8 @@ Test(gpu, layernorm) {
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     int N = shapes[s][0], C = shapes[s][1];
     size_t n = (size_t)N * C;
-    float *x = rand_buf(&r, n, -3, 3), *w = rand_buf(&r, C, 0.5f, 1.5f), *b = rand_buf(&r, C, -1, 1);
+    float *x = rand_buf(&r, n, -3, 3), *w = rand_buf(&r, C, 0.5f, 1.5f),
+          *b = rand_buf(&r, C, -1, 1);
     float *dy = rand_buf(&r, n, -1, 1), *dw = rand_buf(&r, C, -1, 1), *db = rand_buf(&r, C, -1, 1);
     float *y = fbuf(n), *mean = fbuf(N), *rstd = fbuf(N), *dx = fbuf(n);
     float *gx = devf(x, n), *gw = devf(w, C), *gy = dev_poisoned(n), *gmean = dev_poisoned(N);
@@ -469,7 +476,8 @@ static void check_attention(rng *r, int B, int T, int C, int NH, int nan_last) {
   size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
   float *qkv = rand_buf(r, nqkv, -2, 2), *dout = rand_buf(r, nout, -1, 1);
   if (nan_last) /* the last token's q, k, v of batch 0: must not reach earlier tokens */
-    for (int i = 0; i < 3 * C; i++) qkv[(size_t)(T - 1) * 3 * C + i] = NAN;
+    for (int i = 0; i < 3 * C; i++)
+      qkv[(size_t)(T - 1) * 3 * C + i] = NAN;
   float *out = fbuf(nout), *att = fbuf(natt), *dqkv = fbuf(nqkv), *scratch = fbuf(2 * (size_t)T);
   float *gqkv = devf(qkv, nqkv), *gout = dev_poisoned(nout), *gatt = dev_poisoned(natt);
   float *gdqkv = dev_poisoned(nqkv), *gscratch = dev_poisoned(2 * (size_t)T);
@@ -516,14 +524,16 @@ Test(gpu, embedding) {
     float *out = fbuf(n), *dout = rand_buf(&r, n, -1, 1);
     float *dwte = rand_buf(&r, (size_t)V * C, -1, 1), *dwpe = rand_buf(&r, (size_t)T * C, -1, 1);
     int32_t *gtok = dev(tok, (size_t)B * T * sizeof(int32_t));
-    float *gout = dev_poisoned(n), *gdwte = devf(dwte, (size_t)V * C), *gdwpe = devf(dwpe, (size_t)T * C);
+    float *gout = dev_poisoned(n), *gdwte = devf(dwte, (size_t)V * C),
+          *gdwpe = devf(dwpe, (size_t)T * C);
     H->embedding_forward(out, tok, wte, wpe, B, T, C);
     G->embedding_forward(gout, gtok, devf(wte, (size_t)V * C), devf(wpe, (size_t)T * C), B, T, C);
     expect_close("embedding_forward", out, gout, n, TOL_EXACT);
     float *gdout = devf(dout, n);
     H->embedding_backward(dwte, dwpe, dout, tok, B, T, C);
     G->embedding_backward(gdwte, gdwpe, gdout, gtok, B, T, C);
-    expect_close("embedding_backward dwte (rows in (b, t) order)", dwte, gdwte, (size_t)V * C, TOL_EXACT);
+    expect_close("embedding_backward dwte (rows in (b, t) order)", dwte, gdwte, (size_t)V * C,
+                 TOL_EXACT);
     expect_close("embedding_backward dwpe", dwpe, gdwpe, (size_t)T * C, TOL_EXACT);
   }
 }
@@ -634,10 +644,11 @@ Test(gpu, casts_and_rounding) {
   rng r = {16};
   enum { N = 200003 };
   float *x = fbuf(N);
-  const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, -65520.0f,
-                           0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-14f, 1e-8f, 3.0e38f, 3.4028235e38f,
-                           INFINITY, -INFINITY, NAN, -NAN, 1.00390625f, 1.01171875f, 0x1.002p0f,
-                           0x1.006p0f, 1e-40f, -1e-45f};
+  const float special[] = {0.0f,        -0.0f,      1.0f,       -1.0f,    65504.0f,
+                           65519.99f,   65520.0f,   -65520.0f,  0x1p-24f, 0x1p-25f,
+                           0x1.8p-25f,  0x1p-14f,   1e-8f,      3.0e38f,  3.4028235e38f,
+                           INFINITY,    -INFINITY,  NAN,        -NAN,     1.00390625f,
+                           1.01171875f, 0x1.002p0f, 0x1.006p0f, 1e-40f,   -1e-45f};
   size_t ns = sizeof special / sizeof special[0];
   for (size_t i = 0; i < N; i++) {
     if (i < ns) {
@@ -663,13 +674,16 @@ Test(gpu, casts_and_rounding) {
   G->cast_f32_to_f16(gf, gx, N);
   uint16_t *bb = back(gb, 2 * N), *bf = back(gf, 2 * N);
   for (int i = 0; i < N; i++) {
-    cr_assert_eq(bb[i], hb[i], "cast_f32_to_bf16(0x%08x): gpu 0x%04x, cpu 0x%04x", bits(x[i]), bb[i], hb[i]);
-    cr_assert_eq(bf[i], hf[i], "cast_f32_to_f16(0x%08x): gpu 0x%04x, cpu 0x%04x", bits(x[i]), bf[i], hf[i]);
+    cr_assert_eq(bb[i], hb[i], "cast_f32_to_bf16(0x%08x): gpu 0x%04x, cpu 0x%04x", bits(x[i]),
+                 bb[i], hb[i]);
+    cr_assert_eq(bf[i], hf[i], "cast_f32_to_f16(0x%08x): gpu 0x%04x, cpu 0x%04x", bits(x[i]), bf[i],
+                 hf[i]);
   }
   /* widening every 16-bit pattern */
   enum { P = 65536 };
   uint16_t *pat = halloc(2 * P);
-  for (int i = 0; i < P; i++) pat[i] = (uint16_t)i;
+  for (int i = 0; i < P; i++)
+    pat[i] = (uint16_t)i;
   uint16_t *gpat = dev(pat, 2 * P);
   float *wb = fbuf(P), *wf = fbuf(P), *gwb = dev_poisoned(P), *gwf = dev_poisoned(P);
   H->cast_bf16_to_f32(wb, pat, P);
@@ -709,7 +723,8 @@ Test(gpu, reductions_are_deterministic) {
 
   float *dy = devf(rand_buf(&r, (size_t)Nr * C, -1, 1), (size_t)Nr * C);
   float *x = devf(rand_buf(&r, (size_t)Nr * C, -1, 1), (size_t)Nr * C);
-  float *mean = devf(rand_buf(&r, Nr, -0.1f, 0.1f), Nr), *rstd = devf(rand_buf(&r, Nr, 0.5f, 2), Nr);
+  float *mean = devf(rand_buf(&r, Nr, -0.1f, 0.1f), Nr),
+        *rstd = devf(rand_buf(&r, Nr, 0.5f, 2), Nr);
   float *start = rand_buf(&r, C, -1, 1);
   float *w1 = devf(start, C), *w2 = devf(start, C), *b1 = devf(start, C), *b2 = devf(start, C);
   G->layernorm_backward_weight(w1, b1, dy, x, mean, rstd, Nr, C);

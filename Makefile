@@ -1,6 +1,7 @@
 # brigade: pipeline-parallel trainer.
 #   make            build build/brigade (installs missing Debian packages first)
 #   make test       build and run every test
+#   make test-gpu   the CUDA op table against the CPU's on this machine's GPU (fails without one)
 #   make SANITIZE=1 test   the same under ASan + UBSan (objects go to build-san/)
 #   make run        the main job (see README.md)
 #   make bench      benchmarks that print figures
@@ -51,7 +52,7 @@ ifeq ($(CUDA),1)
 ifneq ($(CU_SRCS),)
 CFLAGS  += -DBRIGADE_CUDA=1
 NVFLAGS := -O2 -std=c++17 -I. -gencode arch=compute_90,code=sm_90 \
-           -gencode arch=compute_80,code=[sm_80,compute_80] -Xcompiler -Wall,-Wextra,-Werror -DBRIGADE_CUDA=1
+           -gencode arch=compute_80,code=[sm_80,compute_80] -Xcompiler -Wall,-Wextra,-Werror -DBRIGADE_CUDA=1 -MMD -MP
 LDLIBS  += -L/usr/local/cuda/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++
 endif
 endif
@@ -80,7 +81,7 @@ TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
-.PHONY: all test run bench clean deps format fuzz FORCE
+.PHONY: all test test-gpu run bench clean deps format fuzz FORCE
 .SECONDARY:
 all: $(BIN)
 
@@ -125,6 +126,16 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 # Runs every test binary; each prints Criterion's synthesis line. Fails if any fails.
 test: $(BIN) $(TEST_BINS) $(WORKER_BINS) data/kjv.txt
 	@BRIGADE_BIN=$(abspath $(BIN)) BRIGADE_BUILD=$(abspath $(BUILD)) sh scripts/run_tests.sh $(TEST_BINS)
+
+# The CUDA op table against the CPU one on this machine's GPU (tests/gpu). `make test` runs the
+# same binary, which skips when there is no GPU; here no GPU (or no CUDA build) is a failure.
+GPU_TEST := $(BUILD)/tests/gpu/test_ops_gpu
+test-gpu: $(GPU_TEST)
+ifneq ($(CUDA),1)
+	@echo "make test-gpu: this build has no CUDA backend (CUDA=0, or no nvcc found); nothing to test" >&2; exit 1
+else
+	BRIGADE_REQUIRE_GPU=1 $(GPU_TEST) --jobs 2
+endif
 
 # mpirun for small shared machines: as root, more ranks than cores, yielding when idle.
 MPIRUN := env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \

@@ -2,13 +2,18 @@
  * backend directly: the CPU table lives in kernels/cpu/, a CUDA one plugs into the same struct
  * (ggml style: the backend is a table, not #ifdefs in the layers).
  *
- * Buffers are fp32, row-major, and belong to the table's backend (host memory for "cpu").
+ * Buffers are fp32, row-major, and belong to the table's backend (host memory for "cpu",
+ * device memory from the table's alloc for "cuda"; the scalar results of sumsq and nonfinite
+ * come back to the host).
  * Arguments follow llm.c: outputs, caches, inputs, weights, dimensions. In the comments,
  * "+=" means the op accumulates into that output (every weight gradient does, so micro-batches
  * add up); "=" means it overwrites every element of it. Outputs must not alias inputs unless a
  * comment says so. Every op is deterministic: the same inputs give the same bits, whatever ran
- * before (the CPU table: for a fixed OpenBLAS thread count). Hot ops allocate nothing; the one
- * op that needs temporary memory (attention_backward) takes it as an argument. */
+ * before (the CPU table: for a fixed OpenBLAS thread count; the CUDA table: on the same GPU
+ * model and CUDA version). The CPU table's ops allocate nothing; the one op that needs temporary
+ * memory (attention_backward) takes it as an argument. The CUDA table keeps one grow-only
+ * device workspace for its reductions (it only grows when an op needs more than ever before).
+ * A table is used by one thread at a time. */
 #ifndef BRIGADE_KERNELS_OPS_H
 #define BRIGADE_KERNELS_OPS_H
 
@@ -17,6 +22,20 @@
 
 typedef struct kernels_ops {
   const char *name; /* "cpu", "cuda" */
+
+  /* ---- memory: buffers the other ops take belong to the backend (device memory for "cuda");
+   * these move data between them and host memory. Ops run in issue order on one queue per
+   * process (the CUDA table's stream), so a buffer written by one op can be read by the next
+   * without a sync; only the host has to wait, and to_host / sumsq / nonfinite do that. ---- */
+  /* A zeroed buffer of `bytes` (all-zero bits), aligned for any element type; NULL when out of
+   * memory (the caller reports it). alloc(0) gives a pointer that free() accepts, or NULL. */
+  void *(*alloc)(size_t bytes);
+  void (*free)(void *p); /* a buffer from alloc; NULL is a no-op */
+  /* dst (backend) = src (host), bytes bytes; src may be reused as soon as it returns */
+  void (*to_device)(void *dst, const void *src_host, size_t bytes);
+  /* dst (host) = src (backend), bytes bytes, waiting for every op issued before it */
+  void (*to_host)(void *dst_host, const void *src, size_t bytes);
+  void (*sync)(void); /* waits until every op issued so far has finished (CPU: nothing to do) */
 
   /* ---- matrix products ---- */
   /* C[M,N] = alpha * op(A) @ op(B) + beta * C. op(A) is [M,K]: A is stored [M,K], or [K,M]
@@ -59,7 +78,8 @@ typedef struct kernels_ops {
    * of each, hs = C/NH (C must be a multiple of NH). out[B,T,C] =; att[B,NH,T,T] = the softmax
    * probabilities, the cache backward needs (entries above the diagonal are written as 0). */
   void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-  /* dqkv[B,T,3C] = from dout[B,T,C]; scratch: at least 2*T floats, contents not kept */
+  /* dqkv[B,T,3C] = from dout[B,T,C]; scratch: at least 2*T floats, contents not kept (the
+   * CUDA table ignores it and uses its own workspace, B*NH*T*T floats, grown on first use) */
   void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH);
 

@@ -52,6 +52,14 @@ static int setup_runner(trainer *tr) {
   const train_cfg *c = &tr->cfg;
   const kernels_ops *ops;
   int rc = kernels_get_ops(c->backend, &ops);
+  /* The CUDA table works on device buffers, but the chunks, ZeRO buffers and optimizer state
+   * below are still host memory (nothing allocates through ops->alloc yet): refuse, rather
+   * than hand host pointers to GPU kernels. */
+  if (!rc && strcmp(ops->name, "cpu") != 0)
+    rc = core_error_set(CORE_ERUNTIME,
+                        "backend \"%s\": its op table is there, but training does not run on it "
+                        "yet (the model's buffers live in host memory); use backend \"cpu\"",
+                        ops->name);
   if (rc) { /* the same on every rank: report it as the config's problem, exit 2, no abort */
     char w[256];
     core_config_where(c->cfg, "backend", -1, w, sizeof w);

@@ -3,10 +3,24 @@
  * train_gpt2.c, so results are bit-for-bit repeatable. Sums that can grow long (a softmax over
  * a vocabulary, a sum of squares over all parameters) are kept in double. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/ops.h"
+
+/* ---- memory: host memory is the CPU backend's memory ---- */
+
+/* calloc(1, 0) may return NULL or a pointer; either is fine for free() */
+static void *mem_alloc(size_t bytes) { return calloc(1, bytes); }
+static void mem_free(void *p) { free(p); }
+static void mem_to_device(void *dst, const void *src_host, size_t bytes) {
+  if (bytes) memcpy(dst, src_host, bytes);
+}
+static void mem_to_host(void *dst_host, const void *src, size_t bytes) {
+  if (bytes) memcpy(dst_host, src, bytes);
+}
+static void mem_sync(void) {} /* every op has finished when it returns */
 
 /* ---- bias ---- */
 
@@ -257,6 +271,11 @@ static void round_fp16(float *x, size_t n) {
 
 static const kernels_ops cpu_ops = {
     .name = "cpu",
+    .alloc = mem_alloc,
+    .free = mem_free,
+    .to_device = mem_to_device,
+    .to_host = mem_to_host,
+    .sync = mem_sync,
     .gemm = kernels_cpu_gemm,
     .gemm_batched = kernels_cpu_gemm_batched,
     .bias_add = bias_add,

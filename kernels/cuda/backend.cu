@@ -1,30 +1,157 @@
-// kernels/cuda/backend.cu: finding a usable GPU for backend = "cuda".
+// kernels/cuda/backend.cu: finding a usable GPU for backend = "cuda", the process's stream,
+// cuBLAS handle and workspace, the memory entries of the table, and the table itself.
 //
-// What exists: device detection with one clear error when there is no usable GPU (this
-// machine and CI have none: cudaGetDeviceCount reports an insufficient driver). What does not
-// exist yet: the CUDA implementations of the op table (kernels/ops.h); until they are written,
-// a machine with a GPU gets an error saying so instead of a half-working backend.
-#include <cuda_runtime.h>
+// kernels_cuda_get_ops() fails with one clear message when there is no usable GPU (no driver,
+// no device: CI and the build machine have none); otherwise it creates the stream and the
+// cuBLAS handle on the current device (cudaSetDevice before it to pick another one) and
+// returns the table. cuBLAS runs in CUBLAS_DEFAULT_MATH: fp32 GEMMs in full fp32, no TF32, so
+// results match the CPU table's to fp32 rounding; BRIGADE_CUDA_TF32=1 in the environment
+// allows TF32 tensor cores instead (about 10 bits of mantissa in the products).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mutex>
+
+#include "kernels/cuda/cuda.h"
 
 extern "C" {
-#include "kernels/ops.h"
 int core_error_set(int code, const char *fmt, ...); // core/error.h is C11, not C++
+int kernels_cuda_get_ops(const kernels_ops **out);
 }
 
 static const int kRuntimeError = 1; // CORE_ERUNTIME
+
+void cuda_fail(const char *op, const char *file, int line, const char *call, const char *err) {
+  fprintf(stderr, "brigade: CUDA backend, op %s (%s:%d): %s failed: %s\n", op, file, line, call,
+          err);
+  fflush(stderr);
+  abort();
+}
+
+// ---- process state ----
+
+static struct {
+  std::once_flag once;
+  int init_rc; // 0, or a CUDA / cuBLAS failure recorded in init_msg
+  char init_msg[256];
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  void *ws;
+  size_t ws_bytes;
+} st;
+
+static void init_once(void) {
+  cudaError_t e = cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    snprintf(st.init_msg, sizeof st.init_msg, "cudaStreamCreate failed: %s", cudaGetErrorString(e));
+    st.init_rc = 1;
+    return;
+  }
+  cublasStatus_t s = cublasCreate(&st.blas);
+  if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(st.blas, st.stream);
+  const char *tf32 = getenv("BRIGADE_CUDA_TF32");
+  cublasMath_t mode = tf32 && !strcmp(tf32, "1") ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+  if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(st.blas, mode);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    snprintf(st.init_msg, sizeof st.init_msg, "cuBLAS set-up failed: %s", cublasGetStatusString(s));
+    st.init_rc = 1;
+  }
+}
+
+static int cuda_init(void) {
+  std::call_once(st.once, init_once);
+  return st.init_rc;
+}
+
+cudaStream_t cuda_stream(void) { return st.stream; }
+cublasHandle_t cuda_blas(void) { return st.blas; }
+
+void *cuda_workspace(size_t bytes) {
+  if (bytes <= st.ws_bytes) return st.ws;
+  size_t grow = st.ws_bytes + st.ws_bytes / 2; // grow by half at least: fewer reallocations
+  if (grow > bytes) bytes = grow;
+  bytes = (bytes + 255) & ~(size_t)255;
+  if (st.ws) { // no kernel queued before may still use it
+    CUDA_CHECK(cudaStreamSynchronize(st.stream));
+    CUDA_CHECK(cudaFree(st.ws));
+  }
+  st.ws = nullptr;
+  st.ws_bytes = 0;
+  CUDA_CHECK(cudaMalloc(&st.ws, bytes));
+  st.ws_bytes = bytes;
+  return st.ws;
+}
+
+// ---- memory entries ----
+
+static void *alloc(size_t bytes) {
+  void *p = nullptr;
+  if (bytes == 0) return nullptr; // free(NULL) is a no-op
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError(); // not sticky: clear it, the caller reports the NULL
+    return nullptr;
+  }
+  CUDA_CHECK(e);
+  CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, st.stream)); // ordered before every later op
+  return p;
+}
+
+static void free_(void *p) {
+  if (!p) return;
+  CUDA_CHECK_OP("free", cudaStreamSynchronize(st.stream)); // ops queued on it finish first
+  CUDA_CHECK_OP("free", cudaFree(p));
+}
+
+// Both copies wait for the stream: the host buffer may be reused (to_device) or read (to_host)
+// as soon as they return, pinned or not.
+static void to_device(void *dst, const void *src_host, size_t bytes) {
+  if (!bytes) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, st.stream));
+  CUDA_CHECK(cudaStreamSynchronize(st.stream));
+}
+
+static void to_host(void *dst_host, const void *src, size_t bytes) {
+  if (!bytes) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, st.stream));
+  CUDA_CHECK(cudaStreamSynchronize(st.stream));
+}
+
+static void sync_(void) { CUDA_CHECK_OP("sync", cudaStreamSynchronize(st.stream)); }
+
+// ---- the table ----
+
+static kernels_ops table;
+
+static void fill_table(void) {
+  cuda_fill_table(&table); // every element-wise, reduction and optimizer op
+  table.name = "cuda";
+  table.alloc = alloc;
+  table.free = free_;
+  table.to_device = to_device;
+  table.to_host = to_host;
+  table.sync = sync_;
+  table.gemm = cuda_gemm;
+  table.gemm_batched = cuda_gemm_batched;
+  table.attention_forward = cuda_attention_forward;
+  table.attention_backward = cuda_attention_backward;
+}
 
 extern "C" int kernels_cuda_get_ops(const kernels_ops **out) {
   *out = nullptr;
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess)
-    return core_error_set(kRuntimeError, "backend \"cuda\": no usable GPU (%s); use backend \"cpu\"",
+    return core_error_set(kRuntimeError,
+                          "backend \"cuda\": no usable GPU (%s); use backend \"cpu\"",
                           cudaGetErrorString(e));
-  if (n == 0) return core_error_set(kRuntimeError, "backend \"cuda\": no GPU found; use backend \"cpu\"");
-  cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) prop.name[0] = 0;
-  return core_error_set(kRuntimeError,
-                        "backend \"cuda\": found %d GPU(s) (%s), but the CUDA op table is not "
-                        "written yet; use backend \"cpu\"",
-                        n, prop.name);
+  if (n == 0)
+    return core_error_set(kRuntimeError, "backend \"cuda\": no GPU found; use backend \"cpu\"");
+  if (cuda_init() != 0)
+    return core_error_set(kRuntimeError, "backend \"cuda\": %s; use backend \"cpu\"", st.init_msg);
+  static std::once_flag filled;
+  std::call_once(filled, fill_table);
+  *out = &table;
+  return 0;
 }

@@ -145,6 +145,11 @@ Test(ops, backend_lookup) {
 Test(ops, table_is_complete) {
   const kernels_ops *t = cpu();
 #define HAS(f) cr_assert_not_null(t->f, "cpu table lacks " #f)
+  HAS(alloc);
+  HAS(free);
+  HAS(to_device);
+  HAS(to_host);
+  HAS(sync);
   HAS(gemm);
   HAS(gemm_batched);
   HAS(bias_add);
@@ -1024,4 +1029,24 @@ Test(ops, cast_buffers_and_round_in_place) {
   cr_assert_eq(rf[2], 0.0f, "1e-8 underflows fp16");
   cr_assert_eq(bits(rf[3]), 0x80000000u, "-0 stays -0");
   cr_assert_eq(rf[4], 0x1p-24f);
+}
+
+/* The memory entries on the CPU: alloc is zeroed host memory, the copies are memcpy. */
+Test(ops, memory_entries) {
+  const kernels_ops *t = cpu();
+  enum { N = 1001 };
+  float *d = t->alloc(N * sizeof(float));
+  cr_assert_not_null(d);
+  for (int i = 0; i < N; i++) cr_assert_eq(bits(d[i]), 0u, "alloc is zeroed at %d", i);
+  float *src = fbuf(N), *back = fbuf(N);
+  for (int i = 0; i < N; i++) src[i] = (float)i - 0.5f, back[i] = NAN;
+  t->to_device(d, src, N * sizeof(float));
+  t->sync();
+  t->to_host(back, d, N * sizeof(float));
+  cr_assert_eq(memcmp(back, src, N * sizeof(float)), 0);
+  t->to_device(d, NULL, 0); /* empty copies touch nothing */
+  t->to_host(NULL, d, 0);
+  t->free(d);
+  t->free(NULL);
+  t->free(t->alloc(0));
 }

@@ -1,0 +1,756 @@
+/* The CUDA op table against the CPU table, op by op (ggml's test-backend-ops style).
+ *
+ * How the checks work:
+ * - Inputs are uniform random from a fixed seed, the same on both sides: the CPU table runs on
+ *   host buffers, the CUDA table on device copies (alloc + to_device), and the results come
+ *   back with to_host. Sizes include 1, odd sizes and rows longer than a block.
+ * - Outputs an op overwrites ("=") are poisoned with NaN on the device first, so an element the
+ *   kernel never writes fails. Outputs an op accumulates into ("+=") start from the same random
+ *   values on both sides.
+ * - Results are compared by normalised MSE, sum (cpu - gpu)^2 / sum cpu^2, with NaNs required
+ *   at the same places. Tolerances (fp32 everywhere; the table has no bf16 arithmetic yet, its
+ *   bf16/fp16 casts and roundings are compared bit for bit):
+ *     TOL_EXACT  0      ops that are one IEEE operation per element, or sums in the CPU's order
+ *                       (bias_add, relu, embeddings, xent_backward, fill/zero/copy/scale, casts)
+ *     TOL_ELEM   1e-12  one FMA contraction per element (axpy, sgd)
+ *     TOL_MATH   1e-10  CUDA's expf/tanhf (within 2 ulp of glibc's), and sums of up to a few
+ *                       thousand terms in another order (gelu, layernorm, softmax,
+ *                       cross-entropy, adamw, bias and LayerNorm weight gradients)
+ *     TOL_GEMM   1e-8   fp32 products with K up to 300 and attention built on such sums; TF32
+ *                       (BRIGADE_CUDA_TF32=1) is about 1e-6 and fails here on purpose
+ *   sumsq (double sums of up to 3M squares, in another order) is compared relatively at 1e-11,
+ *   nonfinite exactly.
+ * - Determinism: the ops that reduce (GEMM, column sums, attention, embedding backward,
+ *   sumsq) give the same bits twice.
+ *
+ * Without a usable GPU (no CUDA build, no driver, no device) every test skips and the runner
+ * prints one line saying why; with BRIGADE_REQUIRE_GPU=1 (make test-gpu) they fail instead.
+ * The probe runs in a child process: CUDA does not survive fork, and Criterion forks every
+ * test from the runner. */
+#include <criterion/criterion.h>
+#include <criterion/hooks.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+#define TOL_EXACT 0.0
+#define TOL_ELEM 1e-12
+#define TOL_MATH 1e-10
+#define TOL_GEMM 1e-8
+
+static int require_gpu(void) {
+  const char *e = getenv("BRIGADE_REQUIRE_GPU");
+  return e && strcmp(e, "1") == 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the one skip line, from the runner, probing in a child */
+
+ReportHook(PRE_ALL)(struct criterion_test_set *set) {
+  (void)set;
+  int fd[2];
+  if (pipe(fd) != 0) return;
+  pid_t pid = fork();
+  if (pid < 0) return;
+  if (pid == 0) {
+    close(fd[0]);
+    const kernels_ops *t = NULL;
+    int rc = kernels_get_ops("cuda", &t);
+    if (rc != CORE_OK) {
+      const char *m = core_error_msg();
+      ssize_t w = write(fd[1], m, strlen(m));
+      (void)w;
+    }
+    _exit(rc == CORE_OK ? 0 : 1);
+  }
+  close(fd[1]);
+  char msg[512];
+  size_t len = 0;
+  ssize_t r;
+  while (len < sizeof msg - 1 && (r = read(fd[0], msg + len, sizeof msg - 1 - len)) > 0)
+    len += (size_t)r;
+  msg[len] = 0;
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+  if (require_gpu())
+    fprintf(stderr, "[----] test_ops_gpu: GPU required (BRIGADE_REQUIRE_GPU=1) but: %s\n", msg);
+  else
+    fprintf(stderr, "[----] test_ops_gpu: GPU tests skipped: %s\n", msg[0] ? msg : "probe failed");
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* buffers: host ones from malloc, device ones from the CUDA table; all freed by the fini */
+
+static const kernels_ops *G; /* cuda */
+static const kernels_ops *H; /* cpu */
+
+enum { POOL_MAX = 4096 };
+static void *hpool[POOL_MAX], *dpool[POOL_MAX];
+static int hn, dn;
+
+static void free_pools(void) {
+  while (hn > 0)
+    free(hpool[--hn]);
+  while (dn > 0)
+    G->free(dpool[--dn]);
+}
+
+TestSuite(gpu, .fini = free_pools);
+
+/* Every test starts here: the CUDA table, or a skip (a failure under BRIGADE_REQUIRE_GPU=1). */
+static void need_gpu(void) {
+  const kernels_ops *t = NULL;
+  H = kernels_cpu_ops();
+  if (kernels_get_ops("cuda", &t) != CORE_OK) {
+    if (require_gpu())
+      cr_assert_fail("BRIGADE_REQUIRE_GPU=1 but the CUDA table is unusable: %s", core_error_msg());
+    cr_skip_test("no usable CUDA backend: %s", core_error_msg());
+  }
+  G = t;
+}
+
+static void *halloc(size_t bytes) {
+  cr_assert_lt(hn, POOL_MAX, "host pool full");
+  void *p = malloc(bytes ? bytes : 1);
+  cr_assert_not_null(p);
+  return hpool[hn++] = p;
+}
+static float *fbuf(size_t n) { return halloc(n * sizeof(float)); }
+
+/* a device copy of `bytes` host bytes */
+static void *dev(const void *h, size_t bytes) {
+  cr_assert_lt(dn, POOL_MAX, "device pool full");
+  void *p = G->alloc(bytes);
+  cr_assert(p || !bytes, "cuda alloc(%zu) failed", bytes);
+  if (bytes) G->to_device(p, h, bytes);
+  return dpool[dn++] = p;
+}
+static float *devf(const float *h, size_t n) { return dev(h, n * sizeof(float)); }
+static float *dev_poisoned(size_t n) {
+  float *h = fbuf(n);
+  for (size_t i = 0; i < n; i++)
+    h[i] = NAN;
+  return devf(h, n);
+}
+static void *back(const void *d, size_t bytes) {
+  void *h = halloc(bytes);
+  if (bytes) G->to_host(h, d, bytes);
+  return h;
+}
+static float *backf(const float *d, size_t n) { return back(d, n * sizeof(float)); }
+
+/* splitmix64, as tests/kernels/test_ops.c */
+typedef struct {
+  uint64_t s;
+} rng;
+static uint64_t next_u64(rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static float uniform(rng *r, float lo, float hi) {
+  return lo + (hi - lo) * (float)((double)(next_u64(r) >> 40) * 0x1p-24);
+}
+static float *rand_buf(rng *r, size_t n, float lo, float hi) {
+  float *x = fbuf(n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = uniform(r, lo, hi);
+  return x;
+}
+static float *fdup(const float *x, size_t n) {
+  float *y = fbuf(n);
+  memcpy(y, x, n * sizeof(float));
+  return y;
+}
+static int32_t *rand_tokens(rng *r, size_t n, int V) {
+  int32_t *t = halloc(n * sizeof(int32_t));
+  for (size_t i = 0; i < n; i++)
+    t[i] = (int32_t)(next_u64(r) % (uint64_t)V);
+  return t;
+}
+
+/* The CPU's result `want` (host) against the CUDA one `got_dev` (device): NaNs at the same
+ * places, and normalised MSE <= tol (tol 0: the same bits). */
+static void expect_close(const char *what, const float *want, const float *got_dev, size_t n,
+                         double tol) {
+  const float *got = backf(got_dev, n);
+  if (tol == 0.0) {
+    for (size_t i = 0; i < n; i++) {
+      uint32_t a, b;
+      memcpy(&a, &want[i], 4);
+      memcpy(&b, &got[i], 4);
+      cr_assert(a == b || (isnan(want[i]) && isnan(got[i])),
+                "%s[%zu]: gpu %.9g (0x%08x), cpu %.9g (0x%08x): expected the same bits", what, i,
+                got[i], b, want[i], a);
+    }
+    return;
+  }
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    cr_assert(isnan(want[i]) == isnan(got[i]), "%s[%zu]: gpu %g, cpu %g (NaN on one side only)",
+              what, i, got[i], want[i]);
+    if (isnan(want[i])) continue;
+    double d = (double)want[i] - got[i];
+    num += d * d;
+    den += (double)want[i] * want[i];
+  }
+  double nmse = den > 0.0 ? num / den : num;
+  cr_assert(nmse <= tol, "%s: normalised MSE %.3g > %.3g (n = %zu)", what, nmse, tol, n);
+}
+
+static void expect_same_bits(const char *what, const void *a_dev, const void *b_dev, size_t bytes) {
+  cr_assert_eq(memcmp(back(a_dev, bytes), back(b_dev, bytes), bytes), 0,
+               "%s: not the same bits twice", what);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* table and memory */
+
+Test(gpu, table_is_complete) {
+  need_gpu();
+  const kernels_ops *t = G;
+  cr_assert_str_eq(t->name, "cuda");
+#define HAS(f) cr_assert_not_null(t->f, "cuda table lacks " #f)
+  HAS(alloc);
+  HAS(free);
+  HAS(to_device);
+  HAS(to_host);
+  HAS(sync);
+  HAS(gemm);
+  HAS(gemm_batched);
+  HAS(bias_add);
+  HAS(bias_grad);
+  HAS(gelu_forward);
+  HAS(gelu_backward);
+  HAS(relu_forward);
+  HAS(relu_backward);
+  HAS(layernorm_forward);
+  HAS(layernorm_backward_input);
+  HAS(layernorm_backward_weight);
+  HAS(softmax_forward);
+  HAS(attention_forward);
+  HAS(attention_backward);
+  HAS(embedding_forward);
+  HAS(embedding_backward);
+  HAS(xent_forward);
+  HAS(xent_backward);
+  HAS(adamw);
+  HAS(sgd);
+  HAS(axpy);
+  HAS(scale);
+  HAS(fill);
+  HAS(zero);
+  HAS(copy);
+  HAS(sumsq);
+  HAS(nonfinite);
+  HAS(cast_f32_to_bf16);
+  HAS(cast_bf16_to_f32);
+  HAS(cast_f32_to_f16);
+  HAS(cast_f16_to_f32);
+  HAS(round_bf16);
+  HAS(round_fp16);
+#undef HAS
+}
+
+Test(gpu, memory_entries) {
+  need_gpu();
+  enum { N = 100003 };
+  float *d = G->alloc(N * sizeof(float));
+  cr_assert_not_null(d);
+  dpool[dn++] = d;
+  float *z = backf(d, N);
+  for (int i = 0; i < N; i++)
+    cr_assert_eq(z[i], 0.0f, "alloc is not zeroed at %d", i);
+  rng r = {1};
+  float *x = rand_buf(&r, N, -5, 5);
+  G->to_device(d, x, N * sizeof(float));
+  G->sync();
+  cr_assert_eq(memcmp(backf(d, N), x, N * sizeof(float)), 0, "round trip");
+  G->to_device(d, NULL, 0);
+  G->to_host(NULL, d, 0);
+  G->free(G->alloc(0));
+  G->free(NULL);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* matrix products */
+
+static void check_gemm(rng *r, int M, int N, int K, int ta, int tb, float alpha, float beta) {
+  size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+  float *a = rand_buf(r, na, -1, 1), *b = rand_buf(r, nb, -1, 1);
+  float *c = beta == 0.0f ? fbuf(nc) : rand_buf(r, nc, -1, 1);
+  float *dc = beta == 0.0f ? dev_poisoned(nc) : devf(c, nc);
+  H->gemm(c, a, b, M, N, K, ta, tb, alpha, beta);
+  G->gemm(dc, devf(a, na), devf(b, nb), M, N, K, ta, tb, alpha, beta);
+  char what[96];
+  snprintf(what, sizeof what, "gemm M=%d N=%d K=%d ta=%d tb=%d beta=%g", M, N, K, ta, tb, beta);
+  expect_close(what, c, dc, nc, TOL_GEMM);
+}
+
+Test(gpu, gemm_all_transposes) {
+  need_gpu();
+  rng r = {2};
+  const int shapes[][3] = {{1, 1, 1}, {17, 33, 65}, {128, 96, 300}, {3, 200, 7}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int ta = 0; ta < 2; ta++)
+      for (int tb = 0; tb < 2; tb++) {
+        check_gemm(&r, shapes[s][0], shapes[s][1], shapes[s][2], ta, tb, 1.0f, 0.0f);
+        check_gemm(&r, shapes[s][0], shapes[s][1], shapes[s][2], ta, tb, 0.7f, 1.0f);
+      }
+}
+
+Test(gpu, gemm_empty_k) {
+  need_gpu();
+  rng r = {3};
+  check_gemm(&r, 5, 7, 0, 0, 0, 1.0f, 0.0f);            /* C = 0, even from NaN */
+  check_gemm(&r, 5, 7, 0, 1, 1, 1.0f, 0.5f);            /* C = 0.5 C */
+  check_gemm(&r, 5, 7, 0, 0, 1, 1.0f, 1.0f);            /* untouched */
+  G->gemm(NULL, NULL, NULL, 0, 7, 3, 0, 0, 1.0f, 0.0f); /* nothing to write */
+  G->sync();
+}
+
+static void check_gemm_batched(rng *r, int batch, int shared_a, int shared_c, int M, int N, int K,
+                               int ta, int tb, float beta) {
+  size_t sa = shared_a ? 0 : (size_t)M * K, sb = (size_t)K * N, sc = shared_c ? 0 : (size_t)M * N;
+  size_t na = shared_a ? (size_t)M * K : sa * batch, nb = sb * batch;
+  size_t nc = shared_c ? (size_t)M * N : sc * batch;
+  float *a = rand_buf(r, na, -1, 1), *b = rand_buf(r, nb, -1, 1);
+  float *c = beta == 0.0f ? fbuf(nc) : rand_buf(r, nc, -1, 1);
+  float *dc = beta == 0.0f ? dev_poisoned(nc) : devf(c, nc);
+  H->gemm_batched(c, a, b, batch, sc, sa, sb, M, N, K, ta, tb, 0.5f, beta);
+  G->gemm_batched(dc, devf(a, na), devf(b, nb), batch, sc, sa, sb, M, N, K, ta, tb, 0.5f, beta);
+  char what[128];
+  snprintf(what, sizeof what, "gemm_batched batch=%d shared_a=%d shared_c=%d M=%d N=%d K=%d", batch,
+           shared_a, shared_c, M, N, K);
+  expect_close(what, c, dc, nc, TOL_GEMM);
+}
+
+Test(gpu, gemm_batched) {
+  need_gpu();
+  rng r = {4};
+  check_gemm_batched(&r, 5, 0, 0, 17, 9, 33, 0, 1, 0.0f);
+  check_gemm_batched(&r, 5, 0, 0, 17, 9, 33, 1, 0, 1.0f);
+  check_gemm_batched(&r, 4, 1, 0, 8, 31, 16, 0, 0, 0.0f); /* one A for every product */
+  check_gemm_batched(&r, 4, 0, 1, 8, 31, 16, 1, 1, 1.0f); /* products added into one C */
+  check_gemm_batched(&r, 1, 0, 0, 1, 1, 1, 0, 0, 0.0f);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* bias, activations */
+
+Test(gpu, bias_add_and_grad) {
+  need_gpu();
+  rng r = {5};
+  const int shapes[][2] = {{1, 1}, {37, 67}, {1000, 300}, {3, 1030}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int N = shapes[s][0], C = shapes[s][1];
+    size_t n = (size_t)N * C;
+    float *out = rand_buf(&r, n, -2, 2), *bias = rand_buf(&r, C, -1, 1);
+    float *dout = rand_buf(&r, n, -1, 1), *dbias = rand_buf(&r, C, -1, 1);
+    float *d_out = devf(out, n), *d_dbias = devf(dbias, C);
+    H->bias_add(out, bias, N, C);
+    G->bias_add(d_out, devf(bias, C), N, C);
+    expect_close("bias_add", out, d_out, n, TOL_EXACT);
+    H->bias_grad(dbias, dout, N, C);
+    G->bias_grad(d_dbias, devf(dout, n), N, C);
+    expect_close("bias_grad", dbias, d_dbias, C, TOL_MATH);
+  }
+}
+
+Test(gpu, gelu_and_relu) {
+  need_gpu();
+  rng r = {6};
+  size_t sizes[] = {1, 1001, 300007};
+  for (size_t s = 0; s < 3; s++) {
+    size_t n = sizes[s];
+    float *x = rand_buf(&r, n, -6, 6), *dy = rand_buf(&r, n, -1, 1), *y = fbuf(n), *dx = fbuf(n);
+    x[0] = 0.0f; /* relu's subgradient at 0 */
+    float *dx_ = devf(x, n), *ddy = devf(dy, n);
+    float *dyo = dev_poisoned(n), *ddx = dev_poisoned(n);
+    H->gelu_forward(y, x, n);
+    G->gelu_forward(dyo, dx_, n);
+    expect_close("gelu_forward", y, dyo, n, TOL_MATH);
+    H->gelu_backward(dx, x, dy, n);
+    G->gelu_backward(ddx, dx_, ddy, n);
+    expect_close("gelu_backward", dx, ddx, n, TOL_MATH);
+    /* din may alias dout */
+    float *alias = devf(dy, n);
+    G->gelu_backward(alias, dx_, alias, n);
+    expect_close("gelu_backward in place", dx, alias, n, TOL_MATH);
+    H->relu_forward(y, x, n);
+    G->relu_forward(dyo, dx_, n);
+    expect_close("relu_forward", y, dyo, n, TOL_EXACT);
+    H->relu_backward(dx, x, dy, n);
+    G->relu_backward(ddx, dx_, ddy, n);
+    expect_close("relu_backward", dx, ddx, n, TOL_EXACT);
+  }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* layernorm, softmax, cross-entropy */
+
+Test(gpu, layernorm) {
+  need_gpu();
+  rng r = {7};
+  const int shapes[][2] = {{1, 1}, {37, 67}, {300, 768}, {5, 2049}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int N = shapes[s][0], C = shapes[s][1];
+    size_t n = (size_t)N * C;
+    float *x = rand_buf(&r, n, -3, 3), *w = rand_buf(&r, C, 0.5f, 1.5f),
+          *b = rand_buf(&r, C, -1, 1);
+    float *dy = rand_buf(&r, n, -1, 1), *dw = rand_buf(&r, C, -1, 1), *db = rand_buf(&r, C, -1, 1);
+    float *y = fbuf(n), *mean = fbuf(N), *rstd = fbuf(N), *dx = fbuf(n);
+    float *gx = devf(x, n), *gw = devf(w, C), *gy = dev_poisoned(n), *gmean = dev_poisoned(N);
+    float *grstd = dev_poisoned(N), *gdy = devf(dy, n), *gdx = dev_poisoned(n);
+    float *gdw = devf(dw, C), *gdb = devf(db, C);
+    H->layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
+    G->layernorm_forward(gy, gmean, grstd, gx, gw, devf(b, C), N, C, 1e-5f);
+    expect_close("layernorm_forward out", y, gy, n, TOL_MATH);
+    expect_close("layernorm_forward mean", mean, gmean, N, TOL_MATH);
+    expect_close("layernorm_forward rstd", rstd, grstd, N, TOL_MATH);
+    /* backward from the CPU's caches on both sides, so each op is tested on its own */
+    float *cmean = devf(mean, N), *crstd = devf(rstd, N);
+    H->layernorm_backward_input(dx, dy, x, w, mean, rstd, N, C);
+    G->layernorm_backward_input(gdx, gdy, gx, gw, cmean, crstd, N, C);
+    expect_close("layernorm_backward_input", dx, gdx, n, TOL_MATH);
+    H->layernorm_backward_weight(dw, db, dy, x, mean, rstd, N, C);
+    G->layernorm_backward_weight(gdw, gdb, gdy, gx, cmean, crstd, N, C);
+    expect_close("layernorm_backward_weight dw", dw, gdw, C, TOL_MATH);
+    expect_close("layernorm_backward_weight db", db, gdb, C, TOL_MATH);
+  }
+}
+
+Test(gpu, softmax) {
+  need_gpu();
+  rng r = {8};
+  const int shapes[][2] = {{1, 1}, {7, 5}, {33, 3001}, {2, 50257}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int N = shapes[s][0], V = shapes[s][1];
+    size_t n = (size_t)N * V;
+    float *x = rand_buf(&r, n, -20, 20), *y = fbuf(n), *gy = dev_poisoned(n);
+    H->softmax_forward(y, x, N, V);
+    G->softmax_forward(gy, devf(x, n), N, V);
+    expect_close("softmax_forward", y, gy, n, TOL_MATH);
+  }
+}
+
+Test(gpu, cross_entropy) {
+  need_gpu();
+  rng r = {9};
+  const int shapes[][2] = {{1, 1}, {7, 5}, {65, 3001}, {3, 50257}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int N = shapes[s][0], V = shapes[s][1];
+    size_t n = (size_t)N * V;
+    float *x = rand_buf(&r, n, -30, 30), *p = fbuf(n), *loss = fbuf(N), *d = fbuf(n);
+    int32_t *tg = rand_tokens(&r, N, V);
+    int32_t *gtg = dev(tg, N * sizeof(int32_t));
+    float *gp = dev_poisoned(n), *gl = dev_poisoned(N), *gd = dev_poisoned(n);
+    H->xent_forward(loss, p, x, tg, N, V);
+    G->xent_forward(gl, gp, devf(x, n), gtg, N, V);
+    expect_close("xent_forward losses", loss, gl, N, TOL_MATH);
+    expect_close("xent_forward probs", p, gp, n, TOL_MATH);
+    /* backward from the CPU's probabilities on both sides */
+    float *cp = devf(p, n);
+    H->xent_backward(d, p, tg, 1.0f / N, N, V);
+    G->xent_backward(gd, cp, gtg, 1.0f / N, N, V);
+    expect_close("xent_backward", d, gd, n, TOL_EXACT);
+    G->xent_backward(cp, cp, gtg, 1.0f / N, N, V); /* dlogits may alias probs */
+    expect_close("xent_backward in place", d, cp, n, TOL_EXACT);
+  }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* attention */
+
+static void check_attention(rng *r, int B, int T, int C, int NH, int nan_last) {
+  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+  float *qkv = rand_buf(r, nqkv, -2, 2), *dout = rand_buf(r, nout, -1, 1);
+  if (nan_last) /* the last token's q, k, v of batch 0: must not reach earlier tokens */
+    for (int i = 0; i < 3 * C; i++)
+      qkv[(size_t)(T - 1) * 3 * C + i] = NAN;
+  float *out = fbuf(nout), *att = fbuf(natt), *dqkv = fbuf(nqkv), *scratch = fbuf(2 * (size_t)T);
+  float *gqkv = devf(qkv, nqkv), *gout = dev_poisoned(nout), *gatt = dev_poisoned(natt);
+  float *gdqkv = dev_poisoned(nqkv), *gscratch = dev_poisoned(2 * (size_t)T);
+  H->attention_forward(out, att, qkv, B, T, C, NH);
+  G->attention_forward(gout, gatt, gqkv, B, T, C, NH);
+  char what[96];
+  snprintf(what, sizeof what, "attention_forward B=%d T=%d C=%d NH=%d out", B, T, C, NH);
+  expect_close(what, out, gout, nout, TOL_GEMM);
+  snprintf(what, sizeof what, "attention_forward B=%d T=%d C=%d NH=%d att", B, T, C, NH);
+  expect_close(what, att, gatt, natt, TOL_GEMM);
+  H->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+  G->attention_backward(gdqkv, gscratch, devf(dout, nout), gqkv, devf(att, natt), B, T, C, NH);
+  snprintf(what, sizeof what, "attention_backward B=%d T=%d C=%d NH=%d dqkv", B, T, C, NH);
+  expect_close(what, dqkv, gdqkv, nqkv, TOL_GEMM);
+  if (nan_last) { /* rows before the last are finite on the GPU too */
+    float *g = backf(gout, nout);
+    for (size_t i = 0; i < (size_t)(T - 1) * C; i++)
+      cr_assert(isfinite(g[i]), "attention_forward: NaN of the last token reached out[%zu]", i);
+  }
+}
+
+Test(gpu, attention) {
+  need_gpu();
+  rng r = {10};
+  check_attention(&r, 1, 1, 4, 1, 0);
+  check_attention(&r, 2, 17, 12, 3, 0);
+  check_attention(&r, 1, 130, 64, 2, 0); /* rows longer than a block */
+  check_attention(&r, 2, 64, 96, 4, 0);
+  check_attention(&r, 1, 9, 8, 2, 1); /* causal even for NaN */
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* embedding */
+
+Test(gpu, embedding) {
+  need_gpu();
+  rng r = {11};
+  const int shapes[][4] = {{1, 1, 1, 1}, {3, 33, 40, 7}, {4, 64, 96, 50}, {2, 17, 300, 1000}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], V = shapes[s][3];
+    size_t n = (size_t)B * T * C;
+    int32_t *tok = rand_tokens(&r, (size_t)B * T, V); /* small V: many repeats */
+    float *wte = rand_buf(&r, (size_t)V * C, -1, 1), *wpe = rand_buf(&r, (size_t)T * C, -1, 1);
+    float *out = fbuf(n), *dout = rand_buf(&r, n, -1, 1);
+    float *dwte = rand_buf(&r, (size_t)V * C, -1, 1), *dwpe = rand_buf(&r, (size_t)T * C, -1, 1);
+    int32_t *gtok = dev(tok, (size_t)B * T * sizeof(int32_t));
+    float *gout = dev_poisoned(n), *gdwte = devf(dwte, (size_t)V * C),
+          *gdwpe = devf(dwpe, (size_t)T * C);
+    H->embedding_forward(out, tok, wte, wpe, B, T, C);
+    G->embedding_forward(gout, gtok, devf(wte, (size_t)V * C), devf(wpe, (size_t)T * C), B, T, C);
+    expect_close("embedding_forward", out, gout, n, TOL_EXACT);
+    float *gdout = devf(dout, n);
+    H->embedding_backward(dwte, dwpe, dout, tok, B, T, C);
+    G->embedding_backward(gdwte, gdwpe, gdout, gtok, B, T, C);
+    expect_close("embedding_backward dwte (rows in (b, t) order)", dwte, gdwte, (size_t)V * C,
+                 TOL_EXACT);
+    expect_close("embedding_backward dwpe", dwpe, gdwpe, (size_t)T * C, TOL_EXACT);
+  }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* optimizers */
+
+Test(gpu, adamw) {
+  need_gpu();
+  rng r = {12};
+  size_t n = 100003;
+  float *p = rand_buf(&r, n, -1, 1), *g = rand_buf(&r, n, -1, 1), *m = rand_buf(&r, n, -0.1f, 0.1f);
+  float *v = rand_buf(&r, n, 0, 0.01f);
+  float *gp = devf(p, n), *gg = devf(g, n), *gm = devf(m, n), *gv = devf(v, n);
+  for (int t = 1; t <= 3; t++) {
+    H->adamw(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f);
+    G->adamw(gp, gg, gm, gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f);
+  }
+  expect_close("adamw p", p, gp, n, TOL_MATH);
+  expect_close("adamw m", m, gm, n, TOL_MATH);
+  expect_close("adamw v", v, gv, n, TOL_MATH);
+}
+
+Test(gpu, sgd) {
+  need_gpu();
+  rng r = {13};
+  size_t n = 100003;
+  float *p = rand_buf(&r, n, -1, 1), *g = rand_buf(&r, n, -1, 1), *mom = rand_buf(&r, n, -1, 1);
+  float *gp = devf(p, n), *gg = devf(g, n), *gmom = devf(mom, n);
+  H->sgd(p, g, mom, n, 0.1f, 0.9f, 0.01f, 2.0f);
+  G->sgd(gp, gg, gmom, n, 0.1f, 0.9f, 0.01f, 2.0f);
+  expect_close("sgd p (momentum)", p, gp, n, TOL_ELEM);
+  expect_close("sgd mom", mom, gmom, n, TOL_ELEM);
+  H->sgd(p, g, NULL, n, 0.1f, 0.0f, 0.0f, 1.0f);
+  G->sgd(gp, gg, NULL, n, 0.1f, 0.0f, 0.0f, 1.0f);
+  expect_close("sgd p (no momentum)", p, gp, n, TOL_ELEM);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* vector utilities */
+
+Test(gpu, vector_utilities) {
+  need_gpu();
+  rng r = {14};
+  size_t n = 300007;
+  float *x = rand_buf(&r, n, -1, 1), *y = rand_buf(&r, n, -1, 1);
+  float *gx = devf(x, n), *gy = devf(y, n);
+  H->axpy(y, -0.3f, x, n);
+  G->axpy(gy, -0.3f, gx, n);
+  expect_close("axpy", y, gy, n, TOL_ELEM);
+  H->scale(y, 1.7f, n);
+  G->scale(gy, 1.7f, n);
+  expect_close("scale", y, gy, n, TOL_ELEM); /* after axpy: inherits its last-bit differences */
+  float *f = fbuf(n), *gf = dev_poisoned(n);
+  H->fill(f, -2.5f, n);
+  G->fill(gf, -2.5f, n);
+  expect_close("fill", f, gf, n, TOL_EXACT);
+  H->zero(f, n);
+  G->zero(gf, n);
+  expect_close("zero", f, gf, n, TOL_EXACT);
+  float *c = fbuf(n), *gc = dev_poisoned(n);
+  H->copy(c, x, n);
+  G->copy(gc, gx, n);
+  expect_close("copy", c, gc, n, TOL_EXACT);
+  /* overlapping copies, both directions, as memmove */
+  float *o = fdup(x, n), *go = devf(x, n);
+  H->copy(o + 5, o, n - 5);
+  G->copy(go + 5, go, n - 5);
+  expect_close("copy overlapping forward", o, go, n, TOL_EXACT);
+  H->copy(o, o + 1000, n - 1000);
+  G->copy(go, go + 1000, n - 1000);
+  expect_close("copy overlapping backward", o, go, n, TOL_EXACT);
+}
+
+Test(gpu, sumsq_and_nonfinite) {
+  need_gpu();
+  rng r = {15};
+  size_t sizes[] = {1, 1000, 3000017};
+  for (size_t s = 0; s < 3; s++) {
+    size_t n = sizes[s];
+    float *x = rand_buf(&r, n, -3, 3);
+    float *gx = devf(x, n);
+    double want = H->sumsq(x, n), got = G->sumsq(gx, n);
+    cr_assert(fabs(got - want) <= 1e-11 * want, "sumsq n=%zu: gpu %.17g, cpu %.17g", n, got, want);
+    cr_assert_eq(G->sumsq(gx, n), got, "sumsq: not the same bits twice");
+    cr_assert_eq(G->nonfinite(gx, n), 0);
+    x[n / 2] = NAN;
+    x[n - 1] = INFINITY;
+    x[0] = -INFINITY;
+    G->to_device(gx, x, n * sizeof(float));
+    cr_assert_eq(G->nonfinite(gx, n), H->nonfinite(x, n), "nonfinite n=%zu", n);
+  }
+  cr_assert_eq(G->sumsq(NULL, 0), 0.0);
+  cr_assert_eq(G->nonfinite(NULL, 0), 0);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* low precision: bit for bit */
+
+static uint32_t bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return u;
+}
+
+Test(gpu, casts_and_rounding) {
+  need_gpu();
+  rng r = {16};
+  enum { N = 200003 };
+  float *x = fbuf(N);
+  const float special[] = {0.0f,        -0.0f,      1.0f,       -1.0f,    65504.0f,
+                           65519.99f,   65520.0f,   -65520.0f,  0x1p-24f, 0x1p-25f,
+                           0x1.8p-25f,  0x1p-14f,   1e-8f,      3.0e38f,  3.4028235e38f,
+                           INFINITY,    -INFINITY,  NAN,        -NAN,     1.00390625f,
+                           1.01171875f, 0x1.002p0f, 0x1.006p0f, 1e-40f,   -1e-45f};
+  size_t ns = sizeof special / sizeof special[0];
+  for (size_t i = 0; i < N; i++) {
+    if (i < ns) {
+      x[i] = special[i];
+    } else if (i % 3 == 0) { /* any bit pattern: NaN payloads, subnormals, everything */
+      uint32_t u = (uint32_t)next_u64(&r);
+      memcpy(&x[i], &u, 4);
+    } else {
+      x[i] = uniform(&r, -70000, 70000) * (i % 3 == 1 ? 1.0f : 1e-6f);
+    }
+  }
+  /* a NaN with its payload only in the low half (must stay NaN in bf16) */
+  uint32_t low_nan = 0x7f800001u;
+  memcpy(&x[ns], &low_nan, 4);
+  float *gx = devf(x, N);
+  uint16_t *hb = halloc(2 * N), *hf = halloc(2 * N);
+  memset(hb, 0xff, 2 * N); /* NaN patterns: the casts must overwrite them */
+  memset(hf, 0xff, 2 * N);
+  uint16_t *gb = dev(hb, 2 * N), *gf = dev(hf, 2 * N);
+  H->cast_f32_to_bf16(hb, x, N);
+  G->cast_f32_to_bf16(gb, gx, N);
+  H->cast_f32_to_f16(hf, x, N);
+  G->cast_f32_to_f16(gf, gx, N);
+  uint16_t *bb = back(gb, 2 * N), *bf = back(gf, 2 * N);
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(bb[i], hb[i], "cast_f32_to_bf16(0x%08x): gpu 0x%04x, cpu 0x%04x", bits(x[i]),
+                 bb[i], hb[i]);
+    cr_assert_eq(bf[i], hf[i], "cast_f32_to_f16(0x%08x): gpu 0x%04x, cpu 0x%04x", bits(x[i]), bf[i],
+                 hf[i]);
+  }
+  /* widening every 16-bit pattern */
+  enum { P = 65536 };
+  uint16_t *pat = halloc(2 * P);
+  for (int i = 0; i < P; i++)
+    pat[i] = (uint16_t)i;
+  uint16_t *gpat = dev(pat, 2 * P);
+  float *wb = fbuf(P), *wf = fbuf(P), *gwb = dev_poisoned(P), *gwf = dev_poisoned(P);
+  H->cast_bf16_to_f32(wb, pat, P);
+  G->cast_bf16_to_f32(gwb, gpat, P);
+  H->cast_f16_to_f32(wf, pat, P);
+  G->cast_f16_to_f32(gwf, gpat, P);
+  float *cwb = backf(gwb, P), *cwf = backf(gwf, P);
+  for (int i = 0; i < P; i++) {
+    cr_assert_eq(bits(cwb[i]), bits(wb[i]), "cast_bf16_to_f32(0x%04x)", i);
+    cr_assert_eq(bits(cwf[i]), bits(wf[i]), "cast_f16_to_f32(0x%04x)", i);
+  }
+  float *rb = fdup(x, N), *rf = fdup(x, N), *grb = devf(x, N), *grf = devf(x, N);
+  H->round_bf16(rb, N);
+  G->round_bf16(grb, N);
+  H->round_fp16(rf, N);
+  G->round_fp16(grf, N);
+  float *crb = backf(grb, N), *crf = backf(grf, N);
+  for (int i = 0; i < N; i++) {
+    cr_assert_eq(bits(crb[i]), bits(rb[i]), "round_bf16(0x%08x)", bits(x[i]));
+    cr_assert_eq(bits(crf[i]), bits(rf[i]), "round_fp16(0x%08x)", bits(x[i]));
+  }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* determinism of the reducing ops: the same inputs twice give the same bits */
+
+Test(gpu, reductions_are_deterministic) {
+  need_gpu();
+  rng r = {17};
+  int M = 96, N = 200, K = 300, Nr = 1000, C = 300, B = 2, T = 64, AC = 96, NH = 4, V = 50;
+  float *a = devf(rand_buf(&r, (size_t)M * K, -1, 1), (size_t)M * K);
+  float *b = devf(rand_buf(&r, (size_t)K * N, -1, 1), (size_t)K * N);
+  float *c1 = dev_poisoned((size_t)M * N), *c2 = dev_poisoned((size_t)M * N);
+  G->gemm(c1, a, b, M, N, K, 0, 0, 1.0f, 0.0f);
+  G->gemm(c2, a, b, M, N, K, 0, 0, 1.0f, 0.0f);
+  expect_same_bits("gemm", c1, c2, sizeof(float) * M * N);
+
+  float *dy = devf(rand_buf(&r, (size_t)Nr * C, -1, 1), (size_t)Nr * C);
+  float *x = devf(rand_buf(&r, (size_t)Nr * C, -1, 1), (size_t)Nr * C);
+  float *mean = devf(rand_buf(&r, Nr, -0.1f, 0.1f), Nr),
+        *rstd = devf(rand_buf(&r, Nr, 0.5f, 2), Nr);
+  float *start = rand_buf(&r, C, -1, 1);
+  float *w1 = devf(start, C), *w2 = devf(start, C), *b1 = devf(start, C), *b2 = devf(start, C);
+  G->layernorm_backward_weight(w1, b1, dy, x, mean, rstd, Nr, C);
+  G->layernorm_backward_weight(w2, b2, dy, x, mean, rstd, Nr, C);
+  expect_same_bits("layernorm_backward_weight dw", w1, w2, sizeof(float) * C);
+  expect_same_bits("layernorm_backward_weight db", b1, b2, sizeof(float) * C);
+  G->bias_grad(w1, dy, Nr, C);
+  G->bias_grad(w2, dy, Nr, C);
+  expect_same_bits("bias_grad", w1, w2, sizeof(float) * C);
+
+  size_t nqkv = (size_t)B * T * 3 * AC, nout = (size_t)B * T * AC, natt = (size_t)B * NH * T * T;
+  float *qkv = devf(rand_buf(&r, nqkv, -2, 2), nqkv), *dout = devf(rand_buf(&r, nout, -1, 1), nout);
+  float *out = dev_poisoned(nout), *att = dev_poisoned(natt), *sc = dev_poisoned(2 * (size_t)T);
+  G->attention_forward(out, att, qkv, B, T, AC, NH);
+  float *d1 = dev_poisoned(nqkv), *d2 = devf(rand_buf(&r, nqkv, -1, 1), nqkv);
+  G->attention_backward(d1, sc, dout, qkv, att, B, T, AC, NH);
+  G->attention_backward(d2, sc, dout, qkv, att, B, T, AC, NH);
+  expect_same_bits("attention_backward", d1, d2, sizeof(float) * nqkv);
+
+  int32_t *tok = dev(rand_tokens(&r, (size_t)B * T, V), sizeof(int32_t) * B * T);
+  float *edout = devf(rand_buf(&r, (size_t)B * T * C, -1, 1), (size_t)B * T * C);
+  float *e0 = rand_buf(&r, (size_t)V * C, -1, 1), *p0 = rand_buf(&r, (size_t)T * C, -1, 1);
+  float *e1 = devf(e0, (size_t)V * C), *e2 = devf(e0, (size_t)V * C);
+  float *p1 = devf(p0, (size_t)T * C), *p2 = devf(p0, (size_t)T * C);
+  G->embedding_backward(e1, p1, edout, tok, B, T, C);
+  G->embedding_backward(e2, p2, edout, tok, B, T, C);
+  expect_same_bits("embedding_backward dwte", e1, e2, sizeof(float) * V * C);
+  expect_same_bits("embedding_backward dwpe", p1, p2, sizeof(float) * T * C);
+}

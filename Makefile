@@ -125,7 +125,8 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 
 # Runs every test binary; each prints Criterion's synthesis line. Fails if any fails.
 test: $(BIN) $(TEST_BINS) $(WORKER_BINS) data/kjv.txt
-	@BRIGADE_BIN=$(abspath $(BIN)) BRIGADE_BUILD=$(abspath $(BUILD)) sh scripts/run_tests.sh $(TEST_BINS)
+	@OMPI_MCA_btl_vader_single_copy_mechanism=$(MPI_SINGLE_COPY) BRIGADE_BIN=$(abspath $(BIN)) \
+	  BRIGADE_BUILD=$(abspath $(BUILD)) sh scripts/run_tests.sh $(TEST_BINS)
 
 # The CUDA op table against the CPU one on this machine's GPU (tests/gpu). `make test` runs the
 # same binary, which skips when there is no GPU; here no GPU (or no CUDA build) is a failure.
@@ -137,10 +138,14 @@ else
 	BRIGADE_REQUIRE_GPU=1 $(GPU_TEST) --jobs 2
 endif
 
-# mpirun for small shared machines: as root, more ranks than cores, yielding when idle.
-MPIRUN := env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+# mpirun for small shared machines: as root, more ranks than cores, yielding when idle, and
+# shared memory moving large messages by cross-memory attach where the machine allows it
+# (scripts/mpi_single_copy.sh probes once; without it a pipeline's transfers wait for the
+# sender's next MPI call, which measured twice the step time here).
+MPI_SINGLE_COPY = $(shell sh scripts/mpi_single_copy.sh $(BUILD))
+MPIRUN = env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader \
-  OMPI_MCA_btl_vader_single_copy_mechanism=none MALLOC_MMAP_THRESHOLD_=2147483647 \
+  OMPI_MCA_btl_vader_single_copy_mechanism=$(MPI_SINGLE_COPY) MALLOC_MMAP_THRESHOLD_=2147483647 \
   MALLOC_TRIM_THRESHOLD_=4294967295 mpirun
 
 # The default corpus (King James Bible, from Debian's bible-kjv).

@@ -21,7 +21,7 @@ static double timed_zero(int which, float *params, float *grads, int count, MPI_
   zero_buffer z;
   int reps = 5, layers = 16;
   size_t per = (size_t)count / layers;
-  zero_init(&z, which < 2 ? 1 : 2, comm, params, grads, (size_t)count);
+  zero_init(&z, which < 2 ? 1 : 2, comm, params, grads, (size_t)count, NULL);
   if (which >= 2) zero_buckets(&z, 4 * per, which == 3, per);
   double total = 0;
   for (int r = 0; r <= reps; r++) { /* the first is a warm-up */

@@ -90,7 +90,10 @@ size_t layers_model_params(const layers_model *m);
 
 /* ---- a chunk: the contiguous layers [lo, hi) of one virtual stage, with its own flat
  * parameter and gradient buffers and `nslots` activation slots (one per in-flight micro-batch,
- * as the compiled schedule says). ---- */
+ * as the compiled schedule says). Every buffer below that the ops work on (params, grads,
+ * slots, tokens, targets, scratch, ws) lives in the table's memory (ops->alloc: device memory
+ * for "cuda"): host code reaches it only through ops->to_host / to_device, or through the
+ * functions here that do (loss_sum, set_batch). ---- */
 typedef struct {
   const kernels_ops *ops;
   int lo, hi, n; /* layer range; n = hi - lo */
@@ -120,8 +123,11 @@ typedef struct {
    * in the flat parameter buffer. The destination must hold what the layer adds into ("+="). */
   float *(*grad_dest)(void *ctx, size_t off, size_t n);
   void *grad_ctx;
+  float *host_losses; /* [B*T] host memory: the losses of a slot, read back for their sum */
 } layers_chunk;
 
+/* CORE_ERUNTIME when the backend runs out of memory (the chunk is then freed). ops NULL: host
+ * memory, for chunks built only to measure them. */
 int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
                       int B, int T, int nslots);
 void layers_chunk_free(layers_chunk *ch);
@@ -138,6 +144,8 @@ void layers_chunk_forward(layers_chunk *ch, int slot);
 void layers_chunk_backward_input(layers_chunk *ch, int slot, float grad_scale);
 void layers_chunk_backward_weight(layers_chunk *ch, int slot);
 double layers_chunk_loss_sum(const layers_chunk *ch, int slot); /* sum of per-position losses */
+/* A micro-batch's token ids and targets (host arrays of B*T, either may be NULL) into a slot. */
+void layers_chunk_set_batch(layers_chunk *ch, int slot, const int32_t *tokens, const int32_t *targets);
 /* output of the chunk's layer i (0-based within the chunk) for a slot */
 float *layers_chunk_layer_output(const layers_chunk *ch, int slot, int i);
 /* bytes of one slot (the memory model's act_bytes) */
@@ -145,8 +153,9 @@ size_t layers_chunk_slot_bytes(const layers_chunk *ch);
 /* Drops the chunk's gradient buffer: from now on weight gradients go where dest says (see
  * grad_dest above). Before the first backward. */
 void layers_chunk_external_grads(layers_chunk *ch, float *(*dest)(void *ctx, size_t off, size_t n), void *ctx);
-/* Switches the chunk to activation checkpointing (before its first use). */
-void layers_chunk_checkpoint(layers_chunk *ch);
+/* Switches the chunk to activation checkpointing (before its first use); CORE_ERUNTIME when the
+ * backend runs out of memory. */
+int layers_chunk_checkpoint(layers_chunk *ch);
 
 /* Which parameters of a layer get weight decay: matrices and embeddings yes, biases and norm
  * gains no (mask[i] = 1 for decay), as GPT-2 training does. */

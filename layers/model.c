@@ -159,6 +159,19 @@ size_t layers_model_params(const layers_model *m) {
 
 /* ---- chunks ---- */
 
+/* The table whose memory the chunk's buffers live in (chunks built only to measure sizes may
+ * have none: host memory then). */
+static const kernels_ops *mem(const layers_chunk *ch) { return ch->ops ? ch->ops : kernels_cpu_ops(); }
+
+/* Zeroed backend memory, or NULL with *rc set (a GPU out of memory is an error, not a crash). */
+static void *balloc(layers_chunk *ch, size_t bytes, const char *what, int *rc) {
+  if (*rc) return NULL;
+  void *p = mem(ch)->alloc(bytes ? bytes : sizeof(float));
+  if (!p) *rc = core_error_set(CORE_ERUNTIME, "backend %s: out of memory allocating %zu bytes (%s of layers %d..%d)",
+                               mem(ch)->name, bytes, what, ch->lo, ch->hi - 1);
+  return p;
+}
+
 int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
                       int B, int T, int nslots) {
   memset(ch, 0, sizeof *ch);
@@ -170,15 +183,20 @@ int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
   ch->first_takes_tokens = ch->layers[0].type->input == LAYER_IN_TOKENS;
   ch->last_is_loss = ch->layers[ch->n - 1].type == &layers_cross_entropy;
   size_t N = (size_t)B * T, scratch = 0, at;
+  int rc = CORE_OK;
   ch->param_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
   for (int i = 0; i < ch->n; i++) ch->param_off[i] = ch->nparams, ch->nparams += ch->layers[i].nparams;
-  /* one flat buffer each; layers hold views, initialised in place from (seed, layer index) */
-  ch->params = core_calloc(ch->nparams, sizeof(float));
-  ch->grads = core_calloc(ch->nparams, sizeof(float));
-  for (int i = 0; i < ch->n; i++) {
+  /* one flat buffer each in the backend's memory; layers hold views. Parameters are
+   * initialised from (seed, layer index) on the host, then copied over. */
+  float *host = core_calloc(ch->nparams ? ch->nparams : 1, sizeof(float));
+  for (int i = 0; i < ch->n; i++) ch->layers[i].type->init(&ch->layers[i], host + ch->param_off[i], m->seed);
+  ch->params = balloc(ch, sizeof(float) * ch->nparams, "parameters", &rc);
+  ch->grads = balloc(ch, sizeof(float) * ch->nparams, "gradients", &rc);
+  if (!rc) mem(ch)->to_device(ch->params, host, sizeof(float) * ch->nparams);
+  free(host);
+  for (int i = 0; i < ch->n && !rc; i++) {
     layer *l = &ch->layers[i];
     l->params = ch->params + ch->param_off[i], l->grads = ch->grads + ch->param_off[i];
-    l->type->init(l, l->params, m->seed);
   }
   ch->in_floats = ch->first_takes_tokens ? 0 : N * (size_t)ch->layers[0].in_width;
   ch->out_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
@@ -195,34 +213,40 @@ int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
     scratch = s > scratch ? s : scratch;
   }
   ch->slot_floats = at;
-  ch->slots = core_calloc((size_t)ch->nslots * at, sizeof(float));
-  ch->tokens = core_calloc((size_t)ch->nslots * N, sizeof(int32_t));
-  ch->targets = core_calloc((size_t)ch->nslots * N, sizeof(int32_t));
-  ch->scratch = core_calloc(scratch ? scratch : 1, sizeof(float));
-  return CORE_OK;
+  ch->slots = balloc(ch, sizeof(float) * (size_t)ch->nslots * at, "activation slots", &rc);
+  ch->tokens = balloc(ch, sizeof(int32_t) * (size_t)ch->nslots * N, "tokens", &rc);
+  ch->targets = balloc(ch, sizeof(int32_t) * (size_t)ch->nslots * N, "targets", &rc);
+  ch->scratch = balloc(ch, sizeof(float) * (scratch ? scratch : 1), "scratch", &rc);
+  ch->host_losses = core_calloc(N ? N : 1, sizeof(float));
+  if (rc) layers_chunk_free(ch);
+  return rc;
 }
 
 void layers_chunk_free(layers_chunk *ch) {
-  free(ch->layers), free(ch->params), free(ch->grads), free(ch->param_off);
-  free(ch->out_off), free(ch->stash_off), free(ch->dout_off), free(ch->slots);
-  free(ch->tokens), free(ch->targets), free(ch->scratch), free(ch->ws);
+  const kernels_ops *o = mem(ch);
+  free(ch->layers), free(ch->param_off), free(ch->out_off), free(ch->stash_off), free(ch->dout_off);
+  free(ch->host_losses);
+  o->free(ch->params), o->free(ch->grads), o->free(ch->slots), o->free(ch->tokens), o->free(ch->targets);
+  o->free(ch->scratch), o->free(ch->ws);
   memset(ch, 0, sizeof *ch);
 }
 
 void layers_chunk_external_grads(layers_chunk *ch, float *(*dest)(void *ctx, size_t off, size_t n), void *ctx) {
-  free(ch->grads);
+  mem(ch)->free(ch->grads);
   ch->grads = NULL;
   for (int i = 0; i < ch->n; i++) ch->layers[i].grads = NULL;
   ch->grad_dest = dest, ch->grad_ctx = ctx;
 }
 
-void layers_chunk_checkpoint(layers_chunk *ch) {
-  if (ch->ckpt) return;
+int layers_chunk_checkpoint(layers_chunk *ch) {
+  if (ch->ckpt) return CORE_OK;
+  int rc = CORE_OK;
   ch->ckpt = 1;
-  ch->ws = core_calloc(ch->slot_floats, sizeof(float)); /* one full layout, shared */
-  free(ch->slots);
+  ch->ws = balloc(ch, sizeof(float) * ch->slot_floats, "checkpointing workspace", &rc); /* one full layout, shared */
+  mem(ch)->free(ch->slots);
   ch->slot_floats = 2 * ch->in_floats + 2 * layers_chunk_out_floats(ch);
-  ch->slots = core_calloc((size_t)ch->nslots * ch->slot_floats, sizeof(float));
+  ch->slots = balloc(ch, sizeof(float) * (size_t)ch->nslots * ch->slot_floats, "activation slots", &rc);
+  return rc;
 }
 
 static float *slot_base(const layers_chunk *ch, int slot) { return ch->slots + (size_t)slot * ch->slot_floats; }
@@ -265,7 +289,7 @@ static void round_store(const layers_chunk *ch, float *x, size_t n) {
 }
 
 static void run_forward(layers_chunk *ch, int slot) {
-  if (ch->ckpt) memcpy(ch->ws, slot_base(ch, slot), sizeof(float) * ch->in_floats);
+  if (ch->ckpt) ch->ops->copy(ch->ws, slot_base(ch, slot), ch->in_floats);
   for (int i = 0; i < ch->n; i++) {
     layer_io io = io_of(ch, slot, i);
     ch->layers[i].type->forward(&ch->layers[i], ch->ops, &io);
@@ -277,13 +301,13 @@ static void run_forward(layers_chunk *ch, int slot) {
 void layers_chunk_forward(layers_chunk *ch, int slot) {
   run_forward(ch, slot);
   if (ch->ckpt) /* keep only the output */
-    memcpy(layers_chunk_output(ch, slot), ch->ws + ch->out_off[ch->n - 1], sizeof(float) * layers_chunk_out_floats(ch));
+    ch->ops->copy(layers_chunk_output(ch, slot), ch->ws + ch->out_off[ch->n - 1], layers_chunk_out_floats(ch));
 }
 
 void layers_chunk_backward_input(layers_chunk *ch, int slot, float grad_scale) {
   if (ch->ckpt) { /* recompute the forward (same bits), then take the received gradient */
     run_forward(ch, slot);
-    memcpy(ch->ws + ch->dout_off[ch->n - 1], layers_chunk_grad_output(ch, slot), sizeof(float) * layers_chunk_out_floats(ch));
+    ch->ops->copy(ch->ws + ch->dout_off[ch->n - 1], layers_chunk_grad_output(ch, slot), layers_chunk_out_floats(ch));
   }
   for (int i = ch->n - 1; i >= 0; i--) {
     layer_io io = io_of(ch, slot, i);
@@ -292,7 +316,7 @@ void layers_chunk_backward_input(layers_chunk *ch, int slot, float grad_scale) {
     ch->layers[i].type->backward_input(&ch->layers[i], ch->ops, &io);
     if (ch->act_round) round_store(ch, io.din, (size_t)ch->B * ch->T * (size_t)ch->layers[i].in_width);
   }
-  if (ch->ckpt) memcpy(layers_chunk_grad_input(ch, slot), ch->ws + ch->in_floats, sizeof(float) * ch->in_floats);
+  if (ch->ckpt) ch->ops->copy(layers_chunk_grad_input(ch, slot), ch->ws + ch->in_floats, ch->in_floats);
 }
 
 void layers_chunk_backward_weight(layers_chunk *ch, int slot) {
@@ -305,10 +329,17 @@ void layers_chunk_backward_weight(layers_chunk *ch, int slot) {
 }
 
 double layers_chunk_loss_sum(const layers_chunk *ch, int slot) {
-  const float *l = layers_chunk_output(ch, slot);
+  float *l = ch->host_losses;
+  ch->ops->to_host(l, layers_chunk_output(ch, slot), sizeof(float) * (size_t)ch->B * ch->T);
   double s = 0;
   for (int i = 0; i < ch->B * ch->T; i++) s += l[i];
   return s;
+}
+
+void layers_chunk_set_batch(layers_chunk *ch, int slot, const int32_t *tokens, const int32_t *targets) {
+  size_t bytes = sizeof(int32_t) * (size_t)ch->B * ch->T;
+  if (tokens) mem(ch)->to_device(layers_chunk_tokens(ch, slot), tokens, bytes);
+  if (targets) mem(ch)->to_device(layers_chunk_targets(ch, slot), targets, bytes);
 }
 
 void layers_decay_mask(const layer *l, uint8_t *mask) {

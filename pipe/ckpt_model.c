@@ -44,13 +44,15 @@ static void free_states(const pipe_runner *rn, float **m, float **v) {
   free(m), free(v);
 }
 
-/* Mixed precision saves the fp32 master weights (gathered), not the rounded working copy. */
-static float **gather_master(const pipe_runner *rn) {
-  if (!rn->precision) return NULL;
+/* Host copies of each chunk's parameters: mixed precision saves the fp32 master weights
+ * (gathered), not the rounded working copy. */
+static float **gather_params(const pipe_runner *rn) {
   float **p = core_calloc((size_t)rn->v, sizeof(float *));
   for (int c = 0; c < rn->v; c++) {
-    p[c] = core_calloc(rn->chunks[c].nparams + 1, sizeof(float));
-    zero_gather_state(&rn->zb[c], rn->master[c], p[c]);
+    const layers_chunk *ch = &rn->chunks[c];
+    p[c] = core_calloc(ch->nparams + 1, sizeof(float));
+    if (rn->precision) zero_gather_state(&rn->zb[c], rn->master[c], p[c]);
+    else ch->ops->to_host(p[c], ch->params, sizeof(float) * ch->nparams);
   }
   return p;
 }
@@ -64,7 +66,7 @@ static int put_layers(pipe_ckpt_writer *w, const pipe_runner *rn, float **full_m
       size_t off = ch->param_off[i];
       char name[128];
       snprintf(name, sizeof name, "layer.%d.params", l->index);
-      rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, full_p ? full_p[c] + off : l->params, l->nparams);
+      rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, full_p[c] + off, l->nparams);
       snprintf(name, sizeof name, "layer.%d.adam_m", l->index);
       if (!rc) rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, full_m[c] + off, l->nparams);
       snprintf(name, sizeof name, "layer.%d.adam_v", l->index);
@@ -78,7 +80,7 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
                          const core_config *cfg) {
   char sub[1024], path[1100];
   snprintf(sub, sizeof sub, "%s/step_%08ld", dir, step);
-  float **full_m, **full_v, **full_p = gather_master(rn);
+  float **full_m, **full_v, **full_p = gather_params(rn);
   int rc = gather_states(rn, &full_m, &full_v);
   if (!rc && topo->data == 0) { /* replicas hold the same state: one copy per stage */
     if (mkdirs(sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
@@ -111,7 +113,7 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
     }
   }
   free_states(rn, full_m, full_v);
-  for (int c = 0; full_p && c < rn->v; c++) free(full_p[c]);
+  for (int c = 0; c < rn->v; c++) free(full_p[c]);
   free(full_p);
   /* `latest` moves only when every rank has written its file */
   int bad = rc != CORE_OK, any = 0;
@@ -130,7 +132,7 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
 }
 
 /* Copies the records of every layer this rank owns from whichever rank file holds them. */
-static int load_layers(const char *sub, pipe_runner *rn, float **full_m, float **full_v, long *step) {
+static int load_layers(const char *sub, pipe_runner *rn, float **full_p, float **full_m, float **full_v, long *step) {
   DIR *d = opendir(sub);
   if (!d) return core_error_set(CORE_EINPUT, "cannot open checkpoint %s: %s", sub, strerror(errno));
   int total = 0, found = 0, rc = CORE_OK;
@@ -157,7 +159,7 @@ static int load_layers(const char *sub, pipe_runner *rn, float **full_m, float *
         char name[128];
         snprintf(name, sizeof name, "layer.%d.params", l->index);
         if (!pipe_ckpt_find(&r, name)) continue;
-        rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, l->params, l->nparams);
+        rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, full_p[c] + ch->param_off[i], l->nparams);
         snprintf(name, sizeof name, "layer.%d.adam_m", l->index);
         if (!rc) rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, full_m[c] + ch->param_off[i], l->nparams);
         snprintf(name, sizeof name, "layer.%d.adam_v", l->index);
@@ -224,25 +226,31 @@ int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo
   if (rc) return rc;
   *step = -1;
   float **full_m = core_calloc((size_t)rn->v, sizeof(float *)), **full_v = core_calloc((size_t)rn->v, sizeof(float *));
+  float **full_p = core_calloc((size_t)rn->v, sizeof(float *));
   for (int c = 0; c < rn->v; c++) {
+    full_p[c] = core_calloc(rn->chunks[c].nparams + 1, sizeof(float));
     full_m[c] = core_calloc(rn->chunks[c].nparams + 1, sizeof(float));
     full_v[c] = core_calloc(rn->chunks[c].nparams + 1, sizeof(float));
   }
-  rc = load_layers(sub, rn, full_m, full_v, step);
+  rc = load_layers(sub, rn, full_p, full_m, full_v, step);
   for (int c = 0; c < rn->v && !rc; c++) { /* each rank keeps its ZeRO shard of the state */
-    if (rn->precision && rn->master) { /* params hold the master weights: keep them, round */
-      zero_take_shard(&rn->zb[c], rn->chunks[c].params, rn->master[c]);
-      if (rn->precision == 1) rn->chunks[c].ops->round_bf16(rn->chunks[c].params, rn->chunks[c].nparams);
-      else rn->chunks[c].ops->round_fp16(rn->chunks[c].params, rn->chunks[c].nparams);
+    layers_chunk *ch = &rn->chunks[c];
+    ch->ops->to_device(ch->params, full_p[c], sizeof(float) * ch->nparams);
+    if (rn->precision && rn->master) { /* the saved weights are the masters: keep them, round */
+      zero_take_shard(&rn->zb[c], full_p[c], rn->master[c]);
+      if (rn->precision == 1) ch->ops->round_bf16(ch->params, ch->nparams);
+      else ch->ops->round_fp16(ch->params, ch->nparams);
     }
     if (rn->zb) {
       zero_take_shard(&rn->zb[c], full_m[c], rn->opt_m[c]);
       zero_take_shard(&rn->zb[c], full_v[c], rn->opt_v[c]);
     } else {
-      memcpy(rn->opt_m[c], full_m[c], sizeof(float) * rn->chunks[c].nparams);
-      memcpy(rn->opt_v[c], full_v[c], sizeof(float) * rn->chunks[c].nparams);
+      ch->ops->to_device(rn->opt_m[c], full_m[c], sizeof(float) * ch->nparams);
+      ch->ops->to_device(rn->opt_v[c], full_v[c], sizeof(float) * ch->nparams);
     }
   }
+  for (int c = 0; c < rn->v; c++) free(full_p[c]);
+  free(full_p);
   free_states(rn, full_m, full_v);
   if (!rc && *step < 0) rc = core_error_set(CORE_EINPUT, "checkpoint %s has no step record", sub);
   (void)topo;

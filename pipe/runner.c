@@ -19,13 +19,17 @@ void pipe_runner_use(pipe_runner *rn, const sched_program *pr) {
   rn->m = pr->m;
 }
 
+int pipe_host_memory(const kernels_ops *ops) { return !ops || strcmp(ops->name, "cpu") == 0; }
+
 static int load(pipe_runner *rn, const sched_instr *in) {
   layers_chunk *ch = &rn->chunks[in->chunk];
-  const layers_chunk *any = ch;
+  size_t N = (size_t)ch->B * ch->T;
+  if (!rn->htok) rn->htok = core_malloc(sizeof(int32_t) * N), rn->htgt = core_malloc(sizeof(int32_t) * N);
   /* micro-batch j of data rank r is micro-batch r*m + j of the step's global batch, so a run
    * with d replicas draws the same samples as one process with d*m micro-batches */
-  pipe_data_batch(rn->data, rn->split, rn->seed, rn->step, 0, rn->topo->data * rn->m + in->mb, any->B, any->T,
-                  layers_chunk_tokens(ch, in->slot), layers_chunk_targets(ch, in->slot));
+  pipe_data_batch(rn->data, rn->split, rn->seed, rn->step, 0, rn->topo->data * rn->m + in->mb, ch->B, ch->T,
+                  rn->htok, rn->htgt);
+  layers_chunk_set_batch(ch, in->slot, rn->htok, rn->htgt);
   return CORE_OK;
 }
 
@@ -38,11 +42,9 @@ static void local_handoff(pipe_runner *rn, const sched_instr *in, int forward) {
   int c = pr->chunk_of[nb], src = rn->slot_of[c * rn->m + in->mb];
   layers_chunk *from = &rn->chunks[c], *to = &rn->chunks[in->chunk];
   if (forward)
-    memcpy(layers_chunk_input(to, in->slot), layers_chunk_output(from, src),
-           sizeof(float) * layers_chunk_io_floats(to));
+    to->ops->copy(layers_chunk_input(to, in->slot), layers_chunk_output(from, src), layers_chunk_io_floats(to));
   else
-    memcpy(layers_chunk_grad_output(to, in->slot), layers_chunk_grad_input(from, src),
-           sizeof(float) * layers_chunk_out_floats(to));
+    to->ops->copy(layers_chunk_grad_output(to, in->slot), layers_chunk_grad_input(from, src), layers_chunk_out_floats(to));
 }
 
 static int compute(pipe_runner *rn, const sched_instr *in) {
@@ -77,16 +79,19 @@ static int reduce_tied(pipe_runner *rn, const sched_instr *in) {
   layer *hl = h ? &h->layers[rn->tied_head_layer] : NULL;
   size_t n = e ? (size_t)e->layers[0].V * e->layers[0].C : (size_t)hl->V * hl->C;
   float *mine = e ? e->layers[0].grads : hl->grads;
-  if (in->peer < 0) { /* both on this rank */
-    for (size_t i = 0; i < n; i++) mine[i] += hl->grads[i];
-    memcpy(hl->grads, mine, sizeof(float) * n);
+  const kernels_ops *ops = (e ? e : h)->ops;
+  if (in->peer < 0) { /* both on this rank: mine + 1 * head is one rounding, as mine + head */
+    ops->axpy(mine, 1.0f, hl->grads, n);
+    ops->copy(hl->grads, mine, n);
     return CORE_OK;
   }
-  float *other = core_malloc(sizeof(float) * n);
-  int err = MPI_Sendrecv(mine, (int)n, MPI_FLOAT, in->peer, 1 << 20, other, (int)n, MPI_FLOAT, in->peer,
+  float *host = core_malloc(sizeof(float) * n), *other = core_malloc(sizeof(float) * n);
+  ops->to_host(host, mine, sizeof(float) * n);
+  int err = MPI_Sendrecv(host, (int)n, MPI_FLOAT, in->peer, 1 << 20, other, (int)n, MPI_FLOAT, in->peer,
                          1 << 20, rn->topo->pipe, MPI_STATUS_IGNORE);
-  for (size_t i = 0; i < n; i++) mine[i] += other[i];
-  free(other);
+  for (size_t i = 0; i < n; i++) host[i] += other[i];
+  ops->to_device(mine, host, sizeof(float) * n);
+  free(host), free(other);
   return err == MPI_SUCCESS ? CORE_OK : core_error_set(CORE_ERUNTIME, "tied-gradient exchange failed");
 }
 
@@ -95,16 +100,26 @@ static void round_to(const pipe_runner *rn, const kernels_ops *ops, float *x, si
   else if (rn->precision == 2) ops->round_fp16(x, n);
 }
 
-void pipe_runner_init_master(pipe_runner *rn) {
-  if (!rn->precision) return;
+int pipe_runner_init_master(pipe_runner *rn) {
+  if (!rn->precision) return CORE_OK;
   rn->master = core_calloc((size_t)rn->v, sizeof(float *));
   for (int c = 0; c < rn->v; c++) {
+    const kernels_ops *ops = rn->chunks[c].ops;
     size_t lo, hi;
     zero_range(&rn->zb[c], &lo, &hi);
-    rn->master[c] = core_malloc(sizeof(float) * (hi - lo + 1));
-    memcpy(rn->master[c], rn->chunks[c].params + lo, sizeof(float) * (hi - lo));
-    round_to(rn, rn->chunks[c].ops, rn->chunks[c].params, rn->chunks[c].nparams);
+    rn->master[c] = ops->alloc(sizeof(float) * (hi - lo + 1));
+    if (!rn->master[c])
+      return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for %zu master weights", ops->name, hi - lo);
+    ops->copy(rn->master[c], rn->chunks[c].params + lo, hi - lo);
+    round_to(rn, ops, rn->chunks[c].params, rn->chunks[c].nparams);
   }
+  return CORE_OK;
+}
+
+void pipe_runner_free(pipe_runner *rn) {
+  for (int k = 0; k < 4 * rn->nstage; k++) free(rn->stage[k]);
+  free(rn->stage), free(rn->htok), free(rn->htgt);
+  rn->stage = NULL, rn->htok = rn->htgt = NULL, rn->nstage = 0;
 }
 
 /* Each chunk's gradients summed over the data-parallel group: all of them (ZeRO-0) or the
@@ -129,17 +144,21 @@ static void skipped(const pipe_runner *rn, int c, size_t *lo, size_t *hi) {
   *hi = *lo + ch->layers[rn->tied_head_layer].nparams;
 }
 
-/* Squared norm of the gradients this rank owns. */
+/* Squared norm of the gradients this rank owns: [lo, hi) less the skipped range. */
 static double local_sumsq(const pipe_runner *rn) {
   double s = 0;
   for (int c = 0; c < rn->v; c++) {
     const zero_buffer *z = &rn->zb[c];
+    const kernels_ops *ops = rn->chunks[c].ops;
     const float *g = zero_grad(z);
     size_t lo, hi, sk_lo, sk_hi;
     zero_range(z, &lo, &hi);
     skipped(rn, c, &sk_lo, &sk_hi);
-    for (size_t i = lo; i < hi; i++)
-      if (i < sk_lo || i >= sk_hi) s += (double)g[i - lo] * g[i - lo];
+    if (sk_hi <= lo || sk_lo >= hi) sk_lo = sk_hi = hi; /* nothing of it here */
+    if (sk_lo < lo) sk_lo = lo;
+    if (sk_hi > hi) sk_hi = hi;
+    s += ops->sumsq(g, sk_lo - lo);
+    s += ops->sumsq(g + (sk_hi - lo), hi - sk_hi);
   }
   return s;
 }
@@ -210,7 +229,7 @@ static void inject_inf(pipe_runner *rn) {
   if (!e || sscanf(e, "%ld:%d", &step, &rank) != 2 || step != rn->step + 1 || rank != rn->topo->world_rank) return;
   size_t lo, hi;
   zero_range(&rn->zb[0], &lo, &hi);
-  if (hi > lo) ((float *)zero_grad(&rn->zb[0]))[0] = INFINITY;
+  if (hi > lo) rn->chunks[0].ops->fill((float *)zero_grad(&rn->zb[0]), INFINITY, 1);
 }
 
 static int optimizer_step(pipe_runner *rn) {
@@ -246,7 +265,7 @@ static int optimizer_step(pipe_runner *rn) {
       lo = hi;
     }
     if (rn->precision) { /* the new working copy of the owned range */
-      memcpy(rn->chunks[c].params + base, rn->master[c], sizeof(float) * (end - base));
+      rn->chunks[c].ops->copy(rn->chunks[c].params + base, rn->master[c], end - base);
       round_to(rn, rn->chunks[c].ops, rn->chunks[c].params + base, end - base);
     }
     int rc = zero_finish(&rn->zb[c]);
@@ -271,10 +290,9 @@ static int run(void *ctx, const sched_instr *in) {
   }
 }
 
-static float *buffer(void *ctx, const sched_instr *in, size_t *n) {
-  pipe_runner *rn = ctx;
+/* The chunk's buffer a transfer reads or fills, and its length. */
+static float *chunk_buffer(pipe_runner *rn, const sched_instr *in, size_t *n) {
   layers_chunk *ch = &rn->chunks[in->chunk];
-  rn->slot_of[in->chunk * rn->m + in->mb] = in->slot;
   switch (in->op) {
   case SCHED_SEND_ACT: *n = layers_chunk_out_floats(ch); return layers_chunk_output(ch, in->slot);
   case SCHED_RECV_ACT: *n = layers_chunk_io_floats(ch); return layers_chunk_input(ch, in->slot);
@@ -283,7 +301,43 @@ static float *buffer(void *ctx, const sched_instr *in, size_t *n) {
   }
 }
 
+/* Device backends: a host buffer per (slot, transfer kind), as large as any chunk's. */
+static float *staging(pipe_runner *rn, const sched_instr *in) {
+  if (!rn->stage) {
+    for (int c = 0; c < rn->v; c++) {
+      size_t a = layers_chunk_io_floats(&rn->chunks[c]), b = layers_chunk_out_floats(&rn->chunks[c]);
+      if (a > rn->stage_floats) rn->stage_floats = a;
+      if (b > rn->stage_floats) rn->stage_floats = b;
+      if (rn->chunks[c].nslots > rn->nstage) rn->nstage = rn->chunks[c].nslots;
+    }
+    rn->stage = core_calloc((size_t)rn->nstage * 4, sizeof(float *));
+  }
+  float **s = &rn->stage[(size_t)in->slot * 4 + (in->op - SCHED_SEND_ACT)];
+  if (!*s) *s = core_malloc(sizeof(float) * (rn->stage_floats ? rn->stage_floats : 1));
+  return *s;
+}
+
+static float *buffer(void *ctx, const sched_instr *in, size_t *n) {
+  pipe_runner *rn = ctx;
+  rn->slot_of[in->chunk * rn->m + in->mb] = in->slot;
+  const kernels_ops *ops = rn->chunks[in->chunk].ops;
+  float *b = chunk_buffer(rn, in, n);
+  if (pipe_host_memory(ops)) return b;
+  float *h = staging(rn, in);
+  if (in->op == SCHED_SEND_ACT || in->op == SCHED_SEND_GRAD) ops->to_host(h, b, sizeof(float) * *n);
+  return h;
+}
+
+static void received(void *ctx, const sched_instr *in) {
+  pipe_runner *rn = ctx;
+  const kernels_ops *ops = rn->chunks[in->chunk].ops;
+  if (pipe_host_memory(ops)) return;
+  size_t n;
+  float *b = chunk_buffer(rn, in, &n);
+  ops->to_device(b, staging(rn, in), sizeof(float) * n);
+}
+
 pipe_exec pipe_runner_exec(pipe_runner *rn) {
-  pipe_exec ex = {.ctx = rn, .run = run, .buffer = buffer};
+  pipe_exec ex = {.ctx = rn, .run = run, .buffer = buffer, .received = received};
   return ex;
 }

@@ -48,10 +48,20 @@ typedef struct {
   int dynamic_scale, scale_window, hysteresis, hyst_left, good_steps;
   double min_scale;
   int skipped;       /* the last step overflowed and was skipped everywhere */
+  /* host memory for what crosses to and from the backend's (pipe_runner_free releases it) */
+  int32_t *htok, *htgt;   /* [B*T] a micro-batch's tokens and targets */
+  float **stage;          /* [nstage * 4] transfer staging per (slot, direction), device backends */
+  int nstage;
+  size_t stage_floats;
 } pipe_runner;
 
-/* Copies the owned parameters to the master weights and rounds the working copy. */
-void pipe_runner_init_master(pipe_runner *rn);
+/* Whether a table's buffers are host memory the runner may hand to MPI directly. */
+int pipe_host_memory(const kernels_ops *ops);
+void pipe_runner_free(pipe_runner *rn);
+
+/* Copies the owned parameters to the master weights and rounds the working copy
+ * (CORE_ERUNTIME: out of backend memory). */
+int pipe_runner_init_master(pipe_runner *rn);
 
 pipe_exec pipe_runner_exec(pipe_runner *rn);
 /* Sets the program (and its micro-batch count) the next step will run. */

@@ -42,18 +42,20 @@ static int generate(const pipe_sample_opts *o, layers_chunk *ch, FILE *out) {
   for (int i = 0; i < n; i++) seq[i] = (unsigned char)o->prompt[i];
   fputs(o->prompt, out);
   core_rng r = core_rng_keyed(o->seed, 0x5a3, 0, 0);
+  int32_t *tok = core_malloc(sizeof(int32_t) * (size_t)T);
+  float *logits = core_malloc(sizeof(float) * (size_t)V);
   for (int len = n; len < total; len++) {
     int start = len > T ? len - T : 0, w = len - start;
-    int32_t *tok = layers_chunk_tokens(ch, 0);
     memset(tok, 0, sizeof(int32_t) * (size_t)T);
     memcpy(tok, seq + start, sizeof(int32_t) * (size_t)w);
+    layers_chunk_set_batch(ch, 0, tok, NULL);
     layers_chunk_forward(ch, 0);
-    const float *logits = layers_chunk_layer_output(ch, 0, head) + (size_t)(w - 1) * V;
+    ch->ops->to_host(logits, layers_chunk_layer_output(ch, 0, head) + (size_t)(w - 1) * V, sizeof(float) * (size_t)V);
     seq[len] = pick(logits, V, o->temperature, &r);
     fputc(seq[len], out);
   }
   fputc('\n', out);
-  free(seq);
+  free(seq), free(tok), free(logits);
   return CORE_OK;
 }
 

@@ -52,14 +52,12 @@ static int setup_runner(trainer *tr) {
   const train_cfg *c = &tr->cfg;
   const kernels_ops *ops;
   int rc = kernels_get_ops(c->backend, &ops);
-  /* The CUDA table works on device buffers, but the chunks, ZeRO buffers and optimizer state
-   * below are still host memory (nothing allocates through ops->alloc yet): refuse, rather
-   * than hand host pointers to GPU kernels. */
-  if (!rc && strcmp(ops->name, "cpu") != 0)
-    rc = core_error_set(CORE_ERUNTIME,
-                        "backend \"%s\": its op table is there, but training does not run on it "
-                        "yet (the model's buffers live in host memory); use backend \"cpu\"",
-                        ops->name);
+  /* Chunks, optimizer state and master weights live in the table's memory; ZeRO's collectives
+   * still need host memory (zero_init refuses them on a device backend) */
+  if (!rc && !pipe_host_memory(ops) && (c->zero_stage != 0 || c->d != 1))
+    rc = core_error_set(CORE_EINPUT, "backend \"%s\": ZeRO stage %d over %d replica(s) is not supported yet (its "
+                        "collectives need NCCL); use zero_optimization.stage = 0 and one replica per stage",
+                        ops->name, c->zero_stage, c->d);
   if (rc) { /* the same on every rank: report it as the config's problem, exit 2, no abort */
     char w[256];
     core_config_where(c->cfg, "backend", -1, w, sizeof w);
@@ -83,12 +81,17 @@ static int setup_runner(trainer *tr) {
                            tr->model.T, slots);
     if (rc) break;
     layers_chunk *k = &rn->chunks[ch];
-    if (c->ckpt_act) layers_chunk_checkpoint(k);
+    if (c->ckpt_act) rc = layers_chunk_checkpoint(k);
     k->act_round = c->precision;
-    rc = zero_init(&rn->zb[ch], c->zero_stage, tr->topo.dp, k->params, k->grads, k->nparams);
+    if (!rc) rc = zero_init(&rn->zb[ch], c->zero_stage, tr->topo.dp, k->params, k->grads, k->nparams, ops);
     if (rc) break;
-    rn->opt_m[ch] = core_calloc(zero_state_len(&rn->zb[ch]), sizeof(float));
-    rn->opt_v[ch] = core_calloc(zero_state_len(&rn->zb[ch]), sizeof(float));
+    size_t len = zero_state_len(&rn->zb[ch]);
+    rn->opt_m[ch] = ops->alloc(sizeof(float) * (len ? len : 1));
+    rn->opt_v[ch] = ops->alloc(sizeof(float) * (len ? len : 1));
+    if (!rn->opt_m[ch] || !rn->opt_v[ch]) {
+      rc = core_error_set(CORE_ERUNTIME, "backend %s: out of memory for the optimizer state (%zu floats)", ops->name, len);
+      break;
+    }
     rn->decay[ch] = core_malloc(k->nparams ? k->nparams : 1);
     for (int i = 0; i < k->n; i++) {
       layers_decay_mask(&k->layers[i], rn->decay[ch] + k->param_off[i]);
@@ -106,7 +109,7 @@ static int setup_runner(trainer *tr) {
   rn->grad_scale_base = rn->grad_scale = 1.0f / (float)((double)c->m * c->B * tr->model.T * c->d);
   rn->precision = c->precision, rn->loss_scale = c->loss_scale, rn->dynamic_scale = c->dynamic_scale;
   rn->scale_window = c->scale_window, rn->hysteresis = rn->hyst_left = c->hysteresis, rn->min_scale = c->min_scale;
-  if (!rc) pipe_runner_init_master(rn);
+  if (!rc) rc = pipe_runner_init_master(rn);
   pipe_runner_use(rn, &tr->prog);
   return rc;
 }
@@ -302,12 +305,15 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
 static void teardown(trainer *tr) {
   pipe_worker_free(&tr->worker);
   pipe_worker_free(&tr->eval_worker);
+  /* the table the buffers came from (none allocated yet when the first chunk failed) */
+  const kernels_ops *ops = tr->rn.chunks && tr->rn.chunks[0].ops ? tr->rn.chunks[0].ops : kernels_cpu_ops();
+  for (int c = 0; c < tr->cfg.v && tr->rn.master; c++) ops->free(tr->rn.master[c]);
   for (int c = 0; c < tr->cfg.v && tr->rn.chunks; c++) {
     layers_chunk_free(&tr->rn.chunks[c]);
     zero_free(&tr->rn.zb[c]);
-    free(tr->rn.opt_m[c]), free(tr->rn.opt_v[c]), free(tr->rn.decay[c]);
+    ops->free(tr->rn.opt_m[c]), ops->free(tr->rn.opt_v[c]), free(tr->rn.decay[c]);
   }
-  for (int c = 0; c < tr->cfg.v && tr->rn.master; c++) free(tr->rn.master[c]);
+  pipe_runner_free(&tr->rn);
   free(tr->rn.master);
   free(tr->rn.chunks), free(tr->rn.zb), free(tr->rn.opt_m), free(tr->rn.opt_v), free(tr->rn.decay), free(tr->rn.slot_of);
   sched_program_free(&tr->prog);

@@ -120,6 +120,7 @@ static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
     snprintf(msg, sizeof msg, "received %d floats, expected %zu (shapes of the two stages differ)", got, n);
     return fail(w, i, in, msg);
   }
+  if (w->ex.received) w->ex.received(w->ex.ctx, in);
   return CORE_OK;
 }
 

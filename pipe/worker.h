@@ -17,8 +17,13 @@ typedef struct {
   void *ctx;
   /* Runs a non-transfer instruction (LOAD, F, B, I, W, REDUCE_*, OPTIMIZER_STEP). */
   int (*run)(void *ctx, const sched_instr *in);
-  /* The buffer a transfer reads (SEND_*) or fills (RECV_*), and its length in floats. */
+  /* The host buffer a transfer reads (SEND_*) or fills (RECV_*), and its length in floats. It
+   * stays untouched until the transfer completes (the worker drains a slot's sends before the
+   * slot is written again). */
   float *(*buffer)(void *ctx, const sched_instr *in, size_t *nfloats);
+  /* After a RECV_* completes (may be NULL): an executor whose buffers live in device memory
+   * copies the received host buffer over. */
+  void (*received)(void *ctx, const sched_instr *in);
 } pipe_exec;
 
 typedef struct {

@@ -5,11 +5,16 @@
 
 #include "core/error.h"
 
-int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *grads, size_t n) {
+int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *grads, size_t n, const kernels_ops *ops) {
   memset(z, 0, sizeof *z);
   z->stage = stage, z->comm = comm, z->params = params, z->grads = grads, z->n = n;
+  z->ops = ops ? ops : kernels_cpu_ops();
   MPI_Comm_size(comm, &z->d);
   MPI_Comm_rank(comm, &z->r);
+  if (strcmp(z->ops->name, "cpu") != 0 && (stage != 0 || z->d != 1))
+    return core_error_set(CORE_EINPUT, "backend %s: ZeRO stage %d over %d replica(s) is not supported yet (its "
+                          "collectives need NCCL); run zero_optimization.stage = 0 with one replica per stage",
+                          z->ops->name, stage, z->d);
   z->shard = (n + (size_t)z->d - 1) / (size_t)z->d;
   if (z->shard == 0) z->shard = 1;
   z->lo = (size_t)z->r * z->shard;
@@ -199,7 +204,7 @@ static int gather_in_place(zero_buffer *z) {
 }
 
 int zero_finish(zero_buffer *z) {
-  if (z->grads) memset(z->grads, 0, sizeof(float) * z->n);
+  if (z->grads) z->ops->zero(z->grads, z->n);
   for (int k = 0; k < z->nkept; k++) memset(z->kept[k], 0, sizeof(float) * (z->kp_hi[k] - z->kp_lo[k]));
   z->reduce_scatters = 0;
   if (z->stage == 0) return CORE_OK;
@@ -231,7 +236,7 @@ size_t zero_state_len(const zero_buffer *z) { return z->stage == 0 ? z->n : z->h
 
 int zero_gather_state(const zero_buffer *z, const float *shard_state, float *full) {
   if (z->stage == 0 || z->d == 1) {
-    memcpy(full, shard_state, sizeof(float) * z->n);
+    z->ops->to_host(full, shard_state, sizeof(float) * z->n);
     return CORE_OK;
   }
   float *mine = core_calloc(z->shard, sizeof(float)), *all = core_malloc(sizeof(float) * z->shard * (size_t)z->d);
@@ -244,5 +249,5 @@ int zero_gather_state(const zero_buffer *z, const float *shard_state, float *ful
 
 void zero_take_shard(const zero_buffer *z, const float *full, float *shard_state) {
   size_t lo = z->stage == 0 ? 0 : z->lo, hi = z->stage == 0 ? z->n : z->hi;
-  memcpy(shard_state, full + lo, sizeof(float) * (hi - lo));
+  z->ops->to_device(shard_state, full + lo, sizeof(float) * (hi - lo));
 }

@@ -25,9 +25,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/ops.h"
+
 typedef struct {
   int stage, d, r;
   MPI_Comm comm;
+  const kernels_ops *ops;  /* the table whose memory params and grads live in */
   size_t n, shard, lo, hi; /* my shard is [lo, hi) */
   float *params, *grads;   /* the caller's full buffers (grads: NULL in stage 2) */
   float *acc;              /* [shard] reduced gradients of my shard (stages 1, 2) */
@@ -50,7 +53,10 @@ typedef struct {
   double bytes_reduce, bytes_gather;
 } zero_buffer;
 
-int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *grads, size_t n);
+/* ops: the table params and grads belong to. A table with device memory (not "cpu") works
+ * with stage 0 and one replica only for now (no collectives; NCCL is the path for more):
+ * anything else is CORE_EINPUT. */
+int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *grads, size_t n, const kernels_ops *ops);
 void zero_free(zero_buffer *z);
 /* Stage 2: [lo, hi) (whole layers) keeps a full gradient over the step (at most two ranges);
  * ignored by stages 0 and 1, whose gradient buffer is full-size anyway. */
@@ -76,7 +82,8 @@ void zero_range(const zero_buffer *z, size_t *lo, size_t *hi);
 /* After the update of the owned range: all-gather the parameters (stages 1, 2), clear grads. */
 int zero_finish(zero_buffer *z);
 
-/* Optimizer state of the shard <-> the whole buffer (checkpoints store whole tensors). */
+/* Optimizer state of the shard (backend memory) <-> the whole buffer (host memory; checkpoints
+ * store whole tensors). */
 int zero_gather_state(const zero_buffer *z, const float *shard_state, float *full);
 void zero_take_shard(const zero_buffer *z, const float *full, float *shard_state);
 /* Bytes this rank holds for gradients: the gradient buffer or buckets, the shard's

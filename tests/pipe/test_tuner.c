@@ -167,7 +167,7 @@ Test(tune, act_bytes_under_activation_checkpointing) {
     layers_chunk ch;
     cr_assert_eq(layers_chunk_init(&ch, &m, lo, hi, NULL, plan.B, m.T, 1), CORE_OK);
     extra += (double)layers_chunk_slot_bytes(&ch); /* the workspace: one full-layout slot */
-    layers_chunk_checkpoint(&ch);
+    cr_assert_eq(layers_chunk_checkpoint(&ch), CORE_OK);
     double sb = (double)layers_chunk_slot_bytes(&ch);
     best = sb > best ? sb : best;
     layers_chunk_free(&ch);

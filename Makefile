@@ -2,6 +2,7 @@
 #   make            build build/brigade (installs missing Debian packages first)
 #   make test       build and run every test
 #   make test-gpu   the CUDA op table against the CPU's on this machine's GPU (fails without one)
+#   make bench-gpu  GPT-2-124M-shaped training step on the GPU: tokens/s, MFU
 #   make SANITIZE=1 test   the same under ASan + UBSan (objects go to build-san/)
 #   make run        the main job (see README.md)
 #   make bench      benchmarks that print figures
@@ -81,7 +82,7 @@ TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
-.PHONY: all test test-gpu run bench clean deps format fuzz FORCE
+.PHONY: all test test-gpu bench-gpu run bench clean deps format fuzz FORCE
 .SECONDARY:
 all: $(BIN)
 
@@ -137,6 +138,12 @@ ifneq ($(CUDA),1)
 else
 	BRIGADE_REQUIRE_GPU=1 $(GPU_TEST) --jobs 2
 endif
+
+# The GPU benchmark: a single-rank GPT-2-124M-shaped training step filling the GPU (B=16,
+# T=1024): tokens/s, MFU against BRIGADE_PEAK_TFLOPS (default the H100 SXM's dense bf16), the
+# GEMM share of the step.
+bench-gpu: $(BUILD)/bench/train_step
+	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024
 
 # mpirun for small shared machines: as root, more ranks than cores, yielding when idle, and
 # shared memory moving large messages by cross-memory attach where the machine allows it

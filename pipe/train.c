@@ -52,12 +52,6 @@ static int setup_runner(trainer *tr) {
   const train_cfg *c = &tr->cfg;
   const kernels_ops *ops;
   int rc = kernels_get_ops(c->backend, &ops);
-  /* Chunks, optimizer state and master weights live in the table's memory; ZeRO's collectives
-   * still need host memory (zero_init refuses them on a device backend) */
-  if (!rc && !pipe_host_memory(ops) && (c->zero_stage != 0 || c->d != 1))
-    rc = core_error_set(CORE_EINPUT, "backend \"%s\": ZeRO stage %d over %d replica(s) is not supported yet (its "
-                        "collectives need NCCL); use zero_optimization.stage = 0 and one replica per stage",
-                        ops->name, c->zero_stage, c->d);
   if (rc) { /* the same on every rank: report it as the config's problem, exit 2, no abort */
     char w[256];
     core_config_where(c->cfg, "backend", -1, w, sizeof w);

@@ -11,10 +11,7 @@ int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *gr
   z->ops = ops ? ops : kernels_cpu_ops();
   MPI_Comm_size(comm, &z->d);
   MPI_Comm_rank(comm, &z->r);
-  if (strcmp(z->ops->name, "cpu") != 0 && (stage != 0 || z->d != 1))
-    return core_error_set(CORE_EINPUT, "backend %s: ZeRO stage %d over %d replica(s) is not supported yet (its "
-                          "collectives need NCCL); run zero_optimization.stage = 0 with one replica per stage",
-                          z->ops->name, stage, z->d);
+  z->device = strcmp(z->ops->name, "cpu") != 0;
   z->shard = (n + (size_t)z->d - 1) / (size_t)z->d;
   if (z->shard == 0) z->shard = 1;
   z->lo = (size_t)z->r * z->shard;
@@ -23,7 +20,8 @@ int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *gr
   if (z->shard * (size_t)z->d > (size_t)1 << 31)
     return core_error_set(CORE_EINPUT, "a chunk of %zu parameters is too large for one MPI collective", n);
   z->req[0] = z->req[1] = MPI_REQUEST_NULL;
-  if (stage >= 1) z->acc = core_calloc(z->shard, sizeof(float));
+  if (stage >= 1 && !(z->acc = z->ops->alloc(sizeof(float) * z->shard)))
+    return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for a gradient shard of %zu floats", z->ops->name, z->shard);
   if (stage == 1) {
     z->send = core_calloc(z->shard * (size_t)z->d, sizeof(float));
     z->recv = core_calloc(z->shard, sizeof(float));
@@ -35,9 +33,11 @@ int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *gr
 void zero_free(zero_buffer *z) {
   for (int k = 0; k < 2; k++) {
     if (z->req[k] != MPI_REQUEST_NULL && z->req[k] != 0) MPI_Wait(&z->req[k], MPI_STATUS_IGNORE);
-    free(z->bucket[k]), free(z->kept[k]);
+    if (z->ops) z->ops->free(z->bucket[k]), z->ops->free(z->kept[k]);
+    free(z->hbucket[k]);
   }
-  free(z->acc), free(z->send), free(z->recv), free(z->counts);
+  if (z->ops) z->ops->free(z->acc);
+  free(z->send), free(z->recv), free(z->counts), free(z->host);
   memset(z, 0, sizeof *z);
 }
 
@@ -45,7 +45,8 @@ int zero_keep(zero_buffer *z, size_t lo, size_t hi) {
   if (z->nkept == 2 || lo > hi || hi > z->n) return core_error_set(CORE_ERUNTIME, "bad ZeRO kept range [%zu, %zu)", lo, hi);
   if (z->stage != 2) return CORE_OK;
   z->kp_lo[z->nkept] = lo, z->kp_hi[z->nkept] = hi;
-  z->kept[z->nkept] = core_calloc(hi > lo ? hi - lo : 1, sizeof(float));
+  z->kept[z->nkept] = z->ops->alloc(sizeof(float) * (hi > lo ? hi - lo : 1));
+  if (!z->kept[z->nkept]) return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for kept gradients", z->ops->name);
   z->nkept++;
   return CORE_OK;
 }
@@ -60,7 +61,9 @@ int zero_buckets(zero_buffer *z, size_t bucket_floats, int overlap, size_t large
   if (cap > (size_t)1 << 31) return core_error_set(CORE_EINPUT, "a gradient bucket of %zu floats is too large for one MPI collective", cap);
   z->cap = cap, z->overlap = overlap != 0, z->nb = overlap ? 2 : 1, z->cur = 0;
   for (int k = 0; k < z->nb; k++) {
-    z->bucket[k] = core_calloc(cap, sizeof(float));
+    z->bucket[k] = z->ops->alloc(sizeof(float) * cap);
+    if (!z->bucket[k]) return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for a gradient bucket", z->ops->name);
+    if (z->device) z->hbucket[k] = core_calloc(cap + z->shard, sizeof(float)); /* bucket, then my part of the sum */
     z->req[k] = MPI_REQUEST_NULL;
   }
   z->grads = NULL;
@@ -75,7 +78,7 @@ float *zero_kept(const zero_buffer *z, size_t lo, size_t hi) {
 
 /* Reduce-scatter of the full gradient buffer into recv (stage 1). */
 static int scatter(zero_buffer *z) {
-  memcpy(z->send, z->grads, sizeof(float) * z->n);
+  z->ops->to_host(z->send, z->grads, sizeof(float) * z->n);
   memset(z->send + z->n, 0, sizeof(float) * (z->shard * (size_t)z->d - z->n));
   z->bytes_reduce += (double)sizeof(float) * (double)z->shard * (z->d - 1);
   z->reduce_scatters++;
@@ -93,10 +96,18 @@ static size_t overlap_of(const zero_buffer *z, int r, size_t a, size_t b, size_t
   return hi > lo ? hi - lo : 0;
 }
 
+/* Device memory: the reduce-scatter ran on host copies; its result goes to the accumulator. */
+static void bucket_landed(zero_buffer *z, int k) {
+  if (z->device && z->pend_n[k]) z->ops->to_device(z->pend_dst[k], z->hbucket[k] + z->cap, sizeof(float) * z->pend_n[k]);
+  z->pend_n[k] = 0;
+}
+
 static int bucket_wait(zero_buffer *z, int k) {
   if (z->req[k] == MPI_REQUEST_NULL) return CORE_OK;
-  return MPI_Wait(&z->req[k], MPI_STATUS_IGNORE) == MPI_SUCCESS
-             ? CORE_OK : core_error_set(CORE_ERUNTIME, "gradient reduce-scatter (bucket) failed");
+  if (MPI_Wait(&z->req[k], MPI_STATUS_IGNORE) != MPI_SUCCESS)
+    return core_error_set(CORE_ERUNTIME, "gradient reduce-scatter (bucket) failed");
+  bucket_landed(z, k);
+  return CORE_OK;
 }
 
 /* Reduce-scatters the current bucket straight into the accumulator: this replica first adds
@@ -114,14 +125,24 @@ static int bucket_flush(zero_buffer *z) {
   for (int r = 0; r < z->d; r++) z->counts[r] = (int)overlap_of(z, r, a, b, NULL);
   size_t mine = overlap_of(z, z->r, a, b, &from);
   float *acc = z->acc + (mine ? from - z->lo : 0);
-  for (size_t i = 0; i < mine; i++) data[from - a + i] += acc[i];
+  if (mine) z->ops->axpy(data + (from - a), 1.0f, acc, mine); /* data + acc, one rounding */
   z->bytes_reduce += (double)sizeof(float) * (double)((b - a) - mine);
   z->reduce_scatters++;
   z->blo[k] = z->bhi[k] = 0;
-  if (!z->overlap)
-    return MPI_Reduce_scatter(data, acc, z->counts, MPI_FLOAT, MPI_SUM, z->comm) == MPI_SUCCESS
-               ? CORE_OK : core_error_set(CORE_ERUNTIME, "gradient reduce-scatter (bucket) failed");
-  if (MPI_Ireduce_scatter(data, acc, z->counts, MPI_FLOAT, MPI_SUM, z->comm, &z->req[k]) != MPI_SUCCESS)
+  const float *send = data;
+  float *recv = acc;
+  if (z->device) { /* MPI works on host copies: the bucket, and my part of the sum after it */
+    z->ops->to_host(z->hbucket[k], data, sizeof(float) * (b - a));
+    send = z->hbucket[k], recv = z->hbucket[k] + z->cap;
+    z->pend_dst[k] = acc, z->pend_n[k] = mine;
+  }
+  if (!z->overlap) {
+    if (MPI_Reduce_scatter(send, recv, z->counts, MPI_FLOAT, MPI_SUM, z->comm) != MPI_SUCCESS)
+      return core_error_set(CORE_ERUNTIME, "gradient reduce-scatter (bucket) failed");
+    bucket_landed(z, k);
+    return CORE_OK;
+  }
+  if (MPI_Ireduce_scatter(send, recv, z->counts, MPI_FLOAT, MPI_SUM, z->comm, &z->req[k]) != MPI_SUCCESS)
     return core_error_set(CORE_ERUNTIME, "gradient reduce-scatter (bucket) failed to start");
   z->cur = k ^ 1;
   return CORE_OK;
@@ -140,7 +161,7 @@ float *zero_grad_dest(zero_buffer *z, size_t off, size_t n) {
   if (z->bhi[k] == z->blo[k]) z->bhi[k] = z->blo[k] = off + n;
   z->blo[k] = off;
   float *p = z->bucket[k] + z->cap - (z->bhi[k] - off);
-  memset(p, 0, sizeof(float) * n);
+  z->ops->zero(p, n);
   return p;
 }
 
@@ -152,16 +173,34 @@ int zero_after_backward(zero_buffer *z) {
   return rc;
 }
 
+/* Host memory for device buffers on their way through MPI (n floats at least). */
+static float *host_buf(zero_buffer *z, size_t n) {
+  if (n > z->nhost) {
+    free(z->host);
+    z->host = core_malloc(sizeof(float) * n), z->nhost = n;
+  }
+  return z->host;
+}
+
+/* In-place sum over the group of n floats of backend memory; non-zero on an MPI error. */
+static int allreduce(zero_buffer *z, float *x, size_t n) {
+  if (!z->device) return MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, z->comm) != MPI_SUCCESS;
+  float *h = host_buf(z, n);
+  z->ops->to_host(h, x, sizeof(float) * n);
+  int err = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, MPI_FLOAT, MPI_SUM, z->comm) != MPI_SUCCESS;
+  if (!err) z->ops->to_device(x, h, sizeof(float) * n);
+  return err;
+}
+
 int zero_reduce(zero_buffer *z) {
   if (z->stage == 0) {
     if (z->d == 1) return CORE_OK;
     z->bytes_reduce += 2.0 * sizeof(float) * (double)z->n * (z->d - 1) / z->d;
-    return MPI_Allreduce(MPI_IN_PLACE, z->grads, (int)z->n, MPI_FLOAT, MPI_SUM, z->comm) == MPI_SUCCESS
-               ? CORE_OK : core_error_set(CORE_ERUNTIME, "gradient all-reduce failed");
+    return allreduce(z, z->grads, z->n) ? core_error_set(CORE_ERUNTIME, "gradient all-reduce failed") : CORE_OK;
   }
   if (z->stage == 1) {
     int rc = scatter(z);
-    if (!rc) memcpy(z->acc, z->recv, sizeof(float) * z->shard);
+    if (!rc) z->ops->to_device(z->acc, z->recv, sizeof(float) * z->shard);
     return rc;
   }
   /* stage 2: the buckets still in flight, then the kept ranges */
@@ -172,12 +211,11 @@ int zero_reduce(zero_buffer *z) {
   }
   for (int k = 0; k < z->nkept; k++) {
     size_t lo = z->kp_lo[k], hi = z->kp_hi[k];
-    if (z->d > 1 && hi > lo &&
-        MPI_Allreduce(MPI_IN_PLACE, z->kept[k], (int)(hi - lo), MPI_FLOAT, MPI_SUM, z->comm) != MPI_SUCCESS)
+    if (z->d > 1 && hi > lo && allreduce(z, z->kept[k], hi - lo))
       return core_error_set(CORE_ERUNTIME, "tied-gradient all-reduce failed");
     z->bytes_reduce += 2.0 * sizeof(float) * (double)(hi - lo) * (z->d - 1) / z->d;
     size_t a = lo > z->lo ? lo : z->lo, b = hi < z->hi ? hi : z->hi;
-    for (size_t i = a; i < b; i++) z->acc[i - z->lo] += z->kept[k][i - lo];
+    if (b > a) z->ops->axpy(z->acc + (a - z->lo), 1.0f, z->kept[k] + (a - lo), b - a);
   }
   return CORE_OK;
 }
@@ -198,26 +236,32 @@ static int gather_in_place(zero_buffer *z) {
     displs[r] = z->counts[r] ? (int)from : 0;
   }
   z->bytes_gather += (double)sizeof(float) * (double)(z->n - (z->hi - z->lo));
-  int ok = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, z->params, z->counts, displs, MPI_FLOAT, z->comm) == MPI_SUCCESS;
+  float *p = z->params;
+  if (z->device) { /* through a host copy of the whole buffer, my shard in place */
+    p = host_buf(z, z->n);
+    z->ops->to_host(p + z->lo, z->params + z->lo, sizeof(float) * (z->hi - z->lo));
+  }
+  int ok = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, p, z->counts, displs, MPI_FLOAT, z->comm) == MPI_SUCCESS;
+  if (ok && z->device) z->ops->to_device(z->params, p, sizeof(float) * z->n);
   free(displs);
   return ok ? CORE_OK : core_error_set(CORE_ERUNTIME, "parameter all-gather failed");
 }
 
 int zero_finish(zero_buffer *z) {
   if (z->grads) z->ops->zero(z->grads, z->n);
-  for (int k = 0; k < z->nkept; k++) memset(z->kept[k], 0, sizeof(float) * (z->kp_hi[k] - z->kp_lo[k]));
+  for (int k = 0; k < z->nkept; k++) z->ops->zero(z->kept[k], z->kp_hi[k] - z->kp_lo[k]);
   z->reduce_scatters = 0;
   if (z->stage == 0) return CORE_OK;
-  memset(z->acc, 0, sizeof(float) * z->shard);
+  z->ops->zero(z->acc, z->shard);
   if (z->d == 1) return CORE_OK;
   if (z->stage == 2) return gather_in_place(z);
   /* everyone's shard (padded) into send, then back into the full parameter buffer */
   memset(z->recv, 0, sizeof(float) * z->shard);
-  memcpy(z->recv, z->params + z->lo, sizeof(float) * (z->hi - z->lo));
+  z->ops->to_host(z->recv, z->params + z->lo, sizeof(float) * (z->hi - z->lo));
   z->bytes_gather += (double)sizeof(float) * (double)z->shard * (z->d - 1);
   if (MPI_Allgather(z->recv, (int)z->shard, MPI_FLOAT, z->send, (int)z->shard, MPI_FLOAT, z->comm) != MPI_SUCCESS)
     return core_error_set(CORE_ERUNTIME, "parameter all-gather failed");
-  memcpy(z->params, z->send, sizeof(float) * z->n);
+  z->ops->to_device(z->params, z->send, sizeof(float) * z->n);
   return CORE_OK;
 }
 
@@ -240,7 +284,7 @@ int zero_gather_state(const zero_buffer *z, const float *shard_state, float *ful
     return CORE_OK;
   }
   float *mine = core_calloc(z->shard, sizeof(float)), *all = core_malloc(sizeof(float) * z->shard * (size_t)z->d);
-  memcpy(mine, shard_state, sizeof(float) * (z->hi - z->lo));
+  z->ops->to_host(mine, shard_state, sizeof(float) * (z->hi - z->lo));
   int ok = MPI_Allgather(mine, (int)z->shard, MPI_FLOAT, all, (int)z->shard, MPI_FLOAT, z->comm) == MPI_SUCCESS;
   if (ok) memcpy(full, all, sizeof(float) * z->n);
   free(mine), free(all);

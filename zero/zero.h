@@ -30,11 +30,14 @@
 typedef struct {
   int stage, d, r;
   MPI_Comm comm;
-  const kernels_ops *ops;  /* the table whose memory params and grads live in */
+  const kernels_ops *ops;  /* the table whose memory params, grads and the buffers below live in */
+  int device;              /* that memory is not the host's: MPI goes through host copies */
   size_t n, shard, lo, hi; /* my shard is [lo, hi) */
   float *params, *grads;   /* the caller's full buffers (grads: NULL in stage 2) */
   float *acc;              /* [shard] reduced gradients of my shard (stages 1, 2) */
-  float *send, *recv;      /* stage 1: [shard * d], [shard] staging for the collectives */
+  float *send, *recv;      /* stage 1: [shard * d], [shard] host staging for the collectives */
+  float *host;             /* device memory: host copies for MPI (nhost floats) */
+  size_t nhost;
   /* kept ranges (stage 2): full gradients of their own, all-reduced at the end of the step */
   size_t kp_lo[2], kp_hi[2];
   float *kept[2];
@@ -45,6 +48,9 @@ typedef struct {
   int nb, cur, overlap;
   float *bucket[2];
   size_t blo[2], bhi[2];
+  float *hbucket[2];       /* device memory: [cap + shard] host copy of a bucket and my part of its sum */
+  float *pend_dst[2];      /* ... and where that part goes once the reduce-scatter has landed */
+  size_t pend_n[2];
   MPI_Request req[2];
   int *counts;            /* [d] */
   int err;                /* first error inside zero_grad_dest */
@@ -53,9 +59,10 @@ typedef struct {
   double bytes_reduce, bytes_gather;
 } zero_buffer;
 
-/* ops: the table params and grads belong to. A table with device memory (not "cpu") works
- * with stage 0 and one replica only for now (no collectives; NCCL is the path for more):
- * anything else is CORE_EINPUT. */
+/* ops: the table params and grads belong to; the shard accumulator, buckets and kept
+ * gradients come from it too. With device memory (any table but "cpu") every collective runs
+ * on host copies (MPI over host staging: the path for ranks that share a GPU; NCCL, for one
+ * GPU per rank, is not written yet). */
 int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *grads, size_t n, const kernels_ops *ops);
 void zero_free(zero_buffer *z);
 /* Stage 2: [lo, hi) (whole layers) keeps a full gradient over the step (at most two ranges);

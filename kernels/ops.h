@@ -21,7 +21,11 @@
 #include <stdint.h>
 
 typedef struct kernels_ops {
-  const char *name; /* "cpu", "cuda" */
+  const char *name; /* "cpu", "cuda", "fakedev" */
+  /* 0: the buffers are host memory (MPI may take them directly); 1: they are not ("cuda", and
+   * "fakedev", the CPU kernels behind pointers the host cannot dereference, which tests the
+   * staging on a machine without a GPU): host code goes through to_host / to_device */
+  int device_memory;
 
   /* ---- memory: buffers the other ops take belong to the backend (device memory for "cuda");
    * these move data between them and host memory. Ops run in issue order on one queue per
@@ -149,6 +153,11 @@ void kernels_cpu_reexec(char **argv);
 /* The OpenBLAS kernel set in use ("SkylakeX", "Haswell", ...), for logs and benchmarks. */
 const char *kernels_cpu_blas_core(void);
 const kernels_ops *kernels_cpu_ops(void);
+/* "fakedev": the CPU table's kernels behind device-like buffers. alloc gives addresses with bit
+ * 62 set (non-canonical on x86-64: a host dereference faults at once); every op checks that
+ * each buffer it gets carries the tag (a host pointer aborts the program, naming the op and the
+ * argument) and runs the CPU kernel on the untagged address, so results are the CPU's bits. */
+const kernels_ops *kernels_fakedev_ops(void);
 
 /* The table for a backend by name: "cpu" or "cuda". CORE_EINPUT for any other name;
  * CORE_ERUNTIME when this build has no CUDA backend, or it finds no usable GPU. */

@@ -19,7 +19,7 @@ void pipe_runner_use(pipe_runner *rn, const sched_program *pr) {
   rn->m = pr->m;
 }
 
-int pipe_host_memory(const kernels_ops *ops) { return !ops || strcmp(ops->name, "cpu") == 0; }
+int pipe_host_memory(const kernels_ops *ops) { return !ops || !ops->device_memory; }
 
 static int load(pipe_runner *rn, const sched_instr *in) {
   layers_chunk *ch = &rn->chunks[in->chunk];

@@ -11,7 +11,7 @@ int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *gr
   z->ops = ops ? ops : kernels_cpu_ops();
   MPI_Comm_size(comm, &z->d);
   MPI_Comm_rank(comm, &z->r);
-  z->device = strcmp(z->ops->name, "cpu") != 0;
+  z->device = z->ops->device_memory;
   z->shard = (n + (size_t)z->d - 1) / (size_t)z->d;
   if (z->shard == 0) z->shard = 1;
   z->lo = (size_t)z->r * z->shard;

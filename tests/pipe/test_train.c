@@ -408,3 +408,46 @@ Test(train, one_rank_overflow_skips_everywhere, .timeout = 120) {
   cr_assert(lr[4] > lr[3]);
   unlink(log);
 }
+
+/* The model on a backend whose memory the host cannot touch (fakedev: the CPU kernels behind
+ * pointers that fault on a host dereference) trains to the CPU's losses bit for bit: every
+ * batch, loss, transfer, tied-gradient exchange, ZeRO collective, mixed-precision master copy
+ * and checkpoint goes through to_host / to_device. The layouts cover a pipeline with two chunks
+ * per rank, data parallelism with ZeRO-1 and ZeRO-2 (buckets, overlapped), bf16 with activation
+ * checkpointing, and a checkpoint saved and resumed. */
+Test(train, device_memory_backend_matches_cpu, .timeout = 300) {
+  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_fakedev_XXXXXX", sets[1024];
+  close(mkstemp(log));
+  cr_assert(mkdtemp(dir));
+  const struct { int np; const char *sets; } layouts[] = {
+      {0, "--set bf16.enabled=true --set activation_checkpointing.enabled=true"},
+      {2, "--set pipeline.stages=2 --set pipeline.schedule=interleaved --set pipeline.virtual_stages=2"},
+      {4, "--set pipeline.stages=2 --set zero_optimization.stage=1 --set gradient_accumulation_steps=2"},
+      {4, "--set pipeline.stages=2 --set zero_optimization.stage=2 --set gradient_accumulation_steps=2 "
+          "--set zero_optimization.reduce_bucket_size=1000 --set zero_optimization.overlap_comm=true "
+          "--set fp16.enabled=true --set pipeline.schedule=zb-h1"},
+  };
+  for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+    run_log cpu, dev;
+    snprintf(sets, sizeof sets, "%s --set checkpoint.dir=%s/cpu%zu", layouts[k].sets, dir, k);
+    cr_assert_eq(train(layouts[k].np, sets, log), 0, "cpu: %s", sets);
+    read_log(log, &cpu);
+    snprintf(sets, sizeof sets, "%s --set backend=fakedev --set checkpoint.dir=%s/dev%zu", layouts[k].sets, dir, k);
+    cr_assert_eq(train(layouts[k].np, sets, log), 0, "fakedev: %s", sets);
+    read_log(log, &dev);
+    same_bits(&cpu, &dev, layouts[k].sets);
+    /* the device run's checkpoint resumes on the CPU where the CPU's own would */
+    run_log a, b;
+    snprintf(sets, sizeof sets, "%s --set train.steps=24 --resume %s/cpu%zu", layouts[k].sets, dir, k);
+    cr_assert_eq(train(layouts[k].np, sets, log), 0, "%s", sets);
+    read_log(log, &a);
+    snprintf(sets, sizeof sets, "%s --set train.steps=24 --resume %s/dev%zu --set backend=fakedev", layouts[k].sets, dir, k);
+    cr_assert_eq(train(layouts[k].np, sets, log), 0, "%s", sets);
+    read_log(log, &b);
+    cr_assert_eq(a.n, 4);
+    same_bits(&a, &b, "resumed");
+  }
+  snprintf(sets, sizeof sets, "rm -rf %s", dir);
+  test_sh(sets);
+  unlink(log);
+}

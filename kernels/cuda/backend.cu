@@ -127,6 +127,7 @@ static kernels_ops table;
 static void fill_table(void) {
   cuda_fill_table(&table); // every element-wise, reduction and optimizer op
   table.name = "cuda";
+  table.device_memory = 1;
   table.alloc = alloc;
   table.free = free_;
   table.to_device = to_device;

@@ -97,8 +97,8 @@ static void gemm(float *c, const float *a, const float *b, int M, int N, int K, 
 static void gemm_batched(float *c, const float *a, const float *b, int batch, size_t stride_c,
                          size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
                          int transb, float alpha, float beta) {
-  CPU->gemm_batched(D(c), D(a), D(b), batch, stride_c, stride_a, stride_b, M, N, K, transa,
-                          transb, alpha, beta);
+  CPU->gemm_batched(D(c), D(a), D(b), batch, stride_c, stride_a, stride_b, M, N, K, transa, transb,
+                    alpha, beta);
 }
 
 static void bias_add(float *out, const float *bias, int N, int C) {

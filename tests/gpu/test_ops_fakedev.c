@@ -188,8 +188,8 @@ Test(fakedev_guard, same_bits_as_cpu) {
   G->attention_forward(gout, gatt, gqkv, B, TT, C, NH);
   expect_close("attention_forward", out, gout, nout, TOL_EXACT);
   H->attention_backward(dqkv, sc, dout, qkv, att, B, TT, C, NH);
-  G->attention_backward(gdqkv, dev_poisoned(2 * (size_t)TT), devf(dout, nout), gqkv, gatt, B, TT,
-                        C, NH);
+  G->attention_backward(gdqkv, dev_poisoned(2 * (size_t)TT), devf(dout, nout), gqkv, gatt, B, TT, C,
+                        NH);
   expect_close("attention_backward", dqkv, gdqkv, nqkv, TOL_EXACT);
 
   size_t np = 10007;

@@ -109,8 +109,8 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set) {
     fprintf(stderr, "[----] %s: backend \"%s\" required but unusable: %s\n",
             program_invocation_short_name, backend(), msg[0] ? msg : "probe failed");
   else
-    fprintf(stderr, "[----] %s: backend \"%s\" tests skipped: %s\n",
-            program_invocation_short_name, backend(), msg[0] ? msg : "probe failed");
+    fprintf(stderr, "[----] %s: backend \"%s\" tests skipped: %s\n", program_invocation_short_name,
+            backend(), msg[0] ? msg : "probe failed");
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -13,7 +13,8 @@ int kernels_cuda_get_ops(const kernels_ops **out);
 
 int kernels_get_ops(const char *backend, const kernels_ops **out) {
   *out = NULL;
-  if (!backend) return core_error_set(CORE_EINPUT, "no backend named (expected cpu, cuda or fakedev)");
+  if (!backend)
+    return core_error_set(CORE_EINPUT, "no backend named (expected cpu, cuda or fakedev)");
   if (strcmp(backend, "cpu") == 0) {
     *out = kernels_cpu_ops();
     return CORE_OK;
@@ -31,5 +32,6 @@ int kernels_get_ops(const char *backend, const kernels_ops **out) {
                           "installed and kernels/cuda/*.cu present, or use backend \"cpu\")");
 #endif
   }
-  return core_error_set(CORE_EINPUT, "unknown backend \"%s\" (expected cpu, cuda or fakedev)", backend);
+  return core_error_set(CORE_EINPUT, "unknown backend \"%s\" (expected cpu, cuda or fakedev)",
+                        backend);
 }

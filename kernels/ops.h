@@ -3,8 +3,8 @@
  * (ggml style: the backend is a table, not #ifdefs in the layers).
  *
  * Buffers are fp32, row-major, and belong to the table's backend (host memory for "cpu",
- * device memory from the table's alloc for "cuda"; the scalar results of sumsq and nonfinite
- * come back to the host).
+ * device memory from the table's alloc for "cuda" and "fakedev"; the scalar results of sumsq
+ * and nonfinite come back to the host).
  * Arguments follow llm.c: outputs, caches, inputs, weights, dimensions. In the comments,
  * "+=" means the op accumulates into that output (every weight gradient does, so micro-batches
  * add up); "=" means it overwrites every element of it. Outputs must not alias inputs unless a
@@ -22,9 +22,10 @@
 
 typedef struct kernels_ops {
   const char *name; /* "cpu", "cuda", "fakedev" */
-  /* 0: the buffers are host memory (MPI may take them directly); 1: they are not ("cuda", and
-   * "fakedev", the CPU kernels behind pointers the host cannot dereference, which tests the
-   * staging on a machine without a GPU): host code goes through to_host / to_device */
+  /* 0: the table's buffers are ordinary host memory, which host code may read and write
+   * directly ("cpu"). 1: they are device memory that host code must never dereference; it
+   * reaches them only through to_device / to_host ("cuda"; "fakedev", the test backend that
+   * makes any host dereference fault). */
   int device_memory;
 
   /* ---- memory: buffers the other ops take belong to the backend (device memory for "cuda");
@@ -153,13 +154,16 @@ void kernels_cpu_reexec(char **argv);
 /* The OpenBLAS kernel set in use ("SkylakeX", "Haswell", ...), for logs and benchmarks. */
 const char *kernels_cpu_blas_core(void);
 const kernels_ops *kernels_cpu_ops(void);
-/* "fakedev": the CPU table's kernels behind device-like buffers. alloc gives addresses with bit
- * 62 set (non-canonical on x86-64: a host dereference faults at once); every op checks that
- * each buffer it gets carries the tag (a host pointer aborts the program, naming the op and the
- * argument) and runs the CPU kernel on the untagged address, so results are the CPU's bits. */
+/* "fakedev" (kernels/cpu/ops_fakedev.c): a test backend for code written for device memory, on
+ * machines without a GPU. Its kernels are the CPU table's (the same bits), but its alloc returns
+ * the real address with KERNELS_FAKEDEV_TAG set, a non-canonical x86-64 address: any host
+ * dereference of a fakedev buffer faults at once. Each op checks that every pointer it is given
+ * carries the tag (NULL passes) and aborts, naming the op and the argument, when a host pointer
+ * reaches it; to_device / to_host check that exactly their device side carries it. */
+#define KERNELS_FAKEDEV_TAG ((uintptr_t)1 << 62)
 const kernels_ops *kernels_fakedev_ops(void);
 
-/* The table for a backend by name: "cpu" or "cuda". CORE_EINPUT for any other name;
+/* The table for a backend by name: "cpu", "cuda" or "fakedev". CORE_EINPUT for any other name;
  * CORE_ERUNTIME when this build has no CUDA backend, or it finds no usable GPU. */
 int kernels_get_ops(const char *backend, const kernels_ops **out);
 

@@ -271,7 +271,7 @@ static void round_fp16(float *x, size_t n) {
 
 static const kernels_ops cpu_ops = {
     .name = "cpu",
-    .device_memory = 0,
+    .device_memory = 0, /* host memory: host code may touch the buffers */
     .alloc = mem_alloc,
     .free = mem_free,
     .to_device = mem_to_device,

@@ -1,11 +1,24 @@
-/* kernels/cpu/ops_fakedev.c: "fakedev", the CPU kernels behind buffers the host cannot touch.
+/* kernels/cpu/ops_fakedev.c: the "fakedev" table, a test backend whose memory the host cannot
+ * touch. It runs the CPU table's kernels (so its results are the CPU's, bit for bit), but its
+ * alloc returns the calloc'd address with bit 62 set (KERNELS_FAKEDEV_TAG): on x86-64 that is a
+ * non-canonical address, so any host code that dereferences a fakedev buffer faults at once,
+ * instead of reading memory that on a GPU would be device memory. Code that is correct for
+ * "cuda" (host touches backend buffers only through to_device / to_host) runs on it; code that
+ * is not crashes on the first wrong access, on a machine without a GPU.
  *
- * A test backend for the code that moves data between host and backend memory (layers/,
- * pipe/, zero/) on machines without a GPU. alloc returns the calloc'd address with bit 62 set:
- * a non-canonical x86-64 address, so any host dereference of a buffer that should have gone
- * through to_host / to_device faults at once. Every op checks that each buffer argument
- * carries the tag (a host pointer handed to a "device" op aborts, naming the op and the
- * argument), clears it and calls the CPU table: results are the CPU's, bit for bit. */
+ * Every op's wrapper checks that each pointer argument carries the tag and aborts with a message
+ * naming the op and the argument when a host pointer reaches it; then it clears the tags and
+ * calls the CPU op. NULL passes through untouched everywhere: alloc(0) may give NULL on any
+ * backend, so NULL is a device pointer to nothing (sgd's mom, empty buffers); a NULL an op
+ * does read faults inside the CPU op as it would on the CPU table. to_device / to_host check
+ * that exactly the device side carries the tag. Pointer arithmetic on tagged pointers (a
+ * buffer's rows, a sub-range of a flat parameter buffer) keeps the tag, as offsets into device
+ * memory do on a GPU.
+ *
+ * Sanitizers: the tagged values are only passed around and compared, never dereferenced; the
+ * CPU kernels see the real calloc'd addresses, so ASan still checks their bounds. LeakSanitizer
+ * cannot see through the tag: a fakedev buffer still allocated at exit is reported as a leak
+ * even while a (tagged) pointer to it is held, so free every buffer (the tests do). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,286 +26,231 @@
 
 #include "kernels/ops.h"
 
-#define TAG ((uintptr_t)1 << 62)
+#define TAG KERNELS_FAKEDEV_TAG
 
-static const kernels_ops *cpu(void) { return kernels_cpu_ops(); }
+/* the CPU table (kernels_cpu_ops() also makes its one-time OpenBLAS kernel choice) */
+#define CPU (kernels_cpu_ops())
 
-static void *untag(const char *op, const char *arg, const void *p, int null_ok) {
+static _Noreturn void misuse(const char *op, const char *arg, const void *p, const char *what) {
+  fprintf(stderr, "brigade: fakedev: %s: argument %s (%p) %s\n", op, arg, p, what);
+  fflush(stderr);
+  abort();
+}
+
+/* a device pointer argument: the real address, or an abort when it is a host pointer */
+static void *dev_arg(const char *op, const char *arg, const void *p) {
   uintptr_t u = (uintptr_t)p;
-  if (!p && null_ok) return NULL;
-  if (!(u & TAG)) {
-    fprintf(stderr, "fakedev: %s got a host pointer (%p) for %s, not backend memory\n", op, p, arg);
-    abort();
-  }
+  if (!p) return NULL;
+  if (!(u & TAG))
+    misuse(op, arg, p,
+           "is a host pointer, not fakedev memory: host memory reached a device op (buffers an op "
+           "takes must come from the table's alloc)");
   return (void *)(u & ~TAG);
 }
 
-static void *host_side(const char *op, const void *p) {
-  if ((uintptr_t)p & TAG) {
-    fprintf(stderr, "fakedev: %s got backend memory (%p) where host memory belongs\n", op, p);
+/* D(x): x's real address, of x's type; the op is the enclosing function's name, which is the
+ * table entry's name for every op below */
+#define D(x) ((__typeof__(x))dev_arg(__func__, #x, (x)))
+
+/* ---- memory ---- */
+
+static void *mem_alloc(size_t bytes) {
+  void *p = calloc(1, bytes);
+  if (!p) return NULL;
+  if ((uintptr_t)p & TAG) { /* never on x86-64 user space: bit 62 is not a user address */
+    fprintf(stderr, "brigade: fakedev: alloc: calloc gave %p, which already has bit 62 set\n", p);
     abort();
   }
-  return (void *)p;
+  return (void *)((uintptr_t)p | TAG);
 }
 
-static void *fd_alloc(size_t bytes) {
-  void *p = calloc(bytes ? bytes : 1, 1);
-  return p ? (void *)((uintptr_t)p | TAG) : NULL;
-}
-static void fd_free(void *p) {
-  if (p) free(untag("free", "p", p, 0));
-}
-static void fd_to_device(void *dst, const void *src, size_t bytes) {
-  memcpy(untag("to_device", "dst", dst, 0), host_side("to_device", src), bytes);
-}
-static void fd_to_host(void *dst, const void *src, size_t bytes) {
-  memcpy(host_side("to_host", dst), untag("to_host", "src", src, 0), bytes);
-}
-static void fd_sync(void) {}
-
-static void fd_gemm(float *c, const float *a, const float *b, int M, int N, int K, int transa,
-                    int transb, float alpha, float beta) {
-  cpu()->gemm((float *)untag("gemm", "c", c, 0), (const float *)untag("gemm", "a", a, 0),
-              (const float *)untag("gemm", "b", b, 0), M, N, K, transa, transb, alpha, beta);
+static void mem_free(void *p) {
+  if (!p) return;
+  if (!((uintptr_t)p & TAG))
+    misuse("free", "p", p, "is a host pointer, not a buffer from fakedev's alloc");
+  free((void *)((uintptr_t)p & ~TAG));
 }
 
-static void fd_gemm_batched(float *c, const float *a, const float *b, int batch, size_t stride_c,
-                            size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
-                            int transb, float alpha, float beta) {
-  cpu()->gemm_batched((float *)untag("gemm_batched", "c", c, 0),
-                      (const float *)untag("gemm_batched", "a", a, 0),
-                      (const float *)untag("gemm_batched", "b", b, 0), batch, stride_c, stride_a,
-                      stride_b, M, N, K, transa, transb, alpha, beta);
+static void mem_to_device(void *dst, const void *src_host, size_t bytes) {
+  if (src_host && ((uintptr_t)src_host & TAG))
+    misuse("to_device", "src_host", src_host, "is fakedev memory, not a host pointer");
+  void *d = dev_arg("to_device", "dst", dst);
+  if (bytes) memcpy(d, src_host, bytes);
 }
 
-static void fd_bias_add(float *out, const float *bias, int N, int C) {
-  cpu()->bias_add((float *)untag("bias_add", "out", out, 0),
-                  (const float *)untag("bias_add", "bias", bias, 0), N, C);
+static void mem_to_host(void *dst_host, const void *src, size_t bytes) {
+  if (dst_host && ((uintptr_t)dst_host & TAG))
+    misuse("to_host", "dst_host", dst_host, "is fakedev memory, not a host pointer");
+  const void *s = dev_arg("to_host", "src", src);
+  if (bytes) memcpy(dst_host, s, bytes);
 }
 
-static void fd_bias_grad(float *dbias, const float *dout, int N, int C) {
-  cpu()->bias_grad((float *)untag("bias_grad", "dbias", dbias, 0),
-                   (const float *)untag("bias_grad", "dout", dout, 0), N, C);
+static void mem_sync(void) {} /* every op has finished when it returns */
+
+/* ---- the ops: check and untag every pointer, then the CPU op ---- */
+
+static void gemm(float *c, const float *a, const float *b, int M, int N, int K, int transa,
+                 int transb, float alpha, float beta) {
+  CPU->gemm(D(c), D(a), D(b), M, N, K, transa, transb, alpha, beta);
 }
 
-static void fd_gelu_forward(float *out, const float *in, size_t n) {
-  cpu()->gelu_forward((float *)untag("gelu_forward", "out", out, 0),
-                      (const float *)untag("gelu_forward", "in", in, 0), n);
+static void gemm_batched(float *c, const float *a, const float *b, int batch, size_t stride_c,
+                         size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
+                         int transb, float alpha, float beta) {
+  CPU->gemm_batched(D(c), D(a), D(b), batch, stride_c, stride_a, stride_b, M, N, K, transa, transb,
+                    alpha, beta);
 }
 
-static void fd_gelu_backward(float *din, const float *in, const float *dout, size_t n) {
-  cpu()->gelu_backward((float *)untag("gelu_backward", "din", din, 0),
-                       (const float *)untag("gelu_backward", "in", in, 0),
-                       (const float *)untag("gelu_backward", "dout", dout, 0), n);
+static void bias_add(float *out, const float *bias, int N, int C) {
+  CPU->bias_add(D(out), D(bias), N, C);
 }
 
-static void fd_relu_forward(float *out, const float *in, size_t n) {
-  cpu()->relu_forward((float *)untag("relu_forward", "out", out, 0),
-                      (const float *)untag("relu_forward", "in", in, 0), n);
+static void bias_grad(float *dbias, const float *dout, int N, int C) {
+  CPU->bias_grad(D(dbias), D(dout), N, C);
 }
 
-static void fd_relu_backward(float *din, const float *in, const float *dout, size_t n) {
-  cpu()->relu_backward((float *)untag("relu_backward", "din", din, 0),
-                       (const float *)untag("relu_backward", "in", in, 0),
-                       (const float *)untag("relu_backward", "dout", dout, 0), n);
+static void gelu_forward(float *out, const float *in, size_t n) {
+  CPU->gelu_forward(D(out), D(in), n);
 }
 
-static void fd_layernorm_forward(float *out, float *mean, float *rstd, const float *in,
-                                 const float *w, const float *b, int N, int C, float eps) {
-  cpu()->layernorm_forward((float *)untag("layernorm_forward", "out", out, 0),
-                           (float *)untag("layernorm_forward", "mean", mean, 0),
-                           (float *)untag("layernorm_forward", "rstd", rstd, 0),
-                           (const float *)untag("layernorm_forward", "in", in, 0),
-                           (const float *)untag("layernorm_forward", "w", w, 0),
-                           (const float *)untag("layernorm_forward", "b", b, 0), N, C, eps);
+static void gelu_backward(float *din, const float *in, const float *dout, size_t n) {
+  CPU->gelu_backward(D(din), D(in), D(dout), n);
 }
 
-static void fd_layernorm_backward_input(float *din, const float *dout, const float *in,
-                                        const float *w, const float *mean, const float *rstd, int N,
-                                        int C) {
-  cpu()->layernorm_backward_input((float *)untag("layernorm_backward_input", "din", din, 0),
-                                  (const float *)untag("layernorm_backward_input", "dout", dout, 0),
-                                  (const float *)untag("layernorm_backward_input", "in", in, 0),
-                                  (const float *)untag("layernorm_backward_input", "w", w, 0),
-                                  (const float *)untag("layernorm_backward_input", "mean", mean, 0),
-                                  (const float *)untag("layernorm_backward_input", "rstd", rstd, 0),
-                                  N, C);
+static void relu_forward(float *out, const float *in, size_t n) {
+  CPU->relu_forward(D(out), D(in), n);
 }
 
-static void fd_layernorm_backward_weight(float *dw, float *db, const float *dout, const float *in,
-                                         const float *mean, const float *rstd, int N, int C) {
-  cpu()->layernorm_backward_weight(
-      (float *)untag("layernorm_backward_weight", "dw", dw, 0),
-      (float *)untag("layernorm_backward_weight", "db", db, 0),
-      (const float *)untag("layernorm_backward_weight", "dout", dout, 0),
-      (const float *)untag("layernorm_backward_weight", "in", in, 0),
-      (const float *)untag("layernorm_backward_weight", "mean", mean, 0),
-      (const float *)untag("layernorm_backward_weight", "rstd", rstd, 0), N, C);
+static void relu_backward(float *din, const float *in, const float *dout, size_t n) {
+  CPU->relu_backward(D(din), D(in), D(dout), n);
 }
 
-static void fd_softmax_forward(float *out, const float *in, int N, int V) {
-  cpu()->softmax_forward((float *)untag("softmax_forward", "out", out, 0),
-                         (const float *)untag("softmax_forward", "in", in, 0), N, V);
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
+                              const float *b, int N, int C, float eps) {
+  CPU->layernorm_forward(D(out), D(mean), D(rstd), D(in), D(w), D(b), N, C, eps);
 }
 
-static void fd_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                                 int NH) {
-  cpu()->attention_forward((float *)untag("attention_forward", "out", out, 0),
-                           (float *)untag("attention_forward", "att", att, 0),
-                           (const float *)untag("attention_forward", "qkv", qkv, 0), B, T, C, NH);
+static void layernorm_backward_input(float *din, const float *dout, const float *in, const float *w,
+                                     const float *mean, const float *rstd, int N, int C) {
+  CPU->layernorm_backward_input(D(din), D(dout), D(in), D(w), D(mean), D(rstd), N, C);
 }
 
-static void fd_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                  const float *att, int B, int T, int C, int NH) {
-  cpu()->attention_backward((float *)untag("attention_backward", "dqkv", dqkv, 0),
-                            (float *)untag("attention_backward", "scratch", scratch, 0),
-                            (const float *)untag("attention_backward", "dout", dout, 0),
-                            (const float *)untag("attention_backward", "qkv", qkv, 0),
-                            (const float *)untag("attention_backward", "att", att, 0), B, T, C, NH);
+static void layernorm_backward_weight(float *dw, float *db, const float *dout, const float *in,
+                                      const float *mean, const float *rstd, int N, int C) {
+  CPU->layernorm_backward_weight(D(dw), D(db), D(dout), D(in), D(mean), D(rstd), N, C);
 }
 
-static void fd_embedding_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
-                                 int B, int T, int C) {
-  cpu()->embedding_forward((float *)untag("embedding_forward", "out", out, 0),
-                           (const int32_t *)untag("embedding_forward", "tok", tok, 0),
-                           (const float *)untag("embedding_forward", "wte", wte, 0),
-                           (const float *)untag("embedding_forward", "wpe", wpe, 0), B, T, C);
+static void softmax_forward(float *out, const float *in, int N, int V) {
+  CPU->softmax_forward(D(out), D(in), N, V);
 }
 
-static void fd_embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok,
-                                  int B, int T, int C) {
-  cpu()->embedding_backward((float *)untag("embedding_backward", "dwte", dwte, 0),
-                            (float *)untag("embedding_backward", "dwpe", dwpe, 0),
-                            (const float *)untag("embedding_backward", "dout", dout, 0),
-                            (const int32_t *)untag("embedding_backward", "tok", tok, 0), B, T, C);
+static void attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                              int NH) {
+  CPU->attention_forward(D(out), D(att), D(qkv), B, T, C, NH);
 }
 
-static void fd_xent_forward(float *losses, float *probs, const float *logits,
-                            const int32_t *targets, int N, int V) {
-  cpu()->xent_forward((float *)untag("xent_forward", "losses", losses, 0),
-                      (float *)untag("xent_forward", "probs", probs, 0),
-                      (const float *)untag("xent_forward", "logits", logits, 0),
-                      (const int32_t *)untag("xent_forward", "targets", targets, 0), N, V);
+static void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *att, int B, int T, int C, int NH) {
+  CPU->attention_backward(D(dqkv), D(scratch), D(dout), D(qkv), D(att), B, T, C, NH);
 }
 
-static void fd_xent_backward(float *dlogits, const float *probs, const int32_t *targets,
-                             float scale, int N, int V) {
-  cpu()->xent_backward((float *)untag("xent_backward", "dlogits", dlogits, 0),
-                       (const float *)untag("xent_backward", "probs", probs, 0),
-                       (const int32_t *)untag("xent_backward", "targets", targets, 0), scale, N, V);
+static void embedding_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
+                              int B, int T, int C) {
+  CPU->embedding_forward(D(out), D(tok), D(wte), D(wpe), B, T, C);
 }
 
-static void fd_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                     float beta2, float eps, float weight_decay, int t, float grad_scale) {
-  cpu()->adamw((float *)untag("adamw", "p", p, 0), (const float *)untag("adamw", "g", g, 0),
-               (float *)untag("adamw", "m", m, 0), (float *)untag("adamw", "v", v, 0), n, lr, beta1,
-               beta2, eps, weight_decay, t, grad_scale);
+static void embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok,
+                               int B, int T, int C) {
+  CPU->embedding_backward(D(dwte), D(dwpe), D(dout), D(tok), B, T, C);
 }
 
-static void fd_sgd(float *p, const float *g, float *mom, size_t n, float lr, float momentum,
-                   float weight_decay, float grad_scale) {
-  cpu()->sgd((float *)untag("sgd", "p", p, 0), (const float *)untag("sgd", "g", g, 0),
-             (float *)untag("sgd", "mom", mom, 1), n, lr, momentum, weight_decay, grad_scale);
+static void xent_forward(float *losses, float *probs, const float *logits, const int32_t *targets,
+                         int N, int V) {
+  CPU->xent_forward(D(losses), D(probs), D(logits), D(targets), N, V);
 }
 
-static void fd_axpy(float *y, float a, const float *x, size_t n) {
-  cpu()->axpy((float *)untag("axpy", "y", y, 0), a, (const float *)untag("axpy", "x", x, 0), n);
+static void xent_backward(float *dlogits, const float *probs, const int32_t *targets, float scale,
+                          int N, int V) {
+  CPU->xent_backward(D(dlogits), D(probs), D(targets), scale, N, V);
 }
 
-static void fd_scale(float *x, float a, size_t n) {
-  cpu()->scale((float *)untag("scale", "x", x, 0), a, n);
+static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t, float grad_scale) {
+  CPU->adamw(D(p), D(g), D(m), D(v), n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
 }
 
-static void fd_fill(float *x, float v, size_t n) {
-  cpu()->fill((float *)untag("fill", "x", x, 0), v, n);
+static void sgd(float *p, const float *g, float *mom, size_t n, float lr, float momentum,
+                float weight_decay, float grad_scale) {
+  CPU->sgd(D(p), D(g), D(mom), n, lr, momentum, weight_decay, grad_scale);
 }
 
-static void fd_zero(float *x, size_t n) { cpu()->zero((float *)untag("zero", "x", x, 0), n); }
+static void axpy(float *y, float a, const float *x, size_t n) { CPU->axpy(D(y), a, D(x), n); }
+static void scale(float *x, float a, size_t n) { CPU->scale(D(x), a, n); }
+static void fill(float *x, float v, size_t n) { CPU->fill(D(x), v, n); }
+static void zero(float *x, size_t n) { CPU->zero(D(x), n); }
+static void copy(float *dst, const float *src, size_t n) { CPU->copy(D(dst), D(src), n); }
+static double sumsq(const float *x, size_t n) { return CPU->sumsq(D(x), n); }
+static size_t nonfinite(const float *x, size_t n) { return CPU->nonfinite(D(x), n); }
 
-static void fd_copy(float *dst, const float *src, size_t n) {
-  cpu()->copy((float *)untag("copy", "dst", dst, 0), (const float *)untag("copy", "src", src, 0),
-              n);
+static void cast_f32_to_bf16(uint16_t *out, const float *in, size_t n) {
+  CPU->cast_f32_to_bf16(D(out), D(in), n);
 }
-
-static double fd_sumsq(const float *x, size_t n) {
-  return cpu()->sumsq((const float *)untag("sumsq", "x", x, 0), n);
+static void cast_bf16_to_f32(float *out, const uint16_t *in, size_t n) {
+  CPU->cast_bf16_to_f32(D(out), D(in), n);
 }
-
-static size_t fd_nonfinite(const float *x, size_t n) {
-  return cpu()->nonfinite((const float *)untag("nonfinite", "x", x, 0), n);
+static void cast_f32_to_f16(uint16_t *out, const float *in, size_t n) {
+  CPU->cast_f32_to_f16(D(out), D(in), n);
 }
-
-static void fd_cast_f32_to_bf16(uint16_t *out, const float *in, size_t n) {
-  cpu()->cast_f32_to_bf16((uint16_t *)untag("cast_f32_to_bf16", "out", out, 0),
-                          (const float *)untag("cast_f32_to_bf16", "in", in, 0), n);
+static void cast_f16_to_f32(float *out, const uint16_t *in, size_t n) {
+  CPU->cast_f16_to_f32(D(out), D(in), n);
 }
+static void round_bf16(float *x, size_t n) { CPU->round_bf16(D(x), n); }
+static void round_fp16(float *x, size_t n) { CPU->round_fp16(D(x), n); }
 
-static void fd_cast_bf16_to_f32(float *out, const uint16_t *in, size_t n) {
-  cpu()->cast_bf16_to_f32((float *)untag("cast_bf16_to_f32", "out", out, 0),
-                          (const uint16_t *)untag("cast_bf16_to_f32", "in", in, 0), n);
-}
-
-static void fd_cast_f32_to_f16(uint16_t *out, const float *in, size_t n) {
-  cpu()->cast_f32_to_f16((uint16_t *)untag("cast_f32_to_f16", "out", out, 0),
-                         (const float *)untag("cast_f32_to_f16", "in", in, 0), n);
-}
-
-static void fd_cast_f16_to_f32(float *out, const uint16_t *in, size_t n) {
-  cpu()->cast_f16_to_f32((float *)untag("cast_f16_to_f32", "out", out, 0),
-                         (const uint16_t *)untag("cast_f16_to_f32", "in", in, 0), n);
-}
-
-static void fd_round_bf16(float *x, size_t n) {
-  cpu()->round_bf16((float *)untag("round_bf16", "x", x, 0), n);
-}
-
-static void fd_round_fp16(float *x, size_t n) {
-  cpu()->round_fp16((float *)untag("round_fp16", "x", x, 0), n);
-}
-
-static kernels_ops table;
+static const kernels_ops fakedev_ops = {
+    .name = "fakedev",
+    .device_memory = 1,
+    .alloc = mem_alloc,
+    .free = mem_free,
+    .to_device = mem_to_device,
+    .to_host = mem_to_host,
+    .sync = mem_sync,
+    .gemm = gemm,
+    .gemm_batched = gemm_batched,
+    .bias_add = bias_add,
+    .bias_grad = bias_grad,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+    .relu_forward = relu_forward,
+    .relu_backward = relu_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward_input = layernorm_backward_input,
+    .layernorm_backward_weight = layernorm_backward_weight,
+    .softmax_forward = softmax_forward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .embedding_forward = embedding_forward,
+    .embedding_backward = embedding_backward,
+    .xent_forward = xent_forward,
+    .xent_backward = xent_backward,
+    .adamw = adamw,
+    .sgd = sgd,
+    .axpy = axpy,
+    .scale = scale,
+    .fill = fill,
+    .zero = zero,
+    .copy = copy,
+    .sumsq = sumsq,
+    .nonfinite = nonfinite,
+    .cast_f32_to_bf16 = cast_f32_to_bf16,
+    .cast_bf16_to_f32 = cast_bf16_to_f32,
+    .cast_f32_to_f16 = cast_f32_to_f16,
+    .cast_f16_to_f32 = cast_f16_to_f32,
+    .round_bf16 = round_bf16,
+    .round_fp16 = round_fp16,
+};
 
 const kernels_ops *kernels_fakedev_ops(void) {
-  if (!table.name) {
-    table = *cpu();
-    table.name = "fakedev";
-    table.device_memory = 1;
-    table.alloc = fd_alloc, table.free = fd_free, table.to_device = fd_to_device,
-    table.to_host = fd_to_host;
-    table.sync = fd_sync;
-    table.gemm = fd_gemm;
-    table.gemm_batched = fd_gemm_batched;
-    table.bias_add = fd_bias_add;
-    table.bias_grad = fd_bias_grad;
-    table.gelu_forward = fd_gelu_forward;
-    table.gelu_backward = fd_gelu_backward;
-    table.relu_forward = fd_relu_forward;
-    table.relu_backward = fd_relu_backward;
-    table.layernorm_forward = fd_layernorm_forward;
-    table.layernorm_backward_input = fd_layernorm_backward_input;
-    table.layernorm_backward_weight = fd_layernorm_backward_weight;
-    table.softmax_forward = fd_softmax_forward;
-    table.attention_forward = fd_attention_forward;
-    table.attention_backward = fd_attention_backward;
-    table.embedding_forward = fd_embedding_forward;
-    table.embedding_backward = fd_embedding_backward;
-    table.xent_forward = fd_xent_forward;
-    table.xent_backward = fd_xent_backward;
-    table.adamw = fd_adamw;
-    table.sgd = fd_sgd;
-    table.axpy = fd_axpy;
-    table.scale = fd_scale;
-    table.fill = fd_fill;
-    table.zero = fd_zero;
-    table.copy = fd_copy;
-    table.sumsq = fd_sumsq;
-    table.nonfinite = fd_nonfinite;
-    table.cast_f32_to_bf16 = fd_cast_f32_to_bf16;
-    table.cast_bf16_to_f32 = fd_cast_bf16_to_f32;
-    table.cast_f32_to_f16 = fd_cast_f32_to_f16;
-    table.cast_f16_to_f32 = fd_cast_f16_to_f32;
-    table.round_bf16 = fd_round_bf16;
-    table.round_fp16 = fd_round_fp16;
-  }
-  return &table;
+  kernels_cpu_ops(); /* the kernel choice, as the CPU table makes it */
+  return &fakedev_ops;
 }

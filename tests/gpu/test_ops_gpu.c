@@ -1,9 +1,16 @@
-/* The CUDA op table against the CPU table, op by op (ggml's test-backend-ops style).
+/* A backend's op table against the CPU table, op by op (ggml's test-backend-ops style).
+ *
+ * The table under test is BRIGADE_TEST_BACKEND ("cuda" when unset; make test-gpu sets it to
+ * cuda). A file that includes this one may fix it instead by defining OPS_HARNESS_BACKEND
+ * (and OPS_HARNESS_SUITE, the suite name) first: tests/gpu/test_ops_fakedev.c runs the whole
+ * harness against "fakedev" (the CPU kernels behind memory the host cannot touch), so every
+ * `make test` exercises the harness itself (poisoning, to_host, tolerances) without a GPU.
+ * Below, "gpu" means the table under test.
  *
  * How the checks work:
  * - Inputs are uniform random from a fixed seed, the same on both sides: the CPU table runs on
- *   host buffers, the CUDA table on device copies (alloc + to_device), and the results come
- *   back with to_host. Sizes include 1, odd sizes and rows longer than a block.
+ *   host buffers, the table under test on device copies (alloc + to_device), and the results
+ *   come back with to_host. Sizes include 1, odd sizes and rows longer than a block.
  * - Outputs an op overwrites ("=") are poisoned with NaN on the device first, so an element the
  *   kernel never writes fails. Outputs an op accumulates into ("+=") start from the same random
  *   values on both sides.
@@ -23,12 +30,14 @@
  * - Determinism: the ops that reduce (GEMM, column sums, attention, embedding backward,
  *   sumsq) give the same bits twice.
  *
- * Without a usable GPU (no CUDA build, no driver, no device) every test skips and the runner
- * prints one line saying why; with BRIGADE_REQUIRE_GPU=1 (make test-gpu) they fail instead.
- * The probe runs in a child process: CUDA does not survive fork, and Criterion forks every
- * test from the runner. */
+ * For "cuda" without a usable GPU (no CUDA build, no driver, no device) every test skips and
+ * the runner prints one line saying why; with BRIGADE_REQUIRE_GPU=1 (make test-gpu) they fail
+ * instead. Any other backend ("fakedev", "cpu") is always there: failing to get it is a
+ * failure. The probe runs in a child process: CUDA does not survive fork, and Criterion forks
+ * every test from the runner. */
 #include <criterion/criterion.h>
 #include <criterion/hooks.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,9 +54,24 @@
 #define TOL_MATH 1e-10
 #define TOL_GEMM 1e-8
 
-static int require_gpu(void) {
+#ifndef OPS_HARNESS_SUITE
+#define OPS_HARNESS_SUITE gpu
+#endif
+
+/* the name of the table under test */
+static const char *backend(void) {
+#ifdef OPS_HARNESS_BACKEND
+  return OPS_HARNESS_BACKEND;
+#else
+  const char *e = getenv("BRIGADE_TEST_BACKEND");
+  return e && e[0] ? e : "cuda";
+#endif
+}
+
+/* whether an unusable table fails the tests rather than skipping them */
+static int require_backend(void) {
   const char *e = getenv("BRIGADE_REQUIRE_GPU");
-  return e && strcmp(e, "1") == 0;
+  return (e && strcmp(e, "1") == 0) || strcmp(backend(), "cuda") != 0;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -62,7 +86,7 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set) {
   if (pid == 0) {
     close(fd[0]);
     const kernels_ops *t = NULL;
-    int rc = kernels_get_ops("cuda", &t);
+    int rc = kernels_get_ops(backend(), &t);
     if (rc != CORE_OK) {
       const char *m = core_error_msg();
       ssize_t w = write(fd[1], m, strlen(m));
@@ -81,16 +105,18 @@ ReportHook(PRE_ALL)(struct criterion_test_set *set) {
   int status = 0;
   waitpid(pid, &status, 0);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
-  if (require_gpu())
-    fprintf(stderr, "[----] test_ops_gpu: GPU required (BRIGADE_REQUIRE_GPU=1) but: %s\n", msg);
+  if (require_backend())
+    fprintf(stderr, "[----] %s: backend \"%s\" required but unusable: %s\n",
+            program_invocation_short_name, backend(), msg[0] ? msg : "probe failed");
   else
-    fprintf(stderr, "[----] test_ops_gpu: GPU tests skipped: %s\n", msg[0] ? msg : "probe failed");
+    fprintf(stderr, "[----] %s: backend \"%s\" tests skipped: %s\n", program_invocation_short_name,
+            backend(), msg[0] ? msg : "probe failed");
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* buffers: host ones from malloc, device ones from the CUDA table; all freed by the fini */
+/* buffers: host ones from malloc, device ones from the table under test; all freed by the fini */
 
-static const kernels_ops *G; /* cuda */
+static const kernels_ops *G; /* the table under test */
 static const kernels_ops *H; /* cpu */
 
 enum { POOL_MAX = 4096 };
@@ -104,16 +130,17 @@ static void free_pools(void) {
     G->free(dpool[--dn]);
 }
 
-TestSuite(gpu, .fini = free_pools);
+TestSuite(OPS_HARNESS_SUITE, .fini = free_pools);
 
-/* Every test starts here: the CUDA table, or a skip (a failure under BRIGADE_REQUIRE_GPU=1). */
-static void need_gpu(void) {
+/* Every test starts here: the table under test, or a skip (cuda without a usable GPU; a
+ * failure under BRIGADE_REQUIRE_GPU=1 and for any other backend). */
+static void need_backend(void) {
   const kernels_ops *t = NULL;
   H = kernels_cpu_ops();
-  if (kernels_get_ops("cuda", &t) != CORE_OK) {
-    if (require_gpu())
-      cr_assert_fail("BRIGADE_REQUIRE_GPU=1 but the CUDA table is unusable: %s", core_error_msg());
-    cr_skip_test("no usable CUDA backend: %s", core_error_msg());
+  if (kernels_get_ops(backend(), &t) != CORE_OK) {
+    if (require_backend())
+      cr_assert_fail("backend \"%s\" is required but unusable: %s", backend(), core_error_msg());
+    cr_skip_test("no usable %s backend: %s", backend(), core_error_msg());
   }
   G = t;
 }
@@ -130,7 +157,7 @@ static float *fbuf(size_t n) { return halloc(n * sizeof(float)); }
 static void *dev(const void *h, size_t bytes) {
   cr_assert_lt(dn, POOL_MAX, "device pool full");
   void *p = G->alloc(bytes);
-  cr_assert(p || !bytes, "cuda alloc(%zu) failed", bytes);
+  cr_assert(p || !bytes, "%s alloc(%zu) failed", G->name, bytes);
   if (bytes) G->to_device(p, h, bytes);
   return dpool[dn++] = p;
 }
@@ -179,7 +206,7 @@ static int32_t *rand_tokens(rng *r, size_t n, int V) {
   return t;
 }
 
-/* The CPU's result `want` (host) against the CUDA one `got_dev` (device): NaNs at the same
+/* The CPU's result `want` (host) against the tested table's `got_dev` (device): NaNs at the same
  * places, and normalised MSE <= tol (tol 0: the same bits). */
 static void expect_close(const char *what, const float *want, const float *got_dev, size_t n,
                          double tol) {
@@ -190,15 +217,15 @@ static void expect_close(const char *what, const float *want, const float *got_d
       memcpy(&a, &want[i], 4);
       memcpy(&b, &got[i], 4);
       cr_assert(a == b || (isnan(want[i]) && isnan(got[i])),
-                "%s[%zu]: gpu %.9g (0x%08x), cpu %.9g (0x%08x): expected the same bits", what, i,
-                got[i], b, want[i], a);
+                "%s[%zu]: %s %.9g (0x%08x), cpu %.9g (0x%08x): expected the same bits", what, i,
+                G->name, got[i], b, want[i], a);
     }
     return;
   }
   double num = 0.0, den = 0.0;
   for (size_t i = 0; i < n; i++) {
-    cr_assert(isnan(want[i]) == isnan(got[i]), "%s[%zu]: gpu %g, cpu %g (NaN on one side only)",
-              what, i, got[i], want[i]);
+    cr_assert(isnan(want[i]) == isnan(got[i]), "%s[%zu]: %s %g, cpu %g (NaN on one side only)",
+              what, i, G->name, got[i], want[i]);
     if (isnan(want[i])) continue;
     double d = (double)want[i] - got[i];
     num += d * d;
@@ -216,11 +243,14 @@ static void expect_same_bits(const char *what, const void *a_dev, const void *b_
 /* ------------------------------------------------------------------------------------------ */
 /* table and memory */
 
-Test(gpu, table_is_complete) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, table_is_complete) {
+  need_backend();
   const kernels_ops *t = G;
-  cr_assert_str_eq(t->name, "cuda");
-#define HAS(f) cr_assert_not_null(t->f, "cuda table lacks " #f)
+  cr_assert_str_eq(t->name, backend());
+  cr_assert_eq(t->device_memory, strcmp(t->name, "cpu") != 0,
+               "%s table: device_memory %d (1 for every backend but cpu)", t->name,
+               t->device_memory);
+#define HAS(f) cr_assert_not_null(t->f, "%s table lacks " #f, t->name)
   HAS(alloc);
   HAS(free);
   HAS(to_device);
@@ -262,8 +292,8 @@ Test(gpu, table_is_complete) {
 #undef HAS
 }
 
-Test(gpu, memory_entries) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, memory_entries) {
+  need_backend();
   enum { N = 100003 };
   float *d = G->alloc(N * sizeof(float));
   cr_assert_not_null(d);
@@ -297,8 +327,8 @@ static void check_gemm(rng *r, int M, int N, int K, int ta, int tb, float alpha,
   expect_close(what, c, dc, nc, TOL_GEMM);
 }
 
-Test(gpu, gemm_all_transposes) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, gemm_all_transposes) {
+  need_backend();
   rng r = {2};
   const int shapes[][3] = {{1, 1, 1}, {17, 33, 65}, {128, 96, 300}, {3, 200, 7}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -309,8 +339,8 @@ Test(gpu, gemm_all_transposes) {
       }
 }
 
-Test(gpu, gemm_empty_k) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, gemm_empty_k) {
+  need_backend();
   rng r = {3};
   check_gemm(&r, 5, 7, 0, 0, 0, 1.0f, 0.0f);            /* C = 0, even from NaN */
   check_gemm(&r, 5, 7, 0, 1, 1, 1.0f, 0.5f);            /* C = 0.5 C */
@@ -335,8 +365,8 @@ static void check_gemm_batched(rng *r, int batch, int shared_a, int shared_c, in
   expect_close(what, c, dc, nc, TOL_GEMM);
 }
 
-Test(gpu, gemm_batched) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, gemm_batched) {
+  need_backend();
   rng r = {4};
   check_gemm_batched(&r, 5, 0, 0, 17, 9, 33, 0, 1, 0.0f);
   check_gemm_batched(&r, 5, 0, 0, 17, 9, 33, 1, 0, 1.0f);
@@ -348,8 +378,8 @@ Test(gpu, gemm_batched) {
 /* ------------------------------------------------------------------------------------------ */
 /* bias, activations */
 
-Test(gpu, bias_add_and_grad) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, bias_add_and_grad) {
+  need_backend();
   rng r = {5};
   const int shapes[][2] = {{1, 1}, {37, 67}, {1000, 300}, {3, 1030}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -367,8 +397,8 @@ Test(gpu, bias_add_and_grad) {
   }
 }
 
-Test(gpu, gelu_and_relu) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, gelu_and_relu) {
+  need_backend();
   rng r = {6};
   size_t sizes[] = {1, 1001, 300007};
   for (size_t s = 0; s < 3; s++) {
@@ -399,8 +429,8 @@ Test(gpu, gelu_and_relu) {
 /* ------------------------------------------------------------------------------------------ */
 /* layernorm, softmax, cross-entropy */
 
-Test(gpu, layernorm) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, layernorm) {
+  need_backend();
   rng r = {7};
   const int shapes[][2] = {{1, 1}, {37, 67}, {300, 768}, {5, 2049}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -430,8 +460,8 @@ Test(gpu, layernorm) {
   }
 }
 
-Test(gpu, softmax) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, softmax) {
+  need_backend();
   rng r = {8};
   const int shapes[][2] = {{1, 1}, {7, 5}, {33, 3001}, {2, 50257}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -444,8 +474,8 @@ Test(gpu, softmax) {
   }
 }
 
-Test(gpu, cross_entropy) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, cross_entropy) {
+  need_backend();
   rng r = {9};
   const int shapes[][2] = {{1, 1}, {7, 5}, {65, 3001}, {3, 50257}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -499,8 +529,8 @@ static void check_attention(rng *r, int B, int T, int C, int NH, int nan_last) {
   }
 }
 
-Test(gpu, attention) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, attention) {
+  need_backend();
   rng r = {10};
   check_attention(&r, 1, 1, 4, 1, 0);
   check_attention(&r, 2, 17, 12, 3, 0);
@@ -512,8 +542,8 @@ Test(gpu, attention) {
 /* ------------------------------------------------------------------------------------------ */
 /* embedding */
 
-Test(gpu, embedding) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, embedding) {
+  need_backend();
   rng r = {11};
   const int shapes[][4] = {{1, 1, 1, 1}, {3, 33, 40, 7}, {4, 64, 96, 50}, {2, 17, 300, 1000}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -541,8 +571,8 @@ Test(gpu, embedding) {
 /* ------------------------------------------------------------------------------------------ */
 /* optimizers */
 
-Test(gpu, adamw) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, adamw) {
+  need_backend();
   rng r = {12};
   size_t n = 100003;
   float *p = rand_buf(&r, n, -1, 1), *g = rand_buf(&r, n, -1, 1), *m = rand_buf(&r, n, -0.1f, 0.1f);
@@ -557,8 +587,8 @@ Test(gpu, adamw) {
   expect_close("adamw v", v, gv, n, TOL_MATH);
 }
 
-Test(gpu, sgd) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, sgd) {
+  need_backend();
   rng r = {13};
   size_t n = 100003;
   float *p = rand_buf(&r, n, -1, 1), *g = rand_buf(&r, n, -1, 1), *mom = rand_buf(&r, n, -1, 1);
@@ -575,8 +605,8 @@ Test(gpu, sgd) {
 /* ------------------------------------------------------------------------------------------ */
 /* vector utilities */
 
-Test(gpu, vector_utilities) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, vector_utilities) {
+  need_backend();
   rng r = {14};
   size_t n = 300007;
   float *x = rand_buf(&r, n, -1, 1), *y = rand_buf(&r, n, -1, 1);
@@ -608,8 +638,8 @@ Test(gpu, vector_utilities) {
   expect_close("copy overlapping backward", o, go, n, TOL_EXACT);
 }
 
-Test(gpu, sumsq_and_nonfinite) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, sumsq_and_nonfinite) {
+  need_backend();
   rng r = {15};
   size_t sizes[] = {1, 1000, 3000017};
   for (size_t s = 0; s < 3; s++) {
@@ -617,7 +647,8 @@ Test(gpu, sumsq_and_nonfinite) {
     float *x = rand_buf(&r, n, -3, 3);
     float *gx = devf(x, n);
     double want = H->sumsq(x, n), got = G->sumsq(gx, n);
-    cr_assert(fabs(got - want) <= 1e-11 * want, "sumsq n=%zu: gpu %.17g, cpu %.17g", n, got, want);
+    cr_assert(fabs(got - want) <= 1e-11 * want, "sumsq n=%zu: %s %.17g, cpu %.17g", n, G->name, got,
+              want);
     cr_assert_eq(G->sumsq(gx, n), got, "sumsq: not the same bits twice");
     cr_assert_eq(G->nonfinite(gx, n), 0);
     x[n / 2] = NAN;
@@ -639,8 +670,8 @@ static uint32_t bits(float x) {
   return u;
 }
 
-Test(gpu, casts_and_rounding) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, casts_and_rounding) {
+  need_backend();
   rng r = {16};
   enum { N = 200003 };
   float *x = fbuf(N);
@@ -674,10 +705,10 @@ Test(gpu, casts_and_rounding) {
   G->cast_f32_to_f16(gf, gx, N);
   uint16_t *bb = back(gb, 2 * N), *bf = back(gf, 2 * N);
   for (int i = 0; i < N; i++) {
-    cr_assert_eq(bb[i], hb[i], "cast_f32_to_bf16(0x%08x): gpu 0x%04x, cpu 0x%04x", bits(x[i]),
-                 bb[i], hb[i]);
-    cr_assert_eq(bf[i], hf[i], "cast_f32_to_f16(0x%08x): gpu 0x%04x, cpu 0x%04x", bits(x[i]), bf[i],
-                 hf[i]);
+    cr_assert_eq(bb[i], hb[i], "cast_f32_to_bf16(0x%08x): %s 0x%04x, cpu 0x%04x", bits(x[i]),
+                 G->name, bb[i], hb[i]);
+    cr_assert_eq(bf[i], hf[i], "cast_f32_to_f16(0x%08x): %s 0x%04x, cpu 0x%04x", bits(x[i]),
+                 G->name, bf[i], hf[i]);
   }
   /* widening every 16-bit pattern */
   enum { P = 65536 };
@@ -710,8 +741,8 @@ Test(gpu, casts_and_rounding) {
 /* ------------------------------------------------------------------------------------------ */
 /* determinism of the reducing ops: the same inputs twice give the same bits */
 
-Test(gpu, reductions_are_deterministic) {
-  need_gpu();
+Test(OPS_HARNESS_SUITE, reductions_are_deterministic) {
+  need_backend();
   rng r = {17};
   int M = 96, N = 200, K = 300, Nr = 1000, C = 300, B = 2, T = 64, AC = 96, NH = 4, V = 50;
   float *a = devf(rand_buf(&r, (size_t)M * K, -1, 1), (size_t)M * K);

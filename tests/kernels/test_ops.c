@@ -125,11 +125,18 @@ Test(ops, backend_lookup) {
   cr_assert_eq(kernels_get_ops("cpu", &t), CORE_OK);
   cr_assert_eq(t, kernels_cpu_ops());
   cr_assert_str_eq(t->name, "cpu");
+  cr_assert_eq(t->device_memory, 0, "cpu buffers are host memory");
+
+  cr_assert_eq(kernels_get_ops("fakedev", &t), CORE_OK);
+  cr_assert_eq(t, kernels_fakedev_ops());
+  cr_assert_str_eq(t->name, "fakedev");
+  cr_assert_eq(t->device_memory, 1, "fakedev buffers are not host memory");
 
   core_error_clear();
   int rc = kernels_get_ops("cuda", &t);
 #if BRIGADE_CUDA
   cr_assert(rc == CORE_OK || rc == CORE_ERUNTIME);
+  if (rc == CORE_OK) cr_assert_eq(t->device_memory, 1, "cuda buffers are device memory");
 #else
   cr_assert_eq(rc, CORE_ERUNTIME, "cuda without a CUDA build must be a runtime error");
   cr_assert_not_null(strstr(core_error_msg(), "CUDA"), "message: %s", core_error_msg());
@@ -137,6 +144,8 @@ Test(ops, backend_lookup) {
 #endif
   cr_assert_eq(kernels_get_ops("tpu", &t), CORE_EINPUT);
   cr_assert_not_null(strstr(core_error_msg(), "\"tpu\""), "message: %s", core_error_msg());
+  cr_assert_not_null(strstr(core_error_msg(), "fakedev"), "lists every backend: %s",
+                     core_error_msg());
   cr_assert_null(t);
   cr_assert_eq(kernels_get_ops(NULL, &t), CORE_EINPUT);
   cr_assert_eq(kernels_get_ops("CPU", &t), CORE_EINPUT, "names are exact");

@@ -269,7 +269,11 @@ static void round_fp16(float *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = kernels_f16_to_f32(kernels_f32_to_f16(x[i]));
 }
 
+/* Mixed precision is emulated on the CPU by rounding on store; the products stay fp32. */
+static void matmul_bf16_ignored(int on) { (void)on; }
+
 static const kernels_ops cpu_ops = {
+    .matmul_bf16 = matmul_bf16_ignored,
     .name = "cpu",
     .device_memory = 0, /* host memory: host code may touch the buffers */
     .alloc = mem_alloc,

@@ -5,10 +5,48 @@
 // row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: call cuBLAS with the
 // operands swapped (B first, then A) and M, N swapped; each operand keeps its own transpose
 // flag, and the leading dimensions are the row-major ones (the stored matrix's column count).
-// Math mode: see backend.cu (full fp32 by default, no TF32).
+// Math mode: see backend.cu (full fp32 by default, no TF32). With matmul_bf16(1) (bf16 mixed
+// precision) A and B are rounded to bf16 into two grow-only device buffers and multiplied by
+// cublasGemmEx / cublasGemmStridedBatchedEx on tensor cores with fp32 accumulation
+// (CUBLAS_COMPUTE_32F); C stays fp32.
+#include <cuda_bf16.h>
+
 #include "kernels/cuda/cuda.h"
 
 static int max1(int x) { return x > 1 ? x : 1; }
+
+static int bf16_mode;
+void cuda_matmul_bf16(int on) { bf16_mode = on != 0; }
+
+// Grow-only bf16 copies of the operands; growing frees the old buffer with cudaFree, which
+// waits for the device, so no queued GEMM still reads it.
+static __nv_bfloat16 *bf_buf[2];
+static size_t bf_cap[2];
+static __nv_bfloat16 *bf16_buffer(int k, size_t n, const char *op) {
+  if (n > bf_cap[k]) {
+    if (bf_buf[k]) CUDA_CHECK_OP(op, cudaFree(bf_buf[k]));
+    bf_buf[k] = nullptr;
+    CUDA_CHECK_OP(op, cudaMalloc((void **)&bf_buf[k], n * sizeof(__nv_bfloat16)));
+    bf_cap[k] = n;
+  }
+  return bf_buf[k];
+}
+
+__global__ void k_to_bf16(__nv_bfloat16 *out, const float *in, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    out[i] = __float2bfloat16_rn(in[i]);
+}
+
+// n floats at x as bf16 in buffer k
+static const __nv_bfloat16 *as_bf16(int k, const float *x, size_t n, const char *op) {
+  __nv_bfloat16 *b = bf16_buffer(k, n ? n : 1, op);
+  if (n) {
+    k_to_bf16<<<cuda_grid(n), CUDA_THREADS, 0, cuda_stream()>>>(b, x, n);
+    LAUNCH_CHECK_OP(op);
+  }
+  return b;
+}
 
 __global__ void k_scale_matrix(float *c, size_t n, float beta) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -34,6 +72,14 @@ void cuda_gemm(float *c, const float *a, const float *b, int M, int N, int K, in
   cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                     opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = max1(transa ? M : K), ldb = max1(transb ? K : N);
+  if (bf16_mode) {
+    const __nv_bfloat16 *ab = as_bf16(0, a, (size_t)M * K, "gemm"), *bb = as_bf16(1, b, (size_t)K * N, "gemm");
+    cublasStatus_t s = cublasGemmEx(cuda_blas(), opb, opa, N, M, K, &alpha, bb, CUDA_R_16BF, ldb, ab, CUDA_R_16BF,
+                                    lda, &beta, c, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      cuda_fail("gemm", __FILE__, __LINE__, "cublasGemmEx (bf16)", cublasGetStatusString(s));
+    return;
+  }
   cublasStatus_t s =
       cublasSgemm(cuda_blas(), opb, opa, N, M, K, &alpha, b, ldb, a, lda, &beta, c, N);
   if (s != CUBLAS_STATUS_SUCCESS)
@@ -60,6 +106,17 @@ void cuda_gemm_batched(float *c, const float *a, const float *b, int batch, size
   cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                     opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = max1(transa ? M : K), ldb = max1(transb ? K : N);
+  if (bf16_mode) { // each operand converted over its whole span (a stride of 0 shares one matrix)
+    size_t na = (size_t)(batch - 1) * stride_a + (size_t)M * K, nb = (size_t)(batch - 1) * stride_b + (size_t)K * N;
+    const __nv_bfloat16 *ab = as_bf16(0, a, na, "gemm_batched"), *bb = as_bf16(1, b, nb, "gemm_batched");
+    cublasStatus_t s = cublasGemmStridedBatchedEx(
+        cuda_blas(), opb, opa, N, M, K, &alpha, bb, CUDA_R_16BF, ldb, (long long)stride_b, ab, CUDA_R_16BF, lda,
+        (long long)stride_a, &beta, c, CUDA_R_32F, N, (long long)stride_c, batch, CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      cuda_fail("gemm_batched", __FILE__, __LINE__, "cublasGemmStridedBatchedEx (bf16)", cublasGetStatusString(s));
+    return;
+  }
   cublasStatus_t s = cublasSgemmStridedBatched(cuda_blas(), opb, opa, N, M, K, &alpha, b, ldb,
                                                (long long)stride_b, a, lda, (long long)stride_a,
                                                &beta, c, N, (long long)stride_c, batch);

@@ -257,6 +257,7 @@ Test(OPS_HARNESS_SUITE, table_is_complete) {
   HAS(to_host);
   HAS(sync);
   HAS(gemm);
+  HAS(matmul_bf16);
   HAS(gemm_batched);
   HAS(bias_add);
   HAS(bias_grad);
@@ -337,6 +338,40 @@ Test(OPS_HARNESS_SUITE, gemm_all_transposes) {
         check_gemm(&r, shapes[s][0], shapes[s][1], shapes[s][2], ta, tb, 1.0f, 0.0f);
         check_gemm(&r, shapes[s][0], shapes[s][1], shapes[s][2], ta, tb, 0.7f, 1.0f);
       }
+}
+
+/* bf16 matmuls: on inputs that bf16 holds exactly (what bf16 mixed precision stores), the
+ * products are exact in fp32 and only the order of the fp32 sums may differ: TOL_GEMM. Every
+ * table must keep the results fp32 products of the rounded inputs (the CPU tables ignore the
+ * mode, so theirs are exactly those). */
+Test(OPS_HARNESS_SUITE, gemm_bf16_inputs) {
+  need_backend();
+  rng r = {12};
+  const int shapes[][3] = {{17, 33, 65}, {128, 96, 300}};
+  G->matmul_bf16(1);
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+    for (int t = 0; t < 4; t++) {
+      int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = t & 1, tb = t >> 1;
+      size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+      float *a = rand_buf(&r, na, -1, 1), *b = rand_buf(&r, nb, -1, 1), *c = fbuf(nc);
+      H->round_bf16(a, na), H->round_bf16(b, nb);
+      float *dc = dev_poisoned(nc);
+      H->gemm(c, a, b, M, N, K, ta, tb, 1.0f, 0.0f);
+      G->gemm(dc, devf(a, na), devf(b, nb), M, N, K, ta, tb, 1.0f, 0.0f);
+      char what[96];
+      snprintf(what, sizeof what, "bf16 gemm M=%d N=%d K=%d ta=%d tb=%d", M, N, K, ta, tb);
+      expect_close(what, c, dc, nc, TOL_GEMM);
+    }
+  /* batched, with a shared A */
+  int B = 3, M = 16, N = 24, K = 40;
+  float *a = rand_buf(&r, (size_t)M * K, -1, 1), *b = rand_buf(&r, (size_t)B * K * N, -1, 1);
+  float *c = fbuf((size_t)B * M * N), *dc = dev_poisoned((size_t)B * M * N);
+  H->round_bf16(a, (size_t)M * K), H->round_bf16(b, (size_t)B * K * N);
+  H->gemm_batched(c, a, b, B, (size_t)M * N, 0, (size_t)K * N, M, N, K, 0, 0, 1.0f, 0.0f);
+  G->gemm_batched(dc, devf(a, (size_t)M * K), devf(b, (size_t)B * K * N), B, (size_t)M * N, 0, (size_t)K * N, M, N,
+                  K, 0, 0, 1.0f, 0.0f);
+  expect_close("bf16 gemm_batched", c, dc, (size_t)B * M * N, TOL_GEMM);
+  G->matmul_bf16(0);
 }
 
 Test(OPS_HARNESS_SUITE, gemm_empty_k) {

@@ -160,6 +160,7 @@ Test(ops, table_is_complete) {
   HAS(to_host);
   HAS(sync);
   HAS(gemm);
+  HAS(matmul_bf16);
   HAS(gemm_batched);
   HAS(bias_add);
   HAS(bias_grad);

@@ -2,9 +2,9 @@
 // cuBLAS handle and workspace, the memory entries of the table, and the table itself.
 //
 // kernels_cuda_get_ops() fails with one clear message when there is no usable GPU (no driver,
-// no device: CI and the build machine have none); otherwise it creates the stream and the
-// cuBLAS handle on the current device (cudaSetDevice before it to pick another one) and
-// returns the table. cuBLAS runs in CUBLAS_DEFAULT_MATH: fp32 GEMMs in full fp32, no TF32, so
+// no device: CI and the build machine have none); otherwise it picks the process's GPU
+// (pick_device: the local rank modulo the GPU count), creates the stream and the cuBLAS handle
+// on it and returns the table. cuBLAS runs in CUBLAS_DEFAULT_MATH: fp32 GEMMs in full fp32, no TF32, so
 // results match the CPU table's to fp32 rounding; BRIGADE_CUDA_TF32=1 in the environment
 // allows TF32 tensor cores instead (about 10 bits of mantissa in the products).
 #include <stdio.h>
@@ -41,7 +41,19 @@ static struct {
   size_t ws_bytes;
 } st;
 
+// The GPU of this process: with several on the node, local rank r (Open MPI's
+// OMPI_COMM_WORLD_LOCAL_RANK, or BRIGADE_CUDA_DEVICE) takes device r mod count; ranks that
+// outnumber the GPUs share them (transfers and collectives go through host copies anyway).
+static void pick_device(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) return;
+  const char *e = getenv("BRIGADE_CUDA_DEVICE");
+  if (!e) e = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (e && *e) cudaSetDevice(atoi(e) % n);
+}
+
 static void init_once(void) {
+  pick_device();
   cudaError_t e = cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
     snprintf(st.init_msg, sizeof st.init_msg, "cudaStreamCreate failed: %s", cudaGetErrorString(e));

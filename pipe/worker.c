@@ -85,16 +85,16 @@ static int drain_slot(pipe_worker *w, int slot, int i, const sched_instr *in) {
 }
 
 static int op_send(pipe_worker *w, int i, const sched_instr *in) {
-  size_t n = 0;
-  float *buf = w->ex.buffer(w->ex.ctx, in, &n);
   int grad = in->op == SCHED_SEND_GRAD;
   int dst = stage_of(w, in) + (grad ? -1 : 1);
   int tag = pipe_tag(w->pr, dst, in->mb, grad);
   MPI_Request *r = &w->slot_req[2 * in->slot + grad];
-  if (*r != MPI_REQUEST_NULL) {
+  if (*r != MPI_REQUEST_NULL) { /* before the executor refills the buffer (staging) */
     int rc = wait_req(w, r, MPI_STATUS_IGNORE, i, in);
     if (rc) return rc;
   }
+  size_t n = 0;
+  float *buf = w->ex.buffer(w->ex.ctx, in, &n);
   int err = w->synchronous ? MPI_Issend(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, r)
                            : MPI_Isend(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, r);
   return err == MPI_SUCCESS ? CORE_OK : fail(w, i, in, "MPI_Isend failed");

@@ -48,6 +48,7 @@
 
 #include "core/error.h"
 #include "kernels/ops.h"
+#include "tests/common/ops_table.h"
 
 #define TOL_EXACT 0.0
 #define TOL_ELEM 1e-12
@@ -250,47 +251,8 @@ Test(OPS_HARNESS_SUITE, table_is_complete) {
   cr_assert_eq(t->device_memory, strcmp(t->name, "cpu") != 0,
                "%s table: device_memory %d (1 for every backend but cpu)", t->name,
                t->device_memory);
-#define HAS(f) cr_assert_not_null(t->f, "%s table lacks " #f, t->name)
-  HAS(alloc);
-  HAS(free);
-  HAS(to_device);
-  HAS(to_host);
-  HAS(sync);
-  HAS(gemm);
-  HAS(matmul_bf16);
-  HAS(gemm_batched);
-  HAS(bias_add);
-  HAS(bias_grad);
-  HAS(gelu_forward);
-  HAS(gelu_backward);
-  HAS(relu_forward);
-  HAS(relu_backward);
-  HAS(layernorm_forward);
-  HAS(layernorm_backward_input);
-  HAS(layernorm_backward_weight);
-  HAS(softmax_forward);
-  HAS(attention_forward);
-  HAS(attention_backward);
-  HAS(embedding_forward);
-  HAS(embedding_backward);
-  HAS(xent_forward);
-  HAS(xent_backward);
-  HAS(adamw);
-  HAS(sgd);
-  HAS(axpy);
-  HAS(scale);
-  HAS(fill);
-  HAS(zero);
-  HAS(copy);
-  HAS(sumsq);
-  HAS(nonfinite);
-  HAS(cast_f32_to_bf16);
-  HAS(cast_bf16_to_f32);
-  HAS(cast_f32_to_f16);
-  HAS(cast_f16_to_f32);
-  HAS(round_bf16);
-  HAS(round_fp16);
-#undef HAS
+  const char *miss = test_ops_missing(t);
+  cr_assert_null(miss, "%s table lacks %s", t->name, miss);
 }
 
 Test(OPS_HARNESS_SUITE, memory_entries) {

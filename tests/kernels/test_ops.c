@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "kernels/ops.h"
+#include "tests/common/ops_table.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* buffers: every allocation of a test is freed by the suite's fini (LeakSanitizer stays quiet) */
@@ -153,47 +154,8 @@ Test(ops, backend_lookup) {
 
 Test(ops, table_is_complete) {
   const kernels_ops *t = cpu();
-#define HAS(f) cr_assert_not_null(t->f, "cpu table lacks " #f)
-  HAS(alloc);
-  HAS(free);
-  HAS(to_device);
-  HAS(to_host);
-  HAS(sync);
-  HAS(gemm);
-  HAS(matmul_bf16);
-  HAS(gemm_batched);
-  HAS(bias_add);
-  HAS(bias_grad);
-  HAS(gelu_forward);
-  HAS(gelu_backward);
-  HAS(relu_forward);
-  HAS(relu_backward);
-  HAS(layernorm_forward);
-  HAS(layernorm_backward_input);
-  HAS(layernorm_backward_weight);
-  HAS(softmax_forward);
-  HAS(attention_forward);
-  HAS(attention_backward);
-  HAS(embedding_forward);
-  HAS(embedding_backward);
-  HAS(xent_forward);
-  HAS(xent_backward);
-  HAS(adamw);
-  HAS(sgd);
-  HAS(axpy);
-  HAS(scale);
-  HAS(fill);
-  HAS(zero);
-  HAS(copy);
-  HAS(sumsq);
-  HAS(nonfinite);
-  HAS(cast_f32_to_bf16);
-  HAS(cast_bf16_to_f32);
-  HAS(cast_f32_to_f16);
-  HAS(cast_f16_to_f32);
-  HAS(round_bf16);
-  HAS(round_fp16);
-#undef HAS
+  const char *miss = test_ops_missing(t);
+  cr_assert_null(miss, "%s table lacks %s", t->name, miss);
 }
 
 /* The core choice must happen even though OpenBLAS chose before main; checked by clearing the

@@ -49,6 +49,17 @@ static int train(int np, const char *sets, const char *log) {
   return test_sh(cmd);
 }
 
+/* The first step's line of a --log-json file, parsed (the caller frees it). */
+static core_json *first_step(const char *log) {
+  FILE *f = fopen(log, "r");
+  char line[1024];
+  cr_assert(f && fgets(line, sizeof line, f), "no step in %s", log);
+  fclose(f);
+  core_json *j;
+  cr_assert_eq(core_json_parse(line, strlen(line), log, &j), 0);
+  return j;
+}
+
 static void same_bits(const run_log *a, const run_log *b, const char *what) {
   cr_assert_eq(a->n, b->n, "%s: %d steps vs %d", what, a->n, b->n);
   for (int i = 0; i < a->n; i++) {
@@ -319,12 +330,7 @@ Test(train, zero_accounting_matches_the_model, .timeout = 120) {
   close(mkstemp(log));
   cr_assert_eq(train(4, "--set zero_optimization.stage=1 --set pipeline.stages=1 --set gradient_accumulation_steps=1 "
                         "--set fp16.enabled=true", log), 0);
-  FILE *f = fopen(log, "r");
-  char line[1024];
-  cr_assert(fgets(line, sizeof line, f));
-  fclose(f);
-  core_json *j;
-  cr_assert_eq(core_json_parse(line, strlen(line), log, &j), 0);
+  core_json *j = first_step(log);
   double red = core_json_get(j, "dp_reduce_bytes")->num, gat = core_json_get(j, "dp_gather_bytes")->num;
   double state = core_json_get(j, "opt_state_bytes")->num, master = core_json_get(j, "master_bytes")->num;
   core_json_free(j);
@@ -360,12 +366,7 @@ Test(train, zero2_gradient_memory_and_traffic, .timeout = 120) {
   cr_assert_eq(train(4, "--set zero_optimization.stage=2 --set zero_optimization.reduce_bucket_size=1000 "
                         "--set zero_optimization.overlap_comm=true --set pipeline.stages=1 "
                         "--set gradient_accumulation_steps=2", log), 0);
-  FILE *f = fopen(log, "r");
-  char line[1024];
-  cr_assert(fgets(line, sizeof line, f));
-  fclose(f);
-  core_json *j;
-  cr_assert_eq(core_json_parse(line, strlen(line), log, &j), 0);
+  core_json *j = first_step(log);
   double grads = core_json_get(j, "grad_bytes")->num, red = core_json_get(j, "dp_reduce_bytes")->num;
   double gat = core_json_get(j, "dp_gather_bytes")->num;
   core_json_free(j);

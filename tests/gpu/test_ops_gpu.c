@@ -49,6 +49,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "tests/common/ops_table.h"
+#include "tests/common/splitmix.h"
 
 #define TOL_EXACT 0.0
 #define TOL_ELEM 1e-12
@@ -176,19 +177,6 @@ static void *back(const void *d, size_t bytes) {
 }
 static float *backf(const float *d, size_t n) { return back(d, n * sizeof(float)); }
 
-/* splitmix64, as tests/kernels/test_ops.c */
-typedef struct {
-  uint64_t s;
-} rng;
-static uint64_t next_u64(rng *r) {
-  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static float uniform(rng *r, float lo, float hi) {
-  return lo + (hi - lo) * (float)((double)(next_u64(r) >> 40) * 0x1p-24);
-}
 static float *rand_buf(rng *r, size_t n, float lo, float hi) {
   float *x = fbuf(n);
   for (size_t i = 0; i < n; i++)

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "tests/common/ops_table.h"
+#include "tests/common/splitmix.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* buffers: every allocation of a test is freed by the suite's fini (LeakSanitizer stays quiet) */
@@ -46,19 +47,6 @@ TestSuite(ops, .fini = free_pool);
 
 static const kernels_ops *cpu(void) { return kernels_cpu_ops(); }
 
-/* splitmix64: a fixed seed gives the same inputs on every machine */
-typedef struct {
-  uint64_t s;
-} rng;
-static uint64_t next_u64(rng *r) {
-  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static float uniform(rng *r, float lo, float hi) {
-  return lo + (hi - lo) * (float)((double)(next_u64(r) >> 40) * 0x1p-24);
-}
 static float *rand_buf(rng *r, size_t n, float lo, float hi) {
   float *x = fbuf(n);
   for (size_t i = 0; i < n; i++) x[i] = uniform(r, lo, hi);

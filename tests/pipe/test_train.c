@@ -3,6 +3,7 @@
  * uninterrupted losses bit for bit, and bad configs are one clear error with exit 2. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,17 @@ static int train(int np, const char *sets, const char *log) {
   char cmd[2300];
   snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade %s 1>&2", test_build_dir(), args);
   return test_sh(cmd);
+}
+
+/* train() with --set options from a format, which must succeed; its log into *out. */
+static void train_read(int np, const char *log, run_log *out, const char *fmt, ...) {
+  char sets[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(sets, sizeof sets, fmt, ap);
+  va_end(ap);
+  cr_assert_eq(train(np, sets, log), 0, "train %s failed", sets);
+  read_log(log, out);
 }
 
 /* The first step's line of a --log-json file, parsed (the caller frees it). */
@@ -429,22 +441,15 @@ Test(train, device_memory_backend_matches_cpu, .timeout = 300) {
           "--set fp16.enabled=true --set pipeline.schedule=zb-h1"},
   };
   for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
-    run_log cpu, dev;
-    snprintf(sets, sizeof sets, "%s --set checkpoint.dir=%s/cpu%zu", layouts[k].sets, dir, k);
-    cr_assert_eq(train(layouts[k].np, sets, log), 0, "cpu: %s", sets);
-    read_log(log, &cpu);
-    snprintf(sets, sizeof sets, "%s --set backend=fakedev --set checkpoint.dir=%s/dev%zu", layouts[k].sets, dir, k);
-    cr_assert_eq(train(layouts[k].np, sets, log), 0, "fakedev: %s", sets);
-    read_log(log, &dev);
-    same_bits(&cpu, &dev, layouts[k].sets);
-    /* the device run's checkpoint resumes on the CPU where the CPU's own would */
-    run_log a, b;
-    snprintf(sets, sizeof sets, "%s --set train.steps=24 --resume %s/cpu%zu", layouts[k].sets, dir, k);
-    cr_assert_eq(train(layouts[k].np, sets, log), 0, "%s", sets);
-    read_log(log, &a);
-    snprintf(sets, sizeof sets, "%s --set train.steps=24 --resume %s/dev%zu --set backend=fakedev", layouts[k].sets, dir, k);
-    cr_assert_eq(train(layouts[k].np, sets, log), 0, "%s", sets);
-    read_log(log, &b);
+    run_log cpu, dev, a, b;
+    int np = layouts[k].np;
+    const char *base = layouts[k].sets;
+    train_read(np, log, &cpu, "%s --set checkpoint.dir=%s/cpu%zu", base, dir, k);
+    train_read(np, log, &dev, "%s --set backend=fakedev --set checkpoint.dir=%s/dev%zu", base, dir, k);
+    same_bits(&cpu, &dev, base);
+    /* the device run's checkpoint, resumed on fakedev, continues as the CPU's does on the CPU */
+    train_read(np, log, &a, "%s --set train.steps=24 --resume %s/cpu%zu", base, dir, k);
+    train_read(np, log, &b, "%s --set train.steps=24 --resume %s/dev%zu --set backend=fakedev", base, dir, k);
     cr_assert_eq(a.n, 4);
     same_bits(&a, &b, "resumed");
   }

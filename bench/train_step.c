@@ -4,10 +4,13 @@
  * peak), the share of step time spent in GEMMs (the op table's gemm, timed through a wrapper
  * that waits for the device around each call on a GPU) and the table's sgemm GFLOP/s measured
  * in the same run on the model's largest matmuls.
- *   bench/train_step [CONFIG] [STEPS] [THREADS] [BACKEND] [B] [T]
+ *   bench/train_step [CONFIG] [STEPS] [THREADS] [BACKEND] [B] [T] [PRECISION]
  * BACKEND "cuda" runs on the GPU (B and T override the config's micro-batch and sequence
  * length, to fill it); BRIGADE_PEAK_TFLOPS sets the peak the MFU is taken against (default:
- * 989.4, the H100 SXM's dense bf16; on the CPU, 0 leaves MFU out). */
+ * 989.4, the H100 SXM's dense bf16; on the CPU, 0 leaves MFU out). PRECISION is what training
+ * with bf16.enabled does: "bf16" (the default on "cuda": matmul_bf16 on, activations rounded to
+ * bf16 as stored), "bf16fast" (the same with BRIGADE_CUDA_BF16=fast: cuBLAS rounds the fp32
+ * operands itself) or "fp32" (the default elsewhere). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +78,14 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (argc > 5) B = atoi(argv[5]);
+  const char *prec = argc > 7 ? argv[7] : strcmp(base->name, "cuda") == 0 ? "bf16" : "fp32";
+  int bf16 = strcmp(prec, "fp32") != 0;
+  if (bf16 && strcmp(prec, "bf16") && strcmp(prec, "bf16fast")) {
+    fprintf(stderr, "train_step: precision \"%s\": expected fp32, bf16 or bf16fast\n", prec);
+    return 2;
+  }
+  if (!strcmp(prec, "bf16fast")) setenv("BRIGADE_CUDA_BF16", "fast", 1);
+  base->matmul_bf16(bf16); /* as pipe/train.c does for bf16.enabled */
   timed = *base;
   real_gemm = timed.gemm;
   timed.gemm = gemm_timed;
@@ -84,9 +95,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_step: %s\n", core_error_msg());
     return 1;
   }
-  printf("model %s: %.1f M parameters (the tied head is a second copy), B=%d T=%d, backend %s, %d OpenBLAS "
+  ch.act_round = bf16; /* activations rounded to bf16 as they are stored, as training does */
+  printf("model %s: %.1f M parameters (the tied head is a second copy), B=%d T=%d, backend %s, %s, %d OpenBLAS "
          "thread(s), OPENBLAS_CORETYPE=%s; init %.1f s\n", path, layers_model_params(&m) / 1e6, (int)B, m.T,
-         base->name, threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(default)", now() - t0);
+         base->name, prec, threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(default)", now() - t0);
   float *mv = base->alloc(ch.nparams * 4), *vv = base->alloc(ch.nparams * 4);
   core_rng r = core_rng_keyed(1, 2, 3, 4);
   int N = (int)B * m.T, L = 0;
@@ -125,8 +137,8 @@ int main(int argc, char **argv) {
   printf("model FLOPs: %.3g per token (6N + 6LCT, L=%d), %.2f TFLOP/s achieved", per_token, L, per_token * tps / 1e12);
   if (peak > 0) printf(", MFU %.1f%% of %.1f TFLOP/s", 100 * per_token * tps / (peak * 1e12), peak);
   printf("\n");
-  printf("%s sgemm in this run, M=%d N=%d K=%d (the LM head): %.1f GFLOP/s; M=%d N=%d K=%d (MLP): %.1f GFLOP/s\n",
-         base->name, N, m.V, m.C, sgemm_gflops(N, m.V, m.C), N, 4 * m.C, m.C, sgemm_gflops(N, 4 * m.C, m.C));
+  printf("%s GEMM (%s) in this run, M=%d N=%d K=%d (the LM head): %.1f GFLOP/s; M=%d N=%d K=%d (MLP): %.1f GFLOP/s\n",
+         base->name, prec, N, m.V, m.C, sgemm_gflops(N, m.V, m.C), N, 4 * m.C, m.C, sgemm_gflops(N, 4 * m.C, m.C));
   base->free(mv), base->free(vv), free(tok), free(tgt);
   layers_chunk_free(&ch);
   layers_model_free(&m);

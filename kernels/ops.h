@@ -87,10 +87,14 @@ typedef struct kernels_ops {
   /* ---- causal multi-head self-attention core (no weights: Q/K/V/proj are linear layers) ----
    * qkv[B,T,3C] holds q, k, v side by side in each row; head h uses columns h*hs..(h+1)*hs-1
    * of each, hs = C/NH (C must be a multiple of NH). out[B,T,C] =; att[B,NH,T,T] = the softmax
-   * probabilities, the cache backward needs (entries above the diagonal are written as 0). */
+   * probabilities, the cache backward needs (entries above the diagonal are written as 0).
+   * Row t of att reads scores of positions <= t only, on every table. For finite inputs the
+   * same holds for out and dqkv; with a NaN or Inf in a later token, the CPU table still keeps
+   * earlier rows clean, while the CUDA table (GEMMs over the whole T x T square) lets it spread
+   * through the masked zeros (0 * NaN). */
   void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
   /* dqkv[B,T,3C] = from dout[B,T,C]; scratch: at least 2*T floats, contents not kept (the
-   * CUDA table ignores it and uses its own workspace, B*NH*T*T floats, grown on first use) */
+   * CUDA table ignores it and uses its own workspace, B*NH*T*T + 7*B*T*C floats) */
   void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH);
 

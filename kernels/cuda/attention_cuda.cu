@@ -2,50 +2,92 @@
 //
 // The same maths as kernels/cpu/attention_cpu.c. Per (batch b, head h), Q, K, V the [T, hs]
 // slices of qkv (row stride 3C), A = softmax(scale * Q K^T + causal mask), scale = 1/sqrt(hs):
-//   forward:  out_h = A V
-//   backward: dS = A * (dA - rowsum(A * dA)) * scale with dA = dY V^T (rows of the lower
-//             triangle only); dQ = dS K; dK = dS^T Q; dV = A^T dY
-// Straightforward kernels, one block per row of A (or per key, for dK and dV), each output
-// element written once by one thread: no atomics, so results are repeatable bit for bit. Every
-// loop stops at the diagonal, so a NaN or Inf in a later token never reaches an earlier one,
-// as on the CPU. Not tuned: a fused (flash) kernel or cuBLAS batched products would be much
-// faster for long sequences; this is the correct baseline the faster ones are tested against.
+//   forward:  S = scale * Q K^T;  A = causal softmax of each row of S;  out_h = A V
+//   backward: dA = dY V^T;  dS = A * (dA - rowsum(A * dA)) * scale (lower triangle, 0 above);
+//             dQ = dS K;  dK = dS^T Q;  dV = A^T dY
+// The four products of each pass run as cuBLAS strided batched GEMMs over the B*NH heads
+// (cuda_gemm_batched: fp32, or bf16 inputs with fp32 accumulation under matmul_bf16), on
+// dense per-head copies: a split kernel copies qkv [B, T, 3, NH, hs] into q, k, v [B, NH, T, hs]
+// and a merge kernel writes the results back in the caller's layout. The row kernels (causal
+// softmax, its backward) are one block per row of A with fixed-order reductions, and the GEMMs
+// are deterministic, so results repeat bit for bit.
 //
-// attention_backward ignores the caller's scratch (2*T floats, host-sized) and keeps dS,
-// B*NH*T*T floats, in the backend's workspace.
+// The GEMMs compute the whole T x T square and multiply the masked zeros of A and dS by later
+// tokens' values: for finite inputs that adds exact zeros, but a NaN or Inf in a later token
+// spreads to earlier rows of out and dqkv (0 * NaN), unlike the CPU table, whose loops stop at
+// the diagonal. A itself stays exact: its rows read S only up to the diagonal. (An overflow is
+// caught by the loss-scale check either way.)
+//
+// Memory: att[B,NH,T,T] is the caller's (the layer keeps it for backward). The workspace holds
+// the per-head copies: 4 * B*T*C floats in forward; in backward dS (B*NH*T*T floats) plus
+// 7 * B*T*C. attention_backward ignores the caller's scratch (2*T floats, sized for the CPU).
 #include <math.h>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/reduce.cuh"
 
-enum { ATT_THREADS = 128 };
+enum { ROW_THREADS = 256 };
 
-// Block = one row (b, h, t) of the scores: att[b,h,t,:] = the causal softmax of
-// scale * q_t . k_j, zero above the diagonal. Dynamic shared memory: q_t (hs floats).
-__global__ void k_att_softmax(float *att, const float *qkv, int T, int C, int NH, int hs,
-                              float scale) {
-  extern __shared__ float q[];
+// qkv [B, T, 3C] -> q, k, v [B, NH, T, hs]; one thread per element of qkv (coalesced reads)
+__global__ void k_split_qkv(float *q, float *k, float *v, const float *qkv, int T, int C, int NH,
+                            size_t n) {
+  int hs = C / NH;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t row = i / (3 * (size_t)C); // b*T + t
+    int col = (int)(i % (3 * (size_t)C)), which = col / C, h = (col % C) / hs, d = col % hs;
+    size_t b = row / T, t = row % T;
+    float *dst = which == 0 ? q : which == 1 ? k : v;
+    dst[((b * NH + h) * T + t) * hs + d] = qkv[i];
+  }
+}
+
+// the inverse: dq, dk, dv [B, NH, T, hs] -> dqkv [B, T, 3C] (every element written)
+__global__ void k_merge_qkv(float *dqkv, const float *dq, const float *dk, const float *dv, int T,
+                            int C, int NH, size_t n) {
+  int hs = C / NH;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t row = i / (3 * (size_t)C);
+    int col = (int)(i % (3 * (size_t)C)), which = col / C, h = (col % C) / hs, d = col % hs;
+    size_t b = row / T, t = row % T;
+    const float *src = which == 0 ? dq : which == 1 ? dk : dv;
+    dqkv[i] = src[((b * NH + h) * T + t) * hs + d];
+  }
+}
+
+// x [B, T, C] (token layout) -> y [B, NH, T, hs] (head layout)
+__global__ void k_to_heads(float *y, const float *x, int T, int C, int NH, size_t n) {
+  int hs = C / NH;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t row = i / C, b = row / T, t = row % T;
+    int col = (int)(i % C), h = col / hs, d = col % hs;
+    y[((b * NH + h) * T + t) * hs + d] = x[i];
+  }
+}
+
+// the inverse: y [B, NH, T, hs] -> x [B, T, C] (every element written)
+__global__ void k_from_heads(float *x, const float *y, int T, int C, int NH, size_t n) {
+  int hs = C / NH;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t row = i / C, b = row / T, t = row % T;
+    int col = (int)(i % C), h = col / hs, d = col % hs;
+    x[i] = y[((b * NH + h) * T + t) * hs + d];
+  }
+}
+
+// Block = one row (b, h, t) of S: in place, the causal softmax of s[0..t], zeros above the
+// diagonal (entries above it are never read: they may hold anything).
+__global__ void k_causal_softmax(float *att, int T) {
   __shared__ float sh[32];
-  size_t row = blockIdx.x; // (b*NH + h)*T + t
+  size_t row = blockIdx.x;
   int t = (int)(row % T);
-  size_t bh = row / T;
-  int h = (int)(bh % NH);
-  size_t b = bh / NH;
-  const float *base = qkv + b * T * 3 * C + (size_t)h * hs; // q of token 0 of this head
-  for (int d = threadIdx.x; d < hs; d += blockDim.x)
-    q[d] = base[(size_t)t * 3 * C + d];
-  __syncthreads();
   float *a = att + row * T;
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-    const float *k = base + (size_t)j * 3 * C + C;
-    float s = 0.0f;
-    for (int d = 0; d < hs; d++)
-      s += q[d] * k[d];
-    s *= scale;
-    a[j] = s;
-    mx = s > mx ? s : mx;
-  }
+  for (int j = threadIdx.x; j <= t; j += blockDim.x)
+    mx = a[j] > mx ? a[j] : mx;
   mx = block_max(mx, sh);
   float sum = 0.0f;
   for (int j = threadIdx.x; j <= t; j += blockDim.x)
@@ -56,126 +98,70 @@ __global__ void k_att_softmax(float *att, const float *qkv, int T, int C, int NH
     a[j] = j <= t ? a[j] * inv : 0.0f;
 }
 
-// Block = one row (b, h, t): out[b,t,h*hs+d] = sum_{j<=t} att[t,j] v_j[d], threads over d.
-__global__ void k_att_out(float *out, const float *att, const float *qkv, int T, int C, int NH,
-                          int hs) {
-  size_t row = blockIdx.x;
-  int t = (int)(row % T);
-  size_t bh = row / T;
-  int h = (int)(bh % NH);
-  size_t b = bh / NH;
-  const float *a = att + row * T, *v = qkv + b * T * 3 * C + 2 * (size_t)C + (size_t)h * hs;
-  float *o = out + (b * T + t) * C + (size_t)h * hs;
-  for (int d = threadIdx.x; d < hs; d += blockDim.x) {
-    float s = 0.0f;
-    for (int j = 0; j <= t; j++)
-      s += a[j] * v[(size_t)j * 3 * C + d];
-    o[d] = s;
-  }
-}
-
-void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-  if (NH <= 0 || C % NH != 0)
-    cuda_fail("attention_forward", __FILE__, __LINE__, "shape check", "C must be a multiple of NH");
-  if (B <= 0 || T <= 0) return;
-  int hs = C / NH;
-  unsigned rows = (unsigned)((size_t)B * NH * T);
-  float scale = 1.0f / sqrtf((float)hs);
-  cudaStream_t s = cuda_stream();
-  k_att_softmax<<<rows, ATT_THREADS, sizeof(float) * hs, s>>>(att, qkv, T, C, NH, hs, scale);
-  CUDA_CHECK_OP("attention_forward", cudaGetLastError());
-  k_att_out<<<rows, ATT_THREADS, 0, s>>>(out, att, qkv, T, C, NH, hs);
-  CUDA_CHECK_OP("attention_forward", cudaGetLastError());
-}
-
-// Block = one row (b, h, t): ds[t,j] for j <= t (dA = dy_t . v_j, then the softmax Jacobian).
-// Dynamic shared memory: dy_t (hs floats).
-__global__ void k_att_ds(float *ds, const float *dout, const float *qkv, const float *att, int T,
-                         int C, int NH, int hs, float scale) {
-  extern __shared__ float dy[];
+// Block = one row (b, h, t): in place, dS = A * (dA - sum_{j<=t} A dA) * scale on the lower
+// triangle, 0 above it (the products after this one read the whole row).
+__global__ void k_softmax_backward(float *ds, const float *att, int T, float scale) {
   __shared__ float sh[32];
   size_t row = blockIdx.x;
   int t = (int)(row % T);
-  size_t bh = row / T;
-  int h = (int)(bh % NH);
-  size_t b = bh / NH;
-  const float *dyt = dout + (b * T + t) * C + (size_t)h * hs;
-  for (int d = threadIdx.x; d < hs; d += blockDim.x)
-    dy[d] = dyt[d];
-  __syncthreads();
-  const float *v = qkv + b * T * 3 * C + 2 * (size_t)C + (size_t)h * hs, *a = att + row * T;
   float *r = ds + row * T;
+  const float *a = att + row * T;
   float dot = 0.0f;
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-    const float *vj = v + (size_t)j * 3 * C;
-    float s = 0.0f;
-    for (int d = 0; d < hs; d++)
-      s += dy[d] * vj[d];
-    r[j] = s;
-    dot += a[j] * s;
-  }
-  dot = block_sum(dot, sh); // sum_j A[t,j] dA[t,j]
   for (int j = threadIdx.x; j <= t; j += blockDim.x)
-    r[j] = a[j] * (r[j] - dot) * scale;
+    dot += a[j] * r[j];
+  dot = block_sum(dot, sh);
+  for (int j = threadIdx.x; j < T; j += blockDim.x)
+    r[j] = j <= t ? a[j] * (r[j] - dot) * scale : 0.0f;
 }
 
-// Block = one row (b, h, t): dq_t[d] = sum_{j<=t} ds[t,j] k_j[d].
-__global__ void k_att_dq(float *dqkv, const float *ds, const float *qkv, int T, int C, int NH,
-                         int hs) {
-  size_t row = blockIdx.x;
-  int t = (int)(row % T);
-  size_t bh = row / T;
-  int h = (int)(bh % NH);
-  size_t b = bh / NH;
-  const float *k = qkv + b * T * 3 * C + (size_t)C + (size_t)h * hs, *r = ds + row * T;
-  float *dq = dqkv + (b * T + t) * 3 * C + (size_t)h * hs;
-  for (int d = threadIdx.x; d < hs; d += blockDim.x) {
-    float s = 0.0f;
-    for (int j = 0; j <= t; j++)
-      s += r[j] * k[(size_t)j * 3 * C + d];
-    dq[d] = s;
-  }
+static void shape_check(const char *op, int C, int NH) {
+  if (NH <= 0 || C % NH != 0)
+    cuda_fail(op, __FILE__, __LINE__, "shape check", "C must be a multiple of NH");
 }
 
-// Block = one key (b, h, j): dk_j[d] = sum_{t>=j} ds[t,j] q_t[d], dv_j[d] = sum_{t>=j}
-// att[t,j] dy_t[d].
-__global__ void k_att_dkv(float *dqkv, const float *ds, const float *dout, const float *qkv,
-                          const float *att, int T, int C, int NH, int hs) {
-  size_t key = blockIdx.x;
-  int j = (int)(key % T);
-  size_t bh = key / T;
-  int h = (int)(bh % NH);
-  size_t b = bh / NH;
-  const float *q = qkv + b * T * 3 * C + (size_t)h * hs, *dy = dout + b * T * C + (size_t)h * hs;
-  const float *r = ds + bh * T * T + j, *a = att + bh * T * T + j; // column j, row stride T
-  float *dk = dqkv + (b * T + j) * 3 * C + (size_t)C + (size_t)h * hs, *dv = dk + C;
-  for (int d = threadIdx.x; d < hs; d += blockDim.x) {
-    float sk = 0.0f, sv = 0.0f;
-    for (int t = j; t < T; t++) {
-      sk += r[(size_t)t * T] * q[(size_t)t * 3 * C + d];
-      sv += a[(size_t)t * T] * dy[(size_t)t * C + d];
-    }
-    dk[d] = sk;
-    dv[d] = sv;
-  }
+void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+  shape_check("attention_forward", C, NH);
+  if (B <= 0 || T <= 0) return;
+  int hs = C / NH, heads = B * NH;
+  size_t n = (size_t)B * T * C, th = (size_t)T * hs, tt = (size_t)T * T;
+  unsigned rows = (unsigned)((size_t)heads * T);
+  float scale = 1.0f / sqrtf((float)hs);
+  float *q = (float *)cuda_workspace(sizeof(float) * 4 * n), *k = q + n, *v = k + n, *y = v + n;
+  cudaStream_t s = cuda_stream();
+  k_split_qkv<<<cuda_grid(3 * n), CUDA_THREADS, 0, s>>>(q, k, v, qkv, T, C, NH, 3 * n);
+  LAUNCH_CHECK_OP("attention_forward");
+  // S = scale * Q K^T into att, then the causal softmax in place
+  cuda_gemm_batched(att, q, k, heads, tt, th, th, T, T, hs, 0, 1, scale, 0.0f);
+  k_causal_softmax<<<rows, ROW_THREADS, 0, s>>>(att, T);
+  LAUNCH_CHECK_OP("attention_forward");
+  cuda_gemm_batched(y, att, v, heads, th, tt, th, T, hs, T, 0, 0, 1.0f, 0.0f); // Y = A V
+  k_from_heads<<<cuda_grid(n), CUDA_THREADS, 0, s>>>(out, y, T, C, NH, n);
+  LAUNCH_CHECK_OP("attention_forward");
 }
 
 void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH) {
-  (void)scratch; // sized for the CPU; dS lives in the workspace here
-  if (NH <= 0 || C % NH != 0)
-    cuda_fail("attention_backward", __FILE__, __LINE__, "shape check",
-              "C must be a multiple of NH");
+  (void)scratch; // sized for the CPU; everything lives in the workspace here
+  shape_check("attention_backward", C, NH);
   if (B <= 0 || T <= 0) return;
-  int hs = C / NH;
-  unsigned rows = (unsigned)((size_t)B * NH * T);
+  int hs = C / NH, heads = B * NH;
+  size_t n = (size_t)B * T * C, th = (size_t)T * hs, tt = (size_t)T * T;
+  unsigned rows = (unsigned)((size_t)heads * T);
   float scale = 1.0f / sqrtf((float)hs);
-  float *ds = (float *)cuda_workspace(sizeof(float) * (size_t)rows * T);
+  float *ds = (float *)cuda_workspace(sizeof(float) * ((size_t)heads * tt + 7 * n));
+  float *q = ds + (size_t)heads * tt, *k = q + n, *v = k + n, *dy = v + n;
+  float *dq = dy + n, *dk = dq + n, *dv = dk + n;
   cudaStream_t s = cuda_stream();
-  k_att_ds<<<rows, ATT_THREADS, sizeof(float) * hs, s>>>(ds, dout, qkv, att, T, C, NH, hs, scale);
-  CUDA_CHECK_OP("attention_backward", cudaGetLastError());
-  k_att_dq<<<rows, ATT_THREADS, 0, s>>>(dqkv, ds, qkv, T, C, NH, hs);
-  CUDA_CHECK_OP("attention_backward", cudaGetLastError());
-  k_att_dkv<<<rows, ATT_THREADS, 0, s>>>(dqkv, ds, dout, qkv, att, T, C, NH, hs);
-  CUDA_CHECK_OP("attention_backward", cudaGetLastError());
+  k_split_qkv<<<cuda_grid(3 * n), CUDA_THREADS, 0, s>>>(q, k, v, qkv, T, C, NH, 3 * n);
+  LAUNCH_CHECK_OP("attention_backward");
+  k_to_heads<<<cuda_grid(n), CUDA_THREADS, 0, s>>>(dy, dout, T, C, NH, n);
+  LAUNCH_CHECK_OP("attention_backward");
+  cuda_gemm_batched(ds, dy, v, heads, tt, th, th, T, T, hs, 0, 1, 1.0f, 0.0f); // dA = dY V^T
+  k_softmax_backward<<<rows, ROW_THREADS, 0, s>>>(ds, att, T, scale);
+  LAUNCH_CHECK_OP("attention_backward");
+  cuda_gemm_batched(dq, ds, k, heads, th, tt, th, T, hs, T, 0, 0, 1.0f, 0.0f);   // dQ = dS K
+  cuda_gemm_batched(dk, ds, q, heads, th, tt, th, T, hs, T, 1, 0, 1.0f, 0.0f);   // dK = dS^T Q
+  cuda_gemm_batched(dv, att, dy, heads, th, tt, th, T, hs, T, 1, 0, 1.0f, 0.0f); // dV = A^T dY
+  k_merge_qkv<<<cuda_grid(3 * n), CUDA_THREADS, 0, s>>>(dqkv, dq, dk, dv, T, C, NH, 3 * n);
+  LAUNCH_CHECK_OP("attention_backward");
 }

@@ -8,15 +8,24 @@
 // Math mode: see backend.cu (full fp32 by default, no TF32). With matmul_bf16(1) (bf16 mixed
 // precision) A and B are rounded to bf16 into two grow-only device buffers and multiplied by
 // cublasGemmEx / cublasGemmStridedBatchedEx on tensor cores with fp32 accumulation
-// (CUBLAS_COMPUTE_32F); C stays fp32.
+// (CUBLAS_COMPUTE_32F); C stays fp32. BRIGADE_CUDA_BF16=fast instead hands cuBLAS the fp32
+// operands with CUBLAS_COMPUTE_32F_FAST_16BF, letting it round them to bf16 inside its own
+// kernels (no copies, no extra passes over memory; cuBLAS picks the rounding). Which one is
+// faster is for bench/train_step to tell on the GPU: it times both.
 #include <cuda_bf16.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/cuda.h"
 
 static int max1(int x) { return x > 1 ? x : 1; }
 
+// 0: fp32; 1: bf16 copies + CUBLAS_COMPUTE_32F; 2: fp32 operands, CUBLAS_COMPUTE_32F_FAST_16BF
 static int bf16_mode;
-void cuda_matmul_bf16(int on) { bf16_mode = on != 0; }
+void cuda_matmul_bf16(int on) {
+  const char *e = getenv("BRIGADE_CUDA_BF16");
+  bf16_mode = on == 0 ? 0 : e && !strcmp(e, "fast") ? 2 : 1;
+}
 
 // Grow-only bf16 copies of the operands; growing frees the old buffer with cudaFree, which
 // waits for the device, so no queued GEMM still reads it.
@@ -72,6 +81,13 @@ void cuda_gemm(float *c, const float *a, const float *b, int M, int N, int K, in
   cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                     opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = max1(transa ? M : K), ldb = max1(transb ? K : N);
+  if (bf16_mode == 2) {
+    cublasStatus_t s = cublasGemmEx(cuda_blas(), opb, opa, N, M, K, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F,
+                                    lda, &beta, c, CUDA_R_32F, N, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      cuda_fail("gemm", __FILE__, __LINE__, "cublasGemmEx (fast bf16)", cublasGetStatusString(s));
+    return;
+  }
   if (bf16_mode) {
     const __nv_bfloat16 *ab = as_bf16(0, a, (size_t)M * K, "gemm"), *bb = as_bf16(1, b, (size_t)K * N, "gemm");
     cublasStatus_t s = cublasGemmEx(cuda_blas(), opb, opa, N, M, K, &alpha, bb, CUDA_R_16BF, ldb, ab, CUDA_R_16BF,
@@ -106,6 +122,15 @@ void cuda_gemm_batched(float *c, const float *a, const float *b, int batch, size
   cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                     opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = max1(transa ? M : K), ldb = max1(transb ? K : N);
+  if (bf16_mode == 2) {
+    cublasStatus_t s = cublasGemmStridedBatchedEx(
+        cuda_blas(), opb, opa, N, M, K, &alpha, b, CUDA_R_32F, ldb, (long long)stride_b, a, CUDA_R_32F, lda,
+        (long long)stride_a, &beta, c, CUDA_R_32F, N, (long long)stride_c, batch, CUBLAS_COMPUTE_32F_FAST_16BF,
+        CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      cuda_fail("gemm_batched", __FILE__, __LINE__, "cublasGemmStridedBatchedEx (fast bf16)", cublasGetStatusString(s));
+    return;
+  }
   if (bf16_mode) { // each operand converted over its whole span (a stride of 0 shares one matrix)
     size_t na = (size_t)(batch - 1) * stride_a + (size_t)M * K, nb = (size_t)(batch - 1) * stride_b + (size_t)K * N;
     const __nv_bfloat16 *ab = as_bf16(0, a, na, "gemm_batched"), *bb = as_bf16(1, b, nb, "gemm_batched");

@@ -8,9 +8,10 @@
  * BACKEND "cuda" runs on the GPU (B and T override the config's micro-batch and sequence
  * length, to fill it); BRIGADE_PEAK_TFLOPS sets the peak the MFU is taken against (default:
  * 989.4, the H100 SXM's dense bf16; on the CPU, 0 leaves MFU out). PRECISION is what training
- * with bf16.enabled does: "bf16" (the default on "cuda": matmul_bf16 on, activations rounded to
- * bf16 as stored), "bf16fast" (the same with BRIGADE_CUDA_BF16=fast: cuBLAS rounds the fp32
- * operands itself) or "fp32" (the default elsewhere). */
+ * with bf16.enabled / fp16.enabled does: "bf16" (the default on "cuda": matmul_half(1),
+ * activations rounded to bf16 as stored), "fp16" (the same in fp16), "bf16fast" / "fp16fast"
+ * (the same with BRIGADE_CUDA_HALF=fast: cuBLAS rounds the fp32 operands itself) or "fp32"
+ * (the default elsewhere). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,13 +80,14 @@ int main(int argc, char **argv) {
   }
   if (argc > 5) B = atoi(argv[5]);
   const char *prec = argc > 7 ? argv[7] : strcmp(base->name, "cuda") == 0 ? "bf16" : "fp32";
-  int bf16 = strcmp(prec, "fp32") != 0;
-  if (bf16 && strcmp(prec, "bf16") && strcmp(prec, "bf16fast")) {
-    fprintf(stderr, "train_step: precision \"%s\": expected fp32, bf16 or bf16fast\n", prec);
+  /* the precision code of pipe/train.c: 0 fp32, 1 bf16, 2 fp16 */
+  int kind = !strncmp(prec, "bf16", 4) ? 1 : !strncmp(prec, "fp16", 4) ? 2 : 0;
+  if (strcmp(prec, "fp32") && (!kind || (prec[4] && strcmp(prec + 4, "fast")))) {
+    fprintf(stderr, "train_step: precision \"%s\": expected fp32, bf16, fp16, bf16fast or fp16fast\n", prec);
     return 2;
   }
-  if (!strcmp(prec, "bf16fast")) setenv("BRIGADE_CUDA_BF16", "fast", 1);
-  base->matmul_bf16(bf16); /* as pipe/train.c does for bf16.enabled */
+  if (kind && prec[4]) setenv("BRIGADE_CUDA_HALF", "fast", 1);
+  base->matmul_half(kind); /* as pipe/train.c does for bf16.enabled / fp16.enabled */
   timed = *base;
   real_gemm = timed.gemm;
   timed.gemm = gemm_timed;
@@ -95,7 +97,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_step: %s\n", core_error_msg());
     return 1;
   }
-  ch.act_round = bf16; /* activations rounded to bf16 as they are stored, as training does */
+  ch.act_round = kind; /* activations rounded as they are stored, as training does */
   printf("model %s: %.1f M parameters (the tied head is a second copy), B=%d T=%d, backend %s, %s, %d OpenBLAS "
          "thread(s), OPENBLAS_CORETYPE=%s; init %.1f s\n", path, layers_model_params(&m) / 1e6, (int)B, m.T,
          base->name, prec, threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(default)", now() - t0);

@@ -48,12 +48,12 @@ typedef struct kernels_ops {
    * (weight gradients); with beta = 0, C is only written, never read. */
   void (*gemm)(float *c, const float *a, const float *b, int M, int N, int K, int transa,
                int transb, float alpha, float beta);
-  /* Mixed precision on bf16 units: with on = 1, gemm and gemm_batched may round A and B to
-   * bf16 and multiply them with fp32 accumulation (the CUDA table: cublasGemmEx on tensor
-   * cores); C stays fp32. Results then differ from the fp32 product by A's and B's bf16
-   * rounding. Off (0) by default. The CPU tables ignore it: their mixed precision is emulated
-   * by rounding values as they are stored. */
-  void (*matmul_bf16)(int on);
+  /* Mixed precision on 16-bit units: with kind = 1 (bf16) or 2 (fp16), gemm and gemm_batched
+   * may round A and B to that type and multiply them with fp32 accumulation (the CUDA table:
+   * cublasGemmEx on tensor cores); C stays fp32. Results then differ from the fp32 product by
+   * A's and B's rounding. 0 (fp32) by default. The CPU tables ignore it: their mixed precision
+   * is emulated by rounding values as they are stored. */
+  void (*matmul_half)(int kind);
   /* The same product for `batch` independent matrices: the i-th uses c + i*stride_c,
    * a + i*stride_a, b + i*stride_b (strides in floats; 0 shares one operand across the batch). */
   void (*gemm_batched)(float *c, const float *a, const float *b, int batch, size_t stride_c,

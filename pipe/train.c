@@ -58,7 +58,7 @@ static int setup_runner(trainer *tr) {
     core_error_prefix("backend (%s)", w);
     return CORE_EINPUT;
   }
-  ops->matmul_bf16(c->precision == 1); /* bf16 mixed precision: GEMMs on bf16 units where there are any */
+  ops->matmul_half(c->precision); /* mixed precision: GEMMs on 16-bit units where there are any */
   memset(rn, 0, sizeof *rn);
   rn->topo = &tr->topo, rn->v = c->v, rn->data = &tr->data, rn->seed = c->seed, rn->opt = c->opt;
   rn->chunks = core_calloc((size_t)c->v, sizeof(layers_chunk));

@@ -270,10 +270,10 @@ static void round_fp16(float *x, size_t n) {
 }
 
 /* Mixed precision is emulated on the CPU by rounding on store; the products stay fp32. */
-static void matmul_bf16_ignored(int on) { (void)on; }
+static void matmul_half_ignored(int kind) { (void)kind; }
 
 static const kernels_ops cpu_ops = {
-    .matmul_bf16 = matmul_bf16_ignored,
+    .matmul_half = matmul_half_ignored,
     .name = "cpu",
     .device_memory = 0, /* host memory: host code may touch the buffers */
     .alloc = mem_alloc,

@@ -94,7 +94,7 @@ static void gemm(float *c, const float *a, const float *b, int M, int N, int K, 
   CPU->gemm(D(c), D(a), D(b), M, N, K, transa, transb, alpha, beta);
 }
 
-static void matmul_bf16(int on) { CPU->matmul_bf16(on); }
+static void matmul_half(int kind) { CPU->matmul_half(kind); }
 
 static void gemm_batched(float *c, const float *a, const float *b, int batch, size_t stride_c,
                          size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
@@ -219,7 +219,7 @@ static const kernels_ops fakedev_ops = {
     .sync = mem_sync,
     .gemm = gemm,
     .gemm_batched = gemm_batched,
-    .matmul_bf16 = matmul_bf16,
+    .matmul_half = matmul_half,
     .bias_add = bias_add,
     .bias_grad = bias_grad,
     .gelu_forward = gelu_forward,

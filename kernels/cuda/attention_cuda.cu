@@ -6,7 +6,7 @@
 //   backward: dA = dY V^T;  dS = A * (dA - rowsum(A * dA)) * scale (lower triangle, 0 above);
 //             dQ = dS K;  dK = dS^T Q;  dV = A^T dY
 // The four products of each pass run as cuBLAS strided batched GEMMs over the B*NH heads
-// (cuda_gemm_batched: fp32, or bf16 inputs with fp32 accumulation under matmul_bf16), on
+// (cuda_gemm_batched: fp32, or bf16 / fp16 inputs with fp32 accumulation under matmul_half), on
 // dense per-head copies: a split kernel copies qkv [B, T, 3, NH, hs] into q, k, v [B, NH, T, hs]
 // and a merge kernel writes the results back in the caller's layout. The row kernels (causal
 // softmax, its backward) are one block per row of A with fixed-order reductions, and the GEMMs

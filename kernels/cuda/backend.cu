@@ -146,7 +146,7 @@ static void fill_table(void) {
   table.to_host = to_host;
   table.sync = sync_;
   table.gemm = cuda_gemm;
-  table.matmul_bf16 = cuda_matmul_bf16;
+  table.matmul_half = cuda_matmul_half;
   table.gemm_batched = cuda_gemm_batched;
   table.attention_forward = cuda_attention_forward;
   table.attention_backward = cuda_attention_backward;

@@ -5,14 +5,15 @@
 // row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: call cuBLAS with the
 // operands swapped (B first, then A) and M, N swapped; each operand keeps its own transpose
 // flag, and the leading dimensions are the row-major ones (the stored matrix's column count).
-// Math mode: see backend.cu (full fp32 by default, no TF32). With matmul_bf16(1) (bf16 mixed
-// precision) A and B are rounded to bf16 into two grow-only device buffers and multiplied by
-// cublasGemmEx / cublasGemmStridedBatchedEx on tensor cores with fp32 accumulation
-// (CUBLAS_COMPUTE_32F); C stays fp32. BRIGADE_CUDA_BF16=fast instead hands cuBLAS the fp32
-// operands with CUBLAS_COMPUTE_32F_FAST_16BF, letting it round them to bf16 inside its own
-// kernels (no copies, no extra passes over memory; cuBLAS picks the rounding). Which one is
-// faster is for bench/train_step to tell on the GPU: it times both.
+// Math mode: see backend.cu (full fp32 by default, no TF32). With matmul_half(1) (bf16 mixed
+// precision) or matmul_half(2) (fp16), A and B are rounded to bf16 / fp16 into two grow-only
+// device buffers and multiplied by cublasGemmEx / cublasGemmStridedBatchedEx on tensor cores
+// with fp32 accumulation (CUBLAS_COMPUTE_32F); C stays fp32. BRIGADE_CUDA_HALF=fast instead
+// hands cuBLAS the fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF / _FAST_16F, letting it round
+// them inside its own kernels (no copies, no extra passes over memory; cuBLAS picks the
+// rounding). Which one is faster is for bench/train_step to tell on the GPU: it times both.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,25 +21,28 @@
 
 static int max1(int x) { return x > 1 ? x : 1; }
 
-// 0: fp32; 1: bf16 copies + CUBLAS_COMPUTE_32F; 2: fp32 operands, CUBLAS_COMPUTE_32F_FAST_16BF
-static int bf16_mode;
-void cuda_matmul_bf16(int on) {
-  const char *e = getenv("BRIGADE_CUDA_BF16");
-  bf16_mode = on == 0 ? 0 : e && !strcmp(e, "fast") ? 2 : 1;
+// kind 0: fp32; 1: bf16; 2: fp16. fast: fp32 operands with a FAST_16BF / FAST_16F compute type.
+static struct {
+  int kind, fast;
+} hmode;
+void cuda_matmul_half(int kind) {
+  const char *e = getenv("BRIGADE_CUDA_HALF");
+  hmode.kind = kind == 1 || kind == 2 ? kind : 0;
+  hmode.fast = hmode.kind && e && !strcmp(e, "fast");
 }
 
-// Grow-only bf16 copies of the operands; growing frees the old buffer with cudaFree, which
+// Grow-only 16-bit copies of the operands; growing frees the old buffer with cudaFree, which
 // waits for the device, so no queued GEMM still reads it.
-static __nv_bfloat16 *bf_buf[2];
-static size_t bf_cap[2];
-static __nv_bfloat16 *bf16_buffer(int k, size_t n, const char *op) {
-  if (n > bf_cap[k]) {
-    if (bf_buf[k]) CUDA_CHECK_OP(op, cudaFree(bf_buf[k]));
-    bf_buf[k] = nullptr;
-    CUDA_CHECK_OP(op, cudaMalloc((void **)&bf_buf[k], n * sizeof(__nv_bfloat16)));
-    bf_cap[k] = n;
+static uint16_t *h_buf[2];
+static size_t h_cap[2];
+static uint16_t *half_buffer(int k, size_t n, const char *op) {
+  if (n > h_cap[k]) {
+    if (h_buf[k]) CUDA_CHECK_OP(op, cudaFree(h_buf[k]));
+    h_buf[k] = nullptr;
+    CUDA_CHECK_OP(op, cudaMalloc((void **)&h_buf[k], n * sizeof(uint16_t)));
+    h_cap[k] = n;
   }
-  return bf_buf[k];
+  return h_buf[k];
 }
 
 __global__ void k_to_bf16(__nv_bfloat16 *out, const float *in, size_t n) {
@@ -47,14 +51,32 @@ __global__ void k_to_bf16(__nv_bfloat16 *out, const float *in, size_t n) {
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
-// n floats at x as bf16 in buffer k
-static const __nv_bfloat16 *as_bf16(int k, const float *x, size_t n, const char *op) {
-  __nv_bfloat16 *b = bf16_buffer(k, n ? n : 1, op);
+__global__ void k_to_fp16(__half *out, const float *in, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    out[i] = __float2half_rn(in[i]);
+}
+
+// n floats at x as bf16 / fp16 (hmode.kind) in buffer k
+static const void *as_half(int k, const float *x, size_t n, const char *op) {
+  uint16_t *b = half_buffer(k, n ? n : 1, op);
   if (n) {
-    k_to_bf16<<<cuda_grid(n), CUDA_THREADS, 0, cuda_stream()>>>(b, x, n);
+    if (hmode.kind == 1)
+      k_to_bf16<<<cuda_grid(n), CUDA_THREADS, 0, cuda_stream()>>>((__nv_bfloat16 *)b, x, n);
+    else
+      k_to_fp16<<<cuda_grid(n), CUDA_THREADS, 0, cuda_stream()>>>((__half *)b, x, n);
     LAUNCH_CHECK_OP(op);
   }
   return b;
+}
+
+// The data type of the operands cuBLAS reads and the compute type, for the current mode
+static cudaDataType half_type(void) {
+  return hmode.fast ? CUDA_R_32F : hmode.kind == 1 ? CUDA_R_16BF : CUDA_R_16F;
+}
+static cublasComputeType_t half_compute(void) {
+  if (!hmode.fast) return CUBLAS_COMPUTE_32F;
+  return hmode.kind == 1 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F_FAST_16F;
 }
 
 __global__ void k_scale_matrix(float *c, size_t n, float beta) {
@@ -81,19 +103,13 @@ void cuda_gemm(float *c, const float *a, const float *b, int M, int N, int K, in
   cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                     opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = max1(transa ? M : K), ldb = max1(transb ? K : N);
-  if (bf16_mode == 2) {
-    cublasStatus_t s = cublasGemmEx(cuda_blas(), opb, opa, N, M, K, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F,
-                                    lda, &beta, c, CUDA_R_32F, N, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
+  if (hmode.kind) {
+    const void *ah = a, *bh = b;
+    if (!hmode.fast) ah = as_half(0, a, (size_t)M * K, "gemm"), bh = as_half(1, b, (size_t)K * N, "gemm");
+    cublasStatus_t s = cublasGemmEx(cuda_blas(), opb, opa, N, M, K, &alpha, bh, half_type(), ldb, ah, half_type(),
+                                    lda, &beta, c, CUDA_R_32F, N, half_compute(), CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
-      cuda_fail("gemm", __FILE__, __LINE__, "cublasGemmEx (fast bf16)", cublasGetStatusString(s));
-    return;
-  }
-  if (bf16_mode) {
-    const __nv_bfloat16 *ab = as_bf16(0, a, (size_t)M * K, "gemm"), *bb = as_bf16(1, b, (size_t)K * N, "gemm");
-    cublasStatus_t s = cublasGemmEx(cuda_blas(), opb, opa, N, M, K, &alpha, bb, CUDA_R_16BF, ldb, ab, CUDA_R_16BF,
-                                    lda, &beta, c, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS)
-      cuda_fail("gemm", __FILE__, __LINE__, "cublasGemmEx (bf16)", cublasGetStatusString(s));
+      cuda_fail("gemm", __FILE__, __LINE__, "cublasGemmEx (16-bit)", cublasGetStatusString(s));
     return;
   }
   cublasStatus_t s =
@@ -122,24 +138,17 @@ void cuda_gemm_batched(float *c, const float *a, const float *b, int batch, size
   cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                     opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = max1(transa ? M : K), ldb = max1(transb ? K : N);
-  if (bf16_mode == 2) {
+  if (hmode.kind) { // each operand converted over its whole span (a stride of 0 shares one matrix)
+    const void *ah = a, *bh = b;
+    if (!hmode.fast) {
+      size_t na = (size_t)(batch - 1) * stride_a + (size_t)M * K, nb = (size_t)(batch - 1) * stride_b + (size_t)K * N;
+      ah = as_half(0, a, na, "gemm_batched"), bh = as_half(1, b, nb, "gemm_batched");
+    }
     cublasStatus_t s = cublasGemmStridedBatchedEx(
-        cuda_blas(), opb, opa, N, M, K, &alpha, b, CUDA_R_32F, ldb, (long long)stride_b, a, CUDA_R_32F, lda,
-        (long long)stride_a, &beta, c, CUDA_R_32F, N, (long long)stride_c, batch, CUBLAS_COMPUTE_32F_FAST_16BF,
-        CUBLAS_GEMM_DEFAULT);
+        cuda_blas(), opb, opa, N, M, K, &alpha, bh, half_type(), ldb, (long long)stride_b, ah, half_type(), lda,
+        (long long)stride_a, &beta, c, CUDA_R_32F, N, (long long)stride_c, batch, half_compute(), CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
-      cuda_fail("gemm_batched", __FILE__, __LINE__, "cublasGemmStridedBatchedEx (fast bf16)", cublasGetStatusString(s));
-    return;
-  }
-  if (bf16_mode) { // each operand converted over its whole span (a stride of 0 shares one matrix)
-    size_t na = (size_t)(batch - 1) * stride_a + (size_t)M * K, nb = (size_t)(batch - 1) * stride_b + (size_t)K * N;
-    const __nv_bfloat16 *ab = as_bf16(0, a, na, "gemm_batched"), *bb = as_bf16(1, b, nb, "gemm_batched");
-    cublasStatus_t s = cublasGemmStridedBatchedEx(
-        cuda_blas(), opb, opa, N, M, K, &alpha, bb, CUDA_R_16BF, ldb, (long long)stride_b, ab, CUDA_R_16BF, lda,
-        (long long)stride_a, &beta, c, CUDA_R_32F, N, (long long)stride_c, batch, CUBLAS_COMPUTE_32F,
-        CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS)
-      cuda_fail("gemm_batched", __FILE__, __LINE__, "cublasGemmStridedBatchedEx (bf16)", cublasGetStatusString(s));
+      cuda_fail("gemm_batched", __FILE__, __LINE__, "cublasGemmStridedBatchedEx (16-bit)", cublasGetStatusString(s));
     return;
   }
   cublasStatus_t s = cublasSgemmStridedBatched(cuda_blas(), opb, opa, N, M, K, &alpha, b, ldb,

@@ -68,7 +68,7 @@ void cuda_gemm(float *c, const float *a, const float *b, int M, int N, int K, in
 void cuda_gemm_batched(float *c, const float *a, const float *b, int batch, size_t stride_c,
                        size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
                        int transb, float alpha, float beta);
-void cuda_matmul_bf16(int on);
+void cuda_matmul_half(int kind);
 // attention_cuda.cu
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,

@@ -12,7 +12,7 @@ const char *test_ops_missing(const kernels_ops *t) {
   HAS(to_host);
   HAS(sync);
   HAS(gemm);
-  HAS(matmul_bf16);
+  HAS(matmul_half);
   HAS(gemm_batched);
   HAS(bias_add);
   HAS(bias_grad);

@@ -290,49 +290,61 @@ Test(OPS_HARNESS_SUITE, gemm_all_transposes) {
       }
 }
 
-/* bf16 matmuls: on inputs that bf16 holds exactly (what bf16 mixed precision stores), the
+/* 16-bit matmuls: on inputs that bf16 / fp16 hold exactly (what mixed precision stores), the
  * products are exact in fp32 and only the order of the fp32 sums may differ: TOL_GEMM. Every
  * table must keep the results fp32 products of the rounded inputs (the CPU tables ignore the
- * mode, so theirs are exactly those). */
-static void check_gemm_bf16_inputs(void) {
+ * mode, so theirs are exactly those). kind: 1 bf16, 2 fp16. */
+static void round_kind(float *x, size_t n, int kind) {
+  if (kind == 1)
+    H->round_bf16(x, n);
+  else
+    H->round_fp16(x, n);
+}
+
+static void check_gemm_half_inputs(int kind) {
   rng r = {12};
   const int shapes[][3] = {{17, 33, 65}, {128, 96, 300}};
-  G->matmul_bf16(1);
+  const char *name = kind == 1 ? "bf16" : "fp16";
+  G->matmul_half(kind);
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     for (int t = 0; t < 4; t++) {
       int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = t & 1, tb = t >> 1;
       size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
       float *a = rand_buf(&r, na, -1, 1), *b = rand_buf(&r, nb, -1, 1), *c = fbuf(nc);
-      H->round_bf16(a, na), H->round_bf16(b, nb);
+      round_kind(a, na, kind), round_kind(b, nb, kind);
       float *dc = dev_poisoned(nc);
       H->gemm(c, a, b, M, N, K, ta, tb, 1.0f, 0.0f);
       G->gemm(dc, devf(a, na), devf(b, nb), M, N, K, ta, tb, 1.0f, 0.0f);
       char what[96];
-      snprintf(what, sizeof what, "bf16 gemm M=%d N=%d K=%d ta=%d tb=%d", M, N, K, ta, tb);
+      snprintf(what, sizeof what, "%s gemm M=%d N=%d K=%d ta=%d tb=%d", name, M, N, K, ta, tb);
       expect_close(what, c, dc, nc, TOL_GEMM);
     }
   /* batched, with a shared A */
   int B = 3, M = 16, N = 24, K = 40;
   float *a = rand_buf(&r, (size_t)M * K, -1, 1), *b = rand_buf(&r, (size_t)B * K * N, -1, 1);
   float *c = fbuf((size_t)B * M * N), *dc = dev_poisoned((size_t)B * M * N);
-  H->round_bf16(a, (size_t)M * K), H->round_bf16(b, (size_t)B * K * N);
+  round_kind(a, (size_t)M * K, kind), round_kind(b, (size_t)B * K * N, kind);
   H->gemm_batched(c, a, b, B, (size_t)M * N, 0, (size_t)K * N, M, N, K, 0, 0, 1.0f, 0.0f);
   G->gemm_batched(dc, devf(a, (size_t)M * K), devf(b, (size_t)B * K * N), B, (size_t)M * N, 0, (size_t)K * N, M, N,
                   K, 0, 0, 1.0f, 0.0f);
-  expect_close("bf16 gemm_batched", c, dc, (size_t)B * M * N, TOL_GEMM);
-  G->matmul_bf16(0);
+  char what[64];
+  snprintf(what, sizeof what, "%s gemm_batched", name);
+  expect_close(what, c, dc, (size_t)B * M * N, TOL_GEMM);
+  G->matmul_half(0);
 }
 
-/* Both ways the CUDA table has of running them: its own bf16 copies of the operands, and
- * BRIGADE_CUDA_BF16=fast (cuBLAS rounds the fp32 operands itself; read when the mode is set).
+/* Both ways the CUDA table has of running them: its own 16-bit copies of the operands, and
+ * BRIGADE_CUDA_HALF=fast (cuBLAS rounds the fp32 operands itself; read when the mode is set).
  * Other tables ignore the variable. */
-Test(OPS_HARNESS_SUITE, gemm_bf16_inputs) {
+Test(OPS_HARNESS_SUITE, gemm_half_inputs) {
   need_backend();
-  unsetenv("BRIGADE_CUDA_BF16");
-  check_gemm_bf16_inputs();
-  setenv("BRIGADE_CUDA_BF16", "fast", 1);
-  check_gemm_bf16_inputs();
-  unsetenv("BRIGADE_CUDA_BF16");
+  for (int kind = 1; kind <= 2; kind++) {
+    unsetenv("BRIGADE_CUDA_HALF");
+    check_gemm_half_inputs(kind);
+    setenv("BRIGADE_CUDA_HALF", "fast", 1);
+    check_gemm_half_inputs(kind);
+  }
+  unsetenv("BRIGADE_CUDA_HALF");
 }
 
 Test(OPS_HARNESS_SUITE, gemm_empty_k) {

@@ -11,7 +11,8 @@
  * with bf16.enabled / fp16.enabled does: "bf16" (the default on "cuda": matmul_half(1),
  * activations rounded to bf16 as stored), "fp16" (the same in fp16), "bf16fast" / "fp16fast"
  * (the same with BRIGADE_CUDA_HALF=fast: cuBLAS rounds the fp32 operands itself) or "fp32"
- * (the default elsewhere). */
+ * (the default elsewhere). BRIGADE_CUDA_ATTENTION=flash in the environment selects the CUDA
+ * table's fused attention under bf16. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,9 +99,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   ch.act_round = kind; /* activations rounded as they are stored, as training does */
-  printf("model %s: %.1f M parameters (the tied head is a second copy), B=%d T=%d, backend %s, %s, %d OpenBLAS "
-         "thread(s), OPENBLAS_CORETYPE=%s; init %.1f s\n", path, layers_model_params(&m) / 1e6, (int)B, m.T,
-         base->name, prec, threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(default)", now() - t0);
+  const char *att = getenv("BRIGADE_CUDA_ATTENTION");
+  printf("model %s: %.1f M parameters (the tied head is a second copy), B=%d T=%d, backend %s, %s, attention %s, "
+         "%d OpenBLAS thread(s), OPENBLAS_CORETYPE=%s; init %.1f s\n", path, layers_model_params(&m) / 1e6, (int)B,
+         m.T, base->name, prec, att && *att ? att : "(default)", threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(default)", now() - t0);
   float *mv = base->alloc(ch.nparams * 4), *vv = base->alloc(ch.nparams * 4);
   core_rng r = core_rng_keyed(1, 2, 3, 4);
   int N = (int)B * m.T, L = 0;

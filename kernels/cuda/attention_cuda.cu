@@ -18,10 +18,17 @@
 // the diagonal. A itself stays exact: its rows read S only up to the diagonal. (An overflow is
 // caught by the loss-scale check either way.)
 //
+// Under bf16 mixed precision (matmul_half(1)) with BRIGADE_CUDA_ATTENTION=flash, shapes that
+// flash_cuda.cu takes (head size 64, T > 64) run its fused kernels instead: no T x T matrix in
+// device memory, att then holds that path's cache (row log-sum-exps and the output), which only
+// this table's attention_backward reads. Opt-in until it has been checked on a GPU.
+//
 // Memory: att[B,NH,T,T] is the caller's (the layer keeps it for backward). The workspace holds
 // the per-head copies: 4 * B*T*C floats in forward; in backward dS (B*NH*T*T floats) plus
 // 7 * B*T*C. attention_backward ignores the caller's scratch (2*T floats, sized for the CPU).
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/reduce.cuh"
@@ -119,9 +126,20 @@ static void shape_check(const char *op, int C, int NH) {
     cuda_fail(op, __FILE__, __LINE__, "shape check", "C must be a multiple of NH");
 }
 
+// the fused kernels: asked for, bf16 mixed precision, and a shape they take (forward and
+// backward decide alike, so backward reads the cache its forward wrote)
+static int use_flash(int T, int C, int NH) {
+  const char *e = getenv("BRIGADE_CUDA_ATTENTION");
+  return e && !strcmp(e, "flash") && cuda_matmul_half_kind() == 1 && cuda_flash_usable(T, C, NH);
+}
+
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
   shape_check("attention_forward", C, NH);
   if (B <= 0 || T <= 0) return;
+  if (use_flash(T, C, NH)) {
+    cuda_flash_forward(out, att, qkv, B, T, C, NH);
+    return;
+  }
   int hs = C / NH, heads = B * NH;
   size_t n = (size_t)B * T * C, th = (size_t)T * hs, tt = (size_t)T * T;
   unsigned rows = (unsigned)((size_t)heads * T);
@@ -144,6 +162,10 @@ void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, con
   (void)scratch; // sized for the CPU; everything lives in the workspace here
   shape_check("attention_backward", C, NH);
   if (B <= 0 || T <= 0) return;
+  if (use_flash(T, C, NH)) {
+    cuda_flash_backward(dqkv, dout, qkv, att, B, T, C, NH);
+    return;
+  }
   int hs = C / NH, heads = B * NH;
   size_t n = (size_t)B * T * C, th = (size_t)T * hs, tt = (size_t)T * T;
   unsigned rows = (unsigned)((size_t)heads * T);

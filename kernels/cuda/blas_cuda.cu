@@ -30,6 +30,7 @@ void cuda_matmul_half(int kind) {
   hmode.kind = kind == 1 || kind == 2 ? kind : 0;
   hmode.fast = hmode.kind && e && !strcmp(e, "fast");
 }
+int cuda_matmul_half_kind(void) { return hmode.kind; }
 
 // Grow-only 16-bit copies of the operands; growing frees the old buffer with cudaFree, which
 // waits for the device, so no queued GEMM still reads it.

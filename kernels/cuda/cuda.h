@@ -69,6 +69,12 @@ void cuda_gemm_batched(float *c, const float *a, const float *b, int batch, size
                        size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
                        int transb, float alpha, float beta);
 void cuda_matmul_half(int kind);
+int cuda_matmul_half_kind(void); // 0 fp32, 1 bf16, 2 fp16
+// flash_cuda.cu: fused causal attention on bf16 tensor cores (see attention_cuda.cu for when)
+int cuda_flash_usable(int T, int C, int NH);
+void cuda_flash_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+void cuda_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
+                         int NH);
 // attention_cuda.cu
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,

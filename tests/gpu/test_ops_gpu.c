@@ -25,6 +25,8 @@
  *                       cross-entropy, adamw, bias and LayerNorm weight gradients)
  *     TOL_GEMM   1e-8   fp32 products with K up to 300 and attention built on such sums; TF32
  *                       (BRIGADE_CUDA_TF32=1) is about 1e-6 and fails here on purpose
+ *     TOL_BF16   1e-4   attention under bf16 mixed precision (probabilities and dS rounded to
+ *                       bf16 inside the products; about 1e-5 expected)
  *   sumsq (double sums of up to 3M squares, in another order) is compared relatively at 1e-11,
  *   nonfinite exactly.
  * - Determinism: the ops that reduce (GEMM, column sums, attention, embedding backward,
@@ -553,6 +555,62 @@ Test(OPS_HARNESS_SUITE, attention) {
   check_attention(&r, 1, 130, 64, 2, 0); /* rows longer than a block */
   check_attention(&r, 2, 64, 96, 4, 0);
   check_attention(&r, 1, 9, 8, 2, 1); /* the probabilities stay causal even for NaN */
+}
+
+/* Attention under bf16 mixed precision, on inputs bf16 holds exactly (as training stores them),
+ * against the CPU's fp32: the CUDA table rounds A (and dS) to bf16 inside its products, so the
+ * results differ by bf16 rounding, normalised MSE about 1e-5 (TOL_BF16). Run with the GEMM path
+ * and with BRIGADE_CUDA_ATTENTION=flash (the fused kernels, for head size 64 and T > 64; other
+ * shapes fall back to the GEMMs); att is compared only where it holds the probabilities (not
+ * under flash, where it is the fused path's own cache). Twice each, for repeatability. */
+#define TOL_BF16 1e-4
+static void check_attention_bf16(rng *r, int B, int T, int C, int NH, int flash) {
+  size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+  float *qkv = rand_buf(r, nqkv, -2, 2), *dout = rand_buf(r, nout, -1, 1);
+  H->round_bf16(qkv, nqkv), H->round_bf16(dout, nout);
+  float *out = fbuf(nout), *att = fbuf(natt), *dqkv = fbuf(nqkv), *scratch = fbuf(2 * (size_t)T);
+  H->attention_forward(out, att, qkv, B, T, C, NH);
+  H->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+  float *gqkv = devf(qkv, nqkv), *gdout = devf(dout, nout), *gsc = dev_poisoned(2 * (size_t)T);
+  float *gout[2], *gdqkv[2];
+  char what[112];
+  for (int k = 0; k < 2; k++) {
+    float *gatt = dev_poisoned(natt);
+    gout[k] = dev_poisoned(nout), gdqkv[k] = dev_poisoned(nqkv);
+    G->attention_forward(gout[k], gatt, gqkv, B, T, C, NH);
+    G->attention_backward(gdqkv[k], gsc, gdout, gqkv, gatt, B, T, C, NH);
+    if (k) continue;
+    snprintf(what, sizeof what, "bf16%s attention_forward B=%d T=%d C=%d NH=%d out", flash ? " flash" : "", B, T,
+             C, NH);
+    expect_close(what, out, gout[0], nout, TOL_BF16);
+    if (!flash) {
+      snprintf(what, sizeof what, "bf16 attention_forward B=%d T=%d C=%d NH=%d att", B, T, C, NH);
+      expect_close(what, att, gatt, natt, TOL_BF16);
+    }
+    snprintf(what, sizeof what, "bf16%s attention_backward B=%d T=%d C=%d NH=%d dqkv", flash ? " flash" : "", B,
+             T, C, NH);
+    expect_close(what, dqkv, gdqkv[0], nqkv, TOL_BF16);
+  }
+  expect_same_bits("bf16 attention_forward out, twice", gout[0], gout[1], sizeof(float) * nout);
+  expect_same_bits("bf16 attention_backward dqkv, twice", gdqkv[0], gdqkv[1], sizeof(float) * nqkv);
+}
+
+Test(OPS_HARNESS_SUITE, attention_bf16) {
+  need_backend();
+  rng r = {13};
+  G->matmul_half(1);
+  for (int flash = 0; flash <= 1; flash++) {
+    if (flash)
+      setenv("BRIGADE_CUDA_ATTENTION", "flash", 1);
+    else
+      unsetenv("BRIGADE_CUDA_ATTENTION");
+    check_attention_bf16(&r, 1, 65, 64, 1, flash);   /* one full tile and one row more */
+    check_attention_bf16(&r, 2, 100, 128, 2, flash); /* a ragged second tile */
+    check_attention_bf16(&r, 1, 256, 128, 2, flash); /* whole tiles, several off the diagonal */
+    check_attention_bf16(&r, 1, 40, 96, 3, flash);   /* head size 32: GEMMs either way */
+  }
+  unsetenv("BRIGADE_CUDA_ATTENTION");
+  G->matmul_half(0);
 }
 
 /* ------------------------------------------------------------------------------------------ */

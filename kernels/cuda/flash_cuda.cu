@@ -1,0 +1,383 @@
+// kernels/cuda/flash_cuda.cu: fused ("flash") causal attention on bf16 tensor cores, for bf16
+// mixed precision. Opt-in (BRIGADE_CUDA_ATTENTION=flash) until it has been checked on a GPU:
+// attention_cuda.cu calls it when cuda_flash_usable() says yes.
+//
+// The maths of attention_cuda.cu (ops.h's attention contract), computed the FlashAttention-2
+// way (Dao 2023): the T x T scores never reach device memory. Tiles of 64 query rows x 64 keys;
+// one block of 4 warps per (query or key tile, b, h); each warp owns 16 rows of every tile and
+// multiplies 16x16x16 bf16 fragments with fp32 accumulation (WMMA). Q, K, V, P, dO and dS are
+// rounded to bf16 as they enter shared memory; scores, softmax statistics and the output and
+// gradient accumulators stay fp32.
+//   forward (per query tile): for each key tile up to the diagonal, S = Q K^T * scale, online
+//     softmax (running row max m and sum l, the accumulator rescaled by exp(m_old - m_new)),
+//     O += P V; at the end O /= l and L = m + log(l).
+//   backward: D = rowsum(dO * O); per key tile, over the query tiles at or after it,
+//     P = exp(S * scale - L), dV += P^T dO, dP = dO V^T, dS = P (dP - D) scale, dK += dS^T Q;
+//     per query tile, over the key tiles up to the diagonal, dQ += dS K (recomputing S and dP:
+//     a second kernel instead of FlashAttention-2's atomic adds into dQ, so every output is
+//     written once by one block and results repeat bit for bit).
+// The caller's att buffer (B*NH*T*T floats, the probabilities in the other paths) holds this
+// path's cache: L [B*NH*T], then O [B*NH, T, hs] (needs T > hs, checked by cuda_flash_usable).
+// D lives in the workspace.
+#include <cuda_bf16.h>
+#include <math.h>
+#include <mma.h>
+
+#include "kernels/cuda/cuda.h"
+#include "kernels/cuda/reduce.cuh"
+
+using namespace nvcuda;
+typedef __nv_bfloat16 bf16;
+
+enum { TILE = 64, WARPS = 4, FA_THREADS = 32 * WARPS, SLD = TILE + 4, PLD = TILE + 8 };
+
+// Shared-memory layout of one block, in elements: bf16 tiles [TILE][HS + 8], fp32 tiles
+// [TILE][TILE + 4] or [TILE][HS + 4]; every array starts on a 128-byte boundary (WMMA wants 32).
+template <int HS> struct Smem {
+  static constexpr int HLD = HS + 8, FLD = HS + 4;
+  static constexpr size_t bf_tile = (size_t)TILE * HLD * sizeof(bf16);
+  static constexpr size_t p_tile = (size_t)TILE * PLD * sizeof(bf16);
+  static constexpr size_t s_tile = (size_t)TILE * SLD * sizeof(float);
+  static constexpr size_t o_tile = (size_t)TILE * FLD * sizeof(float);
+  __host__ __device__ static constexpr size_t up(size_t b) { return (b + 127) & ~(size_t)127; }
+};
+
+// Copies rows [r0, r0 + TILE) of one head's q, k or v (or of dO) into a bf16 tile; rows at or
+// past T are zero. src points at row 0's first element of the head; rows are `stride` apart.
+template <int HS>
+__device__ void load_tile(bf16 *dst, const float *src, size_t stride, int r0, int T) {
+  constexpr int HLD = Smem<HS>::HLD;
+  for (int i = threadIdx.x; i < TILE * HS; i += blockDim.x) {
+    int r = i / HS, d = i % HS, t = r0 + r;
+    dst[r * HLD + d] = __float2bfloat16_rn(t < T ? src[(size_t)t * stride + d] : 0.0f);
+  }
+}
+
+// acc(16 x 16) = sum over k of A[16 x 16k] B[16k x 16]; A row-major at a (ld lda), B read
+// through `Bfrag` (row- or column-major) at b + k*bstep.
+template <typename BLayout, int KSTEPS>
+__device__ void mma_row(wmma::fragment<wmma::accumulator, 16, 16, 16, float> &acc, const bf16 *a, int lda,
+                        const bf16 *b, int ldb, size_t bstep) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, BLayout> fb;
+  for (int k = 0; k < KSTEPS; k++) {
+    wmma::load_matrix_sync(fa, a + 16 * k, lda);
+    wmma::load_matrix_sync(fb, b + k * bstep, ldb);
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+}
+
+// out[16 rows of warp w][TILE] (fp32, ld SLD) = X[16 rows][HS] Y[TILE][HS]^T: scores (X = Q,
+// Y = K) or dP (X = dO, Y = V), both bf16 with ld HLD.
+template <int HS> __device__ void rows_times_t(float *out, const bf16 *X, const bf16 *Y, int w) {
+  constexpr int HLD = Smem<HS>::HLD;
+  for (int n = 0; n < TILE / 16; n++) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    // B(k, n') = Y[16n + n'][k]: column-major at Y + 16n rows, k advancing along the row
+    mma_row<wmma::col_major, HS / 16>(acc, X + 16 * w * HLD, HLD, Y + 16 * n * HLD, HLD, 16);
+    wmma::store_matrix_sync(out + 16 * w * SLD + 16 * n, acc, SLD, wmma::mem_row_major);
+  }
+}
+
+// acc[16 rows of warp w][HS] (fp32, ld HS + 4) += A[16 rows][TILE] Z[TILE][HS], A bf16 (ld PLD)
+// read as stored (transposed = false) or as its transpose (A^T rows = A's columns), Z bf16
+// (ld HLD).
+template <int HS, bool TRANSPOSED>
+__device__ void rows_times(float *acc_s, const bf16 *A, const bf16 *Z, int w) {
+  constexpr int HLD = Smem<HS>::HLD, FLD = Smem<HS>::FLD;
+  for (int n = 0; n < HS / 16; n++) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    float *o = acc_s + 16 * w * FLD + 16 * n;
+    wmma::load_matrix_sync(acc, o, FLD, wmma::mem_row_major);
+    for (int k = 0; k < TILE / 16; k++) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+      wmma::load_matrix_sync(fb, Z + 16 * k * HLD + 16 * n, HLD);
+      if (TRANSPOSED) { // a(r, c) = A[16k + c][16w + r]: column-major at A[16k][16w]
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> fa;
+        wmma::load_matrix_sync(fa, A + 16 * k * PLD + 16 * w, PLD);
+        wmma::mma_sync(acc, fa, fb, acc);
+      } else {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+        wmma::load_matrix_sync(fa, A + 16 * w * PLD + 16 * k, PLD);
+        wmma::mma_sync(acc, fa, fb, acc);
+      }
+    }
+    wmma::store_matrix_sync(o, acc, FLD, wmma::mem_row_major);
+  }
+}
+
+// ---- forward ----
+
+// grid (query tiles, B*NH). out [B, T, C] =; cache: L [B*NH*T] then O [B*NH, T, HS].
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    k_flash_forward(float *out, float *cache, const float *qkv, int T, int C, int NH, float scale) {
+  typedef Smem<HS> S;
+  constexpr int FLD = S::FLD;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16 *Qs = (bf16 *)smem, *Ks = (bf16 *)(smem + S::up(S::bf_tile)), *Vs = (bf16 *)(smem + 2 * S::up(S::bf_tile));
+  unsigned char *rest = smem + 3 * S::up(S::bf_tile);
+  float *Ss = (float *)rest, *Os = (float *)(rest + S::up(S::s_tile));
+  bf16 *Ps = (bf16 *)(rest + S::up(S::s_tile) + S::up(S::o_tile));
+
+  int qt = blockIdx.x, bh = blockIdx.y, h = bh % NH, b = bh / NH;
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, q0 = qt * TILE;
+  size_t stride = 3 * (size_t)C;
+  const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
+  load_tile<HS>(Qs, base, stride, q0, T);
+  for (int i = threadIdx.x; i < TILE * FLD; i += blockDim.x) Os[i] = 0.0f;
+  float m[16], l[16]; // statistics of this warp's 16 rows (every lane holds the same values)
+  for (int r = 0; r < 16; r++) m[r] = -INFINITY, l[r] = 0.0f;
+
+  for (int kt = 0; kt <= qt; kt++) {
+    int k0 = kt * TILE;
+    __syncthreads(); // the previous tile's K and V are no longer read
+    load_tile<HS>(Ks, base + C, stride, k0, T);
+    load_tile<HS>(Vs, base + 2 * (size_t)C, stride, k0, T);
+    __syncthreads();
+    rows_times_t<HS>(Ss, Qs, Ks, w); // S for this warp's rows
+    __syncwarp();
+    for (int r = 0; r < 16; r++) { // online softmax, one row at a time, lanes over columns
+      int rr = 16 * w + r, t = q0 + rr;
+      float v[2], mx = -INFINITY;
+      for (int c = 0; c < 2; c++) {
+        int j = lane + 32 * c, s = k0 + j;
+        v[c] = t < T && s <= t ? Ss[rr * SLD + j] * scale : -INFINITY;
+        mx = fmaxf(mx, v[c]);
+      }
+      mx = warp_max(mx);
+      float mnew = fmaxf(m[r], mx), sum = 0.0f;
+      for (int c = 0; c < 2; c++) {
+        float p = v[c] == -INFINITY ? 0.0f : expf(v[c] - mnew);
+        sum += p;
+        Ps[rr * PLD + lane + 32 * c] = __float2bfloat16_rn(p);
+      }
+      sum = warp_sum(sum);
+      float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mnew);
+      l[r] = l[r] * alpha + sum, m[r] = mnew;
+      for (int d = lane; d < HS; d += 32) Os[rr * FLD + d] *= alpha;
+    }
+    __syncwarp();
+    rows_times<HS, false>(Os, Ps, Vs, w); // O += P V for this warp's rows
+    __syncwarp();
+  }
+  float *L = cache + (size_t)bh * T, *Oc = cache + (size_t)gridDim.y * T + (size_t)bh * T * HS;
+  for (int r = 0; r < 16; r++) {
+    int rr = 16 * w + r, t = q0 + rr;
+    if (t >= T) break;
+    float inv = 1.0f / l[r]; // l >= 1: the row's max term is exp(0)
+    for (int d = lane; d < HS; d += 32) {
+      float o = Os[rr * FLD + d] * inv;
+      out[((size_t)b * T + t) * C + (size_t)h * HS + d] = o;
+      Oc[(size_t)t * HS + d] = o;
+    }
+    if (lane == 0) L[t] = m[r] + logf(l[r]);
+  }
+}
+
+// ---- backward ----
+
+// D[bh*T + t] = sum_d dO[b, t, h, d] O[bh, t, d]: one warp per row
+template <int HS>
+__global__ void k_flash_d(float *D, const float *dout, const float *cache, int B, int T, int C, int NH) {
+  size_t row = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) / 32, rows = (size_t)B * NH * T;
+  int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  size_t bh = row / T, t = row % T, b = bh / NH, h = bh % NH;
+  const float *o = cache + rows + row * HS, *dy = dout + (b * T + t) * C + h * HS;
+  float s = 0.0f;
+  for (int d = lane; d < HS; d += 32) s += dy[d] * o[d];
+  s = warp_sum(s);
+  if (lane == 0) D[row] = s;
+}
+
+// For this warp's 16 rows of a (query tile q0, key tile k0) pair, with S (fp32, Ss) and dP (fp32,
+// dPs) computed: P = exp(S scale - L) masked, into Ps (bf16) when Ps is not NULL, and
+// dS = P (dP - D) scale into dSs (bf16).
+__device__ void p_and_ds(bf16 *Ps, bf16 *dSs, const float *Ss, const float *dPs, const float *Lr,
+                         const float *Dr, int q0, int k0, int T, float scale, int w, int lane) {
+  for (int r = 0; r < 16; r++) {
+    int rr = 16 * w + r, t = q0 + rr;
+    for (int c = 0; c < 2; c++) {
+      int j = lane + 32 * c, s = k0 + j;
+      float p = t < T && s <= t ? expf(Ss[rr * SLD + j] * scale - Lr[rr]) : 0.0f;
+      if (Ps) Ps[rr * PLD + j] = __float2bfloat16_rn(p);
+      dSs[rr * PLD + j] = __float2bfloat16_rn(p * (dPs[rr * SLD + j] - Dr[rr]) * scale);
+    }
+  }
+}
+
+// grid (key tiles, B*NH): dK and dV of one key tile, over the query tiles at or after it
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    k_flash_dkv(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T,
+                int C, int NH, float scale) {
+  typedef Smem<HS> S;
+  constexpr int FLD = S::FLD;
+  extern __shared__ __align__(128) unsigned char smem[];
+  size_t bt = S::up(S::bf_tile), st = S::up(S::s_tile), ot = S::up(S::o_tile), pt = S::up(S::p_tile);
+  bf16 *Ks = (bf16 *)smem, *Vs = (bf16 *)(smem + bt), *Qs = (bf16 *)(smem + 2 * bt), *dOs = (bf16 *)(smem + 3 * bt);
+  unsigned char *rest = smem + 4 * bt;
+  float *Ss = (float *)rest, *dPs = (float *)(rest + st), *dKs = (float *)(rest + 2 * st);
+  float *dVs = (float *)(rest + 2 * st + ot);
+  bf16 *Ps = (bf16 *)(rest + 2 * st + 2 * ot), *dSs = (bf16 *)(rest + 2 * st + 2 * ot + pt);
+  float *Lr = (float *)(rest + 2 * st + 2 * ot + 2 * pt), *Dr = Lr + TILE;
+
+  int kt = blockIdx.x, bh = blockIdx.y, h = bh % NH, b = bh / NH;
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, k0 = kt * TILE, ntiles = (T + TILE - 1) / TILE;
+  size_t stride = 3 * (size_t)C;
+  const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
+  const float *dy = dout + (size_t)b * T * C + (size_t)h * HS;
+  const float *L = cache + (size_t)bh * T, *Db = D + (size_t)bh * T;
+  load_tile<HS>(Ks, base + C, stride, k0, T);
+  load_tile<HS>(Vs, base + 2 * (size_t)C, stride, k0, T);
+  for (int i = threadIdx.x; i < TILE * FLD; i += blockDim.x) dKs[i] = dVs[i] = 0.0f;
+
+  for (int qt = kt; qt < ntiles; qt++) {
+    int q0 = qt * TILE;
+    __syncthreads(); // the previous query tile's Q, dO, P and dS are no longer read
+    load_tile<HS>(Qs, base, stride, q0, T);
+    load_tile<HS>(dOs, dy, C, q0, T);
+    for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
+      Lr[i] = q0 + i < T ? L[q0 + i] : 0.0f;
+      Dr[i] = q0 + i < T ? Db[q0 + i] : 0.0f;
+    }
+    __syncthreads();
+    rows_times_t<HS>(Ss, Qs, Ks, w);  // S rows of this warp
+    rows_times_t<HS>(dPs, dOs, Vs, w); // dP = dO V^T
+    __syncwarp();
+    p_and_ds(Ps, dSs, Ss, dPs, Lr, Dr, q0, k0, T, scale, w, lane);
+    __syncthreads(); // every row of P and dS: the products below read their columns
+    rows_times<HS, true>(dVs, Ps, dOs, w); // dV rows (keys) of this warp += P^T dO
+    rows_times<HS, true>(dKs, dSs, Qs, w); // dK += dS^T Q
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < TILE * HS; i += blockDim.x) {
+    int r = i / HS, d = i % HS, s = k0 + r;
+    if (s >= T) continue;
+    float *row = dqkv + ((size_t)b * T + s) * stride + (size_t)h * HS + d;
+    row[C] = dKs[r * FLD + d];
+    row[2 * (size_t)C] = dVs[r * FLD + d];
+  }
+}
+
+// grid (query tiles, B*NH): dQ of one query tile, over the key tiles up to the diagonal
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    k_flash_dq(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T,
+               int C, int NH, float scale) {
+  typedef Smem<HS> S;
+  constexpr int FLD = S::FLD;
+  extern __shared__ __align__(128) unsigned char smem[];
+  size_t bt = S::up(S::bf_tile), st = S::up(S::s_tile), ot = S::up(S::o_tile), pt = S::up(S::p_tile);
+  bf16 *Qs = (bf16 *)smem, *dOs = (bf16 *)(smem + bt), *Ks = (bf16 *)(smem + 2 * bt), *Vs = (bf16 *)(smem + 3 * bt);
+  unsigned char *rest = smem + 4 * bt;
+  float *Ss = (float *)rest, *dPs = (float *)(rest + st), *dQs = (float *)(rest + 2 * st);
+  bf16 *dSs = (bf16 *)(rest + 2 * st + ot);
+  float *Lr = (float *)(rest + 2 * st + ot + pt), *Dr = Lr + TILE;
+
+  int qt = blockIdx.x, bh = blockIdx.y, h = bh % NH, b = bh / NH;
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, q0 = qt * TILE;
+  size_t stride = 3 * (size_t)C;
+  const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
+  const float *L = cache + (size_t)bh * T, *Db = D + (size_t)bh * T;
+  load_tile<HS>(Qs, base, stride, q0, T);
+  load_tile<HS>(dOs, dout + (size_t)b * T * C + (size_t)h * HS, C, q0, T);
+  for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
+    Lr[i] = q0 + i < T ? L[q0 + i] : 0.0f;
+    Dr[i] = q0 + i < T ? Db[q0 + i] : 0.0f;
+  }
+  for (int i = threadIdx.x; i < TILE * FLD; i += blockDim.x) dQs[i] = 0.0f;
+
+  for (int kt = 0; kt <= qt; kt++) {
+    int k0 = kt * TILE;
+    __syncthreads(); // the previous key tile is no longer read
+    load_tile<HS>(Ks, base + C, stride, k0, T);
+    load_tile<HS>(Vs, base + 2 * (size_t)C, stride, k0, T);
+    __syncthreads();
+    rows_times_t<HS>(Ss, Qs, Ks, w);
+    rows_times_t<HS>(dPs, dOs, Vs, w);
+    __syncwarp();
+    p_and_ds(nullptr, dSs, Ss, dPs, Lr, Dr, q0, k0, T, scale, w, lane);
+    __syncwarp();
+    rows_times<HS, false>(dQs, dSs, Ks, w); // dQ rows of this warp += dS K
+    __syncwarp();
+  }
+  for (int r = 0; r < 16; r++) {
+    int rr = 16 * w + r, t = q0 + rr;
+    if (t >= T) break;
+    for (int d = lane; d < HS; d += 32)
+      dqkv[((size_t)b * T + t) * stride + (size_t)h * HS + d] = dQs[rr * FLD + d];
+  }
+}
+
+// ---- host side ----
+
+template <int HS> static size_t fwd_smem() {
+  typedef Smem<HS> S;
+  return 3 * S::up(S::bf_tile) + S::up(S::s_tile) + S::up(S::o_tile) + S::up(S::p_tile);
+}
+template <int HS> static size_t dkv_smem() {
+  typedef Smem<HS> S;
+  return 4 * S::up(S::bf_tile) + 2 * S::up(S::s_tile) + 2 * S::up(S::o_tile) + 2 * S::up(S::p_tile) +
+         2 * TILE * sizeof(float);
+}
+template <int HS> static size_t dq_smem() {
+  typedef Smem<HS> S;
+  return 4 * S::up(S::bf_tile) + 2 * S::up(S::s_tile) + S::up(S::o_tile) + S::up(S::p_tile) +
+         2 * TILE * sizeof(float);
+}
+
+// More than 48 KiB of dynamic shared memory needs the kernel's opt-in, once per kernel.
+template <typename K> static void allow_smem(K kernel, size_t bytes, const char *op) {
+  CUDA_CHECK_OP(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+// Head size 64 (GPT-2's) only: the backward's key-tile kernel already takes 122.5 KiB of shared
+// memory at 64; 128 would need 187 KiB, more than an A100 has.
+int cuda_flash_usable(int T, int C, int NH) {
+  if (NH <= 0 || C % NH) return 0;
+  return C / NH == 64 && T > 64; // the cache (L and O) must fit in B*NH*T*T floats
+}
+
+template <int HS> static void forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+  static bool ready = false;
+  size_t smem = fwd_smem<HS>();
+  if (!ready) allow_smem(k_flash_forward<HS>, smem, "attention_forward"), ready = true;
+  dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
+  k_flash_forward<HS><<<grid, FA_THREADS, smem, cuda_stream()>>>(out, att, qkv, T, C, NH,
+                                                                 1.0f / sqrtf((float)HS));
+  LAUNCH_CHECK_OP("attention_forward");
+}
+
+template <int HS>
+static void backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
+                     int NH) {
+  static bool ready = false;
+  size_t s_kv = dkv_smem<HS>(), s_q = dq_smem<HS>();
+  if (!ready) {
+    allow_smem(k_flash_dkv<HS>, s_kv, "attention_backward");
+    allow_smem(k_flash_dq<HS>, s_q, "attention_backward");
+    ready = true;
+  }
+  size_t rows = (size_t)B * NH * T;
+  float *D = (float *)cuda_workspace(sizeof(float) * rows), scale = 1.0f / sqrtf((float)HS);
+  cudaStream_t s = cuda_stream();
+  k_flash_d<HS><<<(unsigned)((rows * 32 + 255) / 256), 256, 0, s>>>(D, dout, att, B, T, C, NH);
+  LAUNCH_CHECK_OP("attention_backward");
+  dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
+  k_flash_dkv<HS><<<grid, FA_THREADS, s_kv, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale);
+  LAUNCH_CHECK_OP("attention_backward");
+  k_flash_dq<HS><<<grid, FA_THREADS, s_q, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale);
+  LAUNCH_CHECK_OP("attention_backward");
+}
+
+void cuda_flash_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+  forward<64>(out, att, qkv, B, T, C, NH);
+}
+
+void cuda_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
+                         int NH) {
+  backward<64>(dqkv, dout, qkv, att, B, T, C, NH);
+}

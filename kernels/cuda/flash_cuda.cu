@@ -107,6 +107,37 @@ __device__ void rows_times(float *acc_s, const bf16 *A, const bf16 *Z, int w) {
   }
 }
 
+// The same product accumulated in registers: acc[n] holds columns [16n, 16n + 16) of this
+// warp's 16 rows (the backward's dK, dV and dQ, which need no rescaling between tiles).
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;
+template <int HS, bool TRANSPOSED> __device__ void rows_times_reg(Acc (&acc)[HS / 16], const bf16 *A, const bf16 *Z, int w) {
+  constexpr int HLD = Smem<HS>::HLD;
+#pragma unroll
+  for (int n = 0; n < HS / 16; n++) {
+#pragma unroll
+    for (int k = 0; k < TILE / 16; k++) {
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+      wmma::load_matrix_sync(fb, Z + 16 * k * HLD + 16 * n, HLD);
+      if (TRANSPOSED) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> fa;
+        wmma::load_matrix_sync(fa, A + 16 * k * PLD + 16 * w, PLD);
+        wmma::mma_sync(acc[n], fa, fb, acc[n]);
+      } else {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+        wmma::load_matrix_sync(fa, A + 16 * w * PLD + 16 * k, PLD);
+        wmma::mma_sync(acc[n], fa, fb, acc[n]);
+      }
+    }
+  }
+}
+
+// this warp's 16 rows of acc into an fp32 tile (ld SLD >= HS) for the global write
+template <int HS> __device__ void store_rows(float *tile, Acc (&acc)[HS / 16], int w) {
+#pragma unroll
+  for (int n = 0; n < HS / 16; n++)
+    wmma::store_matrix_sync(tile + 16 * w * SLD + 16 * n, acc[n], SLD, wmma::mem_row_major);
+}
+
 // ---- forward ----
 
 // grid (query tiles, B*NH). out [B, T, C] =; cache: L [B*NH*T] then O [B*NH, T, HS].
@@ -214,15 +245,16 @@ __global__ void __launch_bounds__(FA_THREADS)
     k_flash_dkv(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T,
                 int C, int NH, float scale) {
   typedef Smem<HS> S;
-  constexpr int FLD = S::FLD;
   extern __shared__ __align__(128) unsigned char smem[];
-  size_t bt = S::up(S::bf_tile), st = S::up(S::s_tile), ot = S::up(S::o_tile), pt = S::up(S::p_tile);
+  size_t bt = S::up(S::bf_tile), st = S::up(S::s_tile), pt = S::up(S::p_tile);
   bf16 *Ks = (bf16 *)smem, *Vs = (bf16 *)(smem + bt), *Qs = (bf16 *)(smem + 2 * bt), *dOs = (bf16 *)(smem + 3 * bt);
   unsigned char *rest = smem + 4 * bt;
-  float *Ss = (float *)rest, *dPs = (float *)(rest + st), *dKs = (float *)(rest + 2 * st);
-  float *dVs = (float *)(rest + 2 * st + ot);
-  bf16 *Ps = (bf16 *)(rest + 2 * st + 2 * ot), *dSs = (bf16 *)(rest + 2 * st + 2 * ot + pt);
-  float *Lr = (float *)(rest + 2 * st + 2 * ot + 2 * pt), *Dr = Lr + TILE;
+  float *Ss = (float *)rest, *dPs = (float *)(rest + st);
+  bf16 *Ps = (bf16 *)(rest + 2 * st), *dSs = (bf16 *)(rest + 2 * st + pt);
+  float *Lr = (float *)(rest + 2 * st + 2 * pt), *Dr = Lr + TILE;
+  Acc dK[HS / 16], dV[HS / 16]; // this warp's 16 key rows
+#pragma unroll
+  for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dK[n], 0.0f), wmma::fill_fragment(dV[n], 0.0f);
 
   int kt = blockIdx.x, bh = blockIdx.y, h = bh % NH, b = bh / NH;
   int w = threadIdx.x / 32, lane = threadIdx.x % 32, k0 = kt * TILE, ntiles = (T + TILE - 1) / TILE;
@@ -232,7 +264,6 @@ __global__ void __launch_bounds__(FA_THREADS)
   const float *L = cache + (size_t)bh * T, *Db = D + (size_t)bh * T;
   load_tile<HS>(Ks, base + C, stride, k0, T);
   load_tile<HS>(Vs, base + 2 * (size_t)C, stride, k0, T);
-  for (int i = threadIdx.x; i < TILE * FLD; i += blockDim.x) dKs[i] = dVs[i] = 0.0f;
 
   for (int qt = kt; qt < ntiles; qt++) {
     int q0 = qt * TILE;
@@ -249,16 +280,21 @@ __global__ void __launch_bounds__(FA_THREADS)
     __syncwarp();
     p_and_ds(Ps, dSs, Ss, dPs, Lr, Dr, q0, k0, T, scale, w, lane);
     __syncthreads(); // every row of P and dS: the products below read their columns
-    rows_times<HS, true>(dVs, Ps, dOs, w); // dV rows (keys) of this warp += P^T dO
-    rows_times<HS, true>(dKs, dSs, Qs, w); // dK += dS^T Q
+    rows_times_reg<HS, true>(dV, Ps, dOs, w); // dV rows (keys) of this warp += P^T dO
+    rows_times_reg<HS, true>(dK, dSs, Qs, w); // dK += dS^T Q
   }
-  __syncthreads();
-  for (int i = threadIdx.x; i < TILE * HS; i += blockDim.x) {
-    int r = i / HS, d = i % HS, s = k0 + r;
-    if (s >= T) continue;
-    float *row = dqkv + ((size_t)b * T + s) * stride + (size_t)h * HS + d;
-    row[C] = dKs[r * FLD + d];
-    row[2 * (size_t)C] = dVs[r * FLD + d];
+  __syncthreads(); // Ss and dPs are free: the accumulators go out through them
+  store_rows<HS>(Ss, dK, w);
+  store_rows<HS>(dPs, dV, w);
+  __syncwarp();
+  for (int r = 0; r < 16; r++) {
+    int rr = 16 * w + r, s = k0 + rr;
+    if (s >= T) break;
+    float *row = dqkv + ((size_t)b * T + s) * stride + (size_t)h * HS;
+    for (int d = lane; d < HS; d += 32) {
+      row[C + d] = Ss[rr * SLD + d];
+      row[2 * (size_t)C + d] = dPs[rr * SLD + d];
+    }
   }
 }
 
@@ -268,14 +304,16 @@ __global__ void __launch_bounds__(FA_THREADS)
     k_flash_dq(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T,
                int C, int NH, float scale) {
   typedef Smem<HS> S;
-  constexpr int FLD = S::FLD;
   extern __shared__ __align__(128) unsigned char smem[];
-  size_t bt = S::up(S::bf_tile), st = S::up(S::s_tile), ot = S::up(S::o_tile), pt = S::up(S::p_tile);
+  size_t bt = S::up(S::bf_tile), st = S::up(S::s_tile), pt = S::up(S::p_tile);
   bf16 *Qs = (bf16 *)smem, *dOs = (bf16 *)(smem + bt), *Ks = (bf16 *)(smem + 2 * bt), *Vs = (bf16 *)(smem + 3 * bt);
   unsigned char *rest = smem + 4 * bt;
-  float *Ss = (float *)rest, *dPs = (float *)(rest + st), *dQs = (float *)(rest + 2 * st);
-  bf16 *dSs = (bf16 *)(rest + 2 * st + ot);
-  float *Lr = (float *)(rest + 2 * st + ot + pt), *Dr = Lr + TILE;
+  float *Ss = (float *)rest, *dPs = (float *)(rest + st);
+  bf16 *dSs = (bf16 *)(rest + 2 * st);
+  float *Lr = (float *)(rest + 2 * st + pt), *Dr = Lr + TILE;
+  Acc dQ[HS / 16]; // this warp's 16 query rows
+#pragma unroll
+  for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dQ[n], 0.0f);
 
   int qt = blockIdx.x, bh = blockIdx.y, h = bh % NH, b = bh / NH;
   int w = threadIdx.x / 32, lane = threadIdx.x % 32, q0 = qt * TILE;
@@ -288,7 +326,6 @@ __global__ void __launch_bounds__(FA_THREADS)
     Lr[i] = q0 + i < T ? L[q0 + i] : 0.0f;
     Dr[i] = q0 + i < T ? Db[q0 + i] : 0.0f;
   }
-  for (int i = threadIdx.x; i < TILE * FLD; i += blockDim.x) dQs[i] = 0.0f;
 
   for (int kt = 0; kt <= qt; kt++) {
     int k0 = kt * TILE;
@@ -301,14 +338,16 @@ __global__ void __launch_bounds__(FA_THREADS)
     __syncwarp();
     p_and_ds(nullptr, dSs, Ss, dPs, Lr, Dr, q0, k0, T, scale, w, lane);
     __syncwarp();
-    rows_times<HS, false>(dQs, dSs, Ks, w); // dQ rows of this warp += dS K
+    rows_times_reg<HS, false>(dQ, dSs, Ks, w); // dQ rows of this warp += dS K
     __syncwarp();
   }
+  store_rows<HS>(Ss, dQ, w); // this warp's rows of Ss: no other warp reads them any more
+  __syncwarp();
   for (int r = 0; r < 16; r++) {
     int rr = 16 * w + r, t = q0 + rr;
     if (t >= T) break;
     for (int d = lane; d < HS; d += 32)
-      dqkv[((size_t)b * T + t) * stride + (size_t)h * HS + d] = dQs[rr * FLD + d];
+      dqkv[((size_t)b * T + t) * stride + (size_t)h * HS + d] = Ss[rr * SLD + d];
   }
 }
 
@@ -320,13 +359,11 @@ template <int HS> static size_t fwd_smem() {
 }
 template <int HS> static size_t dkv_smem() {
   typedef Smem<HS> S;
-  return 4 * S::up(S::bf_tile) + 2 * S::up(S::s_tile) + 2 * S::up(S::o_tile) + 2 * S::up(S::p_tile) +
-         2 * TILE * sizeof(float);
+  return 4 * S::up(S::bf_tile) + 2 * S::up(S::s_tile) + 2 * S::up(S::p_tile) + 2 * TILE * sizeof(float);
 }
 template <int HS> static size_t dq_smem() {
   typedef Smem<HS> S;
-  return 4 * S::up(S::bf_tile) + 2 * S::up(S::s_tile) + S::up(S::o_tile) + S::up(S::p_tile) +
-         2 * TILE * sizeof(float);
+  return 4 * S::up(S::bf_tile) + 2 * S::up(S::s_tile) + S::up(S::p_tile) + 2 * TILE * sizeof(float);
 }
 
 // More than 48 KiB of dynamic shared memory needs the kernel's opt-in, once per kernel.
@@ -334,8 +371,8 @@ template <typename K> static void allow_smem(K kernel, size_t bytes, const char 
   CUDA_CHECK_OP(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-// Head size 64 (GPT-2's) only: the backward's key-tile kernel already takes 122.5 KiB of shared
-// memory at 64; 128 would need 187 KiB, more than an A100 has.
+// Head size 64 (GPT-2's) only, the one instantiated (shared memory per block at 64: forward
+// 70 KiB, dK/dV 88.5 KiB, dQ 79.5 KiB).
 int cuda_flash_usable(int T, int C, int NH) {
   if (NH <= 0 || C % NH) return 0;
   return C / NH == 64 && T > 64; // the cache (L and O) must fit in B*NH*T*T floats

@@ -31,7 +31,9 @@
  *     "ZeRO collectives: NCCL".
  *   - any other device memory (ranks share a GPU, no coll, BRIGADE_NCCL=0): MPI on host copies;
  *     rank 0 logs "ZeRO collectives: MPI through host copies (<why>)".
- * The byte accounting (bytes_reduce, bytes_gather, reduce_scatters) is the same on every path. */
+ * The byte accounting (bytes_reduce, bytes_gather, reduce_scatters) is the same on every path.
+ * Each zero_buffer (one per chunk) has a communicator of its own. Pipeline transfers are not
+ * zero/'s: they stay on MPI through host staging. */
 #ifndef BRIGADE_ZERO_ZERO_H
 #define BRIGADE_ZERO_ZERO_H
 

@@ -291,7 +291,8 @@ static float *host_buf(zero_buffer *z, size_t n) {
   return z->host;
 }
 
-/* In-place sum over the group of n floats of backend memory; non-zero on an MPI error. */
+/* In-place sum over the group of n floats of backend memory; non-zero on an MPI error (on a
+ * coll error, whose message is set). */
 static int allreduce(zero_buffer *z, float *x, size_t n) {
   if (z->nccl) return z->ops->coll->all_reduce(z->cc, x, n) != CORE_OK;
   if (!z->device) return MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, z->comm) != MPI_SUCCESS;
@@ -306,7 +307,8 @@ int zero_reduce(zero_buffer *z) {
   if (z->stage == 0) {
     if (z->d == 1) return CORE_OK;
     z->bytes_reduce += 2.0 * sizeof(float) * (double)z->n * (z->d - 1) / z->d;
-    return allreduce(z, z->grads, z->n) ? core_error_set(CORE_ERUNTIME, "gradient all-reduce failed") : CORE_OK;
+    if (!allreduce(z, z->grads, z->n)) return CORE_OK;
+    return z->nccl ? core_error_prefix("gradient all-reduce") : core_error_set(CORE_ERUNTIME, "gradient all-reduce failed");
   }
   if (z->stage == 1) {
     int rc = scatter(z);
@@ -322,7 +324,7 @@ int zero_reduce(zero_buffer *z) {
   for (int k = 0; k < z->nkept; k++) {
     size_t lo = z->kp_lo[k], hi = z->kp_hi[k];
     if (z->d > 1 && hi > lo && allreduce(z, z->kept[k], hi - lo))
-      return core_error_set(CORE_ERUNTIME, "tied-gradient all-reduce failed");
+      return z->nccl ? core_error_prefix("tied-gradient all-reduce") : core_error_set(CORE_ERUNTIME, "tied-gradient all-reduce failed");
     z->bytes_reduce += 2.0 * sizeof(float) * (double)(hi - lo) * (z->d - 1) / z->d;
     size_t a = lo > z->lo ? lo : z->lo, b = hi < z->hi ? hi : z->hi;
     if (b > a) z->ops->axpy(z->acc + (a - z->lo), 1.0f, z->kept[k] + (a - lo), b - a);

@@ -54,6 +54,7 @@ static int world_rank, fails;
 
 static MPI_Comm fake_group; /* the group zero/ runs on: the fake's communicators dup it */
 static int fake_shared;     /* 1: every rank reports the same device identity */
+static int fake_fail;       /* 1: all_reduce fails (on every rank, without communicating) */
 static struct {
   int device_id, unique_id, comm_init, comm_free, all_reduce, reduce_scatter, reduce_scatterv,
       all_gather, all_gatherv, async, wait;
@@ -128,6 +129,7 @@ static void f_comm_free(kernels_coll_comm *c) {
 
 static int f_all_reduce(kernels_coll_comm *c, float *x, size_t n) {
   calls.all_reduce++;
+  if (fake_fail) return mpi_fail("all_reduce");
   return MPI_Allreduce(MPI_IN_PLACE, dev(x, "all_reduce"), (int)n, MPI_FLOAT, MPI_SUM, c->comm) ? mpi_fail("all_reduce") : CORE_OK;
 }
 
@@ -392,6 +394,18 @@ int main(int argc, char **argv) {
         for (int v = 0; v < NV; v++) free(res[v].res);
       }
     }
+  }
+  { /* a failing collective comes back from zero_reduce as an error with its message */
+    float *p = dev_ops.alloc(sizeof(float) * 8), *g = dev_ops.alloc(sizeof(float) * 8);
+    zero_buffer z;
+    int rc = zero_init(&z, 0, fake_group, p, g, 8, &dev_ops);
+    fake_fail = 1;
+    if (!rc) rc = zero_reduce(&z);
+    fake_fail = 0;
+    CHECK(rc == CORE_ERUNTIME && strstr(core_error_msg(), "gradient all-reduce: fake coll: all_reduce failed"),
+          "a failed all-reduce gave %d \"%s\"", rc, core_error_msg());
+    zero_free(&z);
+    dev_ops.free(p), dev_ops.free(g);
   }
   int all = 0;
   MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

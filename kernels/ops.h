@@ -27,6 +27,9 @@ typedef struct kernels_ops {
    * reaches them only through to_device / to_host ("cuda"; "fakedev", the test backend that
    * makes any host dereference fault). */
   int device_memory;
+  /* Device collectives (kernels/coll.h) for callers that sum or gather this table's memory
+   * across processes without host copies: NCCL for "cuda"; NULL for "cpu" and "fakedev". */
+  const struct kernels_coll *coll;
 
   /* ---- memory: buffers the other ops take belong to the backend (device memory for "cuda");
    * these move data between them and host memory. Ops run in issue order on one queue per

@@ -324,9 +324,8 @@ static void teardown(trainer *tr) {
 static void announce(trainer *tr) {
   if (tr->topo.world_rank != 0) return;
   const layers_chunk *k0 = &tr->rn.chunks[0];
-  if (k0->ops && k0->ops->device_memory && tr->topo.p * tr->topo.d > 1)
-    core_log(CORE_LOG_INFO, "backend %s: pipeline transfers and ZeRO collectives go through host copies over MPI "
-             "(no NCCL path yet)", k0->ops->name);
+  if (k0->ops && k0->ops->device_memory && tr->topo.p > 1) /* ZeRO's collectives: zero_init says which path */
+    core_log(CORE_LOG_INFO, "backend %s: pipeline transfers go through host copies over MPI", k0->ops->name);
   core_log(CORE_LOG_INFO, "model: %d layers, %.3f M parameters, vocabulary %d, T=%d, d_model=%d",
            tr->model.n, layers_model_params(&tr->model) / 1e6, tr->model.V, tr->model.T, tr->model.C);
   core_log(CORE_LOG_INFO, "layout: %d stage(s) x %d replica(s), schedule %s, %d chunk(s) per rank, %d "

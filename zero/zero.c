@@ -4,6 +4,76 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/log.h"
+
+/* ---- the path of the collectives: ops->coll (NCCL) or MPI through host copies ---- */
+
+/* Rank 0 of the group says the path, each path and reason once per process. */
+static void say_path(const zero_buffer *z, const char *why) {
+  static const char *said[8];
+  static int nsaid;
+  const char *key = z->nccl ? "NCCL" : why;
+  if (z->r != 0) return;
+  for (int i = 0; i < nsaid; i++)
+    if (said[i] == key) return;
+  if (nsaid < 8) said[nsaid++] = key;
+  if (z->nccl) core_log(CORE_LOG_INFO, "ZeRO collectives: NCCL (one GPU per rank: device memory, no host copies)");
+  else core_log(CORE_LOG_INFO, "ZeRO collectives: MPI through host copies (%s)", why);
+}
+
+/* Decides, the same way on every rank of the group, whether the collectives go through
+ * ops->coll, and joins its communicator when they do. The ranks' device identities go around
+ * over MPI: NCCL needs every rank of a communicator on its own GPU. */
+static int coll_setup(zero_buffer *z) {
+  const kernels_coll *cl = z->ops->coll;
+  enum { B = KERNELS_COLL_DEVICE_ID_BYTES, E = B + 2, U = KERNELS_COLL_UNIQUE_ID_BYTES };
+  const char *env = getenv("BRIGADE_NCCL");
+  unsigned char mine[E] = {0};
+  mine[B] = !(env && strcmp(env, "0") == 0);        /* this rank allows NCCL */
+  mine[B + 1] = mine[B] && cl->device_id(mine) == CORE_OK; /* and knows its GPU */
+  unsigned char *all = core_malloc((size_t)z->d * E);
+  if (MPI_Allgather(mine, E, MPI_BYTE, all, E, MPI_BYTE, z->comm) != MPI_SUCCESS) {
+    free(all);
+    return core_error_set(CORE_ERUNTIME, "ZeRO: exchanging the ranks' GPU identities failed");
+  }
+  const char *why = NULL;
+  for (int q = 0; q < z->d && !why; q++)
+    if (!all[(size_t)q * E + B]) why = "BRIGADE_NCCL=0";
+  for (int q = 0; q < z->d && !why; q++)
+    if (!all[(size_t)q * E + B + 1]) why = "a rank of the data-parallel group could not read its GPU's identity";
+  for (int q = 0; q < z->d && !why; q++)
+    for (int q2 = q + 1; q2 < z->d && !why; q2++)
+      if (memcmp(all + (size_t)q * E, all + (size_t)q2 * E, B) == 0)
+        why = "ranks of a data-parallel group share a GPU; NCCL needs one GPU per rank";
+  free(all);
+  if (why) {
+    say_path(z, why);
+    return CORE_OK;
+  }
+  /* rank 0 makes the id (its last byte says whether it could), everyone joins */
+  unsigned char id[U + 1] = {0};
+  if (z->r == 0) id[U] = cl->unique_id(id) == CORE_OK;
+  if (MPI_Bcast(id, U + 1, MPI_BYTE, 0, z->comm) != MPI_SUCCESS)
+    return core_error_set(CORE_ERUNTIME, "ZeRO: handing the NCCL unique id around failed");
+  if (!id[U]) {
+    if (z->r == 0) return core_error_prefix("ZeRO collectives over %s (BRIGADE_NCCL=0 uses MPI through host copies instead)", cl->name);
+    return core_error_set(CORE_ERUNTIME, "ZeRO collectives over %s: rank 0 of the data-parallel group could not make a unique id (BRIGADE_NCCL=0 uses MPI through host copies instead)", cl->name);
+  }
+  int rc = cl->comm_init(&z->cc, id, z->d, z->r), ok = rc == CORE_OK, all_ok = 0;
+  if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, z->comm) != MPI_SUCCESS) all_ok = 0;
+  if (!all_ok) {
+    cl->comm_free(z->cc), z->cc = NULL;
+    if (rc) return core_error_prefix("ZeRO collectives over %s (BRIGADE_NCCL=0 uses MPI through host copies instead)", cl->name);
+    return core_error_set(CORE_ERUNTIME, "ZeRO collectives over %s: another rank of the data-parallel group could not join the communicator (BRIGADE_NCCL=0 uses MPI through host copies instead)", cl->name);
+  }
+  z->nccl = 1;
+  z->ncounts = core_calloc((size_t)z->d, sizeof(size_t));
+  say_path(z, NULL);
+  return CORE_OK;
+}
+
+/* ncounts = every replica's part of [a, b) (consecutive ranges: the shards are) */
+static void coll_counts(zero_buffer *z, size_t a, size_t b);
 
 int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *grads, size_t n, const kernels_ops *ops) {
   memset(z, 0, sizeof *z);
@@ -20,9 +90,17 @@ int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *gr
   if (z->shard * (size_t)z->d > (size_t)1 << 31)
     return core_error_set(CORE_EINPUT, "a chunk of %zu parameters is too large for one MPI collective", n);
   z->req[0] = z->req[1] = MPI_REQUEST_NULL;
+  if (z->device && z->d > 1) {
+    if (z->ops->coll) {
+      int rc = coll_setup(z);
+      if (rc) return rc;
+    } else {
+      say_path(z, "the backend offers no device collectives");
+    }
+  }
   if (stage >= 1 && !(z->acc = z->ops->alloc(sizeof(float) * z->shard)))
     return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for a gradient shard of %zu floats", z->ops->name, z->shard);
-  if (stage == 1) {
+  if (stage == 1 && !z->nccl) {
     z->send = core_calloc(z->shard * (size_t)z->d, sizeof(float));
     z->recv = core_calloc(z->shard, sizeof(float));
   }
@@ -33,11 +111,13 @@ int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *gr
 void zero_free(zero_buffer *z) {
   for (int k = 0; k < 2; k++) {
     if (z->req[k] != MPI_REQUEST_NULL && z->req[k] != 0) MPI_Wait(&z->req[k], MPI_STATUS_IGNORE);
+    if (z->inflight[k] && z->cc) z->ops->coll->wait(z->cc, k); /* before its buffers go */
     if (z->ops) z->ops->free(z->bucket[k]), z->ops->free(z->kept[k]);
     free(z->hbucket[k]);
   }
   if (z->ops) z->ops->free(z->acc);
-  free(z->send), free(z->recv), free(z->counts), free(z->host);
+  free(z->send), free(z->recv), free(z->counts), free(z->host), free(z->ncounts);
+  if (z->cc) z->ops->coll->comm_free(z->cc);
   memset(z, 0, sizeof *z);
 }
 
@@ -63,7 +143,7 @@ int zero_buckets(zero_buffer *z, size_t bucket_floats, int overlap, size_t large
   for (int k = 0; k < z->nb; k++) {
     z->bucket[k] = z->ops->alloc(sizeof(float) * cap);
     if (!z->bucket[k]) return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for a gradient bucket", z->ops->name);
-    if (z->device) z->hbucket[k] = core_calloc(cap + z->shard, sizeof(float)); /* bucket, then my part of the sum */
+    if (z->device && !z->nccl) z->hbucket[k] = core_calloc(cap + z->shard, sizeof(float)); /* bucket, then my part of the sum */
     z->req[k] = MPI_REQUEST_NULL;
   }
   z->grads = NULL;
@@ -78,6 +158,14 @@ float *zero_kept(const zero_buffer *z, size_t lo, size_t hi) {
 
 /* Reduce-scatter of the full gradient buffer into recv (stage 1). */
 static int scatter(zero_buffer *z) {
+  if (z->nccl) { /* straight from the gradients into the accumulator */
+    z->bytes_reduce += (double)sizeof(float) * (double)z->shard * (z->d - 1);
+    z->reduce_scatters++;
+    int rc;
+    if (z->shard * (size_t)z->d == z->n) rc = z->ops->coll->reduce_scatter(z->cc, z->grads, z->acc, z->shard);
+    else coll_counts(z, 0, z->n), rc = z->ops->coll->reduce_scatterv(z->cc, z->grads, z->acc, z->ncounts);
+    return rc ? core_error_prefix("gradient reduce-scatter") : CORE_OK;
+  }
   z->ops->to_host(z->send, z->grads, sizeof(float) * z->n);
   memset(z->send + z->n, 0, sizeof(float) * (z->shard * (size_t)z->d - z->n));
   z->bytes_reduce += (double)sizeof(float) * (double)z->shard * (z->d - 1);
@@ -96,6 +184,10 @@ static size_t overlap_of(const zero_buffer *z, int r, size_t a, size_t b, size_t
   return hi > lo ? hi - lo : 0;
 }
 
+static void coll_counts(zero_buffer *z, size_t a, size_t b) {
+  for (int r = 0; r < z->d; r++) z->ncounts[r] = overlap_of(z, r, a, b, NULL);
+}
+
 /* Device memory: the reduce-scatter ran on host copies; its result goes to the accumulator. */
 static void bucket_landed(zero_buffer *z, int k) {
   if (z->device && z->pend_n[k]) z->ops->to_device(z->pend_dst[k], z->hbucket[k] + z->cap, sizeof(float) * z->pend_n[k]);
@@ -103,6 +195,11 @@ static void bucket_landed(zero_buffer *z, int k) {
 }
 
 static int bucket_wait(zero_buffer *z, int k) {
+  if (z->inflight[k]) { /* ops from here on wait for it; the host does not */
+    z->inflight[k] = 0;
+    int rc = z->ops->coll->wait(z->cc, k);
+    if (rc) return core_error_prefix("gradient reduce-scatter (bucket)");
+  }
   if (z->req[k] == MPI_REQUEST_NULL) return CORE_OK;
   if (MPI_Wait(&z->req[k], MPI_STATUS_IGNORE) != MPI_SUCCESS)
     return core_error_set(CORE_ERUNTIME, "gradient reduce-scatter (bucket) failed");
@@ -129,6 +226,18 @@ static int bucket_flush(zero_buffer *z) {
   z->bytes_reduce += (double)sizeof(float) * (double)((b - a) - mine);
   z->reduce_scatters++;
   z->blo[k] = z->bhi[k] = 0;
+  if (z->nccl) { /* on device memory: the bucket straight into the accumulator */
+    coll_counts(z, a, b);
+    if (!z->overlap) {
+      rc = z->ops->coll->reduce_scatterv(z->cc, data, acc, z->ncounts);
+      return rc ? core_error_prefix("gradient reduce-scatter (bucket)") : CORE_OK;
+    }
+    rc = z->ops->coll->reduce_scatterv_async(z->cc, k, data, acc, z->ncounts);
+    if (rc) return core_error_prefix("gradient reduce-scatter (bucket) failed to start");
+    z->inflight[k] = 1;
+    z->cur = k ^ 1;
+    return CORE_OK;
+  }
   const float *send = data;
   float *recv = acc;
   if (z->device) { /* MPI works on host copies: the bucket, and my part of the sum after it */
@@ -182,8 +291,10 @@ static float *host_buf(zero_buffer *z, size_t n) {
   return z->host;
 }
 
-/* In-place sum over the group of n floats of backend memory; non-zero on an MPI error. */
+/* In-place sum over the group of n floats of backend memory; non-zero on an MPI error (on a
+ * coll error, whose message is set). */
 static int allreduce(zero_buffer *z, float *x, size_t n) {
+  if (z->nccl) return z->ops->coll->all_reduce(z->cc, x, n) != CORE_OK;
   if (!z->device) return MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, z->comm) != MPI_SUCCESS;
   float *h = host_buf(z, n);
   z->ops->to_host(h, x, sizeof(float) * n);
@@ -196,11 +307,12 @@ int zero_reduce(zero_buffer *z) {
   if (z->stage == 0) {
     if (z->d == 1) return CORE_OK;
     z->bytes_reduce += 2.0 * sizeof(float) * (double)z->n * (z->d - 1) / z->d;
-    return allreduce(z, z->grads, z->n) ? core_error_set(CORE_ERUNTIME, "gradient all-reduce failed") : CORE_OK;
+    if (!allreduce(z, z->grads, z->n)) return CORE_OK;
+    return z->nccl ? core_error_prefix("gradient all-reduce") : core_error_set(CORE_ERUNTIME, "gradient all-reduce failed");
   }
   if (z->stage == 1) {
     int rc = scatter(z);
-    if (!rc) z->ops->to_device(z->acc, z->recv, sizeof(float) * z->shard);
+    if (!rc && !z->nccl) z->ops->to_device(z->acc, z->recv, sizeof(float) * z->shard);
     return rc;
   }
   /* stage 2: the buckets still in flight, then the kept ranges */
@@ -212,7 +324,7 @@ int zero_reduce(zero_buffer *z) {
   for (int k = 0; k < z->nkept; k++) {
     size_t lo = z->kp_lo[k], hi = z->kp_hi[k];
     if (z->d > 1 && hi > lo && allreduce(z, z->kept[k], hi - lo))
-      return core_error_set(CORE_ERUNTIME, "tied-gradient all-reduce failed");
+      return z->nccl ? core_error_prefix("tied-gradient all-reduce") : core_error_set(CORE_ERUNTIME, "tied-gradient all-reduce failed");
     z->bytes_reduce += 2.0 * sizeof(float) * (double)(hi - lo) * (z->d - 1) / z->d;
     size_t a = lo > z->lo ? lo : z->lo, b = hi < z->hi ? hi : z->hi;
     if (b > a) z->ops->axpy(z->acc + (a - z->lo), 1.0f, z->kept[k] + (a - lo), b - a);
@@ -236,6 +348,12 @@ static int gather_in_place(zero_buffer *z) {
     displs[r] = z->counts[r] ? (int)from : 0;
   }
   z->bytes_gather += (double)sizeof(float) * (double)(z->n - (z->hi - z->lo));
+  if (z->nccl) {
+    free(displs);
+    coll_counts(z, 0, z->n);
+    int rc = z->ops->coll->all_gatherv(z->cc, z->params, z->ncounts);
+    return rc ? core_error_prefix("parameter all-gather") : CORE_OK;
+  }
   float *p = z->params;
   if (z->device) { /* through a host copy of the whole buffer, my shard in place */
     p = host_buf(z, z->n);
@@ -255,6 +373,13 @@ int zero_finish(zero_buffer *z) {
   z->ops->zero(z->acc, z->shard);
   if (z->d == 1) return CORE_OK;
   if (z->stage == 2) return gather_in_place(z);
+  if (z->nccl) { /* in place in the parameter buffer: every replica's shard from its owner */
+    z->bytes_gather += (double)sizeof(float) * (double)z->shard * (z->d - 1);
+    int rc;
+    if (z->shard * (size_t)z->d == z->n) rc = z->ops->coll->all_gather(z->cc, z->params + z->lo, z->params, z->shard);
+    else coll_counts(z, 0, z->n), rc = z->ops->coll->all_gatherv(z->cc, z->params, z->ncounts);
+    return rc ? core_error_prefix("parameter all-gather") : CORE_OK;
+  }
   /* everyone's shard (padded) into send, then back into the full parameter buffer */
   memset(z->recv, 0, sizeof(float) * z->shard);
   z->ops->to_host(z->recv, z->params + z->lo, sizeof(float) * (z->hi - z->lo));
@@ -268,7 +393,7 @@ int zero_finish(zero_buffer *z) {
 double zero_grad_bytes(const zero_buffer *z) {
   double f = 0;
   if (z->stage < 2) f = (double)z->n;                                     /* the full buffer */
-  if (z->stage == 1) f += (double)z->shard * (z->d + 2);                  /* acc, send, recv */
+  if (z->stage == 1) f += (double)z->shard * (z->nccl ? 1 : z->d + 2);    /* acc (+ send, recv for MPI) */
   if (z->stage == 2) {
     f += (double)z->shard + (double)z->nb * (double)z->cap; /* acc, buckets */
     for (int k = 0; k < z->nkept; k++) f += (double)(z->kp_hi[k] - z->kp_lo[k]);

@@ -17,7 +17,23 @@
  *            Kept ranges (zero_keep: the layers holding a tied weight, whose gradient is summed
  *            across pipeline ranks first) accumulate in full over the step and are all-reduced at
  *            its end.
- * The communicator comes from the caller; zero/ knows nothing of pipelines or layers. */
+ * The communicator comes from the caller; zero/ knows nothing of pipelines or layers.
+ *
+ * Which path the collectives take (decided once in zero_init, the same on every rank):
+ *   - host memory ("cpu"): MPI on the buffers themselves.
+ *   - device memory whose table offers device collectives (ops->coll: NCCL for "cuda"), with
+ *     every rank of the group on its own GPU (the ranks' 16-byte GPU identities, exchanged over
+ *     MPI, are distinct) and BRIGADE_NCCL not "0": rank 0 makes a unique id, MPI_Bcast hands it
+ *     around, every rank joins one communicator; the collectives above then run through
+ *     ops->coll on device memory, ordered with the ops on the compute stream, with no host
+ *     copies (overlap_comm's reduce-scatter: on the backend's communication stream, the compute
+ *     stream waiting for it by event). z->nccl says so. Rank 0 of the group logs
+ *     "ZeRO collectives: NCCL".
+ *   - any other device memory (ranks share a GPU, no coll, BRIGADE_NCCL=0): MPI on host copies;
+ *     rank 0 logs "ZeRO collectives: MPI through host copies (<why>)".
+ * The byte accounting (bytes_reduce, bytes_gather, reduce_scatters) is the same on every path.
+ * Each zero_buffer (one per chunk) has a communicator of its own. Pipeline transfers are not
+ * zero/'s: they stay on MPI through host staging. */
 #ifndef BRIGADE_ZERO_ZERO_H
 #define BRIGADE_ZERO_ZERO_H
 
@@ -25,18 +41,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/coll.h"
 #include "kernels/ops.h"
 
 typedef struct {
   int stage, d, r;
   MPI_Comm comm;
   const kernels_ops *ops;  /* the table whose memory params, grads and the buffers below live in */
-  int device;              /* that memory is not the host's: MPI goes through host copies */
+  int device;              /* that memory is not the host's */
+  /* device memory: 1 when the collectives go through ops->coll on device memory (one GPU per
+   * rank: NCCL), 0 when MPI goes through host copies */
+  int nccl;
+  kernels_coll_comm *cc;   /* ops->coll's communicator over the group (nccl) */
+  size_t *ncounts;         /* [d] counts for ops->coll's variable-count entries (nccl) */
+  int inflight[2];         /* nccl, overlap_comm: bucket k's async reduce-scatter not waited for */
   size_t n, shard, lo, hi; /* my shard is [lo, hi) */
   float *params, *grads;   /* the caller's full buffers (grads: NULL in stage 2) */
   float *acc;              /* [shard] reduced gradients of my shard (stages 1, 2) */
-  float *send, *recv;      /* stage 1: [shard * d], [shard] host staging for the collectives */
-  float *host;             /* device memory: host copies for MPI (nhost floats) */
+  float *send, *recv;      /* stage 1 over MPI: [shard * d], [shard] host staging for the collectives */
+  float *host;             /* device memory over MPI: host copies (nhost floats) */
   size_t nhost;
   /* kept ranges (stage 2): full gradients of their own, all-reduced at the end of the step */
   size_t kp_lo[2], kp_hi[2];
@@ -48,7 +71,7 @@ typedef struct {
   int nb, cur, overlap;
   float *bucket[2];
   size_t blo[2], bhi[2];
-  float *hbucket[2];       /* device memory: [cap + shard] host copy of a bucket and my part of its sum */
+  float *hbucket[2];       /* device memory over MPI: [cap + shard] host copy of a bucket and my part of its sum */
   float *pend_dst[2];      /* ... and where that part goes once the reduce-scatter has landed */
   size_t pend_n[2];
   MPI_Request req[2];
@@ -60,9 +83,9 @@ typedef struct {
 } zero_buffer;
 
 /* ops: the table params and grads belong to; the shard accumulator, buckets and kept
- * gradients come from it too. With device memory (any table but "cpu") every collective runs
- * on host copies (MPI over host staging: the path for ranks that share a GPU; NCCL, for one
- * GPU per rank, is not written yet). */
+ * gradients come from it too. With device memory (any table but "cpu") the collectives go
+ * through ops->coll (NCCL) when every rank of comm has its own GPU, else through host copies
+ * over MPI (see the top of this file). Collective over comm. */
 int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *grads, size_t n, const kernels_ops *ops);
 void zero_free(zero_buffer *z);
 /* Stage 2: [lo, hi) (whole layers) keeps a full gradient over the step (at most two ranges);
@@ -94,7 +117,7 @@ int zero_finish(zero_buffer *z);
 int zero_gather_state(const zero_buffer *z, const float *shard_state, float *full);
 void zero_take_shard(const zero_buffer *z, const float *full, float *shard_state);
 /* Bytes this rank holds for gradients: the gradient buffer or buckets, the shard's
- * accumulator, kept ranges and staging for the collectives. */
+ * accumulator, kept ranges and stage 1's host staging for MPI (none on the NCCL path). */
 double zero_grad_bytes(const zero_buffer *z);
 /* Floats of optimizer state this rank keeps per state tensor (n for stage 0, the shard else). */
 size_t zero_state_len(const zero_buffer *z);

@@ -43,7 +43,8 @@ static struct {
 
 // The GPU of this process: with several on the node, local rank r (Open MPI's
 // OMPI_COMM_WORLD_LOCAL_RANK, or BRIGADE_CUDA_DEVICE) takes device r mod count; ranks that
-// outnumber the GPUs share them (transfers and collectives go through host copies anyway).
+// outnumber the GPUs share them (their pipeline transfers go through host copies anyway, and
+// zero/ takes its MPI path through host copies for a data-parallel group that shares a GPU).
 static void pick_device(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) return;
@@ -150,6 +151,7 @@ static void fill_table(void) {
   table.gemm_batched = cuda_gemm_batched;
   table.attention_forward = cuda_attention_forward;
   table.attention_backward = cuda_attention_backward;
+  table.coll = cuda_coll(); // NCCL; zero/ uses it when every rank of a group has its own GPU
 }
 
 extern "C" int kernels_cuda_get_ops(const kernels_ops **out) {

@@ -81,5 +81,7 @@ void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, con
                              const float *att, int B, int T, int C, int NH);
 // ops_cuda.cu: fills every other entry of the table
 void cuda_fill_table(kernels_ops *t);
+// coll_cuda.cu: the device collectives over NCCL (kernels/coll.h), the table's coll entry
+const struct kernels_coll *cuda_coll(void);
 
 #endif

@@ -1,0 +1,415 @@
+/* tests/zero/worker_coll.c: ZeRO's device-collectives path (ops->coll, NCCL on a GPU) on a
+ * machine without a GPU. Run under mpirun with d ranks (one data-parallel group); exits 0 when
+ * every check passed on every rank.
+ *
+ * The coll table is a table, so this file supplies a fake one over MPI (kernels_coll below):
+ * it takes fakedev memory (it clears KERNELS_FAKEDEV_TAG to reach the host address, and aborts
+ * when handed a host pointer, as a device collective would fail on one), reports the world
+ * rank's bytes as the device identity (distinct GPUs) or, in "shared" mode, the same bytes on
+ * every rank (ranks sharing a GPU). Its asynchronous reduce-scatter does nothing when issued and
+ * the whole collective when waited for: it reads the bucket and writes the accumulator as late
+ * as a communication stream may, so zero.c touching either before wait(slot) changes results.
+ *
+ * For ZeRO stages 0, 1 and 2 (buckets smaller than the buffer, overlap on and off, kept ranges)
+ * and three layouts (shards uneven, even, and one replica owning nothing when d = 3), the same
+ * two-step sequence (zero_init, zero_keep/zero_buckets, per micro-batch zero_grad_dest +
+ * zero_after_backward, zero_reduce, an update of the owned range, zero_finish) runs on
+ *   cpu     host memory, MPI
+ *   host    fakedev memory, no coll: MPI through host copies
+ *   nccl    fakedev memory + the fake coll: the device path
+ *   shared  the same, identities equal: must fall back to MPI through host copies
+ *   env0    the same, identities distinct, BRIGADE_NCCL=0: must fall back too
+ * Gradients and parameters are dyadic rationals with few bits, so every sum is exact in any
+ * order: each variant's reduced gradients and gathered parameters must equal, bit for bit, the
+ * sums computed here on the host (and so each other's). The byte accounting must be the same on
+ * every path; the device path must make no host copy inside zero_* and hold no host staging in
+ * zero_grad_bytes; the fallbacks must not create a communicator. */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/coll.h"
+#include "kernels/ops.h"
+#include "zero/zero.h"
+
+enum { MAXD = 8 };
+
+static int world_rank, fails;
+
+#define CHECK(cond, ...)                                                                           \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      if (fails++ < 20) {                                                                          \
+        fprintf(stderr, "worker_coll: rank %d: ", world_rank);                                    \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fprintf(stderr, "\n");                                                                     \
+      }                                                                                            \
+    }                                                                                              \
+  } while (0)
+
+/* ---- the fake device collectives, over MPI ---- */
+
+static MPI_Comm fake_group; /* the group zero/ runs on: the fake's communicators dup it */
+static int fake_shared;     /* 1: every rank reports the same device identity */
+static int fake_fail;       /* 1: all_reduce fails (on every rank, without communicating) */
+static struct {
+  int device_id, unique_id, comm_init, comm_free, all_reduce, reduce_scatter, reduce_scatterv,
+      all_gather, all_gatherv, async, wait;
+} calls;
+
+struct kernels_coll_comm {
+  MPI_Comm comm;
+  int nranks, rank;
+  int pending[2]; /* an async reduce-scatter issued, run at wait */
+  const float *send[2];
+  float *recv[2];
+  int counts[2][MAXD];
+};
+
+static void *dev(const void *p, const char *entry) {
+  if (!p) return NULL;
+  if (!((uintptr_t)p & KERNELS_FAKEDEV_TAG)) {
+    fprintf(stderr, "worker_coll: fake coll %s: %p is a host pointer, not device memory\n", entry, p);
+    abort();
+  }
+  return (void *)((uintptr_t)p & ~KERNELS_FAKEDEV_TAG);
+}
+
+static int mpi_fail(const char *entry) { return core_error_set(CORE_ERUNTIME, "fake coll: %s failed", entry); }
+
+static int f_device_id(unsigned char id[KERNELS_COLL_DEVICE_ID_BYTES]) {
+  calls.device_id++;
+  memset(id, 0xab, KERNELS_COLL_DEVICE_ID_BYTES);
+  if (!fake_shared) memcpy(id, &world_rank, sizeof world_rank);
+  return CORE_OK;
+}
+
+static int f_unique_id(unsigned char id[KERNELS_COLL_UNIQUE_ID_BYTES]) {
+  calls.unique_id++;
+  static unsigned serial;
+  for (int i = 0; i < KERNELS_COLL_UNIQUE_ID_BYTES; i++) id[i] = (unsigned char)(i * 31 + 7 * serial + world_rank + 1);
+  serial++;
+  return CORE_OK;
+}
+
+/* Checks what zero/ handed around: the same id, nranks and a distinct rank everywhere. */
+static int f_comm_init(kernels_coll_comm **out, const unsigned char id[KERNELS_COLL_UNIQUE_ID_BYTES], int nranks,
+                       int rank) {
+  calls.comm_init++;
+  *out = NULL;
+  kernels_coll_comm *c = calloc(1, sizeof *c);
+  MPI_Comm_dup(fake_group, &c->comm);
+  int size, me;
+  MPI_Comm_size(c->comm, &size);
+  MPI_Comm_rank(c->comm, &me);
+  unsigned char root[KERNELS_COLL_UNIQUE_ID_BYTES];
+  memcpy(root, id, sizeof root);
+  MPI_Bcast(root, (int)sizeof root, MPI_BYTE, 0, c->comm);
+  int bad = nranks != size || rank != me || memcmp(root, id, sizeof root) != 0, anybad = 0;
+  MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, c->comm);
+  if (anybad) {
+    MPI_Comm_free(&c->comm), free(c);
+    return core_error_set(CORE_ERUNTIME, "fake coll: comm_init given different ids, or a wrong rank / size");
+  }
+  c->nranks = nranks, c->rank = rank;
+  *out = c;
+  return CORE_OK;
+}
+
+static void f_comm_free(kernels_coll_comm *c) {
+  if (!c) return;
+  calls.comm_free++;
+  CHECK(!c->pending[0] && !c->pending[1], "comm_free with an async reduce-scatter never waited for");
+  MPI_Comm_free(&c->comm);
+  free(c);
+}
+
+static int f_all_reduce(kernels_coll_comm *c, float *x, size_t n) {
+  calls.all_reduce++;
+  if (fake_fail) return mpi_fail("all_reduce");
+  return MPI_Allreduce(MPI_IN_PLACE, dev(x, "all_reduce"), (int)n, MPI_FLOAT, MPI_SUM, c->comm) ? mpi_fail("all_reduce") : CORE_OK;
+}
+
+static int f_reduce_scatter(kernels_coll_comm *c, const float *send, float *recv, size_t count) {
+  calls.reduce_scatter++;
+  return MPI_Reduce_scatter_block(dev(send, "reduce_scatter"), dev(recv, "reduce_scatter"), (int)count, MPI_FLOAT,
+                                  MPI_SUM, c->comm)
+             ? mpi_fail("reduce_scatter")
+             : CORE_OK;
+}
+
+static int rsv(kernels_coll_comm *c, const float *send, float *recv, const int *counts) {
+  float *s = dev(send, "reduce_scatterv"), *r = counts[c->rank] ? dev(recv, "reduce_scatterv") : NULL;
+  return MPI_Reduce_scatter(s, r, counts, MPI_FLOAT, MPI_SUM, c->comm) ? mpi_fail("reduce_scatterv") : CORE_OK;
+}
+
+static int f_reduce_scatterv(kernels_coll_comm *c, const float *send, float *recv, const size_t *counts) {
+  calls.reduce_scatterv++;
+  int ic[MAXD];
+  for (int q = 0; q < c->nranks; q++) ic[q] = (int)counts[q];
+  return rsv(c, send, recv, ic);
+}
+
+static int f_all_gather(kernels_coll_comm *c, const float *send, float *recv, size_t count) {
+  calls.all_gather++;
+  float *r = dev(recv, "all_gather");
+  const float *s = send == recv + (size_t)c->rank * count ? MPI_IN_PLACE : dev(send, "all_gather");
+  return MPI_Allgather(s, (int)count, MPI_FLOAT, r, (int)count, MPI_FLOAT, c->comm) ? mpi_fail("all_gather") : CORE_OK;
+}
+
+static int f_all_gatherv(kernels_coll_comm *c, float *buf, const size_t *counts) {
+  calls.all_gatherv++;
+  int ic[MAXD], displs[MAXD], off = 0;
+  for (int q = 0; q < c->nranks; q++) ic[q] = (int)counts[q], displs[q] = off, off += ic[q];
+  return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, dev(buf, "all_gatherv"), ic, displs, MPI_FLOAT, c->comm)
+             ? mpi_fail("all_gatherv")
+             : CORE_OK;
+}
+
+static int f_async(kernels_coll_comm *c, int slot, const float *send, float *recv, const size_t *counts) {
+  calls.async++;
+  if (slot < 0 || slot > 1 || c->pending[slot])
+    return core_error_set(CORE_ERUNTIME, "fake coll: async reduce-scatter into slot %d, busy or not a slot", slot);
+  dev(send, "reduce_scatterv_async"), dev(recv, "reduce_scatterv_async");
+  c->pending[slot] = 1, c->send[slot] = send, c->recv[slot] = recv;
+  for (int q = 0; q < c->nranks; q++) c->counts[slot][q] = (int)counts[q]; /* read now, as coll.h says */
+  return CORE_OK;
+}
+
+static int f_wait(kernels_coll_comm *c, int slot) {
+  calls.wait++;
+  if (!c->pending[slot]) return CORE_OK;
+  c->pending[slot] = 0;
+  return rsv(c, c->send[slot], c->recv[slot], c->counts[slot]);
+}
+
+static const kernels_coll fake_coll = {
+    .name = "fake",
+    .device_id = f_device_id,
+    .unique_id = f_unique_id,
+    .comm_init = f_comm_init,
+    .comm_free = f_comm_free,
+    .all_reduce = f_all_reduce,
+    .reduce_scatter = f_reduce_scatter,
+    .reduce_scatterv = f_reduce_scatterv,
+    .all_gather = f_all_gather,
+    .all_gatherv = f_all_gatherv,
+    .reduce_scatterv_async = f_async,
+    .wait = f_wait,
+};
+
+/* ---- fakedev tables that count host copies made inside zero_* ---- */
+
+static int in_zero;
+static long zero_copies;
+static void count_to_device(void *dst, const void *src, size_t bytes) {
+  zero_copies += in_zero;
+  kernels_fakedev_ops()->to_device(dst, src, bytes);
+}
+static void count_to_host(void *dst, const void *src, size_t bytes) {
+  zero_copies += in_zero;
+  kernels_fakedev_ops()->to_host(dst, src, bytes);
+}
+#define Z(call) (in_zero = 1, rcz = (call), in_zero = 0, rcz)
+static int rcz;
+static float *zp;
+#define ZP(call) (in_zero = 1, zp = (call), in_zero = 0, zp)
+
+/* ---- layouts and the sequence ---- */
+
+typedef struct {
+  const char *name;
+  int nl;
+  size_t sizes[16];
+  int kept[2]; /* layer indices whose gradients stay whole (stage 2), -1: none */
+  size_t bucket;
+} layout;
+
+static const layout layouts[] = {
+    {"uneven", 10, {40, 17, 96, 33, 64, 8, 120, 50, 3, 77}, {0, 5}, 130},          /* n = 508 */
+    {"even", 11, {40, 17, 96, 33, 64, 8, 120, 50, 3, 77, 2}, {10, -1}, 150},       /* n = 510 */
+    {"tiny", 2, {1, 3}, {-1, -1}, 3},                                              /* d = 3: one empty shard */
+};
+
+enum { STEPS = 2, MBS = 2 };
+
+/* a gradient value: a multiple of 1/16 in [-1/2, 1/2] */
+static float grad_of(int r, int step, int mb, size_t i) {
+  return (float)((int)((r * 7 + step * 5 + mb * 3 + i * 5) % 17) - 8) / 16.0f;
+}
+static float param0(size_t i) { return (float)((int)((i * 13) % 64) - 32) / 8.0f; }
+
+typedef struct {
+  float *res; /* reduced gradients and parameters of every step, as read back */
+  size_t nres;
+  double acct[STEPS][3];
+  double grad_bytes;
+  int nccl;
+  long copies;
+} result;
+
+static void push(result *o, const float *x, size_t n) {
+  o->res = realloc(o->res, sizeof(float) * (o->nres + n + 1));
+  memcpy(o->res + o->nres, x, sizeof(float) * n);
+  o->nres += n;
+}
+
+static void run(const kernels_ops *ops, const layout *L, int stage, int overlap, const char *var, result *o) {
+  int d, r;
+  MPI_Comm_size(fake_group, &d);
+  MPI_Comm_rank(fake_group, &r);
+  memset(o, 0, sizeof *o);
+  size_t n = 0, off[17], largest = 0;
+  for (int l = 0; l < L->nl; l++) off[l] = n, n += L->sizes[l];
+  off[L->nl] = n;
+  for (int l = 0; l < L->nl; l++)
+    if (l != L->kept[0] && l != L->kept[1] && L->sizes[l] > largest) largest = L->sizes[l];
+  float *h = malloc(sizeof(float) * n), *pexp = malloc(sizeof(float) * n), *G = malloc(sizeof(float) * n);
+  for (size_t i = 0; i < n; i++) h[i] = pexp[i] = param0(i);
+  float *params = ops->alloc(sizeof(float) * n), *grads = stage < 2 ? ops->alloc(sizeof(float) * n) : NULL;
+  float *gsrc = ops->alloc(sizeof(float) * n);
+  ops->to_device(params, h, sizeof(float) * n);
+  zero_buffer z;
+  zero_copies = 0;
+  int rc = Z(zero_init(&z, stage, fake_group, params, grads, n, ops));
+  CHECK(!rc, "%s: zero_init: %s", var, core_error_msg());
+  for (int k = 0; k < 2 && stage == 2 && !rc; k++)
+    if (L->kept[k] >= 0) rc = Z(zero_keep(&z, off[L->kept[k]], off[L->kept[k] + 1]));
+  if (!rc && stage == 2) rc = Z(zero_buckets(&z, L->bucket, overlap, largest));
+  CHECK(!rc, "%s: zero_keep / zero_buckets: %s", var, core_error_msg());
+  for (int step = 0; step < STEPS && !rc; step++) {
+    for (int mb = 0; mb < MBS; mb++) {
+      for (size_t i = 0; i < n; i++) h[i] = grad_of(r, step, mb, i);
+      ops->to_device(gsrc, h, sizeof(float) * n);
+      for (int l = L->nl - 1; l >= 0; l--) { /* layers arrive last first */
+        float *dst = stage < 2 ? grads + off[l] : ZP(zero_grad_dest(&z, off[l], L->sizes[l]));
+        ops->axpy(dst, 1.0f, gsrc + off[l], L->sizes[l]);
+      }
+      rc = Z(zero_after_backward(&z));
+      CHECK(!rc, "%s: zero_after_backward: %s", var, core_error_msg());
+    }
+    rc = rc ? rc : Z(zero_reduce(&z));
+    CHECK(!rc, "%s: zero_reduce: %s", var, core_error_msg());
+    size_t lo, hi;
+    zero_range(&z, &lo, &hi);
+    for (size_t i = 0; i < n; i++) {
+      G[i] = 0;
+      for (int q = 0; q < d; q++)
+        for (int mb = 0; mb < MBS; mb++) G[i] += grad_of(q, step, mb, i);
+      pexp[i] -= 0.25f * G[i];
+    }
+    ops->to_host(h, zero_grad(&z), sizeof(float) * (hi - lo));
+    push(o, h, hi - lo);
+    CHECK(memcmp(h, G + lo, sizeof(float) * (hi - lo)) == 0, "%s: step %d: the reduced gradient of [%zu, %zu) is not the sum",
+          var, step, lo, hi);
+    o->acct[step][0] = z.bytes_reduce, o->acct[step][1] = z.bytes_gather, o->acct[step][2] = z.reduce_scatters;
+    ops->axpy(params + lo, -0.25f, zero_grad(&z), hi - lo);
+    rc = rc ? rc : Z(zero_finish(&z));
+    CHECK(!rc, "%s: zero_finish: %s", var, core_error_msg());
+    ops->to_host(h, params, sizeof(float) * n);
+    push(o, h, n);
+    CHECK(memcmp(h, pexp, sizeof(float) * n) == 0, "%s: step %d: the gathered parameters are not the updated ones", var,
+          step);
+  }
+  o->grad_bytes = zero_grad_bytes(&z);
+  o->nccl = z.nccl;
+  o->copies = zero_copies;
+  in_zero = 1;
+  zero_free(&z);
+  in_zero = 0;
+  ops->free(params), ops->free(grads), ops->free(gsrc);
+  free(h), free(pexp), free(G);
+}
+
+enum { V_CPU, V_HOST, V_NCCL, V_SHARED, V_ENV0, NV };
+static const char *vname[NV] = {"cpu", "host", "nccl", "shared", "env0"};
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  fake_group = MPI_COMM_WORLD;
+  int d;
+  MPI_Comm_size(fake_group, &d);
+  if (d > MAXD) {
+    fprintf(stderr, "worker_coll: at most %d ranks\n", MAXD);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  kernels_ops host = *kernels_fakedev_ops(), dev_ops = host;
+  host.to_device = dev_ops.to_device = count_to_device;
+  host.to_host = dev_ops.to_host = count_to_host;
+  host.coll = NULL;
+  dev_ops.coll = &fake_coll;
+  int runs = 0;
+  for (size_t li = 0; li < sizeof layouts / sizeof layouts[0]; li++) {
+    const layout *L = &layouts[li];
+    for (int stage = 0; stage <= 2; stage++) {
+      for (int overlap = 0; overlap <= (stage == 2); overlap++) {
+        result res[NV];
+        int ncalls[NV];
+        for (int v = 0; v < NV; v++) {
+          char var[128];
+          snprintf(var, sizeof var, "%s stage %d%s d=%d, %s", L->name, stage, overlap ? " overlap" : "", d, vname[v]);
+          const kernels_ops *ops = v == V_CPU ? kernels_cpu_ops() : v == V_HOST ? &host : &dev_ops;
+          fake_shared = v == V_SHARED;
+          if (v == V_ENV0) setenv("BRIGADE_NCCL", "0", 1);
+          memset(&calls, 0, sizeof calls);
+          run(ops, L, stage, overlap, var, &res[v]);
+          unsetenv("BRIGADE_NCCL");
+          ncalls[v] = calls.all_reduce + calls.reduce_scatter + calls.reduce_scatterv + calls.all_gather +
+                      calls.all_gatherv + calls.async;
+          int expect_nccl = v == V_NCCL && d > 1;
+          CHECK(res[v].nccl == expect_nccl, "%s: z->nccl is %d, expected %d", var, res[v].nccl, expect_nccl);
+          if (v >= V_NCCL) CHECK(calls.device_id == (d > 1 && v != V_ENV0), "%s: device_id called %d times", var, calls.device_id);
+          CHECK(calls.comm_init == expect_nccl && calls.comm_free == expect_nccl,
+                "%s: %d communicators made, %d freed (expected %d)", var, calls.comm_init, calls.comm_free, expect_nccl);
+          CHECK(calls.unique_id == (expect_nccl && world_rank == 0), "%s: unique_id called %d times", var, calls.unique_id);
+          if (expect_nccl) {
+            CHECK(res[v].copies == 0, "%s: %ld host copies inside zero_* on the device path", var, res[v].copies);
+            CHECK(ncalls[v] > 0, "%s: no collective went through the coll table", var);
+            if (stage == 2 && overlap) CHECK(calls.async > 0 && calls.wait >= calls.async, "%s: %d async reduce-scatters, %d waits", var, calls.async, calls.wait);
+            if (stage == 2 && !overlap) CHECK(calls.async == 0, "%s: async reduce-scatter without overlap", var);
+          } else {
+            CHECK(ncalls[v] == 0, "%s: %d collectives went through the coll table on the MPI path", var, ncalls[v]);
+            if (v != V_CPU && d > 1) CHECK(res[v].copies > 0, "%s: the MPI path made no host copies", var);
+          }
+          if (v != V_CPU) {
+            CHECK(res[v].nres == res[V_CPU].nres && memcmp(res[v].res, res[V_CPU].res, sizeof(float) * res[v].nres) == 0,
+                  "%s: results differ from cpu's", var);
+            CHECK(memcmp(res[v].acct, res[V_CPU].acct, sizeof res[v].acct) == 0,
+                  "%s: byte accounting differs from cpu's (bytes_reduce %g / %g, bytes_gather %g / %g, reduce_scatters %g / %g)",
+                  var, res[v].acct[STEPS - 1][0], res[V_CPU].acct[STEPS - 1][0], res[v].acct[STEPS - 1][1],
+                  res[V_CPU].acct[STEPS - 1][1], res[v].acct[STEPS - 1][2], res[V_CPU].acct[STEPS - 1][2]);
+            /* zero_grad_bytes: the device path holds no stage-1 host staging ([shard * d] + [shard]) */
+            size_t shard = 0, n = 0;
+            for (int l = 0; l < L->nl; l++) n += L->sizes[l];
+            shard = (n + (size_t)d - 1) / (size_t)d;
+            double want = res[V_CPU].grad_bytes - (expect_nccl && stage == 1 ? 4.0 * (double)shard * (d + 1) : 0);
+            CHECK(res[v].grad_bytes == want, "%s: zero_grad_bytes %g, expected %g", var, res[v].grad_bytes, want);
+          }
+          runs++;
+        }
+        for (int v = 0; v < NV; v++) free(res[v].res);
+      }
+    }
+  }
+  { /* a failing collective comes back from zero_reduce as an error with its message */
+    float *p = dev_ops.alloc(sizeof(float) * 8), *g = dev_ops.alloc(sizeof(float) * 8);
+    zero_buffer z;
+    int rc = zero_init(&z, 0, fake_group, p, g, 8, &dev_ops);
+    fake_fail = 1;
+    if (!rc) rc = zero_reduce(&z);
+    fake_fail = 0;
+    CHECK(rc == CORE_ERUNTIME && strstr(core_error_msg(), "gradient all-reduce: fake coll: all_reduce failed"),
+          "a failed all-reduce gave %d \"%s\"", rc, core_error_msg());
+    zero_free(&z);
+    dev_ops.free(p), dev_ops.free(g);
+  }
+  int all = 0;
+  MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (world_rank == 0) fprintf(stderr, "worker_coll: d=%d, %d runs, %d failed checks\n", d, runs, all);
+  MPI_Finalize();
+  return all ? 1 : 0;
+}

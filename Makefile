@@ -134,11 +134,13 @@ test: $(BIN) $(TEST_BINS) $(WORKER_BINS) data/kjv.txt
 # (`make test` also runs the same harness against the "fakedev" table: test_ops_fakedev.)
 GPU_TEST := $(BUILD)/tests/gpu/test_ops_gpu
 GPU_TRAIN_TEST := $(BUILD)/tests/gpu/test_train_gpu
-test-gpu: $(GPU_TEST) $(GPU_TRAIN_TEST) $(BIN) data/kjv.txt
+GPU_COLL_TEST := $(BUILD)/tests/gpu/test_coll_gpu
+test-gpu: $(GPU_TEST) $(GPU_TRAIN_TEST) $(GPU_COLL_TEST) $(BIN) data/kjv.txt
 ifneq ($(CUDA),1)
 	@echo "make test-gpu: this build has no CUDA backend (CUDA=0, or no nvcc found); nothing to test" >&2; exit 1
 else
 	BRIGADE_TEST_BACKEND=cuda BRIGADE_REQUIRE_GPU=1 $(GPU_TEST) --jobs 2
+	BRIGADE_REQUIRE_GPU=1 $(GPU_COLL_TEST)
 	OMPI_MCA_btl_vader_single_copy_mechanism=$(MPI_SINGLE_COPY) BRIGADE_BIN=$(abspath $(BIN)) \
 	  BRIGADE_BUILD=$(abspath $(BUILD)) BRIGADE_REQUIRE_GPU=1 $(GPU_TRAIN_TEST)
 endif

@@ -35,54 +35,50 @@
 
 enum { ROW_THREADS = 256 };
 
+// Where element (row, c) of a token-layout matrix [B*T, C] lives in the head layout
+// [B, NH, T, hs]: row = b*T + t, column c = h*hs + d.
+__device__ inline size_t head_pos(size_t row, int c, int T, int C, int NH) {
+  int hs = C / NH;
+  size_t b = row / T, t = row % T;
+  return ((b * NH + c / hs) * T + t) * hs + c % hs;
+}
+
 // qkv [B, T, 3C] -> q, k, v [B, NH, T, hs]; one thread per element of qkv (coalesced reads)
 __global__ void k_split_qkv(float *q, float *k, float *v, const float *qkv, int T, int C, int NH,
                             size_t n) {
-  int hs = C / NH;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    size_t row = i / (3 * (size_t)C); // b*T + t
-    int col = (int)(i % (3 * (size_t)C)), which = col / C, h = (col % C) / hs, d = col % hs;
-    size_t b = row / T, t = row % T;
+    size_t row = i / (3 * (size_t)C);
+    int col = (int)(i % (3 * (size_t)C)), which = col / C;
     float *dst = which == 0 ? q : which == 1 ? k : v;
-    dst[((b * NH + h) * T + t) * hs + d] = qkv[i];
+    dst[head_pos(row, col % C, T, C, NH)] = qkv[i];
   }
 }
 
 // the inverse: dq, dk, dv [B, NH, T, hs] -> dqkv [B, T, 3C] (every element written)
 __global__ void k_merge_qkv(float *dqkv, const float *dq, const float *dk, const float *dv, int T,
                             int C, int NH, size_t n) {
-  int hs = C / NH;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     size_t row = i / (3 * (size_t)C);
-    int col = (int)(i % (3 * (size_t)C)), which = col / C, h = (col % C) / hs, d = col % hs;
-    size_t b = row / T, t = row % T;
+    int col = (int)(i % (3 * (size_t)C)), which = col / C;
     const float *src = which == 0 ? dq : which == 1 ? dk : dv;
-    dqkv[i] = src[((b * NH + h) * T + t) * hs + d];
+    dqkv[i] = src[head_pos(row, col % C, T, C, NH)];
   }
 }
 
 // x [B, T, C] (token layout) -> y [B, NH, T, hs] (head layout)
 __global__ void k_to_heads(float *y, const float *x, int T, int C, int NH, size_t n) {
-  int hs = C / NH;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    size_t row = i / C, b = row / T, t = row % T;
-    int col = (int)(i % C), h = col / hs, d = col % hs;
-    y[((b * NH + h) * T + t) * hs + d] = x[i];
-  }
+       i += (size_t)gridDim.x * blockDim.x)
+    y[head_pos(i / C, (int)(i % C), T, C, NH)] = x[i];
 }
 
 // the inverse: y [B, NH, T, hs] -> x [B, T, C] (every element written)
 __global__ void k_from_heads(float *x, const float *y, int T, int C, int NH, size_t n) {
-  int hs = C / NH;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    size_t row = i / C, b = row / T, t = row % T;
-    int col = (int)(i % C), h = col / hs, d = col % hs;
-    x[i] = y[((b * NH + h) * T + t) * hs + d];
-  }
+       i += (size_t)gridDim.x * blockDim.x)
+    x[i] = y[head_pos(i / C, (int)(i % C), T, C, NH)];
 }
 
 // Block = one row (b, h, t) of S: in place, the causal softmax of s[0..t], zeros above the

@@ -239,6 +239,14 @@ __device__ void p_and_ds(bf16 *Ps, bf16 *dSs, const float *Ss, const float *dPs,
   }
 }
 
+// L and D of query rows [q0, q0 + TILE) into shared memory (0 past T)
+__device__ void load_stats(float *Lr, float *Dr, const float *L, const float *D, int q0, int T) {
+  for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
+    Lr[i] = q0 + i < T ? L[q0 + i] : 0.0f;
+    Dr[i] = q0 + i < T ? D[q0 + i] : 0.0f;
+  }
+}
+
 // grid (key tiles, B*NH): dK and dV of one key tile, over the query tiles at or after it
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
@@ -270,10 +278,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     __syncthreads(); // the previous query tile's Q, dO, P and dS are no longer read
     load_tile<HS>(Qs, base, stride, q0, T);
     load_tile<HS>(dOs, dy, C, q0, T);
-    for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
-      Lr[i] = q0 + i < T ? L[q0 + i] : 0.0f;
-      Dr[i] = q0 + i < T ? Db[q0 + i] : 0.0f;
-    }
+    load_stats(Lr, Dr, L, Db, q0, T);
     __syncthreads();
     rows_times_t<HS>(Ss, Qs, Ks, w);  // S rows of this warp
     rows_times_t<HS>(dPs, dOs, Vs, w); // dP = dO V^T
@@ -322,10 +327,7 @@ __global__ void __launch_bounds__(FA_THREADS)
   const float *L = cache + (size_t)bh * T, *Db = D + (size_t)bh * T;
   load_tile<HS>(Qs, base, stride, q0, T);
   load_tile<HS>(dOs, dout + (size_t)b * T * C + (size_t)h * HS, C, q0, T);
-  for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
-    Lr[i] = q0 + i < T ? L[q0 + i] : 0.0f;
-    Dr[i] = q0 + i < T ? Db[q0 + i] : 0.0f;
-  }
+  load_stats(Lr, Dr, L, Db, q0, T);
 
   for (int kt = 0; kt <= qt; kt++) {
     int k0 = kt * TILE;

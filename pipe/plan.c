@@ -74,6 +74,18 @@ int pipe_plan_config_shape(const char *config, const char **sets, int nsets, pip
 
 /* Floats of one activation slot of the chunk [lo, hi), laid out as layers_chunk_init does
  * (in | din | per layer: out, stash, dout), without allocating it. */
+void train_stage_costs(const train_cfg *t, const layers_model *m, const int *bounds, double gflops, double *f,
+                       double *b, double *w) {
+  double tokens = (double)t->B * m->T;
+  for (int s = 0; s < t->stages * t->v; s++) {
+    double fl = 0;
+    for (int i = bounds[s]; i < bounds[s + 1]; i++) fl += m->layers[i].type->flops_per_token(&m->layers[i]);
+    f[s] = fl * tokens / (gflops * 1e9); /* seconds */
+    b[s] = w[s] = f[s];                  /* backward = twice the forward, half each */
+    if (t->ckpt_act) b[s] += f[s];       /* checkpointing recomputes the forward */
+  }
+}
+
 static double slot_floats(const layers_model *m, int lo, int hi, int B) {
   double N = (double)B * m->T, at = 0;
   if (m->layers[lo].type->input != LAYER_IN_TOKENS) at = 2 * N * m->layers[lo].in_width;
@@ -187,13 +199,8 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
     out->f = core_calloc((size_t)S, sizeof(double));
     out->b = core_calloc((size_t)S, sizeof(double));
     out->w = core_calloc((size_t)S, sizeof(double));
-    double tokens = (double)t.B * m.T;
+    train_stage_costs(&t, &m, bounds, gflops, out->f, out->b, out->w);
     for (int s = 0; s < S; s++) {
-      double fl = 0;
-      for (int i = bounds[s]; i < bounds[s + 1]; i++) fl += m.layers[i].type->flops_per_token(&m.layers[i]);
-      out->f[s] = fl * tokens / (gflops * 1e9); /* seconds */
-      out->b[s] = out->w[s] = out->f[s];       /* backward = twice the forward, half each */
-      if (t.ckpt_act) out->b[s] += out->f[s];  /* checkpointing recomputes the forward */
       double slot = (t.ckpt_act ? ckpt_slot_floats : slot_floats)(&m, bounds[s], bounds[s + 1], t.B) * sizeof(float);
       out->act_bytes = slot > out->act_bytes ? slot : out->act_bytes;
     }

@@ -41,5 +41,10 @@ const core_config_key *train_cfg_schema(size_t *n);
 /* Cuts the model into stages x virtual stages pieces (*bounds: [p*v + 1], caller frees); the
  * loss layer rides with the layer before it. */
 int train_cut_model(const train_cfg *t, const layers_model *m, int **bounds);
+/* The FLOP cost model of each virtual stage ([p*v] each), in seconds at gflops GFLOP/s: F = the
+ * FLOPs per token of its layers x the tokens of a micro-batch; the backward's input and weight
+ * halves as much again each; activation checkpointing adds a forward to the input half. */
+void train_stage_costs(const train_cfg *t, const layers_model *m, const int *bounds, double gflops, double *f,
+                       double *b, double *w);
 
 #endif

@@ -287,7 +287,7 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
   rn->step = step, rn->loss_sum = 0, rn->lr = zero_lr_at(&tr->cfg.lr, rn->opt_t);
   rn->grad_scale = (float)(rn->grad_scale_base * rn->loss_scale); /* fp16 scales the loss */
   sched_timeline tl;
-  int tracing = tr->cfg.trace_path && step == tr->cfg.trace_step;
+  int tracing = tr->cfg.trace_path && step + 1 == tr->cfg.trace_step; /* 1-based, as logged */
   if (tracing) {
     sched_timeline_init(&tl, "", "s", tr->topo.p, tr->cfg.v, tr->cfg.m);
     tr->worker.tl = &tl;

@@ -58,6 +58,24 @@ static int get_i(const core_config *c, const char *k, int64_t def, int64_t lo, i
   return rc;
 }
 
+/* trace.step counts steps as the log does (from 1). 0 or unset: step 2 (the first one warms
+ * up), or step 1 of a one-step run; else it must be a step the run takes. */
+static int read_trace_step(train_cfg *t) {
+  int rc = get_i(t->cfg, "trace.step", 0, 0, 1 << 30, &t->trace_step);
+  if (rc) return rc;
+  if (!t->trace_step) {
+    t->trace_step = t->steps >= 2 ? 2 : 1;
+    return CORE_OK;
+  }
+  if (t->trace_path && t->trace_step > t->steps) {
+    char w[256];
+    core_config_where(t->cfg, "trace.step", -1, w, sizeof w);
+    return core_error_set(CORE_EINPUT, "trace.step %d is after the run's last step, train.steps = %d (%s)",
+                          t->trace_step, t->steps, w);
+  }
+  return CORE_OK;
+}
+
 /* DeepSpeed's keys and defaults: buckets of 5e8 elements, communication not overlapped. */
 static int read_zero(train_cfg *t) {
   double b;
@@ -208,7 +226,7 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   if (!rc) rc = core_config_get_string(c, "checkpoint.dir", NULL, &t->ckpt_dir);
   if (!rc) rc = get_i(c, "checkpoint.interval", 0, 0, 1 << 30, &t->ckpt_interval);
   if (!rc) rc = core_config_get_string(c, "trace.path", NULL, &t->trace_path);
-  if (!rc) rc = get_i(c, "trace.step", 1, 0, 1 << 30, &t->trace_step);
+  if (!rc) rc = read_trace_step(t);
   if (!rc) rc = get_i(c, "zero_optimization.stage", 0, 0, 2, &t->zero_stage);
   if (!rc) rc = read_zero(t);
   if (!rc) rc = read_optimizer(t);

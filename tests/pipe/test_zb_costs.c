@@ -50,7 +50,7 @@ Test(zb_costs, the_trainer_runs_the_program_sim_prices, .timeout = 300) {
   snprintf(sim, sizeof sim, "%s/sim.json", dir);
   snprintf(unit, sizeof unit, "%s/unit.json", dir);
   snprintf(args, sizeof args, "train configs/tiny.cfg " SHAPE " --set train.steps=2 --set train.eval_interval=0 "
-           "--set trace.path=%s --set trace.step=1", ran);
+           "--set trace.path=%s --set trace.step=2", ran);
   cr_assert_eq(test_mpirun(4, "brigade", args), 0, "brigade %s failed", args);
   snprintf(cmd, sizeof cmd, "%s/brigade sim configs/tiny.cfg " SHAPE " --trace %s >/dev/null", test_build_dir(), sim);
   cr_assert_eq(test_sh(cmd), 0, "%s failed", cmd);

@@ -9,15 +9,14 @@
 #    make test-gpu, make bench-gpu, bench/torch_gpt2.py (bf16 sdpa, bf16 math) and
 #    build/bench/zb_exec; each step's output is tee'd into a log under $OUT;
 # 4. prints a summary (step, result, seconds), also in $OUT/summary.txt.
-# Environment: OUT (default ./gpu-out), GPU_SESSION_BUDGET (seconds for everything, default
+# Environment: OUT (default /tmp/gpu-out), GPU_SESSION_BUDGET (seconds for everything, default
 # 540), GPU_PREFIX (default /tmp/brigade-prefix), GPU_USE_PREFIX=auto|yes|no, CUDA (default 1
 # when nvcc is found), GPU_STEPS (default "build test-gpu bench-gpu torch-sdpa torch-math
 # zb_exec"), ZB_ARGS (extra arguments for zb_exec), TORCH_ARGS (extra for torch_gpt2.py).
 # At most 8 files land in $OUT: env.log, 1-build.log, 2-test-gpu.log, 3-bench-gpu.log,
 # 4-torch.log, 5-zb_exec.log, summary.txt.
 cd "$(dirname "$0")/.." || exit 1
-ROOT=$(pwd)
-OUT=${OUT:-$ROOT/gpu-out}
+OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT" || { echo "gpu_session: cannot create OUT=$OUT" >&2; exit 1; }
 BUDGET=${GPU_SESSION_BUDGET:-540}
 PFX=${GPU_PREFIX:-/tmp/brigade-prefix}
@@ -34,6 +33,13 @@ ORIG_PATH=$PATH
 elapsed() { echo $(($(date +%s) - T0)); }
 say() { echo "gpu_session: $*" | tee -a "$ENVLOG"; }
 have() { command -v "$1" >/dev/null 2>&1; }
+# dpkg -x DEB DIR, or without dpkg its data member through ar and tar
+unpack_deb() {
+  if have dpkg; then dpkg -x "$1" "$2"; return; fi
+  m=$(ar t "$1" | grep '^data\.tar') || return 1
+  case $m in *.xz) z=-J;; *.zst) z=--zstd;; *.gz) z=-z;; *) z=;; esac
+  ar p "$1" "$m" | tar -x $z -C "$2" -f -
+}
 deps_found() { have pkg-config && pkg-config --exists ompi-c libconfig criterion openblas 2>/dev/null; }
 
 # ---------------------------------------------------------------- 1. what the machine has
@@ -70,18 +76,23 @@ fi
 if [ "$use" = yes ]; then
   if ! ls .gpu/debs/*.deb >/dev/null 2>&1; then
     say "ERROR: brigade's libraries or mpirun are missing here and .gpu/debs holds no .deb: run scripts/gpu_carry.sh before the call and carry [\".gpu\"]"
-  elif ! have dpkg; then
-    say "ERROR: no dpkg here to unpack .gpu/debs"
+  elif ! have dpkg && ! have ar; then
+    say "ERROR: neither dpkg nor ar here to unpack .gpu/debs"
   else
     P=$PFX
     L=$P/usr/lib/x86_64-linux-gnu
+    gv=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+    case $gv in 2.[0-9]|2.[0-2][0-9]|2.3[0-5]) say "WARNING: glibc $gv here; the carried Debian 12 binaries were built for glibc 2.36 and may not load";; esac
     say "unpacking $(ls .gpu/debs/*.deb | wc -l) .deb files into $P (dpkg -x; / is not touched)"
     rm -rf "$P" && mkdir -p "$P"
-    for f in .gpu/debs/*.deb; do dpkg -x "$f" "$P" || say "ERROR: dpkg -x $f failed"; done
+    for f in .gpu/debs/*.deb; do unpack_deb "$f" "$P" || say "ERROR: unpacking $f failed"; done
     # what dpkg's maintainer scripts (update-alternatives) would have linked
     for t in mpirun mpiexec mpicc mpicxx; do ln -sf "$t.openmpi" "$P/usr/bin/$t"; done
     for l in libopenblas.so.0 libopenblas.so libblas.so.3 liblapack.so.3; do
       [ -e "$L/openblas-pthread/$l" ] && ln -sf "openblas-pthread/$l" "$L/$l"; done
+    # (libpsm-infinipath1's alternative; Open MPI's psm/ofi components load it)
+    for f in "$P"/usr/lib/libpsm1/libpsm_infinipath.so.1.*; do
+      [ -e "$f" ] && ln -sf "$f" "$L/libpsm_infinipath.so.1"; done
     mkdir -p "$L/pkgconfig"
     for pc in openblas blas-openblas lapack-openblas; do
       ln -sf "../openblas-pthread/pkgconfig/$pc.pc" "$L/pkgconfig/$pc.pc"; done
@@ -115,8 +126,11 @@ if [ "$use" = yes ]; then
     # (libdir, pkglibdir with the MCA components, pkgdatadir with the help and wrapper files);
     # Debian's sysconfdir is /etc/openmpi, outside it, so it is named too
     export OPAL_PREFIX="$P/usr" OPAL_SYSCONFDIR="$P/etc/openmpi"
-    # PMIx (Open MPI's launcher protocol) finds its own plugins the same way
-    export PMIX_INSTALL_PREFIX="$P/usr"
+    # PMIx (Open MPI's launcher protocol) was configured with the absolute prefix
+    # /usr/lib/x86_64-linux-gnu/pmix2; libpmix reads these variables instead (its plugins, its
+    # help files)
+    export PMIX_PREFIX="$L/pmix2" PMIX_EXEC_PREFIX="$L/pmix2" PMIX_PKGLIBDIR="$L/pmix2/lib/pmix" \
+      PMIX_PKGDATADIR="$L/pmix2/share/pmix"
     export BRIGADE_DEPS=skip
     say "prefix ready: PATH, LD_LIBRARY_PATH, LIBRARY_PATH, CPATH, PKG_CONFIG_PATH, OPAL_PREFIX=$OPAL_PREFIX"
   fi
@@ -191,18 +205,18 @@ step() {
 }
 
 GPU_BINS="build/brigade build/tests/gpu/test_ops_gpu build/tests/gpu/test_train_gpu build/bench/train_step build/bench/zb_exec"
-step build 1-build.log 300 make -j"$NPROC" CUDA="$CUDA" $GPU_BINS
-step test-gpu 2-test-gpu.log 240 make CUDA="$CUDA" test-gpu
-step bench-gpu 3-bench-gpu.log 200 make CUDA="$CUDA" bench-gpu
+step build 1-build.log 240 make -j"$NPROC" CUDA="$CUDA" $GPU_BINS
+step test-gpu 2-test-gpu.log 200 make CUDA="$CUDA" test-gpu
+step bench-gpu 3-bench-gpu.log 180 make CUDA="$CUDA" bench-gpu
 # PyTorch under the machine's own environment (not the prefix's libraries)
-step torch-sdpa 4-torch.log 120 env PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
+step torch-sdpa 4-torch.log 100 env PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
   python3 bench/torch_gpt2.py --dtype bf16 --attention sdpa ${TORCH_ARGS:-}
-step torch-math 4-torch.log 120 env PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
+step torch-math 4-torch.log 100 env PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
   python3 bench/torch_gpt2.py --dtype bf16 --attention math ${TORCH_ARGS:-}
 # the Makefile's mpirun line (root, shared memory, the probed single-copy mechanism)
 MPIRUN_CMD=$(make -s CUDA="$CUDA" --eval 'print-mpirun: ; @echo $(MPIRUN)' print-mpirun 2>/dev/null | tail -1)
 [ -n "$MPIRUN_CMD" ] || MPIRUN_CMD="env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun"
-step zb_exec 5-zb_exec.log 240 build/bench/zb_exec --brigade build/brigade --mpirun "$MPIRUN_CMD" ${ZB_ARGS:-}
+step zb_exec 5-zb_exec.log 150 build/bench/zb_exec --brigade build/brigade --mpirun "$MPIRUN_CMD" ${ZB_ARGS:-}
 
 # ---------------------------------------------------------------- 4. summary
 {

@@ -2,6 +2,8 @@
 # Installs brigade's build and test dependencies from Debian packages when they are missing.
 # Run by the Makefile before anything is compiled; safe to run again (it checks first).
 set -e
+# BRIGADE_DEPS=skip: the libraries come from elsewhere (scripts/gpu_session.sh's prefix)
+if [ "${BRIGADE_DEPS:-}" = skip ]; then echo "brigade: BRIGADE_DEPS=skip: no packages installed" >&2; exit 0; fi
 PKGS="libopenmpi-dev openmpi-bin libconfig-dev libcriterion-dev libopenblas-dev pkg-config bible-kjv-text bible-kjv"
 need=""
 for p in $PKGS; do

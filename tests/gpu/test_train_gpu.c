@@ -2,9 +2,12 @@
  * and a 2-stage pipeline whose ranks share the GPU (transfers through host copies over MPI).
  * Tolerance: every step's loss within 1e-3 relative of the CPU's (fp32 GEMMs without TF32 and
  * reductions in another order drift by about 1e-6 per step; 20 steps of AdamW stay far inside).
- * Under bf16 mixed precision (head size 64, T = 128, so the fused attention applies) the GPU,
- * with the GEMM attention and with BRIGADE_CUDA_ATTENTION=flash, follows the CPU's emulated bf16
- * curve within 2% per step: the GPU also rounds inside its products, the CPU only on store.
+ * Under bf16 mixed precision (head size 64, T = 128, so the fused attention applies; lr 1e-3)
+ * the GPU, with the GEMM attention and with BRIGADE_CUDA_ATTENTION=flash, follows the CPU's
+ * emulated bf16 curve within 1% per step: the GPU also rounds attention's probabilities and dS
+ * to bf16 inside its products, the CPU only what it stores. Calibrated on the CPU: adding those
+ * roundings to the CPU's attention moved this run's losses by at most 8e-5 relative; at the
+ * config's lr 3e-3 the same change set off a loss spike at step 14 (43%), so lr is lowered.
  * Without a usable GPU the test skips, saying why; with BRIGADE_REQUIRE_GPU=1 (make test-gpu)
  * that is a failure. */
 #include <criterion/criterion.h>
@@ -76,7 +79,7 @@ Test(train_gpu, tiny_gpt_follows_the_cpu, .timeout = 600) {
 Test(train_gpu, tiny_gpt_bf16_follows_the_cpu, .timeout = 600) {
   need_gpu();
   const char *shape = "--set bf16.enabled=true --set model.d_model=128 --set model.n_heads=2 "
-                      "--set model.seq_len=128 --set gradient_accumulation_steps=1";
+                      "--set model.seq_len=128 --set gradient_accumulation_steps=1 --set optimizer.params.lr=1e-3";
   double cpu[32], gpu[32];
   char sets[512];
   int n = losses(0, shape, cpu, 32);
@@ -89,7 +92,7 @@ Test(train_gpu, tiny_gpt_bf16_follows_the_cpu, .timeout = 600) {
     snprintf(sets, sizeof sets, "%s --set backend=cuda", shape);
     cr_assert_eq(losses(0, sets, gpu, 32), n);
     for (int i = 0; i < n; i++)
-      cr_assert(fabs(gpu[i] - cpu[i]) <= 2e-2 * fabs(cpu[i]),
+      cr_assert(fabs(gpu[i] - cpu[i]) <= 1e-2 * fabs(cpu[i]),
                 "bf16%s: step %d loss %.6g on the GPU, %.6g on the CPU", flash ? " flash" : "", i + 1, gpu[i],
                 cpu[i]);
     cr_assert(gpu[19] < gpu[0] - 0.5, "bf16%s: the loss did not fall on the GPU: %g -> %g", flash ? " flash" : "",

@@ -140,7 +140,7 @@ template <int HS> __device__ void store_rows(float *tile, Acc (&acc)[HS / 16], i
 
 // ---- forward ----
 
-// grid (query tiles, B*NH). out [B, T, C] =; cache: L [B*NH*T] then O [B*NH, T, HS].
+// grid (B*NH, query tiles). out [B, T, C] =; cache: L [B*NH*T] then O [B*NH, T, HS].
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
     k_flash_forward(float *out, float *cache, const float *qkv, int T, int C, int NH, float scale) {
@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(FA_THREADS)
   float *Ss = (float *)rest, *Os = (float *)(rest + S::up(S::s_tile));
   bf16 *Ps = (bf16 *)(rest + S::up(S::s_tile) + S::up(S::o_tile));
 
-  int qt = blockIdx.x, bh = blockIdx.y, h = bh % NH, b = bh / NH;
+  int qt = blockIdx.y, bh = blockIdx.x, h = bh % NH, b = bh / NH;
   int w = threadIdx.x / 32, lane = threadIdx.x % 32, q0 = qt * TILE;
   size_t stride = 3 * (size_t)C;
   const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(FA_THREADS)
     rows_times<HS, false>(Os, Ps, Vs, w); // O += P V for this warp's rows
     __syncwarp();
   }
-  float *L = cache + (size_t)bh * T, *Oc = cache + (size_t)gridDim.y * T + (size_t)bh * T * HS;
+  float *L = cache + (size_t)bh * T, *Oc = cache + (size_t)gridDim.x * T + (size_t)bh * T * HS;
   for (int r = 0; r < 16; r++) {
     int rr = 16 * w + r, t = q0 + rr;
     if (t >= T) break;
@@ -247,7 +247,7 @@ __device__ void load_stats(float *Lr, float *Dr, const float *L, const float *D,
   }
 }
 
-// grid (key tiles, B*NH): dK and dV of one key tile, over the query tiles at or after it
+// grid (B*NH, key tiles): dK and dV of one key tile, over the query tiles at or after it
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
     k_flash_dkv(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T,
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 #pragma unroll
   for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dK[n], 0.0f), wmma::fill_fragment(dV[n], 0.0f);
 
-  int kt = blockIdx.x, bh = blockIdx.y, h = bh % NH, b = bh / NH;
+  int kt = blockIdx.y, bh = blockIdx.x, h = bh % NH, b = bh / NH;
   int w = threadIdx.x / 32, lane = threadIdx.x % 32, k0 = kt * TILE, ntiles = (T + TILE - 1) / TILE;
   size_t stride = 3 * (size_t)C;
   const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(FA_THREADS)
   }
 }
 
-// grid (query tiles, B*NH): dQ of one query tile, over the key tiles up to the diagonal
+// grid (B*NH, query tiles): dQ of one query tile, over the key tiles up to the diagonal
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
     k_flash_dq(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T,
@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(FA_THREADS)
 #pragma unroll
   for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dQ[n], 0.0f);
 
-  int qt = blockIdx.x, bh = blockIdx.y, h = bh % NH, b = bh / NH;
+  int qt = blockIdx.y, bh = blockIdx.x, h = bh % NH, b = bh / NH;
   int w = threadIdx.x / 32, lane = threadIdx.x % 32, q0 = qt * TILE;
   size_t stride = 3 * (size_t)C;
   const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
@@ -377,14 +377,15 @@ template <typename K> static void allow_smem(K kernel, size_t bytes, const char 
 // 70 KiB, dK/dV 88.5 KiB, dQ 79.5 KiB).
 int cuda_flash_usable(int T, int C, int NH) {
   if (NH <= 0 || C % NH) return 0;
-  return C / NH == 64 && T > 64; // the cache (L and O) must fit in B*NH*T*T floats
+  // the cache (L and O) must fit in B*NH*T*T floats; the grid holds at most 65535 tiles in y
+  return C / NH == 64 && T > 64 && (T + TILE - 1) / TILE <= 65535;
 }
 
 template <int HS> static void forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
   static bool ready = false;
   size_t smem = fwd_smem<HS>();
   if (!ready) allow_smem(k_flash_forward<HS>, smem, "attention_forward"), ready = true;
-  dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
+  dim3 grid((unsigned)(B * NH), (unsigned)((T + TILE - 1) / TILE)); // y: at most 65535 tiles
   k_flash_forward<HS><<<grid, FA_THREADS, smem, cuda_stream()>>>(out, att, qkv, T, C, NH,
                                                                  1.0f / sqrtf((float)HS));
   LAUNCH_CHECK_OP("attention_forward");
@@ -405,7 +406,7 @@ static void backward(float *dqkv, const float *dout, const float *qkv, const flo
   cudaStream_t s = cuda_stream();
   k_flash_d<HS><<<(unsigned)((rows * 32 + 255) / 256), 256, 0, s>>>(D, dout, att, B, T, C, NH);
   LAUNCH_CHECK_OP("attention_backward");
-  dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
+  dim3 grid((unsigned)(B * NH), (unsigned)((T + TILE - 1) / TILE)); // y: at most 65535 tiles
   k_flash_dkv<HS><<<grid, FA_THREADS, s_kv, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale);
   LAUNCH_CHECK_OP("attention_backward");
   k_flash_dq<HS><<<grid, FA_THREADS, s_q, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale);

@@ -119,7 +119,9 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     return CORE_OK;
   }
   /* a V has two chunks; interleaved needs at least two: default to 2 unless --virtual says */
-  if ((o->shape.family == SCHED_ZB_V || o->shape.family == SCHED_INTERLEAVED) && !o->have_virtual) o->shape.v = 2;
+  if ((o->shape.family == SCHED_ZB_V || o->shape.family == SCHED_DUALPIPE_V || o->shape.family == SCHED_INTERLEAVED) &&
+      !o->have_virtual)
+    o->shape.v = 2;
   if (!o->have_schedule || !o->have_stages || !o->have_mb)
     return core_error_set(CORE_EINPUT, "%s needs --schedule, --stages and --microbatches%s", argv[0],
                           allow_sim ? " (or --schedule-file)" : "");

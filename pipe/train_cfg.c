@@ -182,7 +182,7 @@ static int read_pipeline(train_cfg *t, int world) {
     core_config_where(c, "pipeline.schedule", -1, w, sizeof w);
     return core_error_prefix("pipeline.schedule (%s)", w);
   }
-  int defv = t->family == SCHED_INTERLEAVED || t->family == SCHED_ZB_V ? 2 : 1;
+  int defv = t->family == SCHED_INTERLEAVED || t->family == SCHED_ZB_V || t->family == SCHED_DUALPIPE_V ? 2 : 1;
   rc = get_i(c, "pipeline.virtual_stages", defv, 1, 64, &t->v);
   if (!rc) rc = core_config_get_string(c, "pipeline.partition_method", "parameters", &part);
   if (!rc) rc = sched_part_parse(part, &t->part);
@@ -235,7 +235,8 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   if (!rc) rc = read_pipeline(t, world);
   if (!rc) rc = core_config_get_bool(c, "activation_checkpointing.enabled", 0, &t->ckpt_act);
   if (!rc) rc = read_precision(t);
-  if (!rc && t->ckpt_act && (t->family == SCHED_ZB_H1 || t->family == SCHED_ZB_H2 || t->family == SCHED_ZB_V)) {
+  if (!rc && t->ckpt_act &&
+      (t->family == SCHED_ZB_H1 || t->family == SCHED_ZB_H2 || t->family == SCHED_ZB_V || t->family == SCHED_DUALPIPE_V)) {
     char w[256];
     core_config_where(c, "activation_checkpointing.enabled", -1, w, sizeof w);
     rc = core_error_set(CORE_EINPUT, "activation checkpointing recomputes a chunk inside its full backward; "

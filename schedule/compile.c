@@ -86,6 +86,58 @@ static void compile_interleaved(sched_program *pr) {
   }
 }
 
+/* DualPipeV: DeepSeek's DualPipe (DeepSeek-V3 report) cut in half by Sea AI Lab, as in
+ * deepseek-ai/DualPipe's dualpipev.py. The V placement of zb-v (chunk 0 of rank r is stage r,
+ * chunk 1 is stage 2p-1-r) and m >= 2p micro-batches; rank r runs, in eight phases,
+ *   1. 2(p-r-1) x F0     2. (r+1) x F0 F1     3. (p-r-1) x I1 W F1
+ *   4. (m-2p+r+1) x F0 B1 F1 B0     5. (p-r-1) x B1 F1 B0
+ *   6. (r+1) x B1 B0, from the middle on split (I, W deferred)   7. (p-r-1) x W I0   8. (r+1) x W
+ * where Fc / Bc are the next forward / full backward of chunk c, Ic the input half of the next
+ * backward with its weight half queued, and W the oldest queued weight half. DualPipe's point is
+ * to overlap the F and B of a pair in phases 4-5 (one's compute with the other's all-to-all);
+ * here a pair runs F first, then B. The queue is FIFO and every chunk's backwards go in
+ * micro-batch order, so each chunk's weight gradients add up in micro-batch order. */
+typedef struct {
+  sched_program *pr;
+  int r, f[2], b[2];
+  int *wq; /* queued W: chunk * m + micro-batch */
+  int wh, wt;
+} dualpipev;
+
+static int dpv_stage(const dualpipev *d, int c) { return d->pr->stage_of[d->r * 2 + c]; }
+static void dpv_f(dualpipev *d, int c) { sched_push_action(d->pr, SCHED_FORWARD, dpv_stage(d, c), d->f[c]++); }
+static void dpv_b(dualpipev *d, int c, int split) {
+  int mb = d->b[c]++;
+  sched_push_action(d->pr, split ? SCHED_BACKWARD_INPUT : SCHED_BACKWARD, dpv_stage(d, c), mb);
+  if (split) d->wq[d->wt++] = c * d->pr->m + mb;
+}
+static void dpv_w(dualpipev *d) {
+  int k = d->wq[d->wh++];
+  sched_push_action(d->pr, SCHED_BACKWARD_WEIGHT, dpv_stage(d, k / d->pr->m), k % d->pr->m);
+}
+
+static void compile_dualpipev(sched_program *pr) {
+  int p = pr->p, m = pr->m;
+  for (int r = 0; r < p; r++) {
+    dualpipev d = {.pr = pr, .r = r, .wq = core_malloc(sizeof(int) * 2 * (size_t)m)};
+    for (int i = 0; i < 2 * (p - r - 1); i++) dpv_f(&d, 0);
+    for (int i = 0; i < r + 1; i++) dpv_f(&d, 0), dpv_f(&d, 1);
+    for (int i = 0; i < p - r - 1; i++) dpv_b(&d, 1, 1), dpv_w(&d), dpv_f(&d, 1);
+    for (int i = 0; i < m - 2 * p + r + 1; i++) dpv_f(&d, 0), dpv_b(&d, 1, 0), dpv_f(&d, 1), dpv_b(&d, 0, 0);
+    for (int i = 0; i < p - r - 1; i++) dpv_b(&d, 1, 0), dpv_f(&d, 1), dpv_b(&d, 0, 0);
+    int split = 0;
+    for (int i = 0; i < r + 1; i++) {
+      if (i == (r + 1) / 2 && r % 2 == 1) split = 1;
+      dpv_b(&d, 1, split);
+      if (i == (r + 1) / 2 && r % 2 == 0) split = 1;
+      dpv_b(&d, 0, split);
+    }
+    for (int i = 0; i < p - r - 1; i++) dpv_w(&d), dpv_b(&d, 0, 1);
+    while (d.wh < d.wt) dpv_w(&d); /* phase 8: r + 1 of them */
+    free(d.wq);
+  }
+}
+
 int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
   if (sh->p < 1) return core_error_set(CORE_EINPUT, "--stages must be >= 1 (got %d)", sh->p);
   if (sh->m < 1) return core_error_set(CORE_EINPUT, "--microbatches must be >= 1 (got %d)", sh->m);
@@ -115,6 +167,14 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
       return core_error_set(CORE_EINPUT, "schedule zb-v runs two chunks per rank in a V (give "
                             "--virtual 2, got %d)", sh->v);
     break;
+  case SCHED_DUALPIPE_V:
+    if (sh->v != 2)
+      return core_error_set(CORE_EINPUT, "schedule dualpipev runs two chunks per rank in a V (give "
+                            "--virtual 2, got %d)", sh->v);
+    if (sh->m < 2 * sh->p)
+      return core_error_set(CORE_EINPUT, "schedule dualpipev needs at least 2 micro-batches per stage "
+                            "(m >= 2p = %d, got %d)", 2 * sh->p, sh->m);
+    break;
   case SCHED_INFERENCE: break;
   case SCHED_INTERLEAVED:
     if (sh->v < 2)
@@ -126,7 +186,7 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
   }
   /* the V placement: chunk 0 of rank r is stage r, chunk 1 is stage 2p-1-r */
   int *vshape = NULL;
-  if (sh->family == SCHED_ZB_V) {
+  if (sh->family == SCHED_ZB_V || sh->family == SCHED_DUALPIPE_V) {
     vshape = core_malloc(sizeof(int) * 2 * (size_t)sh->p);
     for (int r = 0; r < sh->p; r++) vshape[2 * r] = r, vshape[2 * r + 1] = 2 * sh->p - 1 - r;
   }
@@ -139,6 +199,7 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
   case SCHED_1F1B: compile_1f1b(out); break;
   case SCHED_INTERLEAVED: compile_interleaved(out); break;
   case SCHED_INFERENCE: compile_inference(out); break;
+  case SCHED_DUALPIPE_V: compile_dualpipev(out); break;
   default: rc = sched_compile_zb(out, costs, sh->max_pending_w); break; /* zb-h1, zb-h2, zb-v */
   }
   if (rc) sched_program_free(out);

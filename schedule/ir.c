@@ -13,7 +13,7 @@ static const char *const op_names[SCHED_OP_COUNT] = {
 };
 
 static const char *const family_names[SCHED_FAMILY_COUNT] = {"gpipe", "1f1b", "interleaved",
-                                                             "zb-h1", "zb-h2", "zb-v", "inference", "custom"};
+                                                             "zb-h1", "zb-h2", "zb-v", "dualpipev", "inference", "custom"};
 
 const char *sched_op_name(sched_op op) { return op < SCHED_OP_COUNT ? op_names[op] : "?"; }
 
@@ -39,7 +39,7 @@ int sched_family_parse(const char *name, sched_family *out) {
       *out = (sched_family)f;
       return CORE_OK;
     }
-  return core_error_set(CORE_EINPUT, "unknown schedule '%s' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v or inference)",
+  return core_error_set(CORE_EINPUT, "unknown schedule '%s' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev or inference)",
                         name);
 }
 

@@ -42,6 +42,7 @@ typedef enum {
   SCHED_ZB_H1, /* zero-bubble, 1F1B's memory */
   SCHED_ZB_H2, /* zero-bubble, about twice 1F1B's memory */
   SCHED_ZB_V,  /* zero-bubble, two chunks per rank in a V, 1F1B's memory */
+  SCHED_DUALPIPE_V, /* DeepSeek's DualPipe cut in half (DualPipeV): the V of zb-v, a fixed order */
   SCHED_INFERENCE, /* forward only (evaluation): every rank runs its F's in micro-batch order */
   SCHED_CUSTOM, /* imported from a schedule file */
   SCHED_FAMILY_COUNT

@@ -110,6 +110,20 @@ Test(train, pipelines_equal_single_process_bit_for_bit, .timeout = 300) {
   unlink(log);
 }
 
+/* DualPipeV needs m >= 2p: its own reference with 4 micro-batches; 2 stages (4 virtual) and 1. */
+Test(train, dualpipev_equals_single_process_bit_for_bit, .timeout = 120) {
+  run_log ref, got;
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  const char *m4 = "--set gradient_accumulation_steps=4";
+  train_read(0, log, &ref, "%s", m4);
+  train_read(2, log, &got, "%s --set pipeline.stages=2 --set pipeline.schedule=dualpipev", m4);
+  same_bits(&ref, &got, "dualpipev p=2");
+  train_read(0, log, &got, "%s --set pipeline.schedule=dualpipev", m4);
+  same_bits(&ref, &got, "dualpipev p=1");
+  unlink(log);
+}
+
 Test(train, data_parallel_matches_within_1e5, .timeout = 120) {
   run_log ref, got;
   char log[] = "/tmp/brigade_train_XXXXXX";

@@ -7,7 +7,8 @@
  * ranks got, and the zb-h1 / 1f1b step time ratio. Rounds run the schedules in rotated order,
  * so that a slow spell of the machine does not fall on one schedule only.
  *
- * Part 1 is the 4-stage pipeline on 4 ranks (1f1b, zb-h1, zb-h2, zb-v with 8 virtual stages).
+ * Part 1 is the 4-stage pipeline on 4 ranks (1f1b, zb-h1, zb-h2, and zb-v and dualpipev with 8
+ * virtual stages).
  * When the machine has fewer cores than that, the ranks share cores: a rank's bubble is then
  * filled by another rank's work, so the step time follows total work / cores and not the
  * bubble, and the table says so. Part 2 (only then) runs as many ranks as there are cores
@@ -293,11 +294,13 @@ int main(int argc, char **argv) {
          "sim meas = simulator on that step's mean op times per stage | cpu util = CPU time of the run / "
          "(wall x min(ranks, cores))\n\n");
 
-  run_t p1[4] = {{.sched = "1f1b", .ranks = 4, .p = 4, .v = 1}, {.sched = "zb-h1", .ranks = 4, .p = 4, .v = 1},
-                 {.sched = "zb-h2", .ranks = 4, .p = 4, .v = 1}, {.sched = "zb-v", .ranks = 4, .p = 4, .v = 2}};
-  printf("Part 1: 4 pipeline stages on 4 ranks (zb-v: 4 ranks x 2 chunks)\n");
-  int rc = part(&o, p1, 4, rounds, nc, tied);
-  ratio(p1, 4, "zb-h1", "1f1b", 4, rounds);
+  run_t p1[5] = {{.sched = "1f1b", .ranks = 4, .p = 4, .v = 1},     {.sched = "zb-h1", .ranks = 4, .p = 4, .v = 1},
+                 {.sched = "zb-h2", .ranks = 4, .p = 4, .v = 1},    {.sched = "zb-v", .ranks = 4, .p = 4, .v = 2},
+                 {.sched = "dualpipev", .ranks = 4, .p = 4, .v = 2}};
+  printf("Part 1: 4 pipeline stages on 4 ranks (zb-v, dualpipev: 4 ranks x 2 chunks)\n");
+  int rc = part(&o, p1, 5, rounds, nc, tied);
+  ratio(p1, 5, "zb-h1", "1f1b", 4, rounds);
+  ratio(p1, 5, "dualpipev", "zb-v", 4, rounds);
   if (nc < 4) {
     printf("WARNING: 4 ranks share %d core(s). A rank that waits yields its core (the worker polls with "
            "MPI_Test and, after 1000 tries, sleeps 20 us between polls; MPI's own waits yield with "
@@ -321,6 +324,6 @@ int main(int argc, char **argv) {
   getloadavg(load, 3);
   printf("\nload average after: %.2f (1 min); a load well above the ranks' own means other processes took "
          "cores during the run (see cpu util). Total %.0f s. Traces in %s\n", load[0], now() - t0, dir);
-  for (int i = 0; i < 4; i++) free(p1[i].steps), free(p1[i].step_round);
+  for (int i = 0; i < 5; i++) free(p1[i].steps), free(p1[i].step_round);
   return rc;
 }

@@ -247,19 +247,32 @@ __device__ void load_stats(float *Lr, float *Dr, const float *L, const float *D,
   }
 }
 
+// The backward kernels' shared memory: Q, K, V, dO (bf16 tiles), S and dP (fp32), P and dS
+// (bf16; the dQ kernel leaves P unused), then L and D of the query tile. One layout for both.
+template <int HS> struct BwdTiles {
+  bf16 *Q, *K, *V, *dO, *P, *dS;
+  float *S, *dP, *L, *D;
+  static constexpr size_t bt = Smem<HS>::up(Smem<HS>::bf_tile), st = Smem<HS>::up(Smem<HS>::s_tile),
+                          pt = Smem<HS>::up(Smem<HS>::p_tile);
+  static constexpr size_t bytes = 4 * bt + 2 * st + 2 * pt + 2 * TILE * sizeof(float);
+  __device__ explicit BwdTiles(unsigned char *m) {
+    Q = (bf16 *)m, K = (bf16 *)(m + bt), V = (bf16 *)(m + 2 * bt), dO = (bf16 *)(m + 3 * bt);
+    unsigned char *rest = m + 4 * bt;
+    S = (float *)rest, dP = (float *)(rest + st);
+    P = (bf16 *)(rest + 2 * st), dS = (bf16 *)(rest + 2 * st + pt);
+    L = (float *)(rest + 2 * st + 2 * pt), D = L + TILE;
+  }
+};
+
 // grid (B*NH, key tiles): dK and dV of one key tile, over the query tiles at or after it
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
     k_flash_dkv(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T,
                 int C, int NH, float scale) {
-  typedef Smem<HS> S;
   extern __shared__ __align__(128) unsigned char smem[];
-  size_t bt = S::up(S::bf_tile), st = S::up(S::s_tile), pt = S::up(S::p_tile);
-  bf16 *Ks = (bf16 *)smem, *Vs = (bf16 *)(smem + bt), *Qs = (bf16 *)(smem + 2 * bt), *dOs = (bf16 *)(smem + 3 * bt);
-  unsigned char *rest = smem + 4 * bt;
-  float *Ss = (float *)rest, *dPs = (float *)(rest + st);
-  bf16 *Ps = (bf16 *)(rest + 2 * st), *dSs = (bf16 *)(rest + 2 * st + pt);
-  float *Lr = (float *)(rest + 2 * st + 2 * pt), *Dr = Lr + TILE;
+  BwdTiles<HS> tl(smem);
+  bf16 *Ks = tl.K, *Vs = tl.V, *Qs = tl.Q, *dOs = tl.dO, *Ps = tl.P, *dSs = tl.dS;
+  float *Ss = tl.S, *dPs = tl.dP, *Lr = tl.L, *Dr = tl.D;
   Acc dK[HS / 16], dV[HS / 16]; // this warp's 16 key rows
 #pragma unroll
   for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dK[n], 0.0f), wmma::fill_fragment(dV[n], 0.0f);
@@ -308,14 +321,10 @@ template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
     k_flash_dq(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T,
                int C, int NH, float scale) {
-  typedef Smem<HS> S;
   extern __shared__ __align__(128) unsigned char smem[];
-  size_t bt = S::up(S::bf_tile), st = S::up(S::s_tile), pt = S::up(S::p_tile);
-  bf16 *Qs = (bf16 *)smem, *dOs = (bf16 *)(smem + bt), *Ks = (bf16 *)(smem + 2 * bt), *Vs = (bf16 *)(smem + 3 * bt);
-  unsigned char *rest = smem + 4 * bt;
-  float *Ss = (float *)rest, *dPs = (float *)(rest + st);
-  bf16 *dSs = (bf16 *)(rest + 2 * st);
-  float *Lr = (float *)(rest + 2 * st + pt), *Dr = Lr + TILE;
+  BwdTiles<HS> tl(smem);
+  bf16 *Qs = tl.Q, *dOs = tl.dO, *Ks = tl.K, *Vs = tl.V, *dSs = tl.dS;
+  float *Ss = tl.S, *dPs = tl.dP, *Lr = tl.L, *Dr = tl.D;
   Acc dQ[HS / 16]; // this warp's 16 query rows
 #pragma unroll
   for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dQ[n], 0.0f);
@@ -359,22 +368,13 @@ template <int HS> static size_t fwd_smem() {
   typedef Smem<HS> S;
   return 3 * S::up(S::bf_tile) + S::up(S::s_tile) + S::up(S::o_tile) + S::up(S::p_tile);
 }
-template <int HS> static size_t dkv_smem() {
-  typedef Smem<HS> S;
-  return 4 * S::up(S::bf_tile) + 2 * S::up(S::s_tile) + 2 * S::up(S::p_tile) + 2 * TILE * sizeof(float);
-}
-template <int HS> static size_t dq_smem() {
-  typedef Smem<HS> S;
-  return 4 * S::up(S::bf_tile) + 2 * S::up(S::s_tile) + S::up(S::p_tile) + 2 * TILE * sizeof(float);
-}
-
 // More than 48 KiB of dynamic shared memory needs the kernel's opt-in, once per kernel.
 template <typename K> static void allow_smem(K kernel, size_t bytes, const char *op) {
   CUDA_CHECK_OP(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
 // Head size 64 (GPT-2's) only, the one instantiated (shared memory per block at 64: forward
-// 70 KiB, dK/dV 88.5 KiB, dQ 79.5 KiB).
+// 70 KiB, each backward kernel 88.5 KiB).
 int cuda_flash_usable(int T, int C, int NH) {
   if (NH <= 0 || C % NH) return 0;
   // the cache (L and O) must fit in B*NH*T*T floats; the grid holds at most 65535 tiles in y
@@ -395,10 +395,10 @@ template <int HS>
 static void backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
                      int NH) {
   static bool ready = false;
-  size_t s_kv = dkv_smem<HS>(), s_q = dq_smem<HS>();
+  const size_t smem = BwdTiles<HS>::bytes;
   if (!ready) {
-    allow_smem(k_flash_dkv<HS>, s_kv, "attention_backward");
-    allow_smem(k_flash_dq<HS>, s_q, "attention_backward");
+    allow_smem(k_flash_dkv<HS>, smem, "attention_backward");
+    allow_smem(k_flash_dq<HS>, smem, "attention_backward");
     ready = true;
   }
   size_t rows = (size_t)B * NH * T;
@@ -407,9 +407,9 @@ static void backward(float *dqkv, const float *dout, const float *qkv, const flo
   k_flash_d<HS><<<(unsigned)((rows * 32 + 255) / 256), 256, 0, s>>>(D, dout, att, B, T, C, NH);
   LAUNCH_CHECK_OP("attention_backward");
   dim3 grid((unsigned)(B * NH), (unsigned)((T + TILE - 1) / TILE)); // y: at most 65535 tiles
-  k_flash_dkv<HS><<<grid, FA_THREADS, s_kv, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale);
+  k_flash_dkv<HS><<<grid, FA_THREADS, smem, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale);
   LAUNCH_CHECK_OP("attention_backward");
-  k_flash_dq<HS><<<grid, FA_THREADS, s_q, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale);
+  k_flash_dq<HS><<<grid, FA_THREADS, smem, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale);
   LAUNCH_CHECK_OP("attention_backward");
 }
 

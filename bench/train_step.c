@@ -3,7 +3,8 @@
  * Prints tokens/s, model FLOP utilisation (6N + 6LCT FLOPs per token, llm.c's count, against a
  * peak), the share of step time spent in GEMMs (the op table's gemm, timed through a wrapper
  * that waits for the device around each call on a GPU) and the table's sgemm GFLOP/s measured
- * in the same run on the model's largest matmuls.
+ * in the same run on the model's largest matmuls, and the time of every op the model calls in
+ * one step (each op waited for; on a GPU that step is an extra one, not in tokens/s).
  *   bench/train_step [CONFIG] [STEPS] [THREADS] [BACKEND] [B] [T] [PRECISION]
  * BACKEND "cuda" runs on the GPU (B and T override the config's micro-batch and sequence
  * length, to fill it); BRIGADE_PEAK_TFLOPS sets the peak the MFU is taken against (default:
@@ -35,7 +36,79 @@ static const kernels_ops *base;
 static double gemm_s, gemm_flops;
 static void (*real_gemm)(float *, const float *, const float *, int, int, int, int, int, float, float);
 
-static int timing; /* the GEMM wrapper waits and times only in the step that measures the split */
+static int timing; /* the wrappers wait and time only in the step that measures the split */
+
+/* The other ops the model calls, each wrapped like gemm: their times in that step, by op. */
+enum { OP_MAX = 32 };
+static const char *op_name[OP_MAX];
+static double op_s[OP_MAX];
+static int nops;
+#define TIMED(name, params, args)                                                                  \
+  static int name##_k;                                                                             \
+  static void name##_w params {                                                                    \
+    if (!timing) {                                                                                 \
+      base->name args;                                                                             \
+      return;                                                                                      \
+    }                                                                                              \
+    base->sync();                                                                                  \
+    double t_ = now();                                                                             \
+    base->name args;                                                                               \
+    base->sync();                                                                                  \
+    op_s[name##_k] += now() - t_;                                                                  \
+  }
+#define WRAP(name) (name##_k = nops, op_name[nops++] = #name, timed.name = name##_w)
+TIMED(gemm_batched, (float *c, const float *a, const float *b, int n, size_t sc, size_t sa, size_t sb, int M, int N,
+                     int K, int ta, int tb, float al, float be), (c, a, b, n, sc, sa, sb, M, N, K, ta, tb, al, be))
+TIMED(bias_add, (float *o, const float *b, int N, int C), (o, b, N, C))
+TIMED(bias_grad, (float *d, const float *o, int N, int C), (d, o, N, C))
+TIMED(gelu_forward, (float *o, const float *i, size_t n), (o, i, n))
+TIMED(gelu_backward, (float *d, const float *i, const float *o, size_t n), (d, i, o, n))
+TIMED(layernorm_forward, (float *o, float *m, float *r, const float *i, const float *w, const float *b, int N, int C,
+                          float e), (o, m, r, i, w, b, N, C, e))
+TIMED(layernorm_backward_input, (float *d, const float *o, const float *i, const float *w, const float *m,
+                                 const float *r, int N, int C), (d, o, i, w, m, r, N, C))
+TIMED(layernorm_backward_weight, (float *dw, float *db, const float *o, const float *i, const float *m,
+                                  const float *r, int N, int C), (dw, db, o, i, m, r, N, C))
+TIMED(attention_forward, (float *o, float *a, const float *q, int B, int T, int C, int H), (o, a, q, B, T, C, H))
+TIMED(attention_backward, (float *d, float *s, const float *o, const float *q, const float *a, int B, int T, int C,
+                           int H), (d, s, o, q, a, B, T, C, H))
+TIMED(embedding_forward, (float *o, const int32_t *t, const float *e, const float *p, int B, int T, int C),
+      (o, t, e, p, B, T, C))
+TIMED(embedding_backward, (float *de, float *dp, const float *o, const int32_t *t, int B, int T, int C),
+      (de, dp, o, t, B, T, C))
+TIMED(xent_forward, (float *l, float *p, const float *g, const int32_t *t, int N, int V), (l, p, g, t, N, V))
+TIMED(xent_backward, (float *d, const float *p, const int32_t *t, float s, int N, int V), (d, p, t, s, N, V))
+TIMED(adamw, (float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float e, float wd,
+              int t, float gs), (p, g, m, v, n, lr, b1, b2, e, wd, t, gs))
+TIMED(axpy, (float *y, float a, const float *x, size_t n), (y, a, x, n))
+TIMED(copy, (float *d, const float *s, size_t n), (d, s, n))
+TIMED(zero, (float *x, size_t n), (x, n))
+TIMED(round_bf16, (float *x, size_t n), (x, n))
+TIMED(round_fp16, (float *x, size_t n), (x, n))
+
+static void wrap_ops(void) {
+  WRAP(gemm_batched), WRAP(bias_add), WRAP(bias_grad), WRAP(gelu_forward), WRAP(gelu_backward);
+  WRAP(layernorm_forward), WRAP(layernorm_backward_input), WRAP(layernorm_backward_weight);
+  WRAP(attention_forward), WRAP(attention_backward), WRAP(embedding_forward), WRAP(embedding_backward);
+  WRAP(xent_forward), WRAP(xent_backward), WRAP(adamw), WRAP(axpy), WRAP(copy), WRAP(zero);
+  WRAP(round_bf16), WRAP(round_fp16);
+}
+
+/* The split step's ops by time, largest first (GEMMs as one line), with their share of it. */
+static void print_ops(double step_s, double gemm) {
+  int order[OP_MAX], n = 0;
+  for (int i = 0; i < nops; i++)
+    if (op_s[i] > 0) order[n++] = i;
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && op_s[order[j]] > op_s[order[j - 1]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1], order[j - 1] = t;
+    }
+  printf("ops of the split step (each waited for; %.1f ms in all):\n  %-26s %9.2f ms %5.1f%%\n", 1e3 * step_s, "gemm",
+         1e3 * gemm, 100 * gemm / step_s);
+  for (int i = 0; i < n; i++)
+    printf("  %-26s %9.2f ms %5.1f%%\n", op_name[order[i]], 1e3 * op_s[order[i]], 100 * op_s[order[i]] / step_s);
+}
 static void gemm_timed(float *c, const float *a, const float *b, int M, int N, int K, int ta, int tb, float al, float be) {
   if (!timing) {
     real_gemm(c, a, b, M, N, K, ta, tb, al, be);
@@ -97,6 +170,7 @@ int main(int argc, char **argv) {
   timed = *base;
   real_gemm = timed.gemm;
   timed.gemm = gemm_timed;
+  wrap_ops();
   layers_chunk ch;
   double t0 = now();
   if (layers_chunk_init(&ch, &m, 0, m.n, &timed, (int)B, m.T, 1)) {
@@ -121,7 +195,7 @@ int main(int argc, char **argv) {
    * GEMM, which on a GPU would slow the step it measures: there it comes from one more step,
    * timed op by op; on the CPU (waits cost nothing) from the same steps. */
   int split_apart = base->device_memory;
-  double total = 0, split_t = 0, split_gemm = 0, split_flops = 0;
+  double total = 0, split_t = 0, split_gemm = 0, split_flops = 0, last_t = 0, last_gemm = 0;
   for (int s = 0; s <= steps + split_apart; s++) { /* step 0 warms up and is not counted */
     for (int i = 0; i < N; i++) {
       tok[i] = (int32_t)core_rng_below(&r, (uint64_t)m.V);
@@ -130,6 +204,7 @@ int main(int argc, char **argv) {
     layers_chunk_set_batch(&ch, 0, tok, tgt);
     timing = !split_apart || s > steps;
     gemm_s = gemm_flops = 0;
+    for (int i = 0; i < nops; i++) op_s[i] = 0;
     base->sync();
     double t = now();
     layers_chunk_forward(&ch, 0);
@@ -141,6 +216,7 @@ int main(int argc, char **argv) {
     t = now() - t;
     if (s == 0) continue;
     if (timing) split_t += t, split_gemm += gemm_s, split_flops += gemm_flops;
+    if (s == steps + split_apart) last_t = t, last_gemm = gemm_s; /* op_s keeps this step's */
     if (s > steps) continue;
     total += t;
     if (split_apart)
@@ -148,6 +224,7 @@ int main(int argc, char **argv) {
     else
       printf("  step %d: %.3f s, %.0f tokens/s, GEMM %.1f%% of the step\n", s, t, N / t, 100 * gemm_s / t);
   }
+  print_ops(last_t, last_gemm);
   double tps = N * steps / total, per_token = 6.0 * P + 6.0 * L * m.C * m.T;
   const char *pk = getenv("BRIGADE_PEAK_TFLOPS");
   double peak = pk ? atof(pk) : strcmp(base->name, "cuda") == 0 ? 989.4 : 0;

@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
   char tset[64];
   snprintf(tset, sizeof tset, "model.seq_len=%s", argc > 6 ? argv[6] : "0");
   if (core_config_load(&c, path) || (argc > 6 && core_config_set(c, tset)) ||
-      core_config_get_int(c, "train_micro_batch_size_per_gpu", 4, &B) || layers_model_build(&m, c, 0) ||
+      core_config_get_int(c, "train_micro_batch_size_per_gpu", 4, &B) || layers_model_build(&m, c, 256 /* byte-level data, as data/kjv.txt gives, when the config names no vocabulary */) ||
       kernels_get_ops(backend, &base)) {
     fprintf(stderr, "train_step: %s\n", core_error_msg());
     return 1;

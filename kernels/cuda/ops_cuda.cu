@@ -96,19 +96,19 @@ static void bias_grad(float *dbias, const float *dout, int N, int C) {
 #define GELU_K 0.7978845608028654f // sqrt(2/pi)
 #define GELU_A 0.044715f
 
+// The CPU table's formula: x sigmoid(2u) = x / (1 + exp(-2u)), u = k (x + a x^3), the same
+// function as 0.5 x (1 + tanh u) with one expf (see kernels/cpu/ops_cpu.c)
+__device__ inline float gelu_s(float x) { return 1.0f / (1.0f + expf(-2.0f * GELU_K * (x + GELU_A * x * x * x))); }
+
 __global__ void k_gelu_forward(float *out, const float *in, size_t n) {
-  GRID_STRIDE(i, n) {
-    float x = in[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_A * x * x * x)));
-  }
+  GRID_STRIDE(i, n) out[i] = in[i] * gelu_s(in[i]);
 }
 
 __global__ void k_gelu_backward(float *din, const float *in, const float *dout, size_t n) {
   GRID_STRIDE(i, n) {
-    float x = in[i];
-    float th = tanhf(GELU_K * (x + GELU_A * x * x * x));
+    float x = in[i], s = gelu_s(x);
     float du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-    din[i] = (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du) * dout[i];
+    din[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
   }
 }
 

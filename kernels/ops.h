@@ -112,7 +112,8 @@ typedef struct kernels_ops {
 
   /* ---- fused softmax + cross-entropy; targets must be in [0, V): the caller checks them
    * (a data loader rejects bad ones), the op reads logits[n, targets[n]] unchecked ---- */
-  /* losses[N] = -log softmax(logits[n])[targets[n]]; probs[N,V] = the softmax, the cache */
+  /* losses[N] = -log softmax(logits[n])[targets[n]]; probs[N,V] = the softmax, the cache
+   * (probs may alias logits: the loss layer keeps its cache over its input) */
   void (*xent_forward)(float *losses, float *probs, const float *logits, const int32_t *targets,
                        int N, int V);
   /* dlogits[N,V] = (probs - onehot(targets)) * scale, e.g. scale = 1/N for a mean loss

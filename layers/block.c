@@ -140,7 +140,7 @@ static void attn_backward_weight(const layer *l, const kernels_ops *ops, const l
   attn_core_backward_weight(l, ops, io->stash + s.g_out, io->in, io->stash, s, block_layout(l, 0),
                             l->grads, io->B, io->T);
 }
-const layer_type layers_attention = {"causal_attention", LAYER_IN_HIDDEN, attn_configure, attn_params, attn_flops, attn_stash, attn_scratch, attn_init, attn_forward, attn_backward_input, attn_backward_weight};
+const layer_type layers_attention = {"causal_attention", LAYER_IN_HIDDEN, attn_configure, attn_params, attn_flops, attn_stash, attn_scratch, attn_init, attn_forward, attn_backward_input, attn_backward_weight, 0};
 
 /* ---- transformer_block ---- */
 
@@ -208,4 +208,4 @@ static void block_backward_weight(const layer *l, const kernels_ops *ops, const 
   attn_core_backward_weight(l, ops, st + s.g_res2, st + s.ln1, st, s, o, g, B, T);
   ops->layernorm_backward_weight(g + o.ln1w, g + o.ln1b, st + s.g_ln1, io->in, st + s.mean1, st + s.rstd1, N, C);
 }
-const layer_type layers_block = {"transformer_block", LAYER_IN_HIDDEN, block_configure, block_params_n, block_flops, block_stash_n, block_scratch, block_init, block_forward, block_backward_input, block_backward_weight};
+const layer_type layers_block = {"transformer_block", LAYER_IN_HIDDEN, block_configure, block_params_n, block_flops, block_stash_n, block_scratch, block_init, block_forward, block_backward_input, block_backward_weight, 0};

@@ -9,7 +9,7 @@
  * backward_input (output gradients of inner matmuls) is written into the layer's stash.
  *
  * Parameters of a chunk live in one flat buffer, gradients in another; a layer holds views
- * (params, grads) into them, set by layers_chunk_bind. */
+ * (params, grads) into them, set by layers_chunk_init. */
 #ifndef BRIGADE_LAYERS_LAYERS_H
 #define BRIGADE_LAYERS_LAYERS_H
 
@@ -67,6 +67,11 @@ struct layer_type {
   void (*forward)(const layer *l, const kernels_ops *ops, const layer_io *io);
   void (*backward_input)(const layer *l, const kernels_ops *ops, const layer_io *io);
   void (*backward_weight)(const layer *l, const kernels_ops *ops, const layer_io *io);
+  /* 1: the layer's stash is its input, turned into the cache in place by forward (the loss:
+   * probabilities over the logits), and backward_input writes din over that same buffer when it
+   * is the previous layer's output; stash_floats is then 0. Sound because no layer's backward
+   * reads its own output: the logits are dead once the loss has them. */
+  int stash_in_input;
 };
 
 const layer_type *layers_find_type(const char *name);
@@ -86,8 +91,6 @@ int layers_model_build(layers_model *m, const core_config *c, int vocab_from_dat
 void layers_model_free(layers_model *m);
 size_t layers_model_params(const layers_model *m);
 
-#endif
-
 /* ---- a chunk: the contiguous layers [lo, hi) of one virtual stage, with its own flat
  * parameter and gradient buffers and `nslots` activation slots (one per in-flight micro-batch,
  * as the compiled schedule says). Every buffer below that the ops work on (params, grads,
@@ -102,7 +105,9 @@ typedef struct {
   float *params, *grads;
   size_t nparams;
   size_t *param_off; /* [n] offsets into params/grads */
-  /* slot layout (floats): in | din | per layer: out, stash, dout */
+  /* slot layout (floats): in | din | per layer: out, stash, dout; a layer whose stash is its
+   * input (stash_in_input) has no stash of its own, and the layer before it in the chunk no
+   * separate dout: the three N x V buffers of logits, probabilities and their gradient are one */
   size_t in_floats, slot_floats;
   size_t *out_off, *stash_off, *dout_off; /* [n] */
   float *slots;                           /* [nslots * slot_floats] */
@@ -131,7 +136,8 @@ typedef struct {
 int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
                       int B, int T, int nslots);
 void layers_chunk_free(layers_chunk *ch);
-float *layers_chunk_input(const layers_chunk *ch, int slot);       /* activations in */
+/* activations in (a chunk whose first layer is the loss turns them into its probabilities) */
+float *layers_chunk_input(const layers_chunk *ch, int slot);
 float *layers_chunk_grad_input(const layers_chunk *ch, int slot);  /* gradient of the input */
 float *layers_chunk_output(const layers_chunk *ch, int slot);      /* output of the last layer */
 float *layers_chunk_grad_output(const layers_chunk *ch, int slot); /* its gradient */
@@ -146,10 +152,11 @@ void layers_chunk_backward_weight(layers_chunk *ch, int slot);
 double layers_chunk_loss_sum(const layers_chunk *ch, int slot); /* sum of per-position losses */
 /* A micro-batch's token ids and targets (host arrays of B*T, either may be NULL) into a slot. */
 void layers_chunk_set_batch(layers_chunk *ch, int slot, const int32_t *tokens, const int32_t *targets);
-/* output of the chunk's layer i (0-based within the chunk) for a slot */
-float *layers_chunk_layer_output(const layers_chunk *ch, int slot, int i);
 /* bytes of one slot (the memory model's act_bytes) */
 size_t layers_chunk_slot_bytes(const layers_chunk *ch);
+/* floats of one slot of the model's layers [lo, hi) with micro-batch B, without building the
+ * chunk: the same layout layers_chunk_init allocates (no checkpointing) */
+size_t layers_slot_floats(const layers_model *m, int lo, int hi, int B);
 /* Drops the chunk's gradient buffer: from now on weight gradients go where dest says (see
  * grad_dest above). Before the first backward. */
 void layers_chunk_external_grads(layers_chunk *ch, float *(*dest)(void *ctx, size_t off, size_t n), void *ctx);
@@ -160,3 +167,5 @@ int layers_chunk_checkpoint(layers_chunk *ch);
 /* Which parameters of a layer get weight decay: matrices and embeddings yes, biases and norm
  * gains no (mask[i] = 1 for decay), as GPT-2 training does. */
 void layers_decay_mask(const layer *l, uint8_t *mask);
+
+#endif

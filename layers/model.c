@@ -172,6 +172,34 @@ static void *balloc(layers_chunk *ch, size_t bytes, const char *what, int *rc) {
   return p;
 }
 
+/* The activation layout of one slot of the n layers ls (a chunk): the chunk's input and its
+ * gradient (unless the first layer takes token ids), then per layer its output, its stash and
+ * its output's gradient. A layer whose stash is its input (stash_in_input) gets no stash: its
+ * stash is the previous layer's output, or the slot's input when it is first; and the layer
+ * before it gets no dout of its own, since backward_input writes din over the stash. Returns
+ * the floats of a slot; the offsets go where the arrays are given. */
+static size_t slot_layout(const layer *ls, int n, int B, int T, size_t *out_off, size_t *stash_off,
+                          size_t *dout_off) {
+  size_t N = (size_t)B * T, at = ls[0].type->input == LAYER_IN_TOKENS ? 0 : 2 * N * (size_t)ls[0].in_width;
+  size_t prev = 0; /* the previous layer's output: the slot's input for the first layer */
+  for (int i = 0; i < n; i++) {
+    const layer *l = &ls[i];
+    size_t out = N * (size_t)l->out_width, o = at, s, d;
+    at += out;
+    if (l->type->stash_in_input) s = prev;
+    else s = at, at += l->type->stash_floats(l, B, T);
+    if (i + 1 < n && ls[i + 1].type->stash_in_input) d = o; /* the gradient lands on the output */
+    else d = at, at += out;
+    if (out_off) out_off[i] = o, stash_off[i] = s, dout_off[i] = d;
+    prev = o;
+  }
+  return at;
+}
+
+size_t layers_slot_floats(const layers_model *m, int lo, int hi, int B) {
+  return slot_layout(m->layers + lo, hi - lo, B, m->T, NULL, NULL, NULL);
+}
+
 int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
                       int B, int T, int nslots) {
   memset(ch, 0, sizeof *ch);
@@ -182,7 +210,7 @@ int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
   memcpy(ch->layers, m->layers + lo, sizeof(layer) * (size_t)ch->n);
   ch->first_takes_tokens = ch->layers[0].type->input == LAYER_IN_TOKENS;
   ch->last_is_loss = ch->layers[ch->n - 1].type == &layers_cross_entropy;
-  size_t N = (size_t)B * T, scratch = 0, at;
+  size_t N = (size_t)B * T, scratch = 0;
   int rc = CORE_OK;
   ch->param_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
   for (int i = 0; i < ch->n; i++) ch->param_off[i] = ch->nparams, ch->nparams += ch->layers[i].nparams;
@@ -198,22 +226,16 @@ int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
     layer *l = &ch->layers[i];
     l->params = ch->params + ch->param_off[i], l->grads = ch->grads + ch->param_off[i];
   }
-  ch->in_floats = ch->first_takes_tokens ? 0 : N * (size_t)ch->layers[0].in_width;
   ch->out_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
   ch->stash_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
   ch->dout_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
-  at = 2 * ch->in_floats; /* in, din */
+  ch->slot_floats = slot_layout(ch->layers, ch->n, B, T, ch->out_off, ch->stash_off, ch->dout_off);
+  ch->in_floats = ch->first_takes_tokens ? 0 : N * (size_t)ch->layers[0].in_width;
   for (int i = 0; i < ch->n; i++) {
-    layer *l = &ch->layers[i];
-    size_t out = N * (size_t)l->out_width;
-    ch->out_off[i] = at, at += out;
-    ch->stash_off[i] = at, at += l->type->stash_floats(l, B, T);
-    ch->dout_off[i] = at, at += out;
-    size_t s = l->type->scratch_floats(l, B, T);
+    size_t s = ch->layers[i].type->scratch_floats(&ch->layers[i], B, T);
     scratch = s > scratch ? s : scratch;
   }
-  ch->slot_floats = at;
-  ch->slots = balloc(ch, sizeof(float) * (size_t)ch->nslots * at, "activation slots", &rc);
+  ch->slots = balloc(ch, sizeof(float) * (size_t)ch->nslots * ch->slot_floats, "activation slots", &rc);
   ch->tokens = balloc(ch, sizeof(int32_t) * (size_t)ch->nslots * N, "tokens", &rc);
   ch->targets = balloc(ch, sizeof(int32_t) * (size_t)ch->nslots * N, "targets", &rc);
   ch->scratch = balloc(ch, sizeof(float) * (scratch ? scratch : 1), "scratch", &rc);
@@ -265,9 +287,6 @@ size_t layers_chunk_out_floats(const layers_chunk *ch) {
   return (size_t)ch->B * ch->T * (size_t)ch->layers[ch->n - 1].out_width;
 }
 size_t layers_chunk_slot_bytes(const layers_chunk *ch) { return ch->slot_floats * sizeof(float); }
-float *layers_chunk_layer_output(const layers_chunk *ch, int slot, int i) {
-  return (ch->ckpt ? ch->ws : slot_base(ch, slot)) + ch->out_off[i];
-}
 
 /* The io of layer i for a slot: inputs are the previous layer's output (or the slot's input).
  * With checkpointing the layers work in the workspace, which has the full layout. */

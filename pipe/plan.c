@@ -87,13 +87,7 @@ void train_stage_costs(const train_cfg *t, const layers_model *m, const int *bou
 }
 
 static double slot_floats(const layers_model *m, int lo, int hi, int B) {
-  double N = (double)B * m->T, at = 0;
-  if (m->layers[lo].type->input != LAYER_IN_TOKENS) at = 2 * N * m->layers[lo].in_width;
-  for (int i = lo; i < hi; i++) {
-    const layer *l = &m->layers[i];
-    at += 2 * N * l->out_width + (double)l->type->stash_floats(l, B, m->T);
-  }
-  return at;
+  return (double)layers_slot_floats(m, lo, hi, B);
 }
 
 /* The same under activation checkpointing: a slot keeps the chunk's input, output and their

@@ -34,7 +34,7 @@ static int pick(const float *logits, int V, double temp, core_rng *r) {
 }
 
 static int generate(const pipe_sample_opts *o, layers_chunk *ch, FILE *out) {
-  int T = ch->T, V = ch->layers[0].V, n = (int)strlen(o->prompt), head = ch->n - 2;
+  int T = ch->T, V = ch->layers[0].V, n = (int)strlen(o->prompt);
   if (V != 256) return core_error_set(CORE_EINPUT, "sampling needs a byte-level model (vocabulary 256, got %d)", V);
   if (n == 0) return core_error_set(CORE_EINPUT, "--prompt is empty");
   int total = n + o->tokens;
@@ -50,7 +50,7 @@ static int generate(const pipe_sample_opts *o, layers_chunk *ch, FILE *out) {
     memcpy(tok, seq + start, sizeof(int32_t) * (size_t)w);
     layers_chunk_set_batch(ch, 0, tok, NULL);
     layers_chunk_forward(ch, 0);
-    ch->ops->to_host(logits, layers_chunk_layer_output(ch, 0, head) + (size_t)(w - 1) * V, sizeof(float) * (size_t)V);
+    ch->ops->to_host(logits, layers_chunk_output(ch, 0) + (size_t)(w - 1) * V, sizeof(float) * (size_t)V);
     seq[len] = pick(logits, V, o->temperature, &r);
     fputc(seq[len], out);
   }
@@ -71,7 +71,9 @@ int pipe_sample(const pipe_sample_opts *o, FILE *out) {
   layers_model m = {0};
   if (!rc) rc = layers_model_build(&m, cfg, (int)vocab);
   layers_chunk ch = {0};
-  if (!rc) rc = layers_chunk_init(&ch, &m, 0, m.n, kernels_cpu_ops(), 1, m.T, 1);
+  /* every layer but the loss: the chunk's output is the logits (the loss would turn them into
+   * probabilities in place) */
+  if (!rc) rc = layers_chunk_init(&ch, &m, 0, m.n - 1, kernels_cpu_ops(), 1, m.T, 1);
   if (!rc && m.layers[m.n - 2].out_width != m.V)
     rc = core_error_set(CORE_EINPUT, "the model's second-to-last layer does not give logits");
   if (!rc) {

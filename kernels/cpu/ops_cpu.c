@@ -148,9 +148,9 @@ static void xent_forward(float *losses, float *probs, const float *logits, const
   if (V <= 0) return; /* no class can be a valid target */
   for (int n = 0; n < N; n++) {
     const float *x = logits + (size_t)n * V;
-    float mx;
+    float mx, xt = x[targets[n]]; /* read first: probs may be logits */
     double sum = softmax_row(probs + (size_t)n * V, x, V, &mx);
-    losses[n] = (float)(log(sum) - ((double)x[targets[n]] - mx));
+    losses[n] = (float)(log(sum) - ((double)xt - mx));
   }
 }
 

@@ -233,7 +233,8 @@ static void layernorm_backward_weight(float *dw, float *db, const float *dout, c
 // ---- softmax and cross-entropy: one block per row ----
 
 // o = softmax(x) over V entries, the sum of exp(x - max) in double as on the CPU; with
-// `losses`, also losses[row] = log(sum) - (x[target] - max).
+// `losses`, also losses[row] = log(sum) - (x[target] - max). out may be in: every x is read
+// before the barrier in block_max, and each thread then overwrites only its own elements.
 __global__ void k_softmax_rows(float *out, float *losses, const float *in, const int32_t *targets,
                                int V) {
   __shared__ float shf[32];
@@ -241,6 +242,7 @@ __global__ void k_softmax_rows(float *out, float *losses, const float *in, const
   size_t row = blockIdx.x;
   const float *x = in + row * V;
   float *o = out + row * V;
+  float xt = losses && threadIdx.x == 0 ? x[targets[row]] : 0.0f; // before any write
   float mx = -INFINITY;
   for (int i = threadIdx.x; i < V; i += blockDim.x)
     mx = x[i] > mx ? x[i] : mx;
@@ -255,7 +257,7 @@ __global__ void k_softmax_rows(float *out, float *losses, const float *in, const
   float inv = (float)(1.0 / s);
   for (int i = threadIdx.x; i < V; i += blockDim.x)
     o[i] *= inv; // this thread's own writes
-  if (losses && threadIdx.x == 0) losses[row] = (float)(log(s) - ((double)x[targets[row]] - mx));
+  if (losses && threadIdx.x == 0) losses[row] = (float)(log(s) - ((double)xt - mx));
 }
 
 static void softmax_forward(float *out, const float *in, int N, int V) {

@@ -500,6 +500,10 @@ Test(OPS_HARNESS_SUITE, cross_entropy) {
     G->xent_forward(gl, gp, devf(x, n), gtg, N, V);
     expect_close("xent_forward losses", loss, gl, N, TOL_MATH);
     expect_close("xent_forward probs", p, gp, n, TOL_MATH);
+    float *gx = devf(x, n), *gl2 = dev_poisoned(N); /* probs over the logits: the layer's way */
+    G->xent_forward(gl2, gx, gx, gtg, N, V);
+    expect_close("xent_forward in place: losses", loss, gl2, N, TOL_MATH);
+    expect_close("xent_forward in place: probs", p, gx, n, TOL_MATH);
     /* backward from the CPU's probabilities on both sides */
     float *cp = devf(p, n);
     H->xent_backward(d, p, tg, 1.0f / N, N, V);

@@ -683,9 +683,14 @@ static void check_xent(rng *r, int N, int V, float spread) {
   e.scale = scale; /* the mean loss, whose gradient dlogits is */
   expect_close("xent dlogits vs finite differences", dx, fd_grad(e.x, NV, xent_loss, &e), NV, 1e-6,
                1e-4);
-  /* dlogits may overwrite probs */
-  cpu()->xent_backward(probs, probs, targets, scale, N, V);
-  expect_same_bits("xent_backward in place", probs, dx, sizeof(float) * NV);
+  /* probs may overwrite logits, then dlogits probs: the loss layer's one buffer, same bits */
+  float *one = alloc(sizeof(float) * NV), *losses2 = poisoned(N);
+  memcpy(one, x, sizeof(float) * NV);
+  cpu()->xent_forward(losses2, one, one, targets, N, V);
+  expect_same_bits("xent_forward in place: losses", losses2, losses, sizeof(float) * N);
+  expect_same_bits("xent_forward in place: probs", one, probs, sizeof(float) * NV);
+  cpu()->xent_backward(one, one, targets, scale, N, V);
+  expect_same_bits("xent_backward in place", one, dx, sizeof(float) * NV);
 }
 
 Test(ops, cross_entropy_forward_and_gradients) {

@@ -106,13 +106,17 @@ static void gradcheck_chunk(int lo) {
   cr_assert_eq(layers_chunk_init(&ch, &m, lo, m.n, kernels_cpu_ops(), B, T, 1), CORE_OK);
   fill_batch(&ch);
   for (size_t i = 0; i < ch.nparams; i++) ch.params[i] *= 10.0f;
+  size_t nin = layers_chunk_io_floats(&ch);
+  float *in0 = malloc(sizeof(float) * (nin ? nin : 1)); /* a chunk that starts with the loss */
+  memcpy(in0, layers_chunk_input(&ch, 0), sizeof(float) * nin); /* turns its input into probabilities */
   loss(&ch);
   memset(ch.grads, 0, sizeof(float) * ch.nparams);
   layers_chunk_backward_input(&ch, 0, 1.0f / (B * T));
   layers_chunk_backward_weight(&ch, 0);
-  size_t nin = layers_chunk_io_floats(&ch);
   float *din = malloc(sizeof(float) * (nin ? nin : 1));
   memcpy(din, layers_chunk_grad_input(&ch, 0), sizeof(float) * nin);
+  memcpy(layers_chunk_input(&ch, 0), in0, sizeof(float) * nin);
+  free(in0);
   const float eps = 1e-4f;
   significant = total = 0;
   for (int li = 0; li < ch.n; li++) {
@@ -149,6 +153,31 @@ Test(gradcheck, from_linear_input) { gradcheck_chunk(3); }
 Test(gradcheck, from_gelu_input) { gradcheck_chunk(4); }
 Test(gradcheck, from_attention_input) { gradcheck_chunk(6); }
 Test(gradcheck, from_head_input) { gradcheck_chunk(7); }
+Test(gradcheck, from_loss_input) { gradcheck_chunk(8); }
+
+/* The loss keeps its probabilities over the logits, and its backward writes the logits'
+ * gradient over them: one N x V buffer where there were three (logits, probabilities, their
+ * gradient). The gradients are checked above; here the layout, and the memory model's copy. */
+Test(model, loss_keeps_its_cache_over_the_logits) {
+  layers_model m = build();
+  const size_t N = B * T, V = 16;
+  layers_chunk all, nohead, loss_only;
+  cr_assert_eq(layers_chunk_init(&all, &m, 0, m.n, kernels_cpu_ops(), B, T, 1), CORE_OK);
+  cr_assert_eq(layers_chunk_init(&nohead, &m, 0, m.n - 1, kernels_cpu_ops(), B, T, 1), CORE_OK);
+  cr_assert_eq(layers_chunk_init(&loss_only, &m, m.n - 1, m.n, kernels_cpu_ops(), B, T, 1), CORE_OK);
+  int head = m.n - 2, xent = m.n - 1;
+  cr_assert_eq(all.stash_off[xent], all.out_off[head], "the probabilities are not over the logits");
+  cr_assert_eq(all.dout_off[head], all.out_off[head], "the logits' gradient is not over them");
+  /* adding the loss costs its losses and their (unused) gradient, and saves the head's dout */
+  cr_assert_eq(all.slot_floats, nohead.slot_floats + 2 * N - N * V, "%zu vs %zu", all.slot_floats, nohead.slot_floats);
+  /* a chunk that is only the loss keeps its cache over its input, and its din apart */
+  cr_assert_eq(loss_only.stash_off[0], 0);
+  cr_assert_eq(loss_only.slot_floats, 2 * N * V + 2 * N);
+  cr_assert_eq(layers_slot_floats(&m, 0, m.n, B), all.slot_floats);
+  cr_assert_eq(layers_slot_floats(&m, m.n - 1, m.n, B), loss_only.slot_floats);
+  layers_chunk_free(&all), layers_chunk_free(&nohead), layers_chunk_free(&loss_only);
+  layers_model_free(&m);
+}
 
 /* ReLU has a kink at 0: checked on its own, with inputs kept away from it. */
 Test(gradcheck, relu) {

@@ -29,7 +29,8 @@
  *                       bf16 inside the products: a CPU emulation of the fused kernels' roundings
  *                       gave 0.7-1.1e-6 for out and 2.8e-6 for dqkv at head size 64, T 65..1024)
  *   sumsq (double sums of up to 3M squares, in another order) is compared relatively at 1e-11,
- *   nonfinite exactly.
+ *   nonfinite exactly. The whole tiny GPT (whole_model_loss_and_gradients): every layer's weight
+ *   gradients at TOL_MODEL 1e-7, the summed loss at 1e-6 relative.
  * - Determinism: the ops that reduce (GEMM, column sums, attention, embedding backward,
  *   sumsq) give the same bits twice.
  *
@@ -50,7 +51,9 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/config.h"
 #include "kernels/ops.h"
+#include "layers/layers.h"
 #include "tests/common/ops_table.h"
 #include "tests/common/splitmix.h"
 
@@ -863,4 +866,54 @@ Test(OPS_HARNESS_SUITE, reductions_are_deterministic) {
   G->embedding_backward(e2, p2, edout, tok, B, T, C);
   expect_same_bits("embedding_backward dwte", e1, e2, sizeof(float) * V * C);
   expect_same_bits("embedding_backward dwpe", p1, p2, sizeof(float) * T * C);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the whole model */
+
+/* A tiny GPT (two blocks, final LayerNorm, head tied to the embedding) on both tables, one
+ * forward and backward through chunks as training runs them: the same init (from the seed), the
+ * same micro-batch, 1/N loss scale. The summed loss within 1e-6 relative, and every layer's
+ * weight gradients within TOL_MODEL normalised MSE: op differences of TOL_GEMM size carried
+ * through two blocks, with room; a wrong element anywhere is far above it. fakedev gives the
+ * CPU's bits; the tolerance has not yet been measured against a GPU. */
+#define TOL_MODEL 1e-7
+Test(OPS_HARNESS_SUITE, whole_model_loss_and_gradients) {
+  need_backend();
+  static const char *cfg =
+      "model = { vocab_size = 64; seq_len = 32; d_model = 64; n_heads = 4;\n"
+      "  layers = ( { type = \"embedding\"; name = \"wte\"; }, { type = \"transformer_block\"; repeat = 2; },\n"
+      "             { type = \"layernorm\"; }, { type = \"lm_head\"; tie = \"wte\"; },\n"
+      "             { type = \"cross_entropy\"; } ); };\n"
+      "train = { seed = 7; };\n";
+  core_config *c;
+  cr_assert_eq(core_config_load_string(&c, cfg, "tiny_gpt.cfg"), CORE_OK, "%s", core_error_msg());
+  layers_model m = {0};
+  cr_assert_eq(layers_model_build(&m, c, 64), CORE_OK, "%s", core_error_msg());
+  enum { MB = 4 };
+  layers_chunk hc, gc;
+  cr_assert_eq(layers_chunk_init(&hc, &m, 0, m.n, H, MB, m.T, 1), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(layers_chunk_init(&gc, &m, 0, m.n, G, MB, m.T, 1), CORE_OK, "%s", core_error_msg());
+  rng r = {21};
+  size_t N = (size_t)MB * m.T;
+  int32_t *tok = rand_tokens(&r, N, m.V), *tg = rand_tokens(&r, N, m.V);
+  layers_chunk *both[2] = {&hc, &gc};
+  for (int k = 0; k < 2; k++) {
+    layers_chunk_set_batch(both[k], 0, tok, tg);
+    layers_chunk_forward(both[k], 0);
+    layers_chunk_backward_input(both[k], 0, 1.0f / (float)N);
+    layers_chunk_backward_weight(both[k], 0);
+  }
+  double hl = layers_chunk_loss_sum(&hc, 0), gl = layers_chunk_loss_sum(&gc, 0);
+  cr_assert(fabs(gl - hl) <= 1e-6 * fabs(hl), "summed loss %.9g on %s, %.9g on the cpu", gl, G->name, hl);
+  for (int i = 0; i < m.n; i++) {
+    size_t n = hc.layers[i].nparams, off = hc.param_off[i];
+    if (!n) continue;
+    char what[96];
+    snprintf(what, sizeof what, "gradients of layer %s (%s)", hc.layers[i].name, hc.layers[i].type->name);
+    expect_close(what, hc.grads + off, gc.grads + off, n, TOL_MODEL);
+  }
+  layers_chunk_free(&hc), layers_chunk_free(&gc);
+  layers_model_free(&m);
+  core_config_free(c);
 }

@@ -82,7 +82,9 @@ static int cores(void) {
   return n > 0 ? (int)n : 1;
 }
 
-/* The simulator on the program `brigade train` compiles for this shape (unit costs). */
+/* The simulator with unit costs (F = I = W = 1) on the shape compiled under them: the family's
+ * bubble on equal stages. `brigade train` compiles under the config's FLOP model instead, which
+ * the prediction from the measured op times uses. */
 static int simulate_unit(run_t *r, int m, int tied) {
   sched_shape sh = {.p = r->p, .v = r->v, .m = m, .tied = tied};
   if (sched_family_parse(r->sched, &sh.family)) return 1;

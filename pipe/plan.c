@@ -1,5 +1,6 @@
-/* pipe/plan.c: what a config would do, without running it: the cut, the compiled program and a
- * cost model from per-layer FLOPs, for `brigade sim CONFIG`. */
+/* pipe/plan.c: what a config would do, without running it: the cut and the compiled program
+ * (both shared with `brigade train`) and a cost model from per-layer FLOPs, for `brigade sim
+ * CONFIG` and the tuner. */
 #include "pipe/plan.h"
 
 #include <math.h>
@@ -72,8 +73,6 @@ int pipe_plan_config_shape(const char *config, const char **sets, int nsets, pip
   return rc;
 }
 
-/* Floats of one activation slot of the chunk [lo, hi), laid out as layers_chunk_init does
- * (in | din | per layer: out, stash, dout), without allocating it. */
 void train_stage_costs(const train_cfg *t, const layers_model *m, const int *bounds, double gflops, double *f,
                        double *b, double *w) {
   double tokens = (double)t->B * m->T;
@@ -86,6 +85,20 @@ void train_stage_costs(const train_cfg *t, const layers_model *m, const int *bou
   }
 }
 
+int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, sched_program *out) {
+  sched_shape sh = {.family = t->family, .p = t->stages, .v = t->v, .m = t->m, .max_pending_w = t->max_pending_w};
+  for (int i = 0; i < m->n; i++) sh.tied |= m->layers[i].tied_to >= 0;
+  int S = t->stages * t->v;
+  double *fbw = core_calloc(3 * (size_t)S, sizeof(double));
+  train_stage_costs(t, m, bounds, 1.0, fbw, fbw + S, fbw + 2 * S);
+  sched_costs costs = {.stage_f = fbw, .stage_b = fbw + S, .stage_w = fbw + 2 * S};
+  int rc = sched_compile(&sh, &costs, out);
+  free(fbw);
+  return rc ? core_error_prefix("%s: pipeline", core_config_name(t->cfg)) : CORE_OK;
+}
+
+/* Floats of one activation slot of the chunk [lo, hi), laid out as layers_chunk_init does
+ * (in | din | per layer: out, stash, dout), without allocating it. */
 static double slot_floats(const layers_model *m, int lo, int hi, int B) {
   return (double)layers_slot_floats(m, lo, hi, B);
 }
@@ -186,10 +199,9 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
   int *bounds = NULL;
   rc = layers_model_build(&m, t.cfg, (int)vocab);
   if (!rc) rc = train_cut_model(&t, &m, &bounds);
-  sched_shape sh = {.family = t.family, .p = t.stages, .v = t.v, .m = t.m, .max_pending_w = t.max_pending_w};
-  int S = t.stages * t.v;
-  if (!rc) {
-    for (int i = 0; i < m.n; i++) sh.tied |= m.layers[i].tied_to >= 0;
+  int S = t.stages * t.v, tied = 0;
+  for (int i = 0; i < m.n; i++) tied |= m.layers[i].tied_to >= 0;
+  if (!rc) { /* the program the trainer runs; the prices below are this machine's */
     out->f = core_calloc((size_t)S, sizeof(double));
     out->b = core_calloc((size_t)S, sizeof(double));
     out->w = core_calloc((size_t)S, sizeof(double));
@@ -198,16 +210,16 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
       double slot = (t.ckpt_act ? ckpt_slot_floats : slot_floats)(&m, bounds[s], bounds[s + 1], t.B) * sizeof(float);
       out->act_bytes = slot > out->act_bytes ? slot : out->act_bytes;
     }
-    plan_dp_w(&t, &m, bounds, sh.tied, hw, out);
+    plan_dp_w(&t, &m, bounds, tied, hw, out);
     out->costs = (sched_costs){.stage_f = out->f, .stage_b = out->b, .stage_w = out->w, .stage_dp_w = out->dp_w,
                                .act_bytes = out->act_bytes};
-    rc = sched_compile(&sh, &out->costs, &out->prog);
+    rc = train_compile(&t, &m, bounds, &out->prog);
   }
   if (!rc) {
     out->stages = t.stages, out->v = t.v, out->m = t.m, out->B = t.B;
     out->family = t.family, out->part = t.part;
     out->params = layers_model_params(&m);
-    plan_ranks(&t, &m, bounds, sh.tied, hw, out);
+    plan_ranks(&t, &m, bounds, tied, hw, out);
   }
   free(bounds);
   if (m.built) layers_model_free(&m);

@@ -39,10 +39,10 @@ typedef struct {
 } pipe_plan_hw;
 
 /* Reads the config (with --set overrides) as `brigade train` would, cuts the model, compiles
- * the schedule, and prices each virtual stage's forward at its FLOPs / gflops (backward: I and
- * W each as much again). The config's stage count gives the ranks of one pipeline; hw->d
- * replicas of it add ZeRO's collectives (per the config's zero_optimization) and shard the
- * memory model. */
+ * the schedule (train_compile: the program the trainer runs, whatever hw says), and prices each
+ * virtual stage's forward at its FLOPs / gflops (backward: I and W each as much again). The
+ * config's stage count gives the ranks of one pipeline; hw->d replicas of it add ZeRO's
+ * collectives (per the config's zero_optimization) to the prices and shard the memory model. */
 int pipe_plan_build(const char *config, const char **sets, int nsets, const pipe_plan_hw *hw, pipe_plan *out);
 /* The same with the shape given (shape NULL: the config's own) and d = 1. */
 int pipe_plan_build_shape(const char *config, const char **sets, int nsets, double gflops,

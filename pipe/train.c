@@ -109,31 +109,22 @@ static int setup_runner(trainer *tr) {
   return rc;
 }
 
-/* The training program, and the forward-only evaluation program on the same placement. The
- * zero-bubble families place their W passes by list scheduling under a cost model: they get the
- * FLOP model of the stages (the one `brigade sim` prices, so both compile the same program;
- * unequal stages, such as a last stage holding the LM head, then shape the schedule). The other
- * families' orders do not depend on costs. */
+/* The training program, the one `brigade sim CONFIG` prices (train_compile: every family under
+ * the stages' FLOP model), and the forward-only evaluation program on the same placement (every
+ * rank's forwards in micro-batch order; nothing predicts it, and its transfers are placed under
+ * unit costs). */
 static int compile_programs(trainer *tr) {
   const train_cfg *c = &tr->cfg;
-  sched_shape sh = {.family = c->family, .p = c->stages, .v = c->v, .m = c->m, .max_pending_w = c->max_pending_w};
-  for (int i = 0; i < tr->model.n; i++) sh.tied |= tr->model.layers[i].tied_to >= 0;
-  int S = c->stages * c->v;
-  double *fbw = core_calloc(3 * (size_t)S, sizeof(double));
-  train_stage_costs(c, &tr->model, tr->bounds, 1.0, fbw, fbw + S, fbw + 2 * S);
-  sched_costs costs = sched_costs_unit(), flops = costs;
-  flops.stage_f = fbw, flops.stage_b = fbw + S, flops.stage_w = fbw + 2 * S;
-  int zb = c->family == SCHED_ZB_H1 || c->family == SCHED_ZB_H2 || c->family == SCHED_ZB_V;
-  int rc = sched_compile(&sh, zb ? &flops : &costs, &tr->prog);
-  free(fbw);
-  if (rc) return core_error_prefix("%s: pipeline", core_config_name(c->cfg));
+  int rc = train_compile(c, &tr->model, tr->bounds, &tr->prog), S = c->stages * c->v;
+  if (rc) return rc;
+  sched_costs unit = sched_costs_unit();
   sched_program ev;
   rc = sched_program_init(&ev, SCHED_INFERENCE, c->stages, c->v, c->eval_batches, tr->prog.stage_of);
   if (rc) return rc;
   ev.forward_only = 1;
   for (int j = 0; j < c->eval_batches; j++)
     for (int s = 0; s < S; s++) sched_push_action(&ev, SCHED_FORWARD, s, j);
-  rc = sched_lower(&ev, &costs, &tr->eval_prog);
+  rc = sched_lower(&ev, &unit, &tr->eval_prog);
   if (!rc) rc = sched_verify(&tr->eval_prog);
   sched_program_free(&ev);
   return rc;

@@ -46,5 +46,11 @@ int train_cut_model(const train_cfg *t, const layers_model *m, int **bounds);
  * halves as much again each; activation checkpointing adds a forward to the input half. */
 void train_stage_costs(const train_cfg *t, const layers_model *m, const int *bounds, double gflops, double *f,
                        double *b, double *w);
+/* The training program of the config (compiled, lowered, verified): the one `brigade train`
+ * runs and `brigade sim CONFIG` and the tuner price. Every family compiles under the stages'
+ * FLOP model (train_stage_costs) at a fixed 1 GFLOP/s: the zero-bubble families place their
+ * W's by it and lowering times every family's transfers by it. The machine (--gflops, --dp,
+ * ZeRO's collectives) changes what the simulator charges for the ops, never the program. */
+int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, sched_program *out);
 
 #endif

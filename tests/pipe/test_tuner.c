@@ -142,6 +142,29 @@ Test(tune, zero_costs_in_the_simulator) {
   pipe_plan_free(&p2);
 }
 
+/* What the machine costs never changes the program, only its price: the trainer knows neither
+ * the GFLOP/s nor the bandwidth of the data-parallel collectives, so the simulator must compile
+ * what the trainer compiles. ZeRO-2's reduce-scatters run inside each W in training (the bucket
+ * flushes during and at the end of the weight gradient); sim charges them there, to a W of the
+ * trainer's program, not to one placed as if the W were longer (zb-v, 2 stages, m=6: pricing
+ * them into the compile gives another program). */
+Test(tune, machine_costs_price_the_trainers_program) {
+  const char *sets[] = {"pipeline.stages=2", "pipeline.schedule=zb-v", "gradient_accumulation_steps=6",
+                        "zero_optimization.stage=2"};
+  pipe_plan_hw one = {.gflops = 1, .d = 1}, fast = {.gflops = 50, .d = 1}, dp = {.gflops = 50, .d = 2, .dp_gbps = 10};
+  pipe_plan a, b, c;
+  cr_assert_eq(pipe_plan_build(cfg, sets, 4, &one, &a), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(pipe_plan_build(cfg, sets, 4, &fast, &b), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(pipe_plan_build(cfg, sets, 4, &dp, &c), CORE_OK, "%s", core_error_msg());
+  cr_assert(sched_program_equal(&a.prog, &b.prog), "--gflops changed the program");
+  cr_assert(sched_program_equal(&b.prog, &c.prog), "--dp 2 with ZeRO-2 changed the program");
+  for (int s = 0; s < 4; s++) cr_assert_gt(c.dp_w[s], 0, "virtual stage %d: no reduce-scatter on its W", s);
+  cr_assert_gt(plan_time(&c), plan_time(&b), "ZeRO-2's reduce-scatters cost nothing");
+  pipe_plan_free(&a);
+  pipe_plan_free(&b);
+  pipe_plan_free(&c);
+}
+
 /* Under activation checkpointing the plan's slot is the checkpointed chunk's (input, output and
  * their gradients), and each chunk's full-layout workspace counts in the rank's state. */
 Test(tune, act_bytes_under_activation_checkpointing) {

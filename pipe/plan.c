@@ -97,8 +97,8 @@ int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, 
   return rc ? core_error_prefix("%s: pipeline", core_config_name(t->cfg)) : CORE_OK;
 }
 
-/* Floats of one activation slot of the chunk [lo, hi), laid out as layers_chunk_init does
- * (in | din | per layer: out, stash, dout), without allocating it. */
+/* Floats of one activation slot of the chunk [lo, hi): the layout layers_chunk_init allocates,
+ * computed without allocating it. */
 static double slot_floats(const layers_model *m, int lo, int hi, int B) {
   return (double)layers_slot_floats(m, lo, hi, B);
 }

@@ -36,11 +36,17 @@ static block_params block_layout(const layer *l, int full) {
 
 /* ---- stash layout, per micro-batch of N = B*T positions ---- */
 
+/* What forward keeps for the backward (the stash), and, apart, what backward_input keeps for
+ * backward_weight (the W stash: output gradients of the inner matmuls and norms), each with its
+ * own offsets */
 typedef struct {
-  size_t ln1, mean1, rstd1, qkv, att, atty, res2, ln2, mean2, rstd2, fch, fchg;      /* forward */
-  size_t g_out, g_fch, g_ln2, g_res2, g_qkv, g_ln1;                                  /* for W */
+  size_t ln1, mean1, rstd1, qkv, att, atty, res2, ln2, mean2, rstd2, fch, fchg;
   size_t total;
 } block_stash;
+typedef struct {
+  size_t g_out, g_fch, g_ln2, g_res2, g_qkv, g_ln1;
+  size_t total;
+} block_wstash;
 
 static block_stash stash_layout(const layer *l, int B, int T, int full) {
   size_t N = (size_t)B * T, C = (size_t)l->C, H = (size_t)l->hidden, at = 0;
@@ -57,14 +63,21 @@ static block_stash stash_layout(const layer *l, int B, int T, int full) {
   s.rstd2 = at, at += full ? N : 0;
   s.fch = at, at += full ? N * H : 0;
   s.fchg = at, at += full ? N * H : 0;
-  s.g_out = at, at += N * C;
-  s.g_fch = at, at += full ? N * H : 0;
-  s.g_ln2 = at, at += full ? N * C : 0;
-  s.g_res2 = at, at += full ? N * C : 0;
-  s.g_qkv = at, at += N * 3 * C;
-  s.g_ln1 = at, at += full ? N * C : 0;
   s.total = at;
   return s;
+}
+
+static block_wstash wstash_layout(const layer *l, int B, int T, int full) {
+  size_t N = (size_t)B * T, C = (size_t)l->C, H = (size_t)l->hidden, at = 0;
+  block_wstash w;
+  w.g_out = at, at += N * C;
+  w.g_fch = at, at += full ? N * H : 0;
+  w.g_ln2 = at, at += full ? N * C : 0;
+  w.g_res2 = at, at += full ? N * C : 0;
+  w.g_qkv = at, at += N * 3 * C;
+  w.g_ln1 = at, at += full ? N * C : 0;
+  w.total = at;
+  return w;
 }
 
 static int dims_check(layer *l) {
@@ -80,6 +93,7 @@ static int attn_configure(layer *l, const core_config *c, int i) { return dims_c
 static size_t attn_params(const layer *l) { return block_layout(l, 0).total; }
 static double attn_flops(const layer *l) { return 2.0 * 4 * l->C * l->C + 2.0 * l->T * l->C; }
 static size_t attn_stash(const layer *l, int B, int T) { return stash_layout(l, B, T, 0).total; }
+static size_t attn_wstash(const layer *l, int B, int T) { return wstash_layout(l, B, T, 0).total; }
 static size_t attn_scratch(const layer *l, int B, int T) { return (size_t)B * T * l->C + 2 * (size_t)T; }
 
 static void init_common(const layer *l, float *p, uint64_t seed, block_params o) {
@@ -109,20 +123,21 @@ static void attn_core_forward(const layer *l, const kernels_ops *ops, float *y, 
 
 /* gradient dy of the projection's output -> dx of the qkv projection's input; stores g_qkv */
 static void attn_core_backward_input(const layer *l, const kernels_ops *ops, float *dx, const float *dy,
-                                     float *st, float *scratch, block_stash s, block_params o,
-                                     const float *p, int B, int T) {
+                                     const float *st, float *wst, float *scratch, block_stash s,
+                                     block_wstash w, block_params o, const float *p, int B, int T) {
   int N = B * T, C = l->C;
   float *datty = scratch, *sc = scratch + (size_t)N * C;
   layers_linear_backward_input(ops, datty, dy, p + o.wproj, N, C, C);
-  ops->attention_backward(st + s.g_qkv, sc, datty, st + s.qkv, st + s.att, B, T, C, l->NH);
-  layers_linear_backward_input(ops, dx, st + s.g_qkv, p + o.wqkv, N, C, 3 * C);
+  ops->attention_backward(wst + w.g_qkv, sc, datty, st + s.qkv, st + s.att, B, T, C, l->NH);
+  layers_linear_backward_input(ops, dx, wst + w.g_qkv, p + o.wqkv, N, C, 3 * C);
 }
 
 static void attn_core_backward_weight(const layer *l, const kernels_ops *ops, const float *dy, const float *x,
-                                      float *st, block_stash s, block_params o, float *g, int B, int T) {
+                                      const float *st, const float *wst, block_stash s, block_wstash w,
+                                      block_params o, float *g, int B, int T) {
   int N = B * T, C = l->C;
   layers_linear_backward_weight(ops, g + o.wproj, g + o.bproj, dy, st + s.atty, N, C, C);
-  layers_linear_backward_weight(ops, g + o.wqkv, g + o.bqkv, st + s.g_qkv, x, N, C, 3 * C);
+  layers_linear_backward_weight(ops, g + o.wqkv, g + o.bqkv, wst + w.g_qkv, x, N, C, 3 * C);
 }
 
 static void attn_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
@@ -130,17 +145,17 @@ static void attn_forward(const layer *l, const kernels_ops *ops, const layer_io 
                     block_layout(l, 0), l->params, io->B, io->T);
 }
 static void attn_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
-  block_stash s = stash_layout(l, io->B, io->T, 0);
-  ops->copy(io->stash + s.g_out, io->dout, (size_t)io->B * io->T * l->C);
-  attn_core_backward_input(l, ops, io->din, io->dout, io->stash, io->scratch, s, block_layout(l, 0),
-                           l->params, io->B, io->T);
+  block_wstash w = wstash_layout(l, io->B, io->T, 0);
+  ops->copy(io->wstash + w.g_out, io->dout, (size_t)io->B * io->T * l->C);
+  attn_core_backward_input(l, ops, io->din, io->dout, io->stash, io->wstash, io->scratch,
+                           stash_layout(l, io->B, io->T, 0), w, block_layout(l, 0), l->params, io->B, io->T);
 }
 static void attn_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
-  block_stash s = stash_layout(l, io->B, io->T, 0);
-  attn_core_backward_weight(l, ops, io->stash + s.g_out, io->in, io->stash, s, block_layout(l, 0),
-                            l->grads, io->B, io->T);
+  block_wstash w = wstash_layout(l, io->B, io->T, 0);
+  attn_core_backward_weight(l, ops, io->wstash + w.g_out, io->in, io->stash, io->wstash,
+                            stash_layout(l, io->B, io->T, 0), w, block_layout(l, 0), l->grads, io->B, io->T);
 }
-const layer_type layers_attention = {"causal_attention", LAYER_IN_HIDDEN, attn_configure, attn_params, attn_flops, attn_stash, attn_scratch, attn_init, attn_forward, attn_backward_input, attn_backward_weight, 0};
+const layer_type layers_attention = {"causal_attention", LAYER_IN_HIDDEN, attn_configure, attn_params, attn_flops, attn_stash, attn_scratch, attn_init, attn_forward, attn_backward_input, attn_backward_weight, 0, attn_wstash};
 
 /* ---- transformer_block ---- */
 
@@ -158,6 +173,7 @@ static double block_flops(const layer *l) {
   return 2.0 * (4.0 * l->C * l->C + 2.0 * l->C * l->hidden) + 2.0 * l->T * l->C;
 }
 static size_t block_stash_n(const layer *l, int B, int T) { return stash_layout(l, B, T, 1).total; }
+static size_t block_wstash_n(const layer *l, int B, int T) { return wstash_layout(l, B, T, 1).total; }
 static size_t block_scratch(const layer *l, int B, int T) {
   return (size_t)B * T * (l->hidden + l->C) + 2 * (size_t)T;
 }
@@ -182,30 +198,32 @@ static void block_forward(const layer *l, const kernels_ops *ops, const layer_io
 static void block_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
   int B = io->B, T = io->T, N = B * T, C = l->C, H = l->hidden;
   block_stash s = stash_layout(l, B, T, 1);
+  block_wstash w = wstash_layout(l, B, T, 1);
   block_params o = block_layout(l, 1);
   const float *p = l->params;
-  float *st = io->stash, *tmp = io->scratch; /* tmp: N*H, then N*C + 2T for the attention core */
+  float *st = io->stash, *ws = io->wstash, *tmp = io->scratch; /* tmp: N*H, then N*C + 2T for the attention core */
   size_t NC = (size_t)N * C;
-  ops->copy(st + s.g_out, io->dout, NC);
+  ops->copy(ws + w.g_out, io->dout, NC);
   layers_linear_backward_input(ops, tmp, io->dout, p + o.wfp, N, H, C);      /* d gelu out */
-  ops->gelu_backward(st + s.g_fch, st + s.fch, tmp, (size_t)N * H);          /* d fc out */
-  layers_linear_backward_input(ops, st + s.g_ln2, st + s.g_fch, p + o.wfc, N, C, H);
-  ops->layernorm_backward_input(st + s.g_res2, st + s.g_ln2, st + s.res2, p + o.ln2w, st + s.mean2, st + s.rstd2, N, C);
-  ops->axpy(st + s.g_res2, 1.0f, io->dout, NC);                              /* residual */
-  attn_core_backward_input(l, ops, st + s.g_ln1, st + s.g_res2, st, tmp, s, o, p, B, T);
-  ops->layernorm_backward_input(io->din, st + s.g_ln1, io->in, p + o.ln1w, st + s.mean1, st + s.rstd1, N, C);
-  ops->axpy(io->din, 1.0f, st + s.g_res2, NC);                               /* residual */
+  ops->gelu_backward(ws + w.g_fch, st + s.fch, tmp, (size_t)N * H);          /* d fc out */
+  layers_linear_backward_input(ops, ws + w.g_ln2, ws + w.g_fch, p + o.wfc, N, C, H);
+  ops->layernorm_backward_input(ws + w.g_res2, ws + w.g_ln2, st + s.res2, p + o.ln2w, st + s.mean2, st + s.rstd2, N, C);
+  ops->axpy(ws + w.g_res2, 1.0f, io->dout, NC);                              /* residual */
+  attn_core_backward_input(l, ops, ws + w.g_ln1, ws + w.g_res2, st, ws, tmp, s, w, o, p, B, T);
+  ops->layernorm_backward_input(io->din, ws + w.g_ln1, io->in, p + o.ln1w, st + s.mean1, st + s.rstd1, N, C);
+  ops->axpy(io->din, 1.0f, ws + w.g_res2, NC);                               /* residual */
 }
 
 static void block_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
   int B = io->B, T = io->T, N = B * T, C = l->C, H = l->hidden;
   block_stash s = stash_layout(l, B, T, 1);
+  block_wstash w = wstash_layout(l, B, T, 1);
   block_params o = block_layout(l, 1);
-  float *g = l->grads, *st = io->stash;
-  layers_linear_backward_weight(ops, g + o.wfp, g + o.bfp, st + s.g_out, st + s.fchg, N, H, C);
-  layers_linear_backward_weight(ops, g + o.wfc, g + o.bfc, st + s.g_fch, st + s.ln2, N, C, H);
-  ops->layernorm_backward_weight(g + o.ln2w, g + o.ln2b, st + s.g_ln2, st + s.res2, st + s.mean2, st + s.rstd2, N, C);
-  attn_core_backward_weight(l, ops, st + s.g_res2, st + s.ln1, st, s, o, g, B, T);
-  ops->layernorm_backward_weight(g + o.ln1w, g + o.ln1b, st + s.g_ln1, io->in, st + s.mean1, st + s.rstd1, N, C);
+  float *g = l->grads, *st = io->stash, *ws = io->wstash;
+  layers_linear_backward_weight(ops, g + o.wfp, g + o.bfp, ws + w.g_out, st + s.fchg, N, H, C);
+  layers_linear_backward_weight(ops, g + o.wfc, g + o.bfc, ws + w.g_fch, st + s.ln2, N, C, H);
+  ops->layernorm_backward_weight(g + o.ln2w, g + o.ln2b, ws + w.g_ln2, st + s.res2, st + s.mean2, st + s.rstd2, N, C);
+  attn_core_backward_weight(l, ops, ws + w.g_res2, st + s.ln1, st, ws, s, w, o, g, B, T);
+  ops->layernorm_backward_weight(g + o.ln1w, g + o.ln1b, ws + w.g_ln1, io->in, st + s.mean1, st + s.rstd1, N, C);
 }
-const layer_type layers_block = {"transformer_block", LAYER_IN_HIDDEN, block_configure, block_params_n, block_flops, block_stash_n, block_scratch, block_init, block_forward, block_backward_input, block_backward_weight, 0};
+const layer_type layers_block = {"transformer_block", LAYER_IN_HIDDEN, block_configure, block_params_n, block_flops, block_stash_n, block_scratch, block_init, block_forward, block_backward_input, block_backward_weight, 0, block_wstash_n};

@@ -48,6 +48,7 @@ typedef struct {
   const int32_t *targets; /* loss targets [B*T] */
   float *out;             /* [B*T*out_width]; loss layer: per-position losses */
   float *stash;           /* [stash_floats]: what backward needs, kept between F and B/W */
+  float *wstash;          /* [wstash_floats]: what backward_weight needs from backward_input */
   const float *dout;      /* gradient of out; NULL for the loss layer */
   float *din;             /* gradient of in, overwritten by backward_input; NULL for embedding */
   float grad_scale;       /* loss layer: d(loss)/d(position loss), e.g. 1 / (B*T*m) */
@@ -72,6 +73,9 @@ struct layer_type {
    * is the previous layer's output; stash_floats is then 0. Sound because no layer's backward
    * reads its own output: the logits are dead once the loss has them. */
   int stash_in_input;
+  /* Floats backward_input leaves for backward_weight (the W stash): kept per slot from I to W
+   * when the schedule splits the backward, shared by the slots of a chunk when it never does. */
+  size_t (*wstash_floats)(const layer *l, int B, int T);
 };
 
 const layer_type *layers_find_type(const char *name);
@@ -105,12 +109,17 @@ typedef struct {
   float *params, *grads;
   size_t nparams;
   size_t *param_off; /* [n] offsets into params/grads */
-  /* slot layout (floats): in | din | per layer: out, stash, dout; a layer whose stash is its
-   * input (stash_in_input) has no stash of its own, and the layer before it in the chunk no
-   * separate dout: the three N x V buffers of logits, probabilities and their gradient are one */
-  size_t in_floats, slot_floats;
-  size_t *out_off, *stash_off, *dout_off; /* [n] */
+  /* slot layout (floats): in | din | per layer: out, stash, dout, wstash; a layer whose stash
+   * is its input (stash_in_input) has no stash of its own, and the layer before it in the chunk
+   * no separate dout: the three N x V buffers of logits, probabilities and their gradient are
+   * one. A chunk whose backwards are never split (layers_chunk_share_backward) keeps the W
+   * stashes and the inner layers' douts (those of all but its last layer) once, in `bwd`, for
+   * all its slots: they live only within one full backward. */
+  size_t in_floats, slot_floats, bwd_floats;
+  size_t *out_off, *stash_off, *dout_off, *wstash_off; /* [n]; wstash_off into bwd when shared */
+  uint8_t *dout_in_bwd;                                /* [n] 1: dout_off[i] is into bwd */
   float *slots;                           /* [nslots * slot_floats] */
+  float *bwd;                             /* [bwd_floats], or NULL */
   int32_t *tokens, *targets;              /* [nslots * B*T] */
   float *scratch;
   int first_takes_tokens, last_is_loss;
@@ -155,14 +164,20 @@ void layers_chunk_set_batch(layers_chunk *ch, int slot, const int32_t *tokens, c
 /* bytes of one slot (the memory model's act_bytes) */
 size_t layers_chunk_slot_bytes(const layers_chunk *ch);
 /* floats of one slot of the model's layers [lo, hi) with micro-batch B, without building the
- * chunk: the same layout layers_chunk_init allocates (no checkpointing) */
-size_t layers_slot_floats(const layers_model *m, int lo, int hi, int B);
+ * chunk: the same layout layers_chunk_init allocates (no checkpointing); shared: the layout of
+ * layers_chunk_share_backward, whose one shared region's floats go to *bwd (may be NULL) */
+size_t layers_slot_floats(const layers_model *m, int lo, int hi, int B, int shared, size_t *bwd);
 /* Drops the chunk's gradient buffer: from now on weight gradients go where dest says (see
  * grad_dest above). Before the first backward. */
 void layers_chunk_external_grads(layers_chunk *ch, float *(*dest)(void *ctx, size_t off, size_t n), void *ctx);
 /* Switches the chunk to activation checkpointing (before its first use); CORE_ERUNTIME when the
  * backend runs out of memory. */
 int layers_chunk_checkpoint(layers_chunk *ch);
+/* For a chunk whose every backward is full (backward_input then at once backward_weight, on the
+ * same slot, nothing between): the W stashes and inner douts move out of the slots into one
+ * region (bwd) the slots share. Before its first use; not with checkpointing (whose workspace is
+ * shared already). CORE_ERUNTIME when the backend runs out of memory. */
+int layers_chunk_share_backward(layers_chunk *ch);
 
 /* Which parameters of a layer get weight decay: matrices and embeddings yes, biases and norm
  * gains no (mask[i] = 1 for decay), as GPT-2 training does. */

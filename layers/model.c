@@ -172,32 +172,48 @@ static void *balloc(layers_chunk *ch, size_t bytes, const char *what, int *rc) {
   return p;
 }
 
-/* The activation layout of one slot of the n layers ls (a chunk): the chunk's input and its
- * gradient (unless the first layer takes token ids), then per layer its output, its stash and
- * its output's gradient. A layer whose stash is its input (stash_in_input) gets no stash: its
- * stash is the previous layer's output, or the slot's input when it is first; and the layer
- * before it gets no dout of its own, since backward_input writes din over the stash. Returns
- * the floats of a slot; the offsets go where the arrays are given. */
-static size_t slot_layout(const layer *ls, int n, int B, int T, size_t *out_off, size_t *stash_off,
-                          size_t *dout_off) {
+/* Where a chunk's per-layer buffers go (arrays of n, or all NULL to only count). */
+typedef struct {
+  size_t *out, *stash, *dout, *wstash;
+  uint8_t *dout_in_bwd;
+} slot_offsets;
+
+/* The activation layout of the n layers ls (a chunk): one slot holds the chunk's input and its
+ * gradient (unless the first layer takes token ids), then per layer its output, its stash, its
+ * output's gradient and its W stash. A layer whose stash is its input (stash_in_input) gets no
+ * stash: its stash is the previous layer's output, or the slot's input when it is first; and the
+ * layer before it gets no dout of its own, since backward_input writes din over the stash.
+ * shared: the W stashes, and the douts of all but the last layer that have their own, go into
+ * one region for all slots instead (*bwd floats; offsets into it). Returns a slot's floats. */
+static size_t slot_layout(const layer *ls, int n, int B, int T, int shared, slot_offsets o, size_t *bwd) {
   size_t N = (size_t)B * T, at = ls[0].type->input == LAYER_IN_TOKENS ? 0 : 2 * N * (size_t)ls[0].in_width;
-  size_t prev = 0; /* the previous layer's output: the slot's input for the first layer */
+  size_t prev = 0, bat = 0; /* prev: the previous layer's output, the slot's input for the first */
   for (int i = 0; i < n; i++) {
     const layer *l = &ls[i];
-    size_t out = N * (size_t)l->out_width, o = at, s, d;
+    size_t out = N * (size_t)l->out_width, wst = l->type->wstash_floats(l, B, T), oo = at, so, d, w;
+    int d_bwd = 0;
     at += out;
-    if (l->type->stash_in_input) s = prev;
-    else s = at, at += l->type->stash_floats(l, B, T);
-    if (i + 1 < n && ls[i + 1].type->stash_in_input) d = o; /* the gradient lands on the output */
+    if (l->type->stash_in_input) so = prev;
+    else so = at, at += l->type->stash_floats(l, B, T);
+    if (i + 1 < n && ls[i + 1].type->stash_in_input) d = oo; /* the gradient lands on the output */
+    else if (shared && i + 1 < n) d = bat, bat += out, d_bwd = 1;
     else d = at, at += out;
-    if (out_off) out_off[i] = o, stash_off[i] = s, dout_off[i] = d;
-    prev = o;
+    if (shared) w = bat, bat += wst;
+    else w = at, at += wst;
+    if (o.out) o.out[i] = oo, o.stash[i] = so, o.dout[i] = d, o.wstash[i] = w, o.dout_in_bwd[i] = (uint8_t)d_bwd;
+    prev = oo;
   }
+  if (bwd) *bwd = bat;
   return at;
 }
 
-size_t layers_slot_floats(const layers_model *m, int lo, int hi, int B) {
-  return slot_layout(m->layers + lo, hi - lo, B, m->T, NULL, NULL, NULL);
+size_t layers_slot_floats(const layers_model *m, int lo, int hi, int B, int shared, size_t *bwd) {
+  slot_offsets none = {0};
+  return slot_layout(m->layers + lo, hi - lo, B, m->T, shared, none, bwd);
+}
+
+static slot_offsets chunk_offsets(layers_chunk *ch) {
+  return (slot_offsets){ch->out_off, ch->stash_off, ch->dout_off, ch->wstash_off, ch->dout_in_bwd};
 }
 
 int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
@@ -229,7 +245,9 @@ int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
   ch->out_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
   ch->stash_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
   ch->dout_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
-  ch->slot_floats = slot_layout(ch->layers, ch->n, B, T, ch->out_off, ch->stash_off, ch->dout_off);
+  ch->wstash_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
+  ch->dout_in_bwd = core_malloc((size_t)ch->n);
+  ch->slot_floats = slot_layout(ch->layers, ch->n, B, T, 0, chunk_offsets(ch), NULL);
   ch->in_floats = ch->first_takes_tokens ? 0 : N * (size_t)ch->layers[0].in_width;
   for (int i = 0; i < ch->n; i++) {
     size_t s = ch->layers[i].type->scratch_floats(&ch->layers[i], B, T);
@@ -247,9 +265,10 @@ int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
 void layers_chunk_free(layers_chunk *ch) {
   const kernels_ops *o = mem(ch);
   free(ch->layers), free(ch->param_off), free(ch->out_off), free(ch->stash_off), free(ch->dout_off);
+  free(ch->wstash_off), free(ch->dout_in_bwd);
   free(ch->host_losses);
   o->free(ch->params), o->free(ch->grads), o->free(ch->slots), o->free(ch->tokens), o->free(ch->targets);
-  o->free(ch->scratch), o->free(ch->ws);
+  o->free(ch->scratch), o->free(ch->ws), o->free(ch->bwd);
   memset(ch, 0, sizeof *ch);
 }
 
@@ -262,12 +281,24 @@ void layers_chunk_external_grads(layers_chunk *ch, float *(*dest)(void *ctx, siz
 
 int layers_chunk_checkpoint(layers_chunk *ch) {
   if (ch->ckpt) return CORE_OK;
+  if (ch->bwd) return core_error_set(CORE_EINPUT, "a chunk that shares its backward buffers cannot be checkpointed");
   int rc = CORE_OK;
   ch->ckpt = 1;
   ch->ws = balloc(ch, sizeof(float) * ch->slot_floats, "checkpointing workspace", &rc); /* one full layout, shared */
   mem(ch)->free(ch->slots);
   ch->slot_floats = 2 * ch->in_floats + 2 * layers_chunk_out_floats(ch);
   ch->slots = balloc(ch, sizeof(float) * (size_t)ch->nslots * ch->slot_floats, "activation slots", &rc);
+  return rc;
+}
+
+int layers_chunk_share_backward(layers_chunk *ch) {
+  if (ch->ckpt) return core_error_set(CORE_EINPUT, "a checkpointed chunk shares its workspace already");
+  if (ch->bwd) return CORE_OK;
+  int rc = CORE_OK;
+  mem(ch)->free(ch->slots);
+  ch->slot_floats = slot_layout(ch->layers, ch->n, ch->B, ch->T, 1, chunk_offsets(ch), &ch->bwd_floats);
+  ch->slots = balloc(ch, sizeof(float) * (size_t)ch->nslots * ch->slot_floats, "activation slots", &rc);
+  ch->bwd = balloc(ch, sizeof(float) * ch->bwd_floats, "shared backward buffers", &rc);
   return rc;
 }
 
@@ -297,8 +328,9 @@ static layer_io io_of(const layers_chunk *ch, int slot, int i) {
   io.in = i ? base + ch->out_off[i - 1] : (ch->first_takes_tokens ? NULL : base);
   io.out = base + ch->out_off[i];
   io.stash = base + ch->stash_off[i];
-  io.dout = base + ch->dout_off[i];
-  io.din = i ? base + ch->dout_off[i - 1] : base + ch->in_floats;
+  io.dout = (ch->dout_in_bwd[i] ? ch->bwd : base) + ch->dout_off[i];
+  io.din = i ? (ch->dout_in_bwd[i - 1] ? ch->bwd : base) + ch->dout_off[i - 1] : base + ch->in_floats;
+  io.wstash = (ch->bwd ? ch->bwd : base) + ch->wstash_off[i];
   return io;
 }
 

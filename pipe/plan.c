@@ -97,15 +97,21 @@ int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, 
   return rc ? core_error_prefix("%s: pipeline", core_config_name(t->cfg)) : CORE_OK;
 }
 
-/* Floats of one activation slot of the chunk [lo, hi): the layout layers_chunk_init allocates,
- * computed without allocating it. */
-static double slot_floats(const layers_model *m, int lo, int hi, int B) {
-  return (double)layers_slot_floats(m, lo, hi, B);
+/* Floats of one activation slot of the chunk [lo, hi): the layout layers_chunk_init allocates
+ * (shared: after layers_chunk_share_backward), computed without allocating it. */
+static double slot_floats(const layers_model *m, int lo, int hi, int B, int shared) {
+  return (double)layers_slot_floats(m, lo, hi, B, shared, NULL);
+}
+
+/* Whether the trainer shares the chunks' backward buffers (as pipe/train.c decides): when no
+ * backward of the program is split and there is no checkpointing. */
+static int shares_backward(const train_cfg *t, const sched_program *prog) {
+  return !t->ckpt_act && !sched_program_splits_backward(prog);
 }
 
 /* The same under activation checkpointing: a slot keeps the chunk's input, output and their
  * gradients (in | din | out | dout); the full layout is one workspace per chunk. */
-static double ckpt_slot_floats(const layers_model *m, int lo, int hi, int B) {
+static double ckpt_slot_floats(const layers_model *m, int lo, int hi, int B, int shared /* unused: the workspace is shared */) {
   double N = (double)B * m->T, in = 0;
   if (m->layers[lo].type->input != LAYER_IN_TOKENS) in = N * m->layers[lo].in_width;
   return 2 * in + 2 * N * m->layers[hi - 1].out_width;
@@ -150,7 +156,10 @@ static void plan_ranks(const train_cfg *t, const layers_model *m, const int *bou
     for (int c = 0; c < t->v; c++) {
       int s = out->prog.stage_of[r * t->v + c];
       double n, kept, largest = 0;
-      if (t->ckpt_act) ws += 4 * slot_floats(m, bounds[s], bounds[s + 1], t->B); /* the workspace */
+      size_t bwd = 0;
+      if (t->ckpt_act) ws += 4 * slot_floats(m, bounds[s], bounds[s + 1], t->B, 0); /* the workspace */
+      else if (shares_backward(t, &out->prog)) layers_slot_floats(m, bounds[s], bounds[s + 1], t->B, 1, &bwd);
+      ws += 4.0 * (double)bwd; /* the shared backward buffers */
       stage_params(m, bounds, s, tied, &n, &kept);
       N += n, K += kept;
       for (int i = bounds[s]; i < bounds[s + 1]; i++)
@@ -206,14 +215,17 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
     out->b = core_calloc((size_t)S, sizeof(double));
     out->w = core_calloc((size_t)S, sizeof(double));
     train_stage_costs(&t, &m, bounds, gflops, out->f, out->b, out->w);
+    rc = train_compile(&t, &m, bounds, &out->prog);
+  }
+  if (!rc) {
+    int shared = shares_backward(&t, &out->prog);
     for (int s = 0; s < S; s++) {
-      double slot = (t.ckpt_act ? ckpt_slot_floats : slot_floats)(&m, bounds[s], bounds[s + 1], t.B) * sizeof(float);
+      double slot = (t.ckpt_act ? ckpt_slot_floats : slot_floats)(&m, bounds[s], bounds[s + 1], t.B, shared) * sizeof(float);
       out->act_bytes = slot > out->act_bytes ? slot : out->act_bytes;
     }
     plan_dp_w(&t, &m, bounds, tied, hw, out);
     out->costs = (sched_costs){.stage_f = out->f, .stage_b = out->b, .stage_w = out->w, .stage_dp_w = out->dp_w,
                                .act_bytes = out->act_bytes};
-    rc = train_compile(&t, &m, bounds, &out->prog);
   }
   if (!rc) {
     out->stages = t.stages, out->v = t.v, out->m = t.m, out->B = t.B;

@@ -77,6 +77,7 @@ static int setup_runner(trainer *tr) {
     if (rc) break;
     layers_chunk *k = &rn->chunks[ch];
     if (c->ckpt_act) rc = layers_chunk_checkpoint(k);
+    else if (!sched_program_splits_backward(&tr->prog)) rc = layers_chunk_share_backward(k);
     k->act_round = c->precision;
     if (!rc) rc = zero_init(&rn->zb[ch], c->zero_stage, tr->topo.dp, k->params, k->grads, k->nparams, ops);
     if (rc) break;
@@ -339,7 +340,8 @@ static void announce(trainer *tr) {
     double n = (double)tr->rn.chunks[c].nparams;
     const zero_buffer *z = &tr->rn.zb[c];
     params += 4 * n, state += 2 * 4.0 * zero_state_len(z), grads += zero_grad_bytes(z);
-    acts += (double)layers_chunk_slot_bytes(&tr->rn.chunks[c]) * tr->rn.chunks[c].nslots;
+    acts += (double)layers_chunk_slot_bytes(&tr->rn.chunks[c]) * tr->rn.chunks[c].nslots +
+            4.0 * (double)tr->rn.chunks[c].bwd_floats; /* the slots' shared backward buffers */
     double shard = 4.0 * tr->rn.zb[c].shard * (d - 1);
     double kept = 0;
     for (int k = 0; k < z->nkept; k++) kept += (double)(z->kp_hi[k] - z->kp_lo[k]);

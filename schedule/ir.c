@@ -126,6 +126,13 @@ size_t sched_program_count(const sched_program *pr) {
   return n;
 }
 
+int sched_program_splits_backward(const sched_program *pr) {
+  for (int r = 0; r < pr->p; r++)
+    for (int i = 0; i < pr->streams[r].len; i++)
+      if (pr->streams[r].ins[i].op == SCHED_BACKWARD_WEIGHT) return 1;
+  return 0;
+}
+
 int sched_nstages(const sched_program *pr) { return pr->p * pr->v; }
 
 void sched_action_str(const sched_program *pr, int rank, const sched_instr *in, char *buf,

@@ -79,6 +79,9 @@ void sched_push(sched_program *pr, int rank, sched_instr in);
 void sched_push_action(sched_program *pr, sched_op op, int s, int mb);
 int sched_program_equal(const sched_program *a, const sched_program *b);
 size_t sched_program_count(const sched_program *pr); /* instructions over all ranks */
+/* 1 when some backward is split (a BACKWARD_WEIGHT instruction anywhere): the weight gradient of
+ * a micro-batch may then run long after its input gradient */
+int sched_program_splits_backward(const sched_program *pr);
 int sched_nstages(const sched_program *pr);           /* p*v */
 
 /* "0F3" style action text of a compute instruction on rank r (stage index is virtual). */

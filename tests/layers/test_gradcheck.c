@@ -173,8 +173,8 @@ Test(model, loss_keeps_its_cache_over_the_logits) {
   /* a chunk that is only the loss keeps its cache over its input, and its din apart */
   cr_assert_eq(loss_only.stash_off[0], 0);
   cr_assert_eq(loss_only.slot_floats, 2 * N * V + 2 * N);
-  cr_assert_eq(layers_slot_floats(&m, 0, m.n, B), all.slot_floats);
-  cr_assert_eq(layers_slot_floats(&m, m.n - 1, m.n, B), loss_only.slot_floats);
+  cr_assert_eq(layers_slot_floats(&m, 0, m.n, B, 0, NULL), all.slot_floats);
+  cr_assert_eq(layers_slot_floats(&m, m.n - 1, m.n, B, 0, NULL), loss_only.slot_floats);
   layers_chunk_free(&all), layers_chunk_free(&nohead), layers_chunk_free(&loss_only);
   layers_model_free(&m);
 }
@@ -234,6 +234,43 @@ Test(gradcheck, split_backward_equals_interleaved_order) {
   layers_chunk_backward_weight(&b, 0), layers_chunk_backward_weight(&b, 1);
   cr_assert(memcmp(a.grads, b.grads, sizeof(float) * a.nparams) == 0);
   layers_chunk_free(&a), layers_chunk_free(&b);
+  layers_model_free(&m);
+}
+
+/* Shared backward buffers (layers_chunk_share_backward) change where the W stashes and inner
+ * gradients live, not a bit of the result: GPipe's order F0 F1 B0 B1 (each B full) on three
+ * slots gives the same weight gradients and input gradients as per-slot buffers, and the slots
+ * are smaller. */
+Test(gradcheck, shared_backward_buffers_same_bits) {
+  layers_model m = build();
+  for (int lo = 0; lo <= 1; lo++) { /* the whole model; and from the block, with an input gradient */
+    layers_chunk a, b;
+    cr_assert_eq(layers_chunk_init(&a, &m, lo, m.n, kernels_cpu_ops(), B, T, 3), CORE_OK);
+    cr_assert_eq(layers_chunk_init(&b, &m, lo, m.n, kernels_cpu_ops(), B, T, 3), CORE_OK);
+    size_t plain = layers_chunk_slot_bytes(&b);
+    cr_assert_eq(layers_chunk_share_backward(&b), CORE_OK);
+    cr_assert_lt(layers_chunk_slot_bytes(&b), plain);
+    cr_assert_eq(layers_chunk_checkpoint(&b), CORE_EINPUT, "a shared chunk was checkpointed");
+    layers_chunk *both[2] = {&a, &b};
+    for (int k = 0; k < 2; k++) {
+      core_rng r = core_rng_keyed(7, (uint64_t)lo, 0, 0);
+      for (int s = 0; s < 3; s++) {
+        for (int i = 0; i < B * T; i++) {
+          layers_chunk_tokens(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
+          layers_chunk_targets(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
+        }
+        float *in = layers_chunk_input(both[k], s);
+        for (size_t i = 0; i < layers_chunk_io_floats(both[k]); i++) in[i] = core_rng_normal(&r);
+      }
+      for (int s = 0; s < 3; s++) layers_chunk_forward(both[k], s);
+      for (int s = 0; s < 3; s++) layers_chunk_backward_input(both[k], s, 0.1f), layers_chunk_backward_weight(both[k], s);
+    }
+    cr_assert(memcmp(a.grads, b.grads, sizeof(float) * a.nparams) == 0, "weight gradients differ (lo %d)", lo);
+    for (int s = 0; s < 3; s++)
+      cr_assert(memcmp(layers_chunk_grad_input(&a, s), layers_chunk_grad_input(&b, s),
+                       sizeof(float) * layers_chunk_io_floats(&a)) == 0, "input gradient of slot %d differs", s);
+    layers_chunk_free(&a), layers_chunk_free(&b);
+  }
   layers_model_free(&m);
 }
 

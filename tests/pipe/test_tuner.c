@@ -69,23 +69,31 @@ Test(tune, nothing_fits_names_the_smallest_peak) {
             "%s", core_error_msg());
 }
 
-/* The plan's slot size (computed without allocating) is the one a real chunk allocates. */
+/* The plan's slot size (computed without allocating) is the one a real chunk allocates: with
+ * the backward buffers shared by the slots (1f1b: no split backward), counted once in the
+ * rank's state, and without (zb-h1 splits its backwards). */
 Test(tune, act_bytes_is_the_chunk_slot_size) {
   const char *sets[] = {"pipeline.stages=1"};
-  int ms[] = {1, 4, 16};
-  for (int k = 0; k < 3; k++) {
-    pipe_plan_shape sh = {.family = SCHED_1F1B, .v = 1, .m = ms[k], .part = SCHED_PART_PARAMETERS};
+  struct { sched_family f; int m, shared; } cases[] = {
+      {SCHED_1F1B, 1, 1}, {SCHED_1F1B, 4, 1}, {SCHED_1F1B, 16, 1}, {SCHED_ZB_H1, 4, 0}};
+  for (int k = 0; k < 4; k++) {
+    pipe_plan_shape sh = {.family = cases[k].f, .v = 1, .m = cases[k].m, .part = SCHED_PART_PARAMETERS};
     pipe_plan plan;
     cr_assert_eq(pipe_plan_build_shape(cfg, sets, 1, 50, &sh, &plan), CORE_OK, "%s", core_error_msg());
+    cr_assert_eq(sched_program_splits_backward(&plan.prog), !cases[k].shared);
     core_config *c;
     cr_assert_eq(core_config_load(&c, cfg), CORE_OK);
     layers_model m = {0};
     cr_assert_eq(layers_model_build(&m, c, 256), CORE_OK, "%s", core_error_msg());
     layers_chunk ch;
     cr_assert_eq(layers_chunk_init(&ch, &m, 0, m.n, NULL, plan.B, m.T, 1), CORE_OK);
-    cr_assert_eq(plan.act_bytes, (double)layers_chunk_slot_bytes(&ch), "m=%d: plan %g, chunk %zu", ms[k],
+    size_t plain = layers_chunk_slot_bytes(&ch);
+    if (cases[k].shared) cr_assert_eq(layers_chunk_share_backward(&ch), CORE_OK);
+    cr_assert_eq(plan.act_bytes, (double)layers_chunk_slot_bytes(&ch), "case %d: plan %g, chunk %zu", k,
                  plan.act_bytes, layers_chunk_slot_bytes(&ch));
-    cr_assert_eq(plan.state_bytes[0], 16.0 * (double)ch.nparams);
+    cr_assert_eq(plan.state_bytes[0], 16.0 * (double)ch.nparams + 4.0 * (double)ch.bwd_floats);
+    if (cases[k].shared) /* a slot no longer holds the W stashes and inner gradients */
+      cr_assert_lt(layers_chunk_slot_bytes(&ch), plain);
     layers_chunk_free(&ch);
     layers_model_free(&m);
     core_config_free(c);
@@ -190,6 +198,9 @@ Test(tune, act_bytes_under_activation_checkpointing) {
     layers_chunk ch;
     cr_assert_eq(layers_chunk_init(&ch, &m, lo, hi, NULL, plan.B, m.T, 1), CORE_OK);
     extra += (double)layers_chunk_slot_bytes(&ch); /* the workspace: one full-layout slot */
+    size_t bwd; /* what `plain` (1f1b, no split backward) shares instead */
+    layers_slot_floats(&m, lo, hi, plan.B, 1, &bwd);
+    extra -= 4.0 * (double)bwd;
     cr_assert_eq(layers_chunk_checkpoint(&ch), CORE_OK);
     double sb = (double)layers_chunk_slot_bytes(&ch);
     best = sb > best ? sb : best;

@@ -40,8 +40,9 @@ int cli_train(int argc, char **argv) {
     return 2;
   }
   MPI_Init(&argc, &argv);
-  int rank;
+  int rank, stopped = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  o.stopped_by = &stopped;
   rc = pipe_train(&o);
   if (rc == CORE_EINPUT) { /* every rank read the same input and failed the same way */
     if (rank == 0) fprintf(stderr, "brigade: error: %s\n", core_error_msg());
@@ -54,5 +55,5 @@ int cli_train(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   MPI_Finalize();
-  return 0;
+  return stopped ? 128 + stopped : 0; /* stopped by a signal, as a shell reports one */
 }

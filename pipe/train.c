@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -359,22 +360,73 @@ static void announce(trainer *tr) {
              tr->model.layers[tr->bounds[s + 1] - 1].name);
 }
 
+/* ---- stopping on a signal: the handler only notes it; the loop acts at a step's end ---- */
+
+static volatile sig_atomic_t stop_signal;
+static const int stop_signals[] = {SIGTERM, SIGINT, SIGUSR1};
+enum { NSTOP = sizeof stop_signals / sizeof stop_signals[0] };
+
+static void on_stop(int sig) {
+  if (stop_signal) { /* the second one: no more waiting */
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+  stop_signal = sig;
+}
+
+static void catch_stops(struct sigaction *old) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  stop_signal = 0;
+  for (int i = 0; i < NSTOP; i++) sigaction(stop_signals[i], &sa, &old[i]);
+}
+
+static void restore_stops(const struct sigaction *old) {
+  for (int i = 0; i < NSTOP; i++) sigaction(stop_signals[i], &old[i], NULL);
+}
+
+static const char *stop_name(int sig) {
+  return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
+
+/* The signal any rank has received (the largest number), agreed by all at a step's end. */
+static int agreed_stop(void) {
+  int mine = stop_signal, any = 0;
+  MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return any;
+}
+
 int pipe_train(const pipe_train_opts *o) {
   trainer tr;
   memset(&tr, 0, sizeof tr);
-  int rc = setup(&tr, o);
+  struct sigaction old[NSTOP];
+  catch_stops(old);
+  int rc = setup(&tr, o), stopped = 0;
   long start = 0;
   if (!rc && o->resume) rc = pipe_ckpt_model_load(o->resume, &tr.rn, &tr.topo, &start);
   if (!rc) announce(&tr);
-  for (long step = start; step < tr.cfg.steps && !rc; step++) {
+  for (long step = start; step < tr.cfg.steps && !rc && !stopped; step++) {
     double loss = 0, ms = 0, val = 0;
     rc = train_step(&tr, step, &loss, &ms);
     int ev = !rc && tr.cfg.eval_interval > 0 && ((step + 1) % tr.cfg.eval_interval == 0 || step + 1 == tr.cfg.steps);
     if (ev) rc = evaluate(&tr, &val);
     if (!rc) log_step(&tr, step + 1, loss, ms, ev, val);
-    int save = tr.cfg.ckpt_dir && ((tr.cfg.ckpt_interval > 0 && (step + 1) % tr.cfg.ckpt_interval == 0) || step + 1 == tr.cfg.steps);
+    if (!rc && step + 1 < tr.cfg.steps) stopped = agreed_stop();
+    int save = tr.cfg.ckpt_dir && ((tr.cfg.ckpt_interval > 0 && (step + 1) % tr.cfg.ckpt_interval == 0) ||
+                                   step + 1 == tr.cfg.steps || stopped);
     if (!rc && save) rc = pipe_ckpt_model_save(tr.cfg.ckpt_dir, &tr.rn, &tr.topo, step + 1, tr.cfg.cfg);
+    if (!rc && stopped && tr.topo.world_rank == 0 && tr.cfg.ckpt_dir)
+      core_log(CORE_LOG_WARN, "stopped by %s after step %ld of %d; checkpoint written to %s (continue with --resume %s)",
+               stop_name(stopped), step + 1, tr.cfg.steps, tr.cfg.ckpt_dir, tr.cfg.ckpt_dir);
+    else if (!rc && stopped && tr.topo.world_rank == 0)
+      core_log(CORE_LOG_WARN, "stopped by %s after step %ld of %d; no checkpoint.dir, so nothing was saved",
+               stop_name(stopped), step + 1, tr.cfg.steps);
   }
   teardown(&tr);
+  restore_stops(old);
+  if (o->stopped_by) *o->stopped_by = stopped;
   return rc;
 }

@@ -10,9 +10,14 @@ typedef struct {
   int nsets;
   const char *log_json; /* one JSON object per step, rank 0 */
   const char *resume;   /* checkpoint directory to continue from */
+  int *stopped_by;      /* out, may be NULL: the signal that stopped the run early, 0 if none */
 } pipe_train_opts;
 
-/* Runs after MPI_Init. Returns CORE_OK, or an error status with the message set. */
+/* Runs after MPI_Init. Returns CORE_OK, or an error status with the message set.
+ * SIGTERM, SIGINT or SIGUSR1 (the one mpirun passes on to every rank) on any rank stops the run
+ * at the end of the step in progress: every rank learns of it there, the checkpoint of that step
+ * is written (with checkpoint.dir), and the run ends with CORE_OK and *stopped_by set. A second
+ * such signal to a process ends it at once. */
 int pipe_train(const pipe_train_opts *o);
 
 #endif

@@ -118,3 +118,55 @@ Test(fault, damaged_checkpoint_refused_previous_still_loads, .timeout = 120) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   test_sh(cmd);
 }
+
+/* SIGUSR1 to mpirun (which passes it on to every rank) stops a 2-stage run at the end of the step
+ * in progress: every rank stops at the same step, the checkpoint of that step is written, the job
+ * exits 128 + 10 with a message saying where to resume, and resuming reaches the uninterrupted
+ * run's loss bit for bit. */
+Test(fault, sigusr1_stops_at_a_step_with_its_checkpoint, .timeout = 180) {
+  char dir[] = "/tmp/brigade_stop_XXXXXX", cmd[4096], ref[64], got[64];
+  cr_assert(mkdtemp(dir));
+  const char *b = test_build_dir();
+  const char *env = "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+                    "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none "
+                    "ASAN_OPTIONS=detect_leaks=0";
+  const char *sets = "--set pipeline.stages=2 --set train.steps=150 --set train.eval_interval=0 --set checkpoint.interval=1000";
+  snprintf(cmd, sizeof cmd, "%s; timeout 120 mpirun -np 2 %s/brigade train configs/tiny.cfg %s --log-json %s/ref.jsonl "
+           ">/dev/null 2>&1", env, b, sets, dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  /* signal once the first step is logged (mpirun itself: `timeout` in front would take the signal) */
+  snprintf(cmd, sizeof cmd,
+           "%s; D=%s; mpirun -np 2 %s/brigade train configs/tiny.cfg %s --set checkpoint.dir=$D/ck "
+           "--log-json $D/stopped.jsonl >$D/out 2>&1 & pid=$!; "
+           "for i in $(seq 1 600); do [ -s $D/stopped.jsonl ] && break; sleep 0.02; done; "
+           "kill -USR1 $pid; wait $pid; echo $? > $D/rc", env, dir, b, sets);
+  test_sh(cmd);
+  char path[256];
+  snprintf(path, sizeof path, "%s/rc", dir);
+  FILE *f = fopen(path, "r");
+  int rc = -1;
+  cr_assert(f && fscanf(f, "%d", &rc) == 1);
+  fclose(f);
+  cr_assert_eq(rc, 128 + 10, "the stopped job exited %d", rc);
+  snprintf(path, sizeof path, "%s/ck/latest", dir);
+  f = fopen(path, "r");
+  long step = 0;
+  cr_assert(f && fscanf(f, "step_%ld", &step) == 1, "no checkpoint after the stop");
+  fclose(f);
+  cr_assert(step >= 1 && step < 150, "checkpoint of step %ld", step);
+  snprintf(cmd, sizeof cmd, "grep -q 'stopped by SIGUSR1 after step %ld of 150; checkpoint written to %s/ck' %s/out",
+           step, dir, dir);
+  cr_assert_eq(test_sh(cmd), 0, "no message naming the step and the checkpoint");
+  snprintf(cmd, sizeof cmd, "n=$(wc -l < %s/stopped.jsonl); [ $n -eq %ld ]", dir, step);
+  cr_assert_eq(test_sh(cmd), 0, "the log does not end at step %ld", step);
+  snprintf(cmd, sizeof cmd, "%s; timeout 120 mpirun -np 2 %s/brigade train configs/tiny.cfg %s --resume %s/ck "
+           "--log-json %s/rest.jsonl >/dev/null 2>&1", env, b, sets, dir, dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(path, sizeof path, "%s/ref.jsonl", dir);
+  last_loss(path, ref, sizeof ref);
+  snprintf(path, sizeof path, "%s/rest.jsonl", dir);
+  last_loss(path, got, sizeof got);
+  cr_assert(ref[0] && strcmp(ref, got) == 0, "step 150: uninterrupted %s, stopped at %ld and resumed %s", ref, step, got);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+}

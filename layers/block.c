@@ -1,7 +1,8 @@
 /* layers/block.c: causal multi-head self-attention, and the pre-LayerNorm transformer block
  *   res2 = x + proj(attention(qkv(ln1(x))));  out = res2 + fc_proj(gelu(fc(ln2(res2))))
- * as in GPT-2 / llm.c. backward_input writes into the stash the output gradients that
- * backward_weight needs later (zero-bubble schedules run the two apart). */
+ * as in GPT-2 / llm.c. backward_input writes into the W stash the inner output gradients that
+ * backward_weight needs later (zero-bubble schedules run the two apart); the layer's own output
+ * gradient it reads in place (dout), which stays as it is until the weight gradient. */
 #include <math.h>
 #include <string.h>
 
@@ -44,7 +45,7 @@ typedef struct {
   size_t total;
 } block_stash;
 typedef struct {
-  size_t g_out, g_fch, g_ln2, g_res2, g_qkv, g_ln1;
+  size_t g_fch, g_ln2, g_res2, g_qkv, g_ln1;
   size_t total;
 } block_wstash;
 
@@ -70,7 +71,6 @@ static block_stash stash_layout(const layer *l, int B, int T, int full) {
 static block_wstash wstash_layout(const layer *l, int B, int T, int full) {
   size_t N = (size_t)B * T, C = (size_t)l->C, H = (size_t)l->hidden, at = 0;
   block_wstash w;
-  w.g_out = at, at += N * C;
   w.g_fch = at, at += full ? N * H : 0;
   w.g_ln2 = at, at += full ? N * C : 0;
   w.g_res2 = at, at += full ? N * C : 0;
@@ -146,13 +146,12 @@ static void attn_forward(const layer *l, const kernels_ops *ops, const layer_io 
 }
 static void attn_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
   block_wstash w = wstash_layout(l, io->B, io->T, 0);
-  ops->copy(io->wstash + w.g_out, io->dout, (size_t)io->B * io->T * l->C);
   attn_core_backward_input(l, ops, io->din, io->dout, io->stash, io->wstash, io->scratch,
                            stash_layout(l, io->B, io->T, 0), w, block_layout(l, 0), l->params, io->B, io->T);
 }
 static void attn_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
   block_wstash w = wstash_layout(l, io->B, io->T, 0);
-  attn_core_backward_weight(l, ops, io->wstash + w.g_out, io->in, io->stash, io->wstash,
+  attn_core_backward_weight(l, ops, io->dout, io->in, io->stash, io->wstash,
                             stash_layout(l, io->B, io->T, 0), w, block_layout(l, 0), l->grads, io->B, io->T);
 }
 const layer_type layers_attention = {"causal_attention", LAYER_IN_HIDDEN, attn_configure, attn_params, attn_flops, attn_stash, attn_scratch, attn_init, attn_forward, attn_backward_input, attn_backward_weight, 0, attn_wstash};
@@ -203,7 +202,6 @@ static void block_backward_input(const layer *l, const kernels_ops *ops, const l
   const float *p = l->params;
   float *st = io->stash, *ws = io->wstash, *tmp = io->scratch; /* tmp: N*H, then N*C + 2T for the attention core */
   size_t NC = (size_t)N * C;
-  ops->copy(ws + w.g_out, io->dout, NC);
   layers_linear_backward_input(ops, tmp, io->dout, p + o.wfp, N, H, C);      /* d gelu out */
   ops->gelu_backward(ws + w.g_fch, st + s.fch, tmp, (size_t)N * H);          /* d fc out */
   layers_linear_backward_input(ops, ws + w.g_ln2, ws + w.g_fch, p + o.wfc, N, C, H);
@@ -220,7 +218,7 @@ static void block_backward_weight(const layer *l, const kernels_ops *ops, const 
   block_wstash w = wstash_layout(l, B, T, 1);
   block_params o = block_layout(l, 1);
   float *g = l->grads, *st = io->stash, *ws = io->wstash;
-  layers_linear_backward_weight(ops, g + o.wfp, g + o.bfp, ws + w.g_out, st + s.fchg, N, H, C);
+  layers_linear_backward_weight(ops, g + o.wfp, g + o.bfp, io->dout, st + s.fchg, N, H, C);
   layers_linear_backward_weight(ops, g + o.wfc, g + o.bfc, ws + w.g_fch, st + s.ln2, N, C, H);
   ops->layernorm_backward_weight(g + o.ln2w, g + o.ln2b, ws + w.g_ln2, st + s.res2, st + s.mean2, st + s.rstd2, N, C);
   attn_core_backward_weight(l, ops, ws + w.g_res2, st + s.ln1, st, ws, s, w, o, g, B, T);

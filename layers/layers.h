@@ -49,7 +49,8 @@ typedef struct {
   float *out;             /* [B*T*out_width]; loss layer: per-position losses */
   float *stash;           /* [stash_floats]: what backward needs, kept between F and B/W */
   float *wstash;          /* [wstash_floats]: what backward_weight needs from backward_input */
-  const float *dout;      /* gradient of out; NULL for the loss layer */
+  const float *dout;      /* gradient of out (unchanged from backward_input to backward_weight
+                           * of the slot); NULL for the loss layer */
   float *din;             /* gradient of in, overwritten by backward_input; NULL for embedding */
   float grad_scale;       /* loss layer: d(loss)/d(position loss), e.g. 1 / (B*T*m) */
   float *scratch;         /* [scratch_floats] temporary, not kept */

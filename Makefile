@@ -190,9 +190,9 @@ $(EMU)/ops.o: kernels/ops.c $(FLAGS_STAMP) # with the CUDA table, whatever this 
 	@mkdir -p $(EMU)
 	$(CC) $(filter-out -DBRIGADE_CUDA=1,$(CFLAGS)) -DBRIGADE_CUDA=1 -c $< -o $@
 $(EMU)/test_ops_emu: $(BUILD)/tests/gpu/test_ops_gpu.o $(TEST_HELPER_OBJS) $(EMU_OBJS)
-	g++ -fsanitize=address $^ $(EMU_LIBS) $(TEST_LIBS) -o $@
+	g++ -fsanitize=address $(LDFLAGS) $^ $(EMU_LIBS) $(TEST_LIBS) -o $@
 $(EMU)/brigade: $(CLI_OBJS) $(EMU_OBJS)
-	g++ -fsanitize=address $^ $(EMU_LIBS) -o $@
+	g++ -fsanitize=address $(LDFLAGS) $^ $(EMU_LIBS) -o $@
 
 test-cuda-emu: $(EMU)/test_ops_emu
 	@for o in fwd rev; do echo "make test-cuda-emu: threads of a block in $$o order"; \

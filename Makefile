@@ -3,6 +3,7 @@
 #   make test       build and run every test
 #   make test-gpu   the CUDA op table against the CPU's on this machine's GPU (fails without one)
 #   make bench-gpu  GPT-2-124M-shaped training step on the GPU: tokens/s, MFU
+#   make test-cuda-emu  the CUDA op table against the CPU's with no GPU: kernels/cuda on an emulator
 #   make SANITIZE=1 test   the same under ASan + UBSan (objects go to build-san/)
 #   make run        the main job (see README.md)
 #   make bench      benchmarks that print figures
@@ -82,7 +83,7 @@ TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
-.PHONY: all test test-gpu bench-gpu run bench clean deps format fuzz FORCE
+.PHONY: all test test-gpu test-cuda-emu bench-gpu run bench clean deps format fuzz FORCE
 .SECONDARY:
 all: $(BIN)
 
@@ -161,6 +162,42 @@ bench-gpu: $(BUILD)/bench/train_step
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 5 1 cuda 16 1024 fp16
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 5 1 cuda 16 1024 fp16fast
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 3 1 cuda 16 1024 fp32
+
+# The CUDA backend without a GPU: tests/emu compiles kernels/cuda/*.cu (all but coll_cuda.cu) as
+# host C++ against an emulated CUDA runtime, cuBLAS (column-major, argument checks), WMMA and
+# CUB, under ASan, and runs the GPU op harness (tests/gpu/test_ops_gpu.c) against it, with the
+# threads of each block run in order and then in reverse (a missing barrier fails one of them).
+# Not part of `make test`; see tests/emu/emu.cpp for what it does not model. $(EMU)/brigade is
+# the CLI on the emulated backend (backend = "cuda"), to compare a short training run with the CPU.
+EMU      := $(BUILD)/emu
+EMU_CU   := attention_cuda backend blas_cuda flash_cuda ops_cuda
+EMU_HDRS := $(wildcard tests/emu/include/*.h tests/emu/include/cub/device/*.cuh)
+EMU_CXX  := g++ -std=c++17 -O1 -g -fsanitize=address -fno-omit-frame-pointer -Itests/emu/include -I. \
+            -DBRIGADE_CUDA=1
+EMU_OBJS := $(EMU_CU:%=$(EMU)/%.o) $(EMU)/emu.o $(EMU)/ops.o \
+            $(filter-out %.cu.o $(BUILD)/kernels/ops.o,$(LIB_OBJS))
+EMU_LIBS := $(PC_LIBS) -lm -lpthread
+
+$(EMU)/%.cpp: kernels/cuda/%.cu tests/emu/prep.sed
+	@mkdir -p $(EMU)
+	{ echo '#line 1 "$<"'; sed -E -f tests/emu/prep.sed $<; } > $@
+$(EMU)/%.o: $(EMU)/%.cpp $(EMU_HDRS) kernels/cuda/cuda.h kernels/cuda/reduce.cuh
+	$(EMU_CXX) -w -c $< -o $@
+$(EMU)/emu.o: tests/emu/emu.cpp $(EMU_HDRS)
+	@mkdir -p $(EMU)
+	$(EMU_CXX) -Wall -Wextra -c $< -o $@
+$(EMU)/ops.o: kernels/ops.c $(FLAGS_STAMP) # with the CUDA table, whatever this build has
+	@mkdir -p $(EMU)
+	$(CC) $(filter-out -DBRIGADE_CUDA=1,$(CFLAGS)) -DBRIGADE_CUDA=1 -c $< -o $@
+$(EMU)/test_ops_emu: $(BUILD)/tests/gpu/test_ops_gpu.o $(TEST_HELPER_OBJS) $(EMU_OBJS)
+	g++ -fsanitize=address $(LDFLAGS) $^ $(EMU_LIBS) $(TEST_LIBS) -o $@
+$(EMU)/brigade: $(CLI_OBJS) $(EMU_OBJS)
+	g++ -fsanitize=address $(LDFLAGS) $^ $(EMU_LIBS) -o $@
+
+test-cuda-emu: $(EMU)/test_ops_emu
+	@for o in fwd rev; do echo "make test-cuda-emu: threads of a block in $$o order"; \
+	  EMU_ORDER=$$o BRIGADE_TEST_BACKEND=cuda BRIGADE_REQUIRE_GPU=1 ASAN_OPTIONS=detect_leaks=0 \
+	  $(EMU)/test_ops_emu --jobs 2 || exit 1; done
 
 # mpirun for small shared machines: as root, more ranks than cores, yielding when idle, and
 # shared memory moving large messages by cross-memory attach where the machine allows it

@@ -1,0 +1,545 @@
+// tests/emu/emu.cpp: the CUDA backend on the CPU, for machines without a GPU (make test-cuda-emu).
+//
+// kernels/cuda/*.cu (all but coll_cuda.cu, NCCL) are compiled as host C++ (tests/emu/prep.sed
+// rewrites the launches) against the headers in tests/emu/include, which declare what this file
+// defines: the CUDA runtime calls the backend makes, the device built-ins its kernels use,
+// cuBLAS's GEMMs, nvcuda::wmma and CUB's radix sort. The GPU op harness (tests/gpu/test_ops_gpu.c)
+// then checks the real backend code against the CPU table: cuBLAS argument logic (transposes,
+// m/n/k, leading dimensions, strides), launch shapes, shared-memory layouts, barriers.
+//
+// How kernels run: blocks one after another; in a block, each GPU thread is a fiber with its own
+// stack, and the fibers run one at a time, in thread order (EMU_ORDER=rev: reverse order,
+// rand: shuffled), each until it reaches a barrier (__syncthreads, __syncwarp, a shuffle) or
+// ends. So a missing barrier shows up as a read of data not yet written (or already
+// overwritten): run both orders. WMMA: every lane holds the whole 16x16 tile; a load reads all of
+// it, a store writes only the elements e with e % 32 == lane (the rest are other lanes' job, as on
+// hardware, so a read before __syncwarp sees stale data); alignment (256-bit) and ldm rules
+// are checked. Launch limits (grid y/z <= 65535, 1024 threads, dynamic shared memory above
+// 48 KiB only after cudaFuncSetAttribute, at most 227 KiB) are checked. Dynamic shared memory
+// starts as 0xFF bytes (NaN) and ends at an unmapped page; device memory starts as 0xA5 bytes.
+// Built with ASan, out-of-bounds global accesses abort.
+//
+// Not modelled: concurrency between streams (everything runs at once, in issue order), device
+// math-library ulps (host expf etc.), FMA contraction, tensor-core summation order, NCCL.
+// x86-64 only (the fiber switch is a few lines of assembly).
+#if !defined(__x86_64__)
+#error "tests/emu: x86-64 only"
+#endif
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "cublas_v2.h"
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
+#include "cuda_runtime.h"
+
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+[[noreturn]] static void die(const char *what) {
+  fprintf(stderr, "tests/emu: %s\n", what);
+  fflush(stderr);
+  abort();
+}
+
+// ---- device memory ----
+
+static std::map<uintptr_t, size_t> allocs; // start -> bytes
+static cudaError_t last_err = cudaSuccess;
+
+bool emu_is_device_range(const void *p, size_t bytes) {
+  uintptr_t a = (uintptr_t)p;
+  auto it = allocs.upper_bound(a);
+  if (it == allocs.begin()) return false;
+  --it;
+  return a + bytes <= it->first + it->second;
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+  case cudaSuccess: return "no error";
+  case cudaErrorInvalidValue: return "invalid argument";
+  case cudaErrorMemoryAllocation: return "out of memory";
+  case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+  default: return "unknown error";
+  }
+}
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = last_err;
+  last_err = cudaSuccess;
+  return e;
+}
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+  void *q = nullptr;
+  if (posix_memalign(&q, 256, bytes ? bytes : 1)) return cudaErrorMemoryAllocation;
+  memset(q, 0xA5, bytes); // cudaMalloc's memory holds garbage
+  allocs[(uintptr_t)q] = bytes;
+  *p = q;
+  return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+  if (!p) return cudaSuccess;
+  auto it = allocs.find((uintptr_t)p);
+  if (it == allocs.end()) die("cudaFree of a pointer cudaMalloc did not return");
+  allocs.erase(it);
+  free(p);
+  return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t) {
+  if (!emu_is_device_range(p, bytes)) die("cudaMemsetAsync past a device allocation");
+  memset(p, v, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
+                            cudaStream_t) {
+  bool dd = emu_is_device_range(dst, bytes), sd = emu_is_device_range(src, bytes);
+  if (dd != (k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice) ||
+      sd != (k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice))
+    die("cudaMemcpyAsync: a pointer is not of the kind's side, or the range passes its allocation");
+  uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+  if (bytes && d < s + bytes && s < d + bytes) die("cudaMemcpyAsync: overlapping ranges");
+  memcpy(dst, src, bytes);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+  static int stream;
+  *s = (cudaStream_t)&stream;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceCount(int *n) {
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+
+static const int SMEM_OPTIN_MAX = 232448; // sm_90: 227 KiB of dynamic shared memory per block
+static std::map<const void *, int> smem_optin;
+cudaError_t emu_func_set_attr(const void *k, int attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > SMEM_OPTIN_MAX)
+    return cudaErrorInvalidValue;
+  smem_optin[k] = value;
+  return cudaSuccess;
+}
+float __fmul_rn(float a, float b) {
+  volatile float r = a * b;
+  return r;
+}
+
+// ---- fibers: one per GPU thread of the running block ----
+
+// switches stacks: saves the callee-saved registers and the FP control words on the current
+// stack, stores its pointer in *save_sp, and resumes the stack at to_sp
+extern "C" void emu_switch(void **save_sp, void *to_sp);
+asm(R"(
+.text
+.globl emu_switch
+.type emu_switch,@function
+emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+)");
+
+struct Bar { // a barrier: `arrived` of the live participants; gen counts releases
+  int arrived = 0;
+  unsigned gen = 0;
+};
+struct Fiber {
+  void *sp = nullptr;
+  char *stack = nullptr;
+  bool done = false;
+  Bar *wait = nullptr; // runnable again once wait->gen != wait_gen
+  unsigned wait_gen = 0;
+};
+static const size_t STACK_BYTES = 256 * 1024;
+static std::vector<Fiber> fibers;
+static int cur = -1, nthreads = 0, block_live = 0;
+static void *sched_sp;
+static const void *sched_stack_bottom;
+static size_t sched_stack_size;
+static Bar block_bar;
+static std::vector<Bar> warp_bars;
+static std::vector<int> warp_live;
+static std::vector<unsigned char> shfl_slots; // [thread][8 bytes]
+static const std::function<void()> *kernel_body;
+static unsigned char *dyn_smem;
+static size_t dyn_smem_bytes;
+static bool in_kernel = false;
+
+static void to_fiber(int t) {
+#ifdef __SANITIZE_ADDRESS__
+  void *fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, fibers[t].stack, STACK_BYTES);
+  emu_switch(&sched_sp, fibers[t].sp);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+  emu_switch(&sched_sp, fibers[t].sp);
+#endif
+}
+static void to_scheduler(bool exiting) {
+#ifdef __SANITIZE_ADDRESS__
+  void *fake = nullptr;
+  __sanitizer_start_switch_fiber(exiting ? nullptr : &fake, sched_stack_bottom, sched_stack_size);
+  emu_switch(&fibers[cur].sp, sched_sp);
+  __sanitizer_finish_switch_fiber(fake, &sched_stack_bottom, &sched_stack_size);
+#else
+  (void)exiting;
+  emu_switch(&fibers[cur].sp, sched_sp);
+#endif
+}
+
+static void arrive(Bar &b, int live) {
+  unsigned g = b.gen;
+  if (++b.arrived >= live) {
+    b.arrived = 0, b.gen++;
+    return;
+  }
+  Fiber &f = fibers[cur];
+  f.wait = &b, f.wait_gen = g;
+  to_scheduler(false);
+}
+static int lanes_of(int w) { return std::min(32, nthreads - 32 * w); }
+
+void __syncthreads(void) {
+  if (!in_kernel) die("__syncthreads outside a kernel");
+  if (block_live != nthreads) die("__syncthreads after some threads of the block returned");
+  arrive(block_bar, block_live);
+}
+void __syncwarp(unsigned mask) {
+  int w = cur / 32;
+  if (mask != 0xffffffffu) die("__syncwarp with a partial mask (not emulated)");
+  if (warp_live[w] != lanes_of(w)) die("__syncwarp(full mask) after some lanes returned");
+  arrive(warp_bars[w], warp_live[w]);
+}
+void emu_shfl_begin(unsigned mask) {
+  if (mask != 0xffffffffu) die("shuffle with a partial mask (not emulated)");
+  if (warp_live[cur / 32] != 32) die("shuffle with a full mask but fewer than 32 live lanes");
+}
+void emu_shfl_slot_write(const void *v, size_t bytes) {
+  memcpy(&shfl_slots[(size_t)cur * 8], v, bytes);
+}
+void emu_shfl_slot_read(void *v, size_t bytes, int src_lane) {
+  memcpy(v, &shfl_slots[((size_t)(cur / 32) * 32 + src_lane) * 8], bytes);
+}
+void emu_warp_barrier(void) { arrive(warp_bars[cur / 32], warp_live[cur / 32]); }
+unsigned char *emu_dyn_smem(void) { return dyn_smem; }
+
+static void fiber_main(void) {
+#ifdef __SANITIZE_ADDRESS__
+  __sanitizer_finish_switch_fiber(nullptr, &sched_stack_bottom, &sched_stack_size);
+#endif
+  (*kernel_body)();
+  fibers[cur].done = true;
+  int w = cur / 32;
+  warp_live[w]--, block_live--;
+  // a warp barrier others wait on counts live lanes only
+  if (warp_bars[w].arrived > 0 && warp_bars[w].arrived >= warp_live[w])
+    warp_bars[w].arrived = 0, warp_bars[w].gen++;
+  to_scheduler(true);
+  die("a finished thread was resumed");
+}
+
+static int order_mode(void) { // 0 thread order, 1 reverse, 2 shuffled
+  static int m = -1;
+  if (m < 0) {
+    const char *e = getenv("EMU_ORDER");
+    m = e && !strcmp(e, "rev") ? 1 : e && !strcmp(e, "rand") ? 2 : 0;
+  }
+  return m;
+}
+
+// `bytes` of dynamic shared memory whose end touches a PROT_NONE page (128-byte aligned start)
+static unsigned char *smem_region(size_t bytes) {
+  static unsigned char *base = nullptr;
+  const size_t span = 512 * 1024;
+  if (!base) {
+    base = (unsigned char *)mmap(nullptr, span + 4096, PROT_READ | PROT_WRITE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED || mprotect(base + span, 4096, PROT_NONE)) die("mmap");
+  }
+  return base + span - ((bytes + 127) & ~(size_t)127);
+}
+
+static void run_block(void) {
+  nthreads = (int)(blockDim.x * blockDim.y * blockDim.z);
+  if ((int)fibers.size() < nthreads) fibers.resize(nthreads);
+  int nw = (nthreads + 31) / 32;
+  warp_bars.assign(nw, Bar());
+  warp_live.assign(nw, 0);
+  for (int w = 0; w < nw; w++)
+    warp_live[w] = lanes_of(w);
+  block_bar = Bar();
+  block_live = nthreads;
+  shfl_slots.assign((size_t)nw * 32 * 8, 0);
+  if (dyn_smem_bytes) memset(dyn_smem, 0xFF, dyn_smem_bytes);
+  for (int t = 0; t < nthreads; t++) {
+    Fiber &f = fibers[t];
+    if (!f.stack) {
+      f.stack = (char *)mmap(nullptr, STACK_BYTES, PROT_READ | PROT_WRITE,
+                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (f.stack == (char *)MAP_FAILED) die("mmap");
+    }
+#ifdef __SANITIZE_ADDRESS__
+    __asan_unpoison_memory_region(f.stack, STACK_BYTES); // frames of the last block never returned
+#endif
+    f.done = false, f.wait = nullptr;
+    void **sp = (void **)(((uintptr_t)f.stack + STACK_BYTES) & ~(uintptr_t)15);
+    *--sp = nullptr;            // fiber_main's return address (it never returns)
+    *--sp = (void *)fiber_main; // where emu_switch's ret goes
+    for (int i = 0; i < 6; i++)
+      *--sp = nullptr; // rbp rbx r12 r13 r14 r15
+    --sp;              // MXCSR and x87 control word: the defaults
+    unsigned mxcsr = 0x1f80;
+    unsigned short fpcw = 0x037f;
+    memcpy(sp, &mxcsr, 4), memcpy((char *)sp + 4, &fpcw, 2);
+    f.sp = sp;
+  }
+  std::vector<int> order(nthreads);
+  for (int t = 0; t < nthreads; t++)
+    order[t] = order_mode() == 1 ? nthreads - 1 - t : t;
+  static std::mt19937 rng(12345);
+  for (int left = nthreads; left;) {
+    if (order_mode() == 2) std::shuffle(order.begin(), order.end(), rng);
+    bool ran = false;
+    for (int t : order) {
+      Fiber &f = fibers[t];
+      if (f.done || (f.wait && f.wait->gen == f.wait_gen)) continue;
+      f.wait = nullptr;
+      cur = t;
+      threadIdx.x = (unsigned)t % blockDim.x;
+      threadIdx.y = (unsigned)t / blockDim.x % blockDim.y;
+      threadIdx.z = (unsigned)t / (blockDim.x * blockDim.y);
+      to_fiber(t);
+      ran = true;
+      if (f.done) left--;
+    }
+    if (!ran) die("deadlock: every live thread of the block waits at a barrier");
+  }
+  cur = -1;
+}
+
+void emu_run_grid(const void *k, dim3 grid, dim3 block, size_t smem,
+                  const std::function<void()> &body) {
+  size_t threads = (size_t)block.x * block.y * block.z;
+  if (!grid.x || !grid.y || !grid.z || !threads || threads > 1024 || block.z > 64 ||
+      grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
+    fprintf(stderr, "tests/emu: bad launch: grid (%u, %u, %u), block (%u, %u, %u)\n", grid.x,
+            grid.y, grid.z, block.x, block.y, block.z);
+    last_err = cudaErrorInvalidConfiguration;
+    return;
+  }
+  if (smem > 48 * 1024) {
+    auto it = smem_optin.find(k);
+    if (it == smem_optin.end() || (size_t)it->second < smem) {
+      fprintf(stderr, "tests/emu: %zu bytes of dynamic shared memory without the kernel's opt-in\n",
+              smem);
+      last_err = cudaErrorInvalidValue;
+      return;
+    }
+  }
+  if (in_kernel) die("a launch inside a kernel");
+  in_kernel = true;
+  gridDim = grid, blockDim = block;
+  dyn_smem_bytes = smem;
+  dyn_smem = smem ? smem_region(smem) : nullptr;
+  kernel_body = &body;
+  for (unsigned z = 0; z < grid.z; z++)
+    for (unsigned y = 0; y < grid.y; y++)
+      for (unsigned x = 0; x < grid.x; x++) {
+        blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
+        run_block();
+      }
+  in_kernel = false;
+}
+
+void emu_wmma_check(const void *p, unsigned ldm, size_t elem, bool rowmajor, const char *what) {
+  char msg[160];
+  const char *bad = (uintptr_t)p % 32   ? "pointer not 256-bit aligned"
+                    : (ldm * elem) % 16 ? "ldm not a multiple of 16 bytes"
+                    : ldm < 16          ? "ldm smaller than the tile"
+                                        : nullptr;
+  const unsigned char *b = (const unsigned char *)p;
+  if (!bad && dyn_smem && b >= dyn_smem && b < dyn_smem + dyn_smem_bytes &&
+      b + (15 * (size_t)ldm + 16) * elem > dyn_smem + dyn_smem_bytes)
+    bad = "tile past the dynamic shared memory";
+  (void)rowmajor;
+  if (bad) {
+    snprintf(msg, sizeof msg, "wmma %s: %s", what, bad);
+    die(msg);
+  }
+}
+
+// ---- cuBLAS: column-major, as its documentation defines the GEMMs ----
+
+const char *cublasGetStatusString(cublasStatus_t s) {
+  switch (s) {
+  case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+  case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+  case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  default: return "CUBLAS_STATUS_(unknown)";
+  }
+}
+cublasStatus_t cublasCreate(cublasHandle_t *h) {
+  static int handle;
+  *h = (cublasHandle_t)&handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+
+static size_t type_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
+// element i of an operand, as the compute type sees it
+static float operand(const void *p, cudaDataType t, size_t i, cublasComputeType_t ct) {
+  float v;
+  if (t == CUDA_R_32F) {
+    v = ((const float *)p)[i];
+  } else if (t == CUDA_R_16BF) {
+    __nv_bfloat16 h;
+    h.x = ((const uint16_t *)p)[i];
+    v = __bfloat162float(h);
+  } else {
+    __half h;
+    h.x = ((const uint16_t *)p)[i];
+    v = __half2float(h);
+  }
+  if (ct == CUBLAS_COMPUTE_32F_FAST_16BF) v = __bfloat162float(__float2bfloat16_rn(v));
+  if (ct == CUBLAS_COMPUTE_32F_FAST_16F) v = __half2float(__float2half_rn(v));
+  return v;
+}
+
+// C = alpha op(A) op(B) + beta C for each of `batch` products; op(A) m x k, op(B) k x n, C m x n,
+// all column-major. Checks the leading dimensions and types as cuBLAS does, that every element
+// read or written lies in one device allocation, and that the products' C do not overlap.
+static cublasStatus_t gemm(const char *fn, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                           int k, float alpha, const void *A, cudaDataType At, int lda,
+                           long long sA, const void *B, cudaDataType Bt, int ldb, long long sB,
+                           float beta, float *C, int ldc, long long sC, int batch,
+                           cublasComputeType_t ct) {
+  if (ta > CUBLAS_OP_T || tb > CUBLAS_OP_T || m < 0 || n < 0 || k < 0 || batch < 0)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  int arows = ta == CUBLAS_OP_N ? m : k, acols = ta == CUBLAS_OP_N ? k : m;
+  int brows = tb == CUBLAS_OP_N ? k : n, bcols = tb == CUBLAS_OP_N ? n : k;
+  if (lda < std::max(1, arows) || ldb < std::max(1, brows) || ldc < std::max(1, m)) {
+    fprintf(
+        stderr,
+        "tests/emu: %s: m %d n %d k %d, lda %d ldb %d ldc %d: a leading dimension is too small\n",
+        fn, m, n, k, lda, ldb, ldc);
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (At != Bt || (At != CUDA_R_32F && ct != CUBLAS_COMPUTE_32F))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (!m || !n || !batch) return CUBLAS_STATUS_SUCCESS;
+  char msg[160];
+  for (int i = 0; i < batch; i++) {
+    const char *a = (const char *)A + i * sA * (long long)type_bytes(At),
+               *b = (const char *)B + i * sB * (long long)type_bytes(Bt);
+    const char *bad =
+        k && !emu_is_device_range(a, ((size_t)(acols - 1) * lda + arows) * type_bytes(At))   ? "A"
+        : k && !emu_is_device_range(b, ((size_t)(bcols - 1) * ldb + brows) * type_bytes(Bt)) ? "B"
+        : !emu_is_device_range(C + i * sC, ((size_t)(n - 1) * ldc + m) * 4)                  ? "C"
+                                                                            : nullptr;
+    if (bad) {
+      snprintf(msg, sizeof msg, "%s: product %d: %s passes the end of its device allocation", fn, i,
+               bad);
+      die(msg);
+    }
+  }
+  if (batch > 1 && (size_t)std::llabs(sC) < (size_t)(n - 1) * ldc + m) {
+    snprintf(msg, sizeof msg, "%s: the products' C overlap (stride %lld)", fn, sC);
+    die(msg);
+  }
+  std::vector<float> opa((size_t)m * k), opb((size_t)n * k), out((size_t)m * n);
+  for (int bi = 0; bi < batch; bi++) {
+    const char *a = (const char *)A + bi * sA * (long long)type_bytes(At),
+               *b = (const char *)B + bi * sB * (long long)type_bytes(Bt);
+    float *c = C + bi * sC;
+    for (int i = 0; i < m; i++) // row i of op(A)
+      for (int l = 0; l < k; l++)
+        opa[(size_t)i * k + l] =
+            operand(a, At, ta == CUBLAS_OP_N ? i + (size_t)l * lda : l + (size_t)i * lda, ct);
+    for (int j = 0; j < n; j++) // column j of op(B)
+      for (int l = 0; l < k; l++)
+        opb[(size_t)j * k + l] =
+            operand(b, Bt, tb == CUBLAS_OP_N ? l + (size_t)j * ldb : j + (size_t)l * ldb, ct);
+    for (int j = 0; j < n; j++)
+      for (int i = 0; i < m; i++) {
+        double s = 0;
+        for (int l = 0; l < k; l++)
+          s += (double)opa[(size_t)i * k + l] * opb[(size_t)j * k + l];
+        float r = (float)(alpha * s);
+        out[(size_t)j * m + i] =
+            beta == 0.0f ? r : r + beta * c[(size_t)j * ldc + i]; // beta 0: C not read
+      }
+    for (int j = 0; j < n; j++)
+      for (int i = 0; i < m; i++)
+        c[(size_t)j * ldc + i] = out[(size_t)j * m + i];
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                           int k, const float *alpha, const float *A, int lda, const float *B,
+                           int ldb, const float *beta, float *C, int ldc) {
+  return gemm("cublasSgemm", ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, 0, B, CUDA_R_32F, ldb, 0,
+              *beta, C, ldc, 0, 1, CUBLAS_COMPUTE_32F);
+}
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb,
+                                         int m, int n, int k, const float *alpha, const float *A,
+                                         int lda, long long sA, const float *B, int ldb,
+                                         long long sB, const float *beta, float *C, int ldc,
+                                         long long sC, int batch) {
+  return gemm("cublasSgemmStridedBatched", ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, sA, B,
+              CUDA_R_32F, ldb, sB, *beta, C, ldc, sC, batch, CUBLAS_COMPUTE_32F);
+}
+cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void *alpha, const void *A, cudaDataType At,
+                            int lda, const void *B, cudaDataType Bt, int ldb, const void *beta,
+                            void *C, cudaDataType Ct, int ldc, cublasComputeType_t ct,
+                            cublasGemmAlgo_t) {
+  if (Ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED; // the only C type the backend uses
+  return gemm("cublasGemmEx", ta, tb, m, n, k, *(const float *)alpha, A, At, lda, 0, B, Bt, ldb, 0,
+              *(const float *)beta, (float *)C, ldc, 0, 1, ct);
+}
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
+                                          cublasOperation_t tb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType At,
+                                          int lda, long long sA, const void *B, cudaDataType Bt,
+                                          int ldb, long long sB, const void *beta, void *C,
+                                          cudaDataType Ct, int ldc, long long sC, int batch,
+                                          cublasComputeType_t ct, cublasGemmAlgo_t) {
+  if (Ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  return gemm("cublasGemmStridedBatchedEx", ta, tb, m, n, k, *(const float *)alpha, A, At, lda, sA,
+              B, Bt, ldb, sB, *(const float *)beta, (float *)C, ldc, sC, batch, ct);
+}
+
+// coll_cuda.cu (NCCL) is not emulated: the emulated table has no device collectives
+struct kernels_coll;
+const struct kernels_coll *cuda_coll(void) { return nullptr; }

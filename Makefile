@@ -126,9 +126,10 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 # Runs every test binary; each prints Criterion's synthesis line. Fails if any fails.
-test: $(BIN) $(TEST_BINS) $(WORKER_BINS) data/kjv.txt
+# The last one is the CUDA backend on the emulator (tests/emu, below).
+test: $(BIN) $(TEST_BINS) $(WORKER_BINS) $(BUILD)/emu/test_ops_emu data/kjv.txt
 	@OMPI_MCA_btl_vader_single_copy_mechanism=$(MPI_SINGLE_COPY) BRIGADE_BIN=$(abspath $(BIN)) \
-	  BRIGADE_BUILD=$(abspath $(BUILD)) sh scripts/run_tests.sh $(TEST_BINS)
+	  BRIGADE_BUILD=$(abspath $(BUILD)) sh scripts/run_tests.sh $(TEST_BINS) tests/emu/test_ops_emu.sh
 
 # The CUDA op table against the CPU one on this machine's GPU (tests/gpu), NCCL's entries, and
 # the tiny GPT trained on it. `make test` runs the same binaries, which skip when there is no
@@ -167,7 +168,8 @@ bench-gpu: $(BUILD)/bench/train_step
 # host C++ against an emulated CUDA runtime, cuBLAS (column-major, argument checks), WMMA and
 # CUB, under ASan, and runs the GPU op harness (tests/gpu/test_ops_gpu.c) against it, with the
 # threads of each block run in order and then in reverse (a missing barrier fails one of them).
-# Not part of `make test`; see tests/emu/emu.cpp for what it does not model. $(EMU)/brigade is
+# `make test` runs it too (tests/emu/test_ops_emu.sh, both orders, about 80 s); see
+# tests/emu/emu.cpp for what it does not model. $(EMU)/brigade is
 # the CLI on the emulated backend (backend = "cuda"), to compare a short training run with the CPU.
 EMU      := $(BUILD)/emu
 EMU_CU   := attention_cuda backend blas_cuda flash_cuda ops_cuda

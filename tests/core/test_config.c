@@ -651,3 +651,68 @@ Test(config, garbage_never_crashes) {
   core_config_free(c);
   core_config_free(NULL);
 }
+
+/* A range includes both ends. */
+Test(config, int_range_includes_both_ends) {
+  core_config *c = load(text); /* train.steps = 20 */
+  int64_t i;
+  cr_assert_eq(core_config_get_int_range(c, "train.steps", 1, 20, 30, &i), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(core_config_get_int_range(c, "train.steps", 1, 10, 20, &i), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(i, 20);
+  cr_assert_eq(core_config_get_int_range(c, "train.steps", 1, 21, 30, &i), CORE_EINPUT);
+  assert_msg("train.steps = 20 must be in [21, 30] (x.cfg:2)");
+  cr_assert_eq(core_config_get_int_range(c, "train.steps", 1, 10, 19, &i), CORE_EINPUT);
+  core_config_free(c);
+}
+
+/* A number key takes a 64-bit integer literal, in the schema and in the getter. */
+Test(config, float_keys_take_64_bit_integers) {
+  core_config *c = load("train = { lr = 5000000000L; };\n");
+  cr_assert_eq(core_config_check(c, lean, NL), CORE_OK, "%s", core_error_msg());
+  double d;
+  cr_assert_eq(core_config_get_float(c, "train.lr", 0, &d), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(d, 5e9);
+  core_config_free(c);
+}
+
+/* The "quote it" hint is for values --set guessed a type for; a file's value gets none. A key
+ * whose name starts another key's ("train.step" of "train.steps") is unknown, not a group. */
+Test(config, hints_only_where_they_apply) {
+  core_config *c = load("data = { path = 123; };\n");
+  cr_assert_eq(core_config_check(c, lean, NL), CORE_EINPUT);
+  cr_assert_str_eq(core_error_msg(), "data.path must be a string (x.cfg:1)");
+  core_config_free(c);
+  c = load("train = { step = 3; };\n");
+  cr_assert_eq(core_config_check(c, schema, NS), CORE_EINPUT);
+  assert_msg("unknown key 'train.step' (x.cfg:1); did you mean 'train.steps'?");
+  core_config_free(c);
+  /* one edit in a four-letter key is not a typo: fp16 is not bf16 */
+  const core_config_key mixed[] = {{"bf16", CORE_CFG_GROUP}, {"bf16.enabled", CORE_CFG_BOOL}};
+  c = load("fp16 = { enabled = true; };\n");
+  cr_assert_eq(core_config_check(c, mixed, 2), CORE_EINPUT);
+  cr_assert_str_eq(core_error_msg(), "unknown key 'fp16' (x.cfg:1)");
+  core_config_free(c);
+}
+
+/* A schema that allows lists in lists to any depth still stops the walk at MAX_DEPTH (64). */
+Test(config, schema_walk_depth_is_limited) {
+  enum { LEVELS = 70 };
+  static char paths[LEVELS + 1][4 * LEVELS + 8];
+  core_config_key keys[LEVELS + 1];
+  snprintf(paths[0], sizeof paths[0], "x");
+  keys[0] = (core_config_key){paths[0], CORE_CFG_LIST};
+  for (int k = 1; k <= LEVELS; k++) {
+    snprintf(paths[k], sizeof paths[k], "%s.[]", paths[k - 1]);
+    keys[k] = (core_config_key){paths[k], k == LEVELS ? CORE_CFG_INT : CORE_CFG_LIST};
+  }
+  char cfg[4 * LEVELS + 16];
+  size_t n = (size_t)snprintf(cfg, sizeof cfg, "x = ");
+  for (int k = 0; k < LEVELS; k++) cfg[n++] = '(';
+  cfg[n++] = '1';
+  for (int k = 0; k < LEVELS; k++) cfg[n++] = ')';
+  snprintf(cfg + n, sizeof cfg - n, ";\n");
+  core_config *c = load(cfg);
+  cr_assert_eq(core_config_check(c, keys, LEVELS + 1), CORE_EINPUT, "a config nested %d deep passed the check", LEVELS);
+  assert_msg("is nested too deep");
+  core_config_free(c);
+}

@@ -150,3 +150,62 @@ Test(compile, inference_forward_only) {
         sched_program_free(&pr);
       }
 }
+
+/* Forward only, several chunks per rank: a rank runs its forwards in micro-batch order, chunk by
+ * chunk within a micro-batch (DeepSpeed's InferenceSchedule). */
+Test(compile, inference_runs_micro_batches_in_order) {
+  sched_costs c = sched_costs_unit();
+  for (int p = 1; p <= 4; p++)
+    for (int v = 2; v <= 3; v++)
+      for (int m = 2; m <= 6; m++) {
+        sched_program pr;
+        compile_ok(SCHED_INFERENCE, p, v, m, &c, &pr);
+        for (int r = 0; r < p; r++) {
+          int last = -1;
+          for (int i = 0; i < pr.streams[r].len; i++) {
+            const sched_instr *in = &pr.streams[r].ins[i];
+            if (in->op != SCHED_FORWARD) continue;
+            int at = in->mb * v + in->chunk;
+            cr_assert_gt(at, last, "inference p=%d v=%d m=%d rank %d: F%d of chunk %d after F%d of chunk %d", p, v, m,
+                         r, in->mb, in->chunk, last / v, last % v);
+            last = at;
+          }
+          cr_assert_eq(last, m * v - 1);
+        }
+        sched_program_free(&pr);
+      }
+}
+
+/* The simulator's peak of live (chunk, micro-batch) pairs and the slots lowering allocates are
+ * counted apart; both must be the same number for every family (lowering allocates exactly the
+ * peak). */
+Test(compile, every_family_allocates_its_peak) {
+  sched_costs c = sched_costs_unit();
+  for (int f = SCHED_GPIPE; f < SCHED_CUSTOM; f++)
+    for (int p = 1; p <= 6; p++)
+      for (int m = 1; m <= 16; m++) {
+        int v = f == SCHED_INTERLEAVED || f == SCHED_ZB_V || f == SCHED_DUALPIPE_V ? 2 : 1;
+        if (f == SCHED_DUALPIPE_V && m < 2 * p) continue;
+        sched_program pr;
+        compile_ok((sched_family)f, p, v, m, &c, &pr);
+        sched_sim_result res;
+        cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK);
+        for (int r = 0; r < p; r++)
+          cr_assert_eq(res.ranks[r].peak_activations, pr.nslots[r], "%s p=%d m=%d rank %d: peak %d, %d slots",
+                       sched_family_name((sched_family)f), p, m, r, res.ranks[r].peak_activations, pr.nslots[r]);
+        sched_sim_result_free(&res);
+        sched_program_free(&pr);
+      }
+}
+
+Test(compile, lowering_takes_compute_actions_only) {
+  sched_shape sh = {.family = SCHED_1F1B, .p = 2, .v = 1, .m = 2};
+  sched_costs c = sched_costs_unit();
+  sched_program compute, full;
+  cr_assert_eq(sched_compile_compute(&sh, &c, &compute), CORE_OK, "%s", core_error_msg());
+  sched_push(&compute, 0, (sched_instr){.op = SCHED_SEND_ACT, .mb = 0, .chunk = 0, .peer = 1, .slot = -1});
+  core_error_clear();
+  cr_assert_eq(sched_lower(&compute, &c, &full), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "lowering takes compute actions only (rank 0 #"), "%s", core_error_msg());
+  sched_program_free(&compute);
+}

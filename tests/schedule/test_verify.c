@@ -27,6 +27,30 @@ static void erase(sched_program *pr, int r, int i) {
   st->len--;
 }
 
+/* Index of the instruction op / micro-batch mb / chunk on rank r. */
+static int find_chunk(const sched_program *pr, int r, sched_op op, int mb, int chunk) {
+  for (int i = 0; i < pr->streams[r].len; i++) {
+    const sched_instr *in = &pr->streams[r].ins[i];
+    if (in->op == op && in->mb == mb && in->chunk == chunk) return i;
+  }
+  cr_assert_fail("no %s mb=%d chunk=%d on rank %d", sched_op_name(op), mb, chunk, r);
+  return -1;
+}
+
+/* Inserts in before instruction i of rank r. */
+static void insert(sched_program *pr, int r, int i, sched_instr in) {
+  sched_push(pr, r, in); /* grows the stream */
+  sched_stream *st = &pr->streams[r];
+  memmove(&st->ins[i + 1], &st->ins[i], sizeof(sched_instr) * (size_t)(st->len - 1 - i));
+  st->ins[i] = in;
+}
+
+static void swap(sched_program *pr, int r, int i, int j) {
+  sched_instr t = pr->streams[r].ins[i];
+  pr->streams[r].ins[i] = pr->streams[r].ins[j];
+  pr->streams[r].ins[j] = t;
+}
+
 static void expect_fail(const sched_program *pr, const char *needle) {
   core_error_clear();
   int rc = sched_verify(pr);
@@ -138,5 +162,130 @@ Test(verify, garbage_fields_never_crash) {
     cr_assert(rc == CORE_OK || rc == CORE_EINPUT);
     sched_program_free(&q);
   }
+  sched_program_free(&pr);
+}
+
+/* Each input check of the replay, one bad program each: the op runs one instruction before
+ * what it needs. */
+Test(verify, forward_before_its_load) {
+  sched_program pr = compiled(SCHED_1F1B, 2, 1, 2);
+  /* rank 0 holds the first stage (inputs), rank 1 the last (labels) */
+  swap(&pr, 0, find(&pr, 0, SCHED_LOAD_MICROBATCH, 0), find(&pr, 0, SCHED_FORWARD, 0));
+  expect_fail(&pr, "forward of the first stage before its LOAD_MICROBATCH");
+  sched_program_free(&pr);
+  pr = compiled(SCHED_1F1B, 2, 1, 2);
+  swap(&pr, 1, find(&pr, 1, SCHED_LOAD_MICROBATCH, 1), find(&pr, 1, SCHED_FORWARD, 1));
+  expect_fail(&pr, "forward of the last stage before its labels were loaded");
+  sched_program_free(&pr);
+}
+
+Test(verify, load_on_a_middle_stage) {
+  sched_program pr = compiled(SCHED_1F1B, 3, 1, 2);
+  int f = find(&pr, 1, SCHED_FORWARD, 0);
+  sched_instr ld = pr.streams[1].ins[f];
+  ld.op = SCHED_LOAD_MICROBATCH;
+  insert(&pr, 1, f, ld);
+  expect_fail(&pr, "load on a stage that is neither first nor last");
+  sched_program_free(&pr);
+}
+
+Test(verify, forward_before_its_activation_arrives) {
+  sched_program pr = compiled(SCHED_1F1B, 2, 1, 2);
+  swap(&pr, 1, find(&pr, 1, SCHED_RECV_ACT, 0), find(&pr, 1, SCHED_FORWARD, 0));
+  expect_fail(&pr, "forward before its input activation was received");
+  sched_program_free(&pr);
+}
+
+/* p = 3: the middle stage is the last one that receives a gradient. */
+Test(verify, backward_before_its_gradient_arrives) {
+  for (int r = 0; r < 2; r++) {
+    sched_program pr = compiled(SCHED_1F1B, 3, 1, 2);
+    swap(&pr, r, find(&pr, r, SCHED_RECV_GRAD, 1), find(&pr, r, SCHED_BACKWARD, 1));
+    expect_fail(&pr, "backward before its output gradient was received");
+    cr_assert(strstr(core_error_msg(), r ? "rank 1 instruction" : "rank 0 instruction"), "%s", core_error_msg());
+    sched_program_free(&pr);
+  }
+}
+
+Test(verify, send_before_its_producer_ran) {
+  sched_program pr = compiled(SCHED_1F1B, 2, 1, 2);
+  swap(&pr, 0, find(&pr, 0, SCHED_FORWARD, 0), find(&pr, 0, SCHED_SEND_ACT, 0));
+  expect_fail(&pr, "activation sent before its forward ran");
+  sched_program_free(&pr);
+  pr = compiled(SCHED_1F1B, 2, 1, 2);
+  swap(&pr, 1, find(&pr, 1, SCHED_BACKWARD, 0), find(&pr, 1, SCHED_SEND_GRAD, 0));
+  expect_fail(&pr, "gradient sent before its backward ran");
+  sched_program_free(&pr);
+}
+
+Test(verify, weight_half_before_input_half) {
+  sched_program pr = compiled(SCHED_ZB_H1, 2, 1, 2);
+  swap(&pr, 1, find(&pr, 1, SCHED_BACKWARD_INPUT, 0), find(&pr, 1, SCHED_BACKWARD_WEIGHT, 0));
+  expect_fail(&pr, "weight-gradient backward (W) before its input-gradient backward (I)");
+  sched_program_free(&pr);
+}
+
+Test(verify, input_half_without_weight_half) {
+  sched_program pr = compiled(SCHED_ZB_H1, 2, 1, 2);
+  erase(&pr, 0, find(&pr, 0, SCHED_BACKWARD_WEIGHT, 1));
+  expect_fail(&pr, "has an input-gradient backward (I) but no weight-gradient one (W)");
+  sched_program_free(&pr);
+}
+
+/* One backward (a full one, or a weight half) still to come is one too many. */
+Test(verify, reduce_grads_before_the_last_backward) {
+  sched_family fam[2] = {SCHED_1F1B, SCHED_ZB_H1};
+  sched_op last[2] = {SCHED_BACKWARD, SCHED_BACKWARD_WEIGHT};
+  for (int k = 0; k < 2; k++) {
+    sched_program pr = compiled(fam[k], 1, 1, 3);
+    int rg = find(&pr, 0, SCHED_REDUCE_GRADS, -1), b = find(&pr, 0, last[k], 2);
+    sched_instr t = pr.streams[0].ins[rg];
+    erase(&pr, 0, rg);
+    insert(&pr, 0, b, t);
+    expect_fail(&pr, "REDUCE_GRADS before every backward of this rank finished");
+    sched_program_free(&pr);
+  }
+}
+
+Test(verify, backward_in_a_forward_only_program) {
+  sched_program pr = compiled(SCHED_INFERENCE, 1, 1, 1);
+  sched_instr b = pr.streams[0].ins[find(&pr, 0, SCHED_FORWARD, 0)];
+  b.op = SCHED_BACKWARD;
+  sched_push(&pr, 0, b);
+  expect_fail(&pr, "has a backward in a forward-only program");
+  sched_program_free(&pr);
+}
+
+Test(verify, transfer_past_the_end_of_the_pipeline) {
+  sched_program pr = compiled(SCHED_1F1B, 2, 1, 2);
+  /* rank 1 holds the last stage: an activation sent on from there goes nowhere */
+  int f = find(&pr, 1, SCHED_FORWARD, 0);
+  sched_instr snd = pr.streams[1].ins[f];
+  snd.op = SCHED_SEND_ACT, snd.peer = 0;
+  insert(&pr, 1, f + 1, snd);
+  expect_fail(&pr, "transfer past the end of the pipeline");
+  sched_program_free(&pr);
+}
+
+Test(verify, tied_reduction_with_itself) {
+  sched_shape sh = {.family = SCHED_1F1B, .p = 2, .v = 1, .m = 2, .tied = 1};
+  sched_costs c = sched_costs_unit();
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  pr.streams[0].ins[find(&pr, 0, SCHED_REDUCE_TIED_GRADS, -1)].peer = 0;
+  expect_fail(&pr, "tied-gradient reduction names an invalid peer rank");
+  sched_program_free(&pr);
+}
+
+/* Messages are matched by (direction, receiving stage, micro-batch), as MPI tags are: rank 1
+ * receiving micro-batch 0 of chunk 1 first, while rank 0 sends that of chunk 0 first, deadlocks
+ * even though peer, direction and micro-batch agree. */
+Test(verify, receives_of_two_chunks_swapped_deadlock) {
+  sched_program pr = compiled(SCHED_INTERLEAVED, 2, 2, 2);
+  int a = find_chunk(&pr, 1, SCHED_RECV_ACT, 0, 0), b = find_chunk(&pr, 1, SCHED_RECV_ACT, 0, 1);
+  pr.streams[1].ins[a].chunk = 1, pr.streams[1].ins[b].chunk = 0;
+  int sa = pr.streams[1].ins[a].slot;
+  pr.streams[1].ins[a].slot = pr.streams[1].ins[b].slot, pr.streams[1].ins[b].slot = sa;
+  expect_fail(&pr, "deadlock");
   sched_program_free(&pr);
 }

@@ -172,3 +172,83 @@ Test(zb, max_pending_w_is_refused_where_it_means_nothing) {
   sh.family = SCHED_ZB_H1, sh.max_pending_w = -1;
   cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_EINPUT);
 }
+
+/* The default memory limits, as zb.c states them, read off the compute order (unit costs, no
+ * latency, so the scheduler never has to break a wait by exceeding them): a rank starts a
+ * forward only while fewer than `limit` micro-batches sit between F and I (zb-h1 min(p-r, m),
+ * zb-h2 min(2(p-r)-1, m), zb-v min(2p, 2m) chunk stashes) and fewer than limit + p-1 (zb-h1) or
+ * limit + 2(p-1) (zb-h2, zb-v) have run I but not W. */
+Test(zb, default_memory_limits_hold_in_the_compute_order) {
+  sched_costs c = sched_costs_unit();
+  for (int f = SCHED_ZB_H1; f <= SCHED_ZB_V; f++)
+    for (int p = 1; p <= 16; p++)
+      for (int m = 1; m <= 48; m++) {
+        int v = f == SCHED_ZB_V ? 2 : 1;
+        sched_shape sh = {.family = (sched_family)f, .p = p, .v = v, .m = m};
+        sched_program pr;
+        cr_assert_eq(sched_compile_compute(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+        for (int r = 0; r < p; r++) {
+          int lim = f == SCHED_ZB_H1 ? p - r : f == SCHED_ZB_H2 ? 2 * (p - r) - 1 : 2 * p;
+          lim = lim < v * m ? lim : v * m;
+          int wlim = lim + (f == SCHED_ZB_H1 ? 1 : 2) * (p - 1), open = 0, pending = 0;
+          for (int i = 0; i < pr.streams[r].len; i++) {
+            sched_op op = (sched_op)pr.streams[r].ins[i].op;
+            if (op == SCHED_FORWARD) {
+              cr_assert(open < lim && pending < wlim,
+                        "%s p=%d m=%d rank %d #%d: a forward with %d stashes open (limit %d) and %d W's pending (limit %d)",
+                        sched_family_name((sched_family)f), p, m, r, i, open, lim, pending, wlim);
+              open++;
+            }
+            if (op == SCHED_BACKWARD_INPUT) open--, pending++;
+            if (op == SCHED_BACKWARD_WEIGHT) pending--;
+          }
+        }
+        sched_program_free(&pr);
+      }
+}
+
+/* On one rank there is no transfer, so a latency cannot change anything: every family compiles
+ * to the same program with comm 0 and comm 0.7 (zb-v's turn from chunk 0 to chunk 1 and the
+ * loss at the last stage stay on the rank). */
+Test(zb, latency_means_nothing_on_one_rank) {
+  for (int f = SCHED_GPIPE; f < SCHED_CUSTOM; f++)
+    for (int m = 1; m <= 16; m++)
+      for (int k = 0; k < 2; k++) {
+        int v = f == SCHED_INTERLEAVED || f == SCHED_ZB_V || f == SCHED_DUALPIPE_V ? 2 : 1;
+        if (f == SCHED_DUALPIPE_V && m < 2) continue;
+        sched_shape sh = {.family = (sched_family)f, .p = 1, .v = v, .m = m};
+        sched_costs c0 = sched_costs_unit(), c1;
+        c0.w = k ? 0.5 : 1;
+        c1 = c0, c1.comm = 0.7;
+        sched_program a, b;
+        cr_assert_eq(sched_compile(&sh, &c0, &a), CORE_OK, "%s", core_error_msg());
+        cr_assert_eq(sched_compile(&sh, &c1, &b), CORE_OK, "%s", core_error_msg());
+        cr_assert(sched_program_equal(&a, &b), "%s p=1 m=%d w=%g: comm 0.7 changed the program",
+                  sched_family_name((sched_family)f), m, c0.w);
+        sched_program_free(&a), sched_program_free(&b);
+      }
+}
+
+/* zb-v's point: cutting each rank's layers into two chunks in a V is never slower than running
+ * them as one chunk (costs doubled) under zb-h1 or 1F1B, whatever m (no latency, unit costs). */
+Test(zb, zb_v_never_slower_than_one_chunk_per_rank) {
+  for (int p = 1; p <= 12; p++)
+    for (int m = 1; m <= 30; m++) {
+      double span[3];
+      sched_family fam[3] = {SCHED_ZB_V, SCHED_ZB_H1, SCHED_1F1B};
+      for (int k = 0; k < 3; k++) {
+        sched_shape sh = {.family = fam[k], .p = p, .v = k ? 1 : 2, .m = m};
+        sched_costs c = sched_costs_unit();
+        if (k) c.f = c.b = c.w = 2;
+        sched_program pr;
+        cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+        sched_sim_result res;
+        cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK);
+        span[k] = res.makespan;
+        sched_sim_result_free(&res);
+        sched_program_free(&pr);
+      }
+      cr_assert(span[0] <= span[1] + 1e-9 && span[0] <= span[2] + 1e-9, "p=%d m=%d: zb-v %g, zb-h1 %g, 1f1b %g", p, m,
+                span[0], span[1], span[2]);
+    }
+}

@@ -204,6 +204,11 @@ Test(viz, hand_made_1f1b_has_the_textbook_bubble) {
   viz_write_stats(&tl, f);
   fclose(f);
   cr_assert(strstr(buf, "bubble rate 27.27%") && count(buf, "\n") == 6, "%s", buf);
+  for (int r = 0; r < 4; r++) { /* rank, ops, busy, span, idle, bubble */
+    char row[96];
+    snprintf(row, sizeof row, "%6d %8d %12.6g %12.6g %12.6g %7.2f%%\n", r, 16, 24.0, 33.0 - 3 * r, 9.0 - 3 * r, 100 * 9.0 / 33);
+    cr_assert(strstr(buf, row), "no row '%s' in:\n%s", row, buf);
+  }
   free(buf);
   sched_timeline_free(&tl);
 }
@@ -423,6 +428,8 @@ Test(viz, read_trace_refuses_what_is_not_a_brigade_trace) {
   refuse(
       "\"makespan\":", "\"makespan\":\"x\",\"_\":", "'makespan' must be a number, found a string");
   refuse("\"us_per_unit\":1000", "\"us_per_unit\":0", "'us_per_unit' must be positive");
+  refuse("\"makespan\":", "\"makespan\":-1,\"_\":", "'makespan' must not be negative");
+  refuse("\"unit\":\"unit\"", "\"unit\":\"a-unit-name-of-16b\"", "'unit' is longer than 15 bytes");
   refuse("\"traceEvents\":[", "\"traceEvents\":{},\"x\":[",
          "'traceEvents' must be an array, found an object");
   refuse("{\"name\":\"F0\"", "7,{\"name\":\"F0\"", "a trace event must be an object");
@@ -484,6 +491,9 @@ Test(viz, writers_refuse_a_bad_timeline) {
   cr_assert_eq(viz_write_trace(&tl, path), CORE_EINPUT);
   cr_assert(strstr(core_error_msg(), "event 1: rank 7 is not in 0..1"), "%s", core_error_msg());
   cr_assert_eq(viz_write_svg(&tl, path), CORE_EINPUT);
+  tl.ev[1].rank = 2; /* p itself is out of range too */
+  cr_assert_eq(viz_check(&tl), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "event 1: rank 2 is not in 0..1"), "%s", core_error_msg());
   tl.ev[1].rank = 0;
   tl.ev[2].end = tl.ev[2].start - 1;
   cr_assert_eq(viz_write_svg(&tl, path), CORE_EINPUT);
@@ -722,6 +732,150 @@ Test(viz, ascii_chart) {
   sched_timeline_init(&tl, "none", "unit", 2, 1, 1);
   out = ascii_of(&tl, 80);
   cr_assert(strstr(out, "(no events to draw)"), "%s", out);
+  free(out);
+  sched_timeline_free(&tl);
+}
+
+/* ---- what the writers compute ---- */
+
+/* A timeline whose makespan and bubble rate were never computed (0) gets them from its events,
+ * in the trace's otherData, the SVG title and the terminal header. */
+Test(viz, summary_from_events_when_not_given) {
+  sched_timeline tl;
+  make_1f1b(&tl, 4, 8, 1, 2, 0, 0);
+  tl.makespan = 0, tl.bubble_rate = 0;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  cr_assert_eq(viz_fwrite_trace(&tl, f), CORE_OK);
+  fclose(f);
+  core_json *j;
+  cr_assert_eq(core_json_parse(buf, len, "mem", &j), CORE_OK, "%s", core_error_msg());
+  const core_json *meta = core_json_get(j, "otherData");
+  cr_assert_eq(core_json_get(meta, "makespan")->num, 33);
+  cr_assert(fabs(core_json_get(meta, "bubble_rate")->num - 3.0 / 11) < 1e-12);
+  core_json_free(j);
+  free(buf);
+  size_t n;
+  char *svg = svg_of(&tl, &n);
+  cr_assert(strstr(svg, "bubble rate 27.3%</text>") && strstr(svg, "makespan 33 cost units"), "title or subtitle");
+  free(svg);
+  buf = ascii_of(&tl, 100);
+  cr_assert(strstr(buf, "bubble rate 27.3%  makespan 33 units"), "%s", buf);
+  free(buf);
+  sched_timeline_free(&tl);
+}
+
+/* A rank without compute events has span, idle and busy 0 (not infinities) in the statistics. */
+Test(viz, stats_of_a_rank_without_compute) {
+  sched_timeline tl;
+  sched_timeline_init(&tl, "x", "unit", 2, 1, 1);
+  add(&tl, 0, SCHED_FORWARD, 0, 0, 0, -1, 0, 2);
+  add(&tl, 1, SCHED_RECV_ACT, 0, 0, 1, 0, 2, 3);
+  viz_rank_stat st[2];
+  cr_assert(fabs(viz_stats(&tl, st) - 0.5) < 1e-12);
+  cr_assert(st[1].ops == 0 && st[1].busy == 0 && st[1].span == 0 && st[1].idle == 0 && st[1].bubble == 1,
+            "rank 1: ops %d busy %g span %g idle %g bubble %g", st[1].ops, st[1].busy, st[1].span, st[1].idle, st[1].bubble);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  viz_write_stats(&tl, f);
+  fclose(f);
+  cr_assert(!strstr(buf, "inf") && !strstr(buf, "nan"), "%s", buf);
+  free(buf);
+  sched_timeline_free(&tl);
+}
+
+/* Each row's "idle X%" is the share of the drawn step (first start to last end, the tail and
+ * transfers included) the rank does not compute; the subtitle holds their mean (the idle
+ * fraction) and the makespan. */
+Test(viz, svg_idle_shares_and_subtitle) {
+  sched_timeline tl;
+  make_1f1b(&tl, 4, 8, 1, 2, 0.25, 1);
+  double t0 = INFINITY, t1 = -INFINITY, idle[4], mean = 0;
+  for (int i = 0; i < tl.n; i++) t0 = fmin(t0, tl.ev[i].start), t1 = fmax(t1, tl.ev[i].end);
+  viz_rank_stat st[4];
+  viz_stats(&tl, st);
+  size_t n;
+  char *svg = svg_of(&tl, &n), want[160];
+  for (int r = 0; r < 4; r++) idle[r] = 100 * (1 - st[r].busy / (t1 - t0)), mean += idle[r] / 4;
+  /* rows in rank order, each with its own share */
+  const char *at = svg;
+  for (int r = 0; r < 4; r++) {
+    snprintf(want, sizeof want, ">rank %d</text>", r);
+    at = strstr(at, want);
+    cr_assert(at, "no row for rank %d", r);
+    snprintf(want, sizeof want, "class=\"idle\" font-size=\"12.0\">idle %.1f%%</text>", idle[r]);
+    cr_assert(strncmp(strstr(at, "class=\"idle\""), want, strlen(want)) == 0, "rank %d: wanted '%s'", r, want);
+  }
+  snprintf(want, sizeof want, "class=\"sub\">makespan %.6g cost units, simulated \xc2\xb7 idle fraction %.1f%%", tl.makespan, mean);
+  cr_assert(strstr(svg, want), "no subtitle '%s'", want);
+  free(svg);
+  sched_timeline_free(&tl);
+}
+
+/* The legend's colours are the ones viz.h names: F blue, B green, I orange, W purple. */
+Test(viz, svg_legend_colours) {
+  sched_timeline tl;
+  sched_timeline_init(&tl, "x", "unit", 1, 1, 1);
+  add(&tl, 0, SCHED_FORWARD, 0, 0, 0, -1, 0, 1);
+  add(&tl, 0, SCHED_BACKWARD, 0, 0, 0, -1, 1, 3);
+  add(&tl, 0, SCHED_BACKWARD_INPUT, 0, 0, 0, -1, 3, 4);
+  add(&tl, 0, SCHED_BACKWARD_WEIGHT, 0, 0, 0, -1, 4, 5);
+  size_t n;
+  char *svg = svg_of(&tl, &n);
+  const char *label[] = {">F  forward<", ">B  backward<", ">I  backward, input grad<", ">W  backward, weight grad<"};
+  const char *colour[] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1"};
+  const char *cls[] = {"<rect class=\"op F\"", "<rect class=\"op B\"", "<rect class=\"op I\"", "<rect class=\"op W\""};
+  for (int k = 0; k < 4; k++) {
+    const char *at = strstr(svg, label[k]), *fill = NULL;
+    cr_assert(at, "no legend entry %s", label[k]);
+    for (const char *p = svg; (p = strstr(p, "fill=\"#")) && p < at; p++) fill = p;
+    cr_assert(fill && strncmp(fill + 6, colour[k], 7) == 0, "%s drawn in %.7s, not %s", label[k], fill ? fill + 6 : "?", colour[k]);
+    const char *box = strstr(svg, cls[k]); /* the box of chunk 0 in the same colour */
+    cr_assert(box && strncmp(strstr(box, "fill=\"") + 6, colour[k], 7) == 0, "%s box", cls[k]);
+  }
+  free(svg);
+  sched_timeline_free(&tl);
+}
+
+/* Every compute event is one box, even one that takes no time; boxes of a measured run (whose
+ * clock starts far from 0) lie inside the chart; its axis counts milliseconds from the start. */
+Test(viz, svg_boxes_inside_the_chart) {
+  sched_timeline tl;
+  make_v2_seconds(&tl);
+  add(&tl, 1, SCHED_FORWARD, 1, 1, 2, -1, tl.ev[0].start + 0.002, tl.ev[0].start + 0.002);
+  size_t n;
+  char *svg = svg_of(&tl, &n);
+  cr_assert_eq(count(svg, "<rect class=\"op "), compute_events(&tl, SCHED_OP_COUNT));
+  int boxes = 0;
+  for (const char *p = svg; (p = strstr(p, "<rect class=\"op ")); p++, boxes++) {
+    double x = atof(strstr(p, " x=\"") + 4), w = atof(strstr(p, " width=\"") + 8);
+    cr_assert(x >= 84 - 1e-9 && x + w <= 1200 - 92 + 0.5 + 1e-6, "box %d at x %g, width %g", boxes, x, w);
+  }
+  double tmax = 0;
+  for (const char *p = svg; (p = strstr(p, "class=\"tick\">")); p++) tmax = fmax(tmax, atof(p + 13));
+  double t0 = INFINITY, t1 = -INFINITY;
+  for (int i = 0; i < tl.n; i++) t0 = fmin(t0, tl.ev[i].start), t1 = fmax(t1, tl.ev[i].end);
+  cr_assert(tmax <= (t1 - t0) * 1e3 + 1e-9 && tmax >= 0.5 * (t1 - t0) * 1e3, "last tick %g ms, the step takes %g ms", tmax,
+            (t1 - t0) * 1e3);
+  free(svg);
+  sched_timeline_free(&tl);
+}
+
+/* The tail ops are drawn as '#'; a span that is not a whole number of units is scaled. */
+Test(viz, ascii_tail_and_scaling) {
+  sched_timeline tl;
+  make_1f1b(&tl, 4, 8, 1, 2, 0, 1);
+  char *out = ascii_of(&tl, 100);
+  cr_assert(strstr(out, "(1 column = 1 unit)") && strstr(out, "rank  0 |FfFf......BBFbbfBBFbbfBB.bb.BB.bb##|") &&
+                strstr(out, "# reduce/step"),
+            "%s", out);
+  free(out);
+  sched_timeline_free(&tl);
+  make_1f1b(&tl, 2, 2, 1, 2, 0, 0.25); /* 9.5 units */
+  out = ascii_of(&tl, 100);
+  cr_assert(strstr(out, "makespan 9.5 units  (1 column = ") && !strstr(out, "1 column = 1 unit"), "%s", out);
   free(out);
   sched_timeline_free(&tl);
 }

@@ -24,6 +24,7 @@
  * sums computed here on the host (and so each other's). The byte accounting must be the same on
  * every path; the device path must make no host copy inside zero_* and hold no host staging in
  * zero_grad_bytes; the fallbacks must not create a communicator. */
+#include <math.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -232,6 +233,7 @@ static const layout layouts[] = {
     {"uneven", 10, {40, 17, 96, 33, 64, 8, 120, 50, 3, 77}, {0, 5}, 130},          /* n = 508 */
     {"even", 11, {40, 17, 96, 33, 64, 8, 120, 50, 3, 77, 2}, {10, -1}, 150},       /* n = 510 */
     {"tiny", 2, {1, 3}, {-1, -1}, 3},                                              /* d = 3: one empty shard */
+    {"small buckets", 10, {40, 17, 96, 33, 64, 8, 120, 50, 3, 77}, {0, -1}, 60},   /* layers larger than a bucket */
 };
 
 enum { STEPS = 2, MBS = 2 };
@@ -286,6 +288,8 @@ static void run(const kernels_ops *ops, const layout *L, int stage, int overlap,
       ops->to_device(gsrc, h, sizeof(float) * n);
       for (int l = L->nl - 1; l >= 0; l--) { /* layers arrive last first */
         float *dst = stage < 2 ? grads + off[l] : ZP(zero_grad_dest(&z, off[l], L->sizes[l]));
+        if (stage == 2 && (l == L->kept[0] || l == L->kept[1])) /* a kept layer's gradient stays in its range */
+          CHECK(dst && dst == zero_kept(&z, off[l], off[l + 1]), "%s: layer %d is kept, its gradient goes elsewhere", var, l);
         ops->axpy(dst, 1.0f, gsrc + off[l], L->sizes[l]);
       }
       rc = Z(zero_after_backward(&z));
@@ -306,6 +310,26 @@ static void run(const kernels_ops *ops, const layout *L, int stage, int overlap,
     CHECK(memcmp(h, G + lo, sizeof(float) * (hi - lo)) == 0, "%s: step %d: the reduced gradient of [%zu, %zu) is not the sum",
           var, step, lo, hi);
     o->acct[step][0] = z.bytes_reduce, o->acct[step][1] = z.bytes_gather, o->acct[step][2] = z.reduce_scatters;
+    { /* the byte accounting, from zero.h's description (per step; run() never resets it) */
+      size_t shard = (n + (size_t)d - 1) / (size_t)d, kept = 0, mine_out = hi - lo;
+      double want = 0;
+      for (int k = 0; k < 2 && stage == 2; k++)
+        if (L->kept[k] >= 0) {
+          size_t a = off[L->kept[k]], b = off[L->kept[k] + 1];
+          kept += b - a;
+          want += 2.0 * 4 * (double)(b - a) * (d - 1) / d; /* all-reduced whole */
+          size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+          mine_out -= y > x ? y - x : 0;
+        }
+      if (stage == 0) want = d > 1 ? 2.0 * 4 * (double)n * (d - 1) / d : 0;
+      if (stage == 1) want = 4.0 * (double)shard * (d - 1);
+      if (stage == 2) want += MBS * 4.0 * (double)(n - kept - mine_out); /* every bucket but my part of it */
+      want *= step + 1;
+      CHECK(fabs(z.bytes_reduce - want) <= 1e-9 * want, "%s: step %d: bytes_reduce %.17g, expected %.17g", var, step,
+            z.bytes_reduce, want);
+      if (stage == 2) CHECK(z.reduce_scatters >= MBS, "%s: %g reduce-scatters in a step of %d micro-batches", var,
+                            z.reduce_scatters, MBS);
+    }
     ops->axpy(params + lo, -0.25f, zero_grad(&z), hi - lo);
     rc = rc ? rc : Z(zero_finish(&z));
     CHECK(!rc, "%s: zero_finish: %s", var, core_error_msg());
@@ -315,6 +339,30 @@ static void run(const kernels_ops *ops, const layout *L, int stage, int overlap,
           step);
   }
   o->grad_bytes = zero_grad_bytes(&z);
+  if (!rc) { /* optimizer state: the owned range, whole tensors <-> shards and back (checkpoints) */
+    size_t lo, hi, len = zero_state_len(&z);
+    zero_range(&z, &lo, &hi);
+    CHECK(len == hi - lo, "%s: zero_state_len %zu for the range [%zu, %zu)", var, len, lo, hi);
+    float *shard = ops->alloc(sizeof(float) * (len + 1)), *back = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) h[i] = param0(i * 3 + 1);
+    zero_take_shard(&z, h, shard);
+    ops->to_host(back, shard, sizeof(float) * len);
+    CHECK(memcmp(back, h + lo, sizeof(float) * len) == 0, "%s: zero_take_shard did not take [%zu, %zu)", var, lo, hi);
+    memset(back, 0, sizeof(float) * n);
+    CHECK(zero_gather_state(&z, shard, back) == CORE_OK, "%s: zero_gather_state: %s", var, core_error_msg());
+    CHECK(memcmp(back, h, sizeof(float) * n) == 0, "%s: zero_gather_state did not give the whole tensor back", var);
+    /* gradient memory, from zero.h: the full buffer (+ ZeRO-1's accumulator and MPI staging), or
+     * ZeRO-2's accumulator, buckets and kept ranges */
+    size_t shard_n = (n + (size_t)d - 1) / (size_t)d, out = n, cap;
+    for (int k = 0; k < 2; k++)
+      if (L->kept[k] >= 0) out -= L->sizes[L->kept[k]];
+    cap = L->bucket < largest ? largest : L->bucket;
+    cap = cap < out ? cap : out;
+    double want = stage == 0 ? n : stage == 1 ? n + (double)shard_n * (z.nccl ? 1 : d + 2)
+                                              : (double)shard_n + (overlap ? 2.0 : 1.0) * (double)cap + (double)(n - out);
+    CHECK(o->grad_bytes == 4 * want, "%s: zero_grad_bytes %g, expected %g", var, o->grad_bytes, 4 * want);
+    ops->free(shard), free(back);
+  }
   o->nccl = z.nccl;
   o->copies = zero_copies;
   in_zero = 1;

@@ -702,7 +702,9 @@ Test(config, schema_walk_depth_is_limited) {
   snprintf(paths[0], sizeof paths[0], "x");
   keys[0] = (core_config_key){paths[0], CORE_CFG_LIST};
   for (int k = 1; k <= LEVELS; k++) {
-    snprintf(paths[k], sizeof paths[k], "%s.[]", paths[k - 1]);
+    size_t len = strlen(paths[k - 1]); /* paths[k - 1] + ".[]" (4 chars a level: it fits) */
+    memcpy(paths[k], paths[k - 1], len);
+    memcpy(paths[k] + len, ".[]", 4);
     keys[k] = (core_config_key){paths[k], k == LEVELS ? CORE_CFG_INT : CORE_CFG_LIST};
   }
   char cfg[4 * LEVELS + 16];

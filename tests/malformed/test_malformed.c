@@ -202,6 +202,7 @@ Test(malformed, checkpoints, .timeout = 900) {
   } dirs[] = {
       {"", "is malformed"},
       {"../../etc\n", "is malformed"},
+      {"step_00000001/../../etc\n", "is malformed"}, /* a step name that leaves DIR */
       {"step_00000099\n", "step_00000099"},
       {NULL, "no complete checkpoint there"},
   };

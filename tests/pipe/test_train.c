@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "layers/layers.h"
+#include "pipe/ckpt.h"
 #include "pipe/ckpt_model.h"
 #include "tests/common/mpirun.h"
 
@@ -165,6 +166,82 @@ Test(train, resume_is_bit_identical, .timeout = 120) {
     const char *t = i < first.n ? first.text[i] : rest.text[i - first.n];
     cr_assert_str_eq(t, full.text[i], "step %d: %s vs uninterrupted %s", i + 1, t, full.text[i]);
   }
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+  unlink(log);
+}
+
+/* fp16 resumes bit for bit too: the checkpoint holds the fp32 master weights (not the rounded
+ * working copy) and the loss scale's state. A scale of 2^26 overflows at once, so by step 10 the
+ * scale has been halved step after step and training goes on at the last one. */
+Test(train, fp16_resume_is_bit_identical, .timeout = 120) {
+  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_ckpt_XXXXXX", sets[512];
+  close(mkstemp(log));
+  cr_assert(mkdtemp(dir));
+  const char *fp16 = "--set scheduler.params.total_num_steps=20 --set fp16.enabled=true "
+                     "--set fp16.initial_scale_power=26 --set fp16.hysteresis=1";
+  run_log full, first, rest;
+  char scales[3][20][24];
+  run_log *logs[3] = {&full, &first, &rest};
+  for (int k = 0; k < 3; k++) {
+    if (k == 0) snprintf(sets, sizeof sets, "%s", fp16);
+    if (k == 1) snprintf(sets, sizeof sets, "%s --set train.steps=10 --set checkpoint.dir=%s", fp16, dir);
+    if (k == 2) snprintf(sets, sizeof sets, "%s --resume %s", fp16, dir);
+    train_read(0, log, logs[k], "%s", sets);
+    FILE *f = fopen(log, "r"); /* the loss scale of each step, as printed */
+    char line[1024];
+    for (int i = 0; i < 20 && fgets(line, sizeof line, f); i++) {
+      const char *sc = strstr(line, "\"loss_scale\":");
+      cr_assert(sc, "no loss_scale in %s", line);
+      snprintf(scales[k][i], sizeof scales[k][i], "%.*s", (int)strcspn(sc + 13, ","), sc + 13);
+    }
+    fclose(f);
+  }
+  cr_assert(strcmp(scales[0][0], scales[0][9]) != 0, "the scale did not move in the first 10 steps");
+  cr_assert_eq(first.n + rest.n, full.n);
+  for (int i = 0; i < full.n; i++) {
+    int a = i < first.n ? 1 : 2, j = i < first.n ? i : i - first.n;
+    cr_assert_str_eq(logs[a]->text[j], full.text[i], "step %d: loss %s vs uninterrupted %s", i + 1, logs[a]->text[j],
+                     full.text[i]);
+    cr_assert_str_eq(scales[a][j], scales[0][i], "step %d: loss scale %s vs uninterrupted %s", i + 1, scales[a][j],
+                     scales[0][i]);
+  }
+  snprintf(sets, sizeof sets, "rm -rf %s", dir);
+  test_sh(sets);
+  unlink(log);
+}
+
+/* A checkpoint that lacks one layer's records (a rank file from another model, or damaged) is
+ * refused on resume, not trained on with that layer zeroed. */
+Test(train, resume_refuses_a_checkpoint_missing_a_layer, .timeout = 60) {
+  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_ckpt_XXXXXX", sets[512], path[700];
+  close(mkstemp(log));
+  cr_assert(mkdtemp(dir));
+  snprintf(sets, sizeof sets, "--set train.steps=2 --set checkpoint.dir=%s", dir);
+  cr_assert_eq(train(0, sets, log), 0);
+  snprintf(path, sizeof path, "%s/step_00000002/rank_00000.ckpt", dir);
+  pipe_ckpt_reader r; /* the rank file again, without layer 3's records */
+  cr_assert_eq(pipe_ckpt_open(&r, path), 0, "%s", core_error_msg());
+  pipe_ckpt_writer w;
+  cr_assert_eq(pipe_ckpt_create(&w, path), 0);
+  int dropped = 0;
+  for (uint32_t i = 0; i < r.nrec; i++) {
+    if (strncmp(r.rec[i].name, "layer.3.", 8) == 0) {
+      dropped++;
+      continue;
+    }
+    cr_assert_eq(pipe_ckpt_put(&w, r.rec[i].name, r.rec[i].dtype, r.rec[i].data, r.rec[i].count), 0);
+  }
+  cr_assert_eq(pipe_ckpt_commit(&w), 0, "%s", core_error_msg());
+  pipe_ckpt_close(&r);
+  cr_assert_eq(dropped, 3);
+  char cmd[2048], *out = NULL;
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=4 --resume %s 2>&1",
+           test_build_dir(), dir);
+  int rc = test_capture(cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "lacks 1 of this rank's") && strstr(out, "layers (a different model?)"),
+            "exit %d: %s", rc, out);
+  free(out);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   test_sh(cmd);
   unlink(log);

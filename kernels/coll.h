@@ -14,7 +14,18 @@
  * reduce_scatterv_async runs on a separate communication queue: it starts once the ops issued
  * before it are done and leaves the compute queue free; wait(slot) makes later ops wait for it
  * (still without blocking the host). There are two slots, one per bucket of ZeRO-2's
- * overlap_comm; a slot holds at most one collective in flight. */
+ * overlap_comm; a slot holds at most one collective in flight.
+ *
+ * Point-to-point (the pipeline's activations and gradients): send and recv also run on the
+ * communication queue, in the order they are issued (one queue for everything asynchronous, so
+ * transfers and ZeRO-2's reduce-scatters keep the program's order on every rank), each starting
+ * once the ops issued before it on the compute queue are done. The compute queue goes on at
+ * once: wait_p2p(ticket) makes later ops wait for that transfer (a receive's consumer; whoever
+ * next writes a sent buffer). A send is matched with the peer's receives from this rank in
+ * order (no tags, as in NCCL), and blocks the communication queue until the peer's receive runs;
+ * both sides must give the same count. A ticket is the caller's name for one transfer in flight
+ * (0 <= ticket < KERNELS_COLL_TICKETS): it may be used again once waited for. sync waits (on the
+ * host) for everything issued so far and turns a peer that never comes into an error. */
 #ifndef BRIGADE_KERNELS_COLL_H
 #define BRIGADE_KERNELS_COLL_H
 
@@ -23,7 +34,8 @@
 enum {
   KERNELS_COLL_DEVICE_ID_BYTES = 16,  /* a GPU's UUID */
   KERNELS_COLL_UNIQUE_ID_BYTES = 128, /* NCCL_UNIQUE_ID_BYTES */
-  KERNELS_COLL_SLOTS = 2
+  KERNELS_COLL_SLOTS = 2,
+  KERNELS_COLL_TICKETS = 4096
 };
 
 /* One communicator over nranks processes (opaque; the backend defines it). */
@@ -66,6 +78,17 @@ typedef struct kernels_coll {
                                const size_t *counts);
   /* Ops issued from now on wait for slot's collective (a no-op when none is in flight). */
   int (*wait)(kernels_coll_comm *c, int slot);
+
+  /* buf[n] to rank `peer` / from rank `peer` into buf[n], on the communication queue under
+   * `ticket` (which must have no transfer in flight). buf must not be touched until
+   * wait_p2p(ticket). n = 0 sends nothing (the peer must receive 0). */
+  int (*send)(kernels_coll_comm *c, int ticket, const float *buf, size_t n, int peer);
+  int (*recv)(kernels_coll_comm *c, int ticket, float *buf, size_t n, int peer);
+  /* Ops issued from now on wait for the ticket's transfer (a no-op when none is in flight). */
+  int (*wait_p2p)(kernels_coll_comm *c, int ticket);
+  /* Waits on the host, at most timeout_s seconds, until everything issued on both queues is
+   * done; CORE_ERUNTIME (the communicator then unusable) on a communication error or a timeout. */
+  int (*sync)(kernels_coll_comm *c, double timeout_s);
 } kernels_coll;
 
 #endif

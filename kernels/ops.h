@@ -176,6 +176,10 @@ const kernels_ops *kernels_cpu_ops(void);
  * reaches it; to_device / to_host check that exactly their device side carries it. */
 #define KERNELS_FAKEDEV_TAG ((uintptr_t)1 << 62)
 const kernels_ops *kernels_fakedev_ops(void);
+/* Tests only: "fakedev" offers `coll` as its device collectives from now on (NULL: none, the
+ * default), e.g. a fake over MPI (tests/common/fake_coll.h), so that a whole training run takes
+ * the device path of ZeRO's collectives and the pipeline's transfers. */
+void kernels_fakedev_set_coll(const struct kernels_coll *coll);
 
 /* The table for a backend by name: "cpu", "cuda" or "fakedev". CORE_EINPUT for any other name;
  * CORE_ERUNTIME when this build has no CUDA backend, or it finds no usable GPU. */

@@ -328,6 +328,12 @@ static float *buffer(void *ctx, const sched_instr *in, size_t *n) {
   return h;
 }
 
+static float *device_buffer(void *ctx, const sched_instr *in, size_t *n) {
+  pipe_runner *rn = ctx;
+  rn->slot_of[in->chunk * rn->m + in->mb] = in->slot;
+  return chunk_buffer(rn, in, n);
+}
+
 static void received(void *ctx, const sched_instr *in) {
   pipe_runner *rn = ctx;
   const kernels_ops *ops = rn->chunks[in->chunk].ops;
@@ -338,6 +344,6 @@ static void received(void *ctx, const sched_instr *in) {
 }
 
 pipe_exec pipe_runner_exec(pipe_runner *rn) {
-  pipe_exec ex = {.ctx = rn, .run = run, .buffer = buffer, .received = received};
+  pipe_exec ex = {.ctx = rn, .run = run, .buffer = buffer, .received = received, .device_buffer = device_buffer};
   return ex;
 }

@@ -15,6 +15,7 @@
 #include "pipe/ckpt_model.h"
 #include "pipe/train_internal.h"
 #include "viz/viz.h"
+#include "zero/devcomm.h"
 
 typedef struct {
   train_cfg cfg;
@@ -26,6 +27,8 @@ typedef struct {
   pipe_worker worker, eval_worker;
   pipe_runner rn;
   FILE *log_json;
+  kernels_coll_comm *pcomm; /* the pipeline's device communicator (NULL: transfers over MPI) */
+  char pipe_why[160];       /* why the transfers go through host copies over MPI */
 } trainer;
 
 static int cut_model(trainer *tr) { return train_cut_model(&tr->cfg, &tr->model, &tr->bounds); }
@@ -132,6 +135,20 @@ static int compile_programs(trainer *tr) {
   return rc;
 }
 
+/* On a device backend, the pipeline's transfers go through the table's device communicator
+ * (NCCL send/recv) when every rank of the pipeline has a GPU of its own, else over MPI through
+ * host copies; zero/devcomm.h decides, the same way on every rank of the pipeline. */
+static int setup_transfers(trainer *tr) {
+  const kernels_ops *ops = tr->rn.chunks[0].ops;
+  if (!ops->device_memory || tr->topo.p < 2) return CORE_OK;
+  int rc = zero_devcomm_join(ops, tr->topo.pipe, "pipeline transfers", "pipeline", &tr->pcomm, tr->pipe_why,
+                             sizeof tr->pipe_why);
+  if (rc || !tr->pcomm) return rc;
+  rc = pipe_worker_use_device(&tr->worker, ops->coll, tr->pcomm);
+  if (!rc) rc = pipe_worker_use_device(&tr->eval_worker, ops->coll, tr->pcomm);
+  return rc;
+}
+
 static int setup(trainer *tr, const pipe_train_opts *o) {
   int world;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -157,6 +174,7 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   if (!rc) rc = setup_runner(tr);
   if (!rc) rc = pipe_worker_init(&tr->worker, &tr->prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
   if (!rc) rc = pipe_worker_init(&tr->eval_worker, &tr->eval_prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
+  if (!rc) rc = setup_transfers(tr);
   tr->worker.timeout_s = tr->eval_worker.timeout_s = tr->cfg.timeout;
   if (!rc && o->log_json && tr->topo.world_rank == 0 && !(tr->log_json = fopen(o->log_json, "w")))
     rc = core_error_set(CORE_EINPUT, "cannot write --log-json %s: %s", o->log_json, strerror(errno));
@@ -304,6 +322,7 @@ static void teardown(trainer *tr) {
   pipe_worker_free(&tr->eval_worker);
   /* the table the buffers came from (none allocated yet when the first chunk failed) */
   const kernels_ops *ops = tr->rn.chunks && tr->rn.chunks[0].ops ? tr->rn.chunks[0].ops : kernels_cpu_ops();
+  if (tr->pcomm) ops->coll->comm_free(tr->pcomm);
   for (int c = 0; c < tr->cfg.v && tr->rn.master; c++) ops->free(tr->rn.master[c]);
   for (int c = 0; c < tr->cfg.v && tr->rn.chunks; c++) {
     layers_chunk_free(&tr->rn.chunks[c]);
@@ -326,8 +345,11 @@ static void teardown(trainer *tr) {
 static void announce(trainer *tr) {
   if (tr->topo.world_rank != 0) return;
   const layers_chunk *k0 = &tr->rn.chunks[0];
-  if (k0->ops && k0->ops->device_memory && tr->topo.p > 1) /* ZeRO's collectives: zero_init says which path */
-    core_log(CORE_LOG_INFO, "backend %s: pipeline transfers go through host copies over MPI", k0->ops->name);
+  if (tr->pcomm) /* ZeRO's collectives: zero_init says which path */
+    core_log(CORE_LOG_INFO, "pipeline transfers: %s send/recv (one GPU per rank: device memory, no host copies)",
+             k0->ops->coll->name);
+  else if (k0->ops && k0->ops->device_memory && tr->topo.p > 1)
+    core_log(CORE_LOG_INFO, "pipeline transfers: MPI through host copies (%s)", tr->pipe_why);
   core_log(CORE_LOG_INFO, "model: %d layers, %.3f M parameters, vocabulary %d, T=%d, d_model=%d",
            tr->model.n, layers_model_params(&tr->model) / 1e6, tr->model.V, tr->model.T, tr->model.C);
   core_log(CORE_LOG_INFO, "layout: %d stage(s) x %d replica(s), schedule %s, %d chunk(s) per rank, %d "

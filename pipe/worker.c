@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "kernels/coll.h"
 
 int pipe_tag(const sched_program *pr, int dst_stage, int mb, int is_grad) {
   return ((mb * pr->p * pr->v) + dst_stage) * 2 + is_grad;
@@ -27,9 +28,24 @@ int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm
   return CORE_OK;
 }
 
+static int nslots(const pipe_worker *w) { return w->pr->nslots[w->rank] > 0 ? w->pr->nslots[w->rank] : 1; }
+
+int pipe_worker_use_device(pipe_worker *w, const kernels_coll *dc, kernels_coll_comm *comm) {
+  if ((long)nslots(w) * 4 > KERNELS_COLL_TICKETS)
+    return core_error_set(CORE_EINPUT, "rank %d holds %d activation slots; device transfers name at most %d",
+                          w->rank, nslots(w), KERNELS_COLL_TICKETS / 4);
+  if (!w->ex.device_buffer) return core_error_set(CORE_EINPUT, "the executor offers no device buffers");
+  w->dc = dc, w->dcomm = comm;
+  free(w->tpend);
+  w->tpend = core_calloc((size_t)nslots(w) * 4, 1);
+  return CORE_OK;
+}
+
 void pipe_worker_free(pipe_worker *w) {
+  free(w->tpend);
+  w->tpend = NULL;
   if (w->slot_req) {
-    int ns = w->pr->nslots[w->rank] > 0 ? w->pr->nslots[w->rank] : 1;
+    int ns = nslots(w);
     MPI_Waitall(2 * ns, w->slot_req, MPI_STATUSES_IGNORE);
   }
   free(w->slot_req);
@@ -84,7 +100,56 @@ static int drain_slot(pipe_worker *w, int slot, int i, const sched_instr *in) {
   return CORE_OK;
 }
 
+/* ---- the device path: tickets on the communication queue ---- */
+
+static int dev_fail(const pipe_worker *w, int i, const sched_instr *in) {
+  return core_error_prefix("rank %d instruction %d (%s)", w->rank, i, sched_op_name((sched_op)in->op));
+}
+
+/* Later ops wait for ticket t's transfer (the host does not). */
+static int dev_wait(pipe_worker *w, int t, int i, const sched_instr *in) {
+  if (!w->tpend[t]) return CORE_OK;
+  w->tpend[t] = 0;
+  return w->dc->wait_p2p(w->dcomm, t) ? dev_fail(w, i, in) : CORE_OK;
+}
+
+static int dev_wait_slot(pipe_worker *w, int slot, int i, const sched_instr *in) {
+  for (int k = 0; k < 4; k++) {
+    int rc = dev_wait(w, slot * 4 + k, i, in);
+    if (rc) return rc;
+  }
+  return CORE_OK;
+}
+
+static int dev_transfer(pipe_worker *w, int i, const sched_instr *in) {
+  int t = in->slot * 4 + (in->op - SCHED_SEND_ACT);
+  int rc = dev_wait(w, t, i, in); /* the ticket's last transfer, before it is used again */
+  if (rc) return rc;
+  size_t n = 0;
+  float *buf = w->ex.device_buffer(w->ex.ctx, in, &n);
+  int send = in->op == SCHED_SEND_ACT || in->op == SCHED_SEND_GRAD;
+  rc = send ? w->dc->send(w->dcomm, t, buf, n, in->peer) : w->dc->recv(w->dcomm, t, buf, n, in->peer);
+  if (rc) return dev_fail(w, i, in);
+  w->tpend[t] = 1;
+  return CORE_OK;
+}
+
+/* End of a step: nothing in flight, and a stuck peer becomes an error rather than a hang. */
+static int dev_finish(pipe_worker *w, const sched_stream *st) {
+  const sched_instr *last = &st->ins[st->len - 1];
+  for (int s = 0; s < nslots(w); s++) {
+    int rc = dev_wait_slot(w, s, st->len - 1, last);
+    if (rc) return rc;
+  }
+  if (w->dc->sync(w->dcomm, w->timeout_s))
+    return core_error_prefix("rank %d, end of the step's %d instructions", w->rank, st->len);
+  return CORE_OK;
+}
+
+/* ---- the MPI path (and the device path's entry) ---- */
+
 static int op_send(pipe_worker *w, int i, const sched_instr *in) {
+  if (w->dc) return dev_transfer(w, i, in);
   int grad = in->op == SCHED_SEND_GRAD;
   int dst = stage_of(w, in) + (grad ? -1 : 1);
   int tag = pipe_tag(w->pr, dst, in->mb, grad);
@@ -101,6 +166,7 @@ static int op_send(pipe_worker *w, int i, const sched_instr *in) {
 }
 
 static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
+  if (w->dc) return dev_transfer(w, i, in);
   int rc = drain_slot(w, in->slot, i, in);
   if (rc) return rc;
   size_t n = 0;
@@ -125,6 +191,10 @@ static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
 }
 
 static int op_exec(pipe_worker *w, int i, const sched_instr *in) {
+  if (w->dc && in->slot >= 0) { /* the slot's transfers land (receives) or leave (sends) first */
+    int rc = dev_wait_slot(w, in->slot, i, in);
+    if (rc) return rc;
+  }
   if (in->slot >= 0 && (in->op == SCHED_LOAD_MICROBATCH || in->op == SCHED_FORWARD)) {
     int rc = drain_slot(w, in->slot, i, in); /* about to overwrite the slot */
     if (rc) return rc;
@@ -161,7 +231,8 @@ int pipe_worker_step(pipe_worker *w) {
     }
   }
   /* the step ends with no send in flight: buffers may change before the next step */
-  int ns = w->pr->nslots[w->rank] > 0 ? w->pr->nslots[w->rank] : 1;
+  if (w->dc) return st->len ? dev_finish(w, st) : CORE_OK;
+  int ns = nslots(w);
   for (int k = 0; k < 2 * ns; k++)
     if (w->slot_req[k] != MPI_REQUEST_NULL) {
       int rc = wait_req(w, &w->slot_req[k], MPI_STATUS_IGNORE, st->len - 1, &st->ins[st->len - 1]);

@@ -4,7 +4,16 @@
  * produced the stream. Transfers are the worker's own: non-blocking MPI sends whose buffers are
  * not reused before the request completes, receives that wait with a timeout, tags derived from
  * (micro-batch, virtual stage, direction). Everything else (loads, compute, reductions, the
- * optimizer step) goes to the executor, which owns the model and its buffers. */
+ * optimizer step) goes to the executor, which owns the model and its buffers.
+ *
+ * The device path (pipe_worker_use_device): transfers go through a device communicator
+ * (kernels/coll.h: NCCL send/recv) on the executor's own buffers in the backend's memory, with
+ * no host copies. They run on the backend's communication queue in program order; the worker
+ * names each in-flight transfer by a ticket, slot * 4 + (op - SCHED_SEND_ACT), and makes the
+ * compute queue wait for a slot's transfers before the next op on that slot (a receive's
+ * consumer, or whoever writes a sent buffer next) and for all of them at the step's end. The
+ * program's verification (blocking, unbuffered send/recv: sched_verify) is what makes this
+ * deadlock-free: every wait here is one the program's own order already implies. */
 #ifndef BRIGADE_PIPE_WORKER_H
 #define BRIGADE_PIPE_WORKER_H
 
@@ -24,7 +33,12 @@ typedef struct {
   /* After a RECV_* completes (may be NULL): an executor whose buffers live in device memory
    * copies the received host buffer over. */
   void (*received)(void *ctx, const sched_instr *in);
+  /* The device path: the executor's own buffer for a transfer, in the backend's memory. */
+  float *(*device_buffer)(void *ctx, const sched_instr *in, size_t *nfloats);
 } pipe_exec;
+
+struct kernels_coll;
+struct kernels_coll_comm;
 
 typedef struct {
   const sched_program *pr;
@@ -38,10 +52,17 @@ typedef struct {
   /* internal */
   MPI_Request *slot_req; /* [nslots * 2] outstanding sends per slot (activation, gradient) */
   int tag_ub;
+  const struct kernels_coll *dc; /* the device path (NULL: MPI) */
+  struct kernels_coll_comm *dcomm;
+  unsigned char *tpend;          /* [nslots * 4] device path: ticket in flight */
 } pipe_worker;
 
 int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm comm, pipe_exec ex);
 void pipe_worker_free(pipe_worker *w);
+/* Sends and receives through dc on comm (which must number the ranks as the program does) from
+ * now on; the executor must offer device_buffer. CORE_EINPUT when the rank's slots need more
+ * tickets than the table has. The worker does not own comm. */
+int pipe_worker_use_device(pipe_worker *w, const struct kernels_coll *dc, struct kernels_coll_comm *comm);
 /* Executes the whole stream once (one training step). CORE_ERUNTIME with the rank, the
  * instruction index and the instruction on any failure or timeout. */
 int pipe_worker_step(pipe_worker *w);

@@ -1,70 +1,37 @@
 #include "zero/zero.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "zero/devcomm.h"
 
 /* ---- the path of the collectives: ops->coll (NCCL) or MPI through host copies ---- */
 
 /* Rank 0 of the group says the path, each path and reason once per process. */
 static void say_path(const zero_buffer *z, const char *why) {
-  static const char *said[8];
+  static char said[8][160];
   static int nsaid;
   const char *key = z->nccl ? "NCCL" : why;
   if (z->r != 0) return;
   for (int i = 0; i < nsaid; i++)
-    if (said[i] == key) return;
-  if (nsaid < 8) said[nsaid++] = key;
+    if (strcmp(said[i], key) == 0) return;
+  if (nsaid < 8) snprintf(said[nsaid++], sizeof said[0], "%s", key);
   if (z->nccl) core_log(CORE_LOG_INFO, "ZeRO collectives: NCCL (one GPU per rank: device memory, no host copies)");
   else core_log(CORE_LOG_INFO, "ZeRO collectives: MPI through host copies (%s)", why);
 }
 
-/* Decides, the same way on every rank of the group, whether the collectives go through
- * ops->coll, and joins its communicator when they do. The ranks' device identities go around
- * over MPI: NCCL needs every rank of a communicator on its own GPU. */
+/* Joins the group's device communicator when the collectives can go through ops->coll
+ * (zero/devcomm.h decides, the same way on every rank), and says the path. */
 static int coll_setup(zero_buffer *z) {
-  const kernels_coll *cl = z->ops->coll;
-  enum { B = KERNELS_COLL_DEVICE_ID_BYTES, E = B + 2, U = KERNELS_COLL_UNIQUE_ID_BYTES };
-  const char *env = getenv("BRIGADE_NCCL");
-  unsigned char mine[E] = {0};
-  mine[B] = !(env && strcmp(env, "0") == 0);        /* this rank allows NCCL */
-  mine[B + 1] = mine[B] && cl->device_id(mine) == CORE_OK; /* and knows its GPU */
-  unsigned char *all = core_malloc((size_t)z->d * E);
-  if (MPI_Allgather(mine, E, MPI_BYTE, all, E, MPI_BYTE, z->comm) != MPI_SUCCESS) {
-    free(all);
-    return core_error_set(CORE_ERUNTIME, "ZeRO: exchanging the ranks' GPU identities failed");
-  }
-  const char *why = NULL;
-  for (int q = 0; q < z->d && !why; q++)
-    if (!all[(size_t)q * E + B]) why = "BRIGADE_NCCL=0";
-  for (int q = 0; q < z->d && !why; q++)
-    if (!all[(size_t)q * E + B + 1]) why = "a rank of the data-parallel group could not read its GPU's identity";
-  for (int q = 0; q < z->d && !why; q++)
-    for (int q2 = q + 1; q2 < z->d && !why; q2++)
-      if (memcmp(all + (size_t)q * E, all + (size_t)q2 * E, B) == 0)
-        why = "ranks of a data-parallel group share a GPU; NCCL needs one GPU per rank";
-  free(all);
-  if (why) {
+  char why[160];
+  int rc = zero_devcomm_join(z->ops, z->comm, "ZeRO collectives", "data-parallel group", &z->cc, why, sizeof why);
+  if (rc) return rc;
+  if (!z->cc) {
     say_path(z, why);
     return CORE_OK;
-  }
-  /* rank 0 makes the id (its last byte says whether it could), everyone joins */
-  unsigned char id[U + 1] = {0};
-  if (z->r == 0) id[U] = cl->unique_id(id) == CORE_OK;
-  if (MPI_Bcast(id, U + 1, MPI_BYTE, 0, z->comm) != MPI_SUCCESS)
-    return core_error_set(CORE_ERUNTIME, "ZeRO: handing the NCCL unique id around failed");
-  if (!id[U]) {
-    if (z->r == 0) return core_error_prefix("ZeRO collectives over %s (BRIGADE_NCCL=0 uses MPI through host copies instead)", cl->name);
-    return core_error_set(CORE_ERUNTIME, "ZeRO collectives over %s: rank 0 of the data-parallel group could not make a unique id (BRIGADE_NCCL=0 uses MPI through host copies instead)", cl->name);
-  }
-  int rc = cl->comm_init(&z->cc, id, z->d, z->r), ok = rc == CORE_OK, all_ok = 0;
-  if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, z->comm) != MPI_SUCCESS) all_ok = 0;
-  if (!all_ok) {
-    cl->comm_free(z->cc), z->cc = NULL;
-    if (rc) return core_error_prefix("ZeRO collectives over %s (BRIGADE_NCCL=0 uses MPI through host copies instead)", cl->name);
-    return core_error_set(CORE_ERUNTIME, "ZeRO collectives over %s: another rank of the data-parallel group could not join the communicator (BRIGADE_NCCL=0 uses MPI through host copies instead)", cl->name);
   }
   z->nccl = 1;
   z->ncounts = core_calloc((size_t)z->d, sizeof(size_t));
@@ -91,12 +58,8 @@ int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *gr
     return core_error_set(CORE_EINPUT, "a chunk of %zu parameters is too large for one MPI collective", n);
   z->req[0] = z->req[1] = MPI_REQUEST_NULL;
   if (z->device && z->d > 1) {
-    if (z->ops->coll) {
-      int rc = coll_setup(z);
-      if (rc) return rc;
-    } else {
-      say_path(z, "the backend offers no device collectives");
-    }
+    int rc = coll_setup(z);
+    if (rc) return rc;
   }
   if (stage >= 1 && !(z->acc = z->ops->alloc(sizeof(float) * z->shard)))
     return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for a gradient shard of %zu floats", z->ops->name, z->shard);

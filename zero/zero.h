@@ -24,7 +24,7 @@
  *   - device memory whose table offers device collectives (ops->coll: NCCL for "cuda"), with
  *     every rank of the group on its own GPU (the ranks' 16-byte GPU identities, exchanged over
  *     MPI, are distinct) and BRIGADE_NCCL not "0": rank 0 makes a unique id, MPI_Bcast hands it
- *     around, every rank joins one communicator; the collectives above then run through
+ *     around, every rank joins one communicator (zero/devcomm.h); the collectives above then run through
  *     ops->coll on device memory, ordered with the ops on the compute stream, with no host
  *     copies (overlap_comm's reduce-scatter: on the backend's communication stream, the compute
  *     stream waiting for it by event). z->nccl says so. Rank 0 of the group logs
@@ -33,7 +33,7 @@
  *     rank 0 logs "ZeRO collectives: MPI through host copies (<why>)".
  * The byte accounting (bytes_reduce, bytes_gather, reduce_scatters) is the same on every path.
  * Each zero_buffer (one per chunk) has a communicator of its own. Pipeline transfers are not
- * zero/'s: they stay on MPI through host staging. */
+ * zero/'s (pipe/worker.c; they join their own communicator through zero/devcomm.h). */
 #ifndef BRIGADE_ZERO_ZERO_H
 #define BRIGADE_ZERO_ZERO_H
 

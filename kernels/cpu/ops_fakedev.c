@@ -209,7 +209,7 @@ static void cast_f16_to_f32(float *out, const uint16_t *in, size_t n) {
 static void round_bf16(float *x, size_t n) { CPU->round_bf16(D(x), n); }
 static void round_fp16(float *x, size_t n) { CPU->round_fp16(D(x), n); }
 
-static const kernels_ops fakedev_ops = {
+static kernels_ops fakedev_ops = { /* not const: tests may give it a coll table */
     .name = "fakedev",
     .device_memory = 1,
     .alloc = mem_alloc,
@@ -252,6 +252,8 @@ static const kernels_ops fakedev_ops = {
     .round_bf16 = round_bf16,
     .round_fp16 = round_fp16,
 };
+
+void kernels_fakedev_set_coll(const struct kernels_coll *coll) { fakedev_ops.coll = coll; }
 
 const kernels_ops *kernels_fakedev_ops(void) {
   kernels_cpu_ops(); /* the kernel choice, as the CPU table makes it */

@@ -7,7 +7,14 @@
 // stream (created on first use, shared by every communicator of the process): an event recorded
 // on the compute stream makes it start after the ops issued before it; a "done" event per slot
 // is recorded after it, and wait(slot) makes the compute stream wait for that event
-// (cudaStreamWaitEvent: the host never blocks).
+// (cudaStreamWaitEvent: the host never blocks). Point-to-point send / recv go on the same
+// communication stream, in issue order, each after an event recorded on the compute stream, and
+// record a per-ticket event that wait_p2p makes the compute stream wait for: the pipeline's
+// transfers overlap compute, and every NCCL call of a process that runs asynchronously keeps the
+// program's order (ZeRO-2's reduce-scatters and the transfers on one stream). The synchronous
+// collectives on the compute stream may run beside a transfer of another communicator on the
+// communication stream: like every pipeline + data-parallel NCCL user, this relies on the GPU
+// running both kernels at once (NCCL's documentation names the hazard).
 //
 // Errors: every CUDA and NCCL call is checked; a failure returns CORE_ERUNTIME with the entry,
 // file:line, the call and the error (ncclGetErrorString / cudaGetErrorString) as the message.
@@ -17,7 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "kernels/cuda/cuda.h"
 
@@ -61,6 +70,8 @@ struct kernels_coll_comm {
   cudaEvent_t ready;                        // recorded on the compute stream before an async call
   cudaEvent_t done[KERNELS_COLL_SLOTS];     // recorded on the comm stream after it
   int pending[KERNELS_COLL_SLOTS];          // an async call in the slot not yet waited for
+  cudaEvent_t tev[KERNELS_COLL_TICKETS];    // recorded on the comm stream after a transfer (lazily made)
+  unsigned char tpending[KERNELS_COLL_TICKETS];
 };
 
 // ---- the communication stream (one per process, created once) ----
@@ -114,7 +125,9 @@ static int comm_setup(kernels_coll_comm *c, const unsigned char *id, int nranks,
   CUDA_TRY(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
   for (int k = 0; k < KERNELS_COLL_SLOTS; k++)
     CUDA_TRY(cudaEventCreateWithFlags(&c->done[k], cudaEventDisableTiming));
-  NCCL_TRY(ncclCommInitRank(&c->comm, nranks, u, rank));
+  ncclComm_t comm = nullptr; // c->comm only ever holds a communicator that was made
+  NCCL_TRY(ncclCommInitRank(&comm, nranks, u, rank));
+  c->comm = comm;
   return 0;
 }
 
@@ -151,6 +164,8 @@ static void comm_free(kernels_coll_comm *c) {
   if (c->ready) cudaEventDestroy(c->ready);
   for (int k = 0; k < KERNELS_COLL_SLOTS; k++)
     if (c->done[k]) cudaEventDestroy(c->done[k]);
+  for (int k = 0; k < KERNELS_COLL_TICKETS; k++)
+    if (c->tev[k]) cudaEventDestroy(c->tev[k]);
   free(c);
 }
 
@@ -240,6 +255,84 @@ static int wait_slot(kernels_coll_comm *c, int slot) {
   return 0;
 }
 
+// ---- point-to-point on the communication stream ----
+
+static int ticket_ok(const char *entry, kernels_coll_comm *c, int t) {
+  if (t < 0 || t >= KERNELS_COLL_TICKETS)
+    return core_error_set(kRuntimeError, "NCCL collectives, %s: no ticket %d", entry, t);
+  if (c->tpending[t])
+    return core_error_set(kRuntimeError, "NCCL collectives, %s: ticket %d still has a transfer in flight",
+                          entry, t);
+  return 0;
+}
+
+// Issues one transfer under ticket t: the comm stream waits for the compute stream's ops so
+// far, runs the transfer, and records the ticket's event.
+static int p2p(const char *entry, kernels_coll_comm *c, int t, float *buf, size_t n, int peer, int is_send) {
+  int rc = ticket_ok(entry, c, t);
+  if (rc) return rc;
+  cudaStream_t s;
+  if ((rc = comm_stream(&s))) return rc;
+  if (!c->tev[t]) CUDA_TRY(cudaEventCreateWithFlags(&c->tev[t], cudaEventDisableTiming));
+  CUDA_TRY(cudaEventRecord(c->ready, cuda_stream()));
+  CUDA_TRY(cudaStreamWaitEvent(s, c->ready, 0));
+  if (n) {
+    if (is_send) NCCL_TRY(ncclSend(buf, n, ncclFloat, peer, c->comm, s));
+    else NCCL_TRY(ncclRecv(buf, n, ncclFloat, peer, c->comm, s));
+  }
+  CUDA_TRY(cudaEventRecord(c->tev[t], s));
+  c->tpending[t] = 1;
+  return 0;
+}
+
+static int p2p_send(kernels_coll_comm *c, int t, const float *buf, size_t n, int peer) {
+  return p2p(__func__, c, t, (float *)buf, n, peer, 1);
+}
+
+static int p2p_recv(kernels_coll_comm *c, int t, float *buf, size_t n, int peer) {
+  return p2p(__func__, c, t, buf, n, peer, 0);
+}
+
+static int wait_p2p(kernels_coll_comm *c, int t) {
+  if (t < 0 || t >= KERNELS_COLL_TICKETS)
+    return core_error_set(kRuntimeError, "NCCL collectives, wait_p2p: no ticket %d", t);
+  if (!c->tpending[t]) return 0;
+  c->tpending[t] = 0;
+  CUDA_TRY(cudaStreamWaitEvent(cuda_stream(), c->tev[t], 0));
+  return 0;
+}
+
+// Polls both streams and the communicator's asynchronous error: a stuck peer would otherwise
+// hang the next synchronising call forever. On a timeout or an error the communicator is
+// aborted (its kernels return), so the process can report and exit.
+static int sync_comm(kernels_coll_comm *c, double timeout_s) {
+  cudaStream_t s;
+  int rc = comm_stream(&s);
+  if (rc) return rc;
+  auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    cudaError_t a = cudaStreamQuery(s), b = cudaStreamQuery(cuda_stream());
+    if (a != cudaSuccess && a != cudaErrorNotReady) return cuda_failed(__func__, __FILE__, __LINE__, "cudaStreamQuery(comm)", a);
+    if (b != cudaSuccess && b != cudaErrorNotReady) return cuda_failed(__func__, __FILE__, __LINE__, "cudaStreamQuery(compute)", b);
+    if (a == cudaSuccess && b == cudaSuccess) return 0;
+    ncclResult_t ae = ncclSuccess;
+    NCCL_TRY(ncclCommGetAsyncError(c->comm, &ae));
+    if (ae != ncclSuccess && ae != ncclInProgress) {
+      ncclCommAbort(c->comm);
+      c->comm = nullptr;
+      return nccl_failed(__func__, __FILE__, __LINE__, "ncclCommGetAsyncError (the communicator is aborted)", ae);
+    }
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (waited > timeout_s) {
+      ncclCommAbort(c->comm);
+      c->comm = nullptr;
+      return core_error_set(kRuntimeError, "NCCL collectives, sync: nothing finished for %.0f s (a peer that never "
+                            "sends or receives?); the communicator is aborted", timeout_s);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 // Filled field by field (C++17 has no designated initializers): the order of coll.h's fields
 // cannot silently put an entry in the wrong slot.
 static kernels_coll make_table(void) {
@@ -257,6 +350,10 @@ static kernels_coll make_table(void) {
   t.all_gatherv = all_gatherv;
   t.reduce_scatterv_async = reduce_scatterv_async;
   t.wait = wait_slot;
+  t.send = p2p_send;
+  t.recv = p2p_recv;
+  t.wait_p2p = wait_p2p;
+  t.sync = sync_comm;
   return t;
 }
 

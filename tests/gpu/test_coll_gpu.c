@@ -102,6 +102,19 @@ Test(coll_gpu, one_rank_communicator) {
   }
   cr_assert_neq(c->wait(comm, KERNELS_COLL_SLOTS), CORE_OK, "a slot that does not exist");
 
+  /* point-to-point tickets without data (one rank has no peer to send to: n = 0 makes no NCCL
+   * call, but the ticket's events, its busy state, wait_p2p and sync all run) */
+  cr_assert_eq(c->send(comm, 0, x, 0, 0), CORE_OK, "%s", core_error_msg());
+  cr_assert_neq(c->send(comm, 0, x, 0, 0), CORE_OK, "a busy ticket must be refused");
+  cr_assert_eq(c->recv(comm, KERNELS_COLL_TICKETS - 1, x, 0, 0), CORE_OK, "%s", core_error_msg());
+  cr_assert_neq(c->recv(comm, KERNELS_COLL_TICKETS, x, 0, 0), CORE_OK, "a ticket that does not exist");
+  cr_assert_eq(c->wait_p2p(comm, 0), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(c->wait_p2p(comm, KERNELS_COLL_TICKETS - 1), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(c->wait_p2p(comm, 0), CORE_OK, "wait on an idle ticket is a no-op");
+  cr_assert_eq(c->send(comm, 0, x, 0, 0), CORE_OK, "a ticket waited for may be used again: %s", core_error_msg());
+  cr_assert_eq(c->wait_p2p(comm, 0), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(c->sync(comm, 30.0), CORE_OK, "%s", core_error_msg());
+
   c->comm_free(comm);
   G->free(x), G->free(r), G->free(rv), G->free(g);
 }

@@ -44,14 +44,16 @@ static void read_log(const char *path, run_log *lg) {
 
 /* Runs brigade train on np ranks (np = 0: plain process) with extra --set options. Open MPI
  * leaks at MPI_Init even in one process, so sanitizer builds run it without leak checks. */
-static int train(int np, const char *sets, const char *log) {
+static int train_prog(const char *prog, int np, const char *sets, const char *log) {
   char args[2048];
   snprintf(args, sizeof args, "train configs/tiny.cfg --set train.steps=20 --set train.eval_interval=10 %s --log-json %s", sets, log);
-  if (np > 0) return test_mpirun(np, "brigade", args);
+  if (np > 0) return test_mpirun(np, prog, args);
   char cmd[2300];
   snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade %s 1>&2", test_build_dir(), args);
   return test_sh(cmd);
 }
+
+static int train(int np, const char *sets, const char *log) { return train_prog("brigade", np, sets, log); }
 
 /* train() with --set options from a format, which must succeed; its log into *out. */
 static void train_read(int np, const char *log, run_log *out, const char *fmt, ...) {
@@ -600,5 +602,56 @@ Test(train, device_memory_backend_matches_cpu, .timeout = 300) {
   }
   snprintf(sets, sizeof sets, "rm -rf %s", dir);
   test_sh(sets);
+  unlink(log);
+}
+
+/* The device path of the pipeline's transfers: "fakedev" given a fake device communicator over
+ * MPI (tests/pipe/worker_fakenccl.c, tests/common/fake_coll.h), so activations and gradients go
+ * through send/recv tickets on the table's memory (no host copies) and ZeRO's collectives
+ * through the coll table. The fake receives into a private buffer and copies it over only when
+ * the worker waits for the ticket, and checks that a sent buffer is unchanged when its ticket is
+ * waited for: a consumer that runs before its wait, or a slot overwritten while its send is in
+ * flight, changes the losses or fails the run. Every layout trains to the CPU's losses bit for
+ * bit; ranks that share a GPU fall back to MPI through host copies and say so. */
+Test(train, device_transfers_match_cpu, .timeout = 300) {
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  const struct { int np; const char *sets; } layouts[] = {
+      {2, "--set pipeline.stages=2 --set gradient_accumulation_steps=3"},
+      {2, "--set pipeline.stages=2 --set pipeline.schedule=interleaved --set pipeline.virtual_stages=2"},
+      {2, "--set pipeline.stages=2 --set pipeline.schedule=dualpipev --set gradient_accumulation_steps=4"},
+      {3, "--set pipeline.stages=3 --set pipeline.schedule=zb-h2 --set bf16.enabled=true"},
+      {4, "--set pipeline.stages=2 --set zero_optimization.stage=2 --set gradient_accumulation_steps=2 "
+          "--set zero_optimization.reduce_bucket_size=1000 --set zero_optimization.overlap_comm=true "
+          "--set fp16.enabled=true --set pipeline.schedule=zb-h1"},
+  };
+  setenv("FAKE_COLL_EXPECT", "p2p", 1);
+  for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+    run_log cpu, dev;
+    train_read(layouts[k].np, log, &cpu, "%s", layouts[k].sets);
+    char sets[1024];
+    snprintf(sets, sizeof sets, "%s --set backend=fakedev", layouts[k].sets);
+    cr_assert_eq(train_prog("tests/pipe/worker_fakenccl", layouts[k].np, sets, log), 0, "device path: %s failed",
+                 layouts[k].sets);
+    read_log(log, &dev);
+    cr_assert_eq(cpu.n, 20);
+    same_bits(&cpu, &dev, layouts[k].sets);
+  }
+  unsetenv("FAKE_COLL_EXPECT");
+  /* ranks sharing a GPU: MPI through host copies, said once, the same losses */
+  char cmd[2048], *out = NULL;
+  snprintf(cmd, sizeof cmd,
+           "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+           "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 FAKE_COLL_SHARED=1 "
+           "FAKE_COLL_EXPECT=none timeout 120 mpirun -np 2 %s/tests/pipe/worker_fakenccl train configs/tiny.cfg "
+           "--set train.steps=4 --set pipeline.stages=2 --set backend=fakedev",
+           test_build_dir());
+  int rc = test_capture(cmd, &out);
+  cr_assert_eq(rc, 0, "shared GPU run failed (exit %d):\n%s", rc, out);
+  const char *line = "pipeline transfers: MPI through host copies (ranks of a pipeline share a GPU; NCCL needs one "
+                     "GPU per rank)";
+  const char *at = strstr(out, line);
+  cr_assert(at && !strstr(at + 1, line), "\"%s\" not said exactly once in:\n%s", line, out);
+  free(out);
   unlink(log);
 }

@@ -2,13 +2,11 @@
  * machine without a GPU. Run under mpirun with d ranks (one data-parallel group); exits 0 when
  * every check passed on every rank.
  *
- * The coll table is a table, so this file supplies a fake one over MPI (kernels_coll below):
- * it takes fakedev memory (it clears KERNELS_FAKEDEV_TAG to reach the host address, and aborts
- * when handed a host pointer, as a device collective would fail on one), reports the world
- * rank's bytes as the device identity (distinct GPUs) or, in "shared" mode, the same bytes on
- * every rank (ranks sharing a GPU). Its asynchronous reduce-scatter does nothing when issued and
- * the whole collective when waited for: it reads the bucket and writes the accumulator as late
- * as a communication stream may, so zero.c touching either before wait(slot) changes results.
+ * The coll table is a table, so the test supplies a fake one over MPI (tests/common/fake_coll.h):
+ * fakedev memory only, distinct device identities or, in "shared" mode, the same on every rank
+ * (ranks sharing a GPU). Its asynchronous reduce-scatter does nothing when issued and the whole
+ * collective when waited for: it reads the bucket and writes the accumulator as late as a
+ * communication stream may, so zero.c touching either before wait(slot) changes results.
  *
  * For ZeRO stages 0, 1 and 2 (buckets smaller than the buffer, overlap on and off, kept ranges)
  * and three layouts (shards uneven, even, and one replica owning nothing when d = 3), the same
@@ -34,6 +32,7 @@
 #include "core/error.h"
 #include "kernels/coll.h"
 #include "kernels/ops.h"
+#include "tests/common/fake_coll.h"
 #include "zero/zero.h"
 
 enum { MAXD = 8 };
@@ -51,156 +50,7 @@ static int world_rank, fails;
     }                                                                                              \
   } while (0)
 
-/* ---- the fake device collectives, over MPI ---- */
-
-static MPI_Comm fake_group; /* the group zero/ runs on: the fake's communicators dup it */
-static int fake_shared;     /* 1: every rank reports the same device identity */
-static int fake_fail;       /* 1: all_reduce fails (on every rank, without communicating) */
-static struct {
-  int device_id, unique_id, comm_init, comm_free, all_reduce, reduce_scatter, reduce_scatterv,
-      all_gather, all_gatherv, async, wait;
-} calls;
-
-struct kernels_coll_comm {
-  MPI_Comm comm;
-  int nranks, rank;
-  int pending[2]; /* an async reduce-scatter issued, run at wait */
-  const float *send[2];
-  float *recv[2];
-  int counts[2][MAXD];
-};
-
-static void *dev(const void *p, const char *entry) {
-  if (!p) return NULL;
-  if (!((uintptr_t)p & KERNELS_FAKEDEV_TAG)) {
-    fprintf(stderr, "worker_coll: fake coll %s: %p is a host pointer, not device memory\n", entry, p);
-    abort();
-  }
-  return (void *)((uintptr_t)p & ~KERNELS_FAKEDEV_TAG);
-}
-
-static int mpi_fail(const char *entry) { return core_error_set(CORE_ERUNTIME, "fake coll: %s failed", entry); }
-
-static int f_device_id(unsigned char id[KERNELS_COLL_DEVICE_ID_BYTES]) {
-  calls.device_id++;
-  memset(id, 0xab, KERNELS_COLL_DEVICE_ID_BYTES);
-  if (!fake_shared) memcpy(id, &world_rank, sizeof world_rank);
-  return CORE_OK;
-}
-
-static int f_unique_id(unsigned char id[KERNELS_COLL_UNIQUE_ID_BYTES]) {
-  calls.unique_id++;
-  static unsigned serial;
-  for (int i = 0; i < KERNELS_COLL_UNIQUE_ID_BYTES; i++) id[i] = (unsigned char)(i * 31 + 7 * serial + world_rank + 1);
-  serial++;
-  return CORE_OK;
-}
-
-/* Checks what zero/ handed around: the same id, nranks and a distinct rank everywhere. */
-static int f_comm_init(kernels_coll_comm **out, const unsigned char id[KERNELS_COLL_UNIQUE_ID_BYTES], int nranks,
-                       int rank) {
-  calls.comm_init++;
-  *out = NULL;
-  kernels_coll_comm *c = calloc(1, sizeof *c);
-  MPI_Comm_dup(fake_group, &c->comm);
-  int size, me;
-  MPI_Comm_size(c->comm, &size);
-  MPI_Comm_rank(c->comm, &me);
-  unsigned char root[KERNELS_COLL_UNIQUE_ID_BYTES];
-  memcpy(root, id, sizeof root);
-  MPI_Bcast(root, (int)sizeof root, MPI_BYTE, 0, c->comm);
-  int bad = nranks != size || rank != me || memcmp(root, id, sizeof root) != 0, anybad = 0;
-  MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, c->comm);
-  if (anybad) {
-    MPI_Comm_free(&c->comm), free(c);
-    return core_error_set(CORE_ERUNTIME, "fake coll: comm_init given different ids, or a wrong rank / size");
-  }
-  c->nranks = nranks, c->rank = rank;
-  *out = c;
-  return CORE_OK;
-}
-
-static void f_comm_free(kernels_coll_comm *c) {
-  if (!c) return;
-  calls.comm_free++;
-  CHECK(!c->pending[0] && !c->pending[1], "comm_free with an async reduce-scatter never waited for");
-  MPI_Comm_free(&c->comm);
-  free(c);
-}
-
-static int f_all_reduce(kernels_coll_comm *c, float *x, size_t n) {
-  calls.all_reduce++;
-  if (fake_fail) return mpi_fail("all_reduce");
-  return MPI_Allreduce(MPI_IN_PLACE, dev(x, "all_reduce"), (int)n, MPI_FLOAT, MPI_SUM, c->comm) ? mpi_fail("all_reduce") : CORE_OK;
-}
-
-static int f_reduce_scatter(kernels_coll_comm *c, const float *send, float *recv, size_t count) {
-  calls.reduce_scatter++;
-  return MPI_Reduce_scatter_block(dev(send, "reduce_scatter"), dev(recv, "reduce_scatter"), (int)count, MPI_FLOAT,
-                                  MPI_SUM, c->comm)
-             ? mpi_fail("reduce_scatter")
-             : CORE_OK;
-}
-
-static int rsv(kernels_coll_comm *c, const float *send, float *recv, const int *counts) {
-  float *s = dev(send, "reduce_scatterv"), *r = counts[c->rank] ? dev(recv, "reduce_scatterv") : NULL;
-  return MPI_Reduce_scatter(s, r, counts, MPI_FLOAT, MPI_SUM, c->comm) ? mpi_fail("reduce_scatterv") : CORE_OK;
-}
-
-static int f_reduce_scatterv(kernels_coll_comm *c, const float *send, float *recv, const size_t *counts) {
-  calls.reduce_scatterv++;
-  int ic[MAXD];
-  for (int q = 0; q < c->nranks; q++) ic[q] = (int)counts[q];
-  return rsv(c, send, recv, ic);
-}
-
-static int f_all_gather(kernels_coll_comm *c, const float *send, float *recv, size_t count) {
-  calls.all_gather++;
-  float *r = dev(recv, "all_gather");
-  const float *s = send == recv + (size_t)c->rank * count ? MPI_IN_PLACE : dev(send, "all_gather");
-  return MPI_Allgather(s, (int)count, MPI_FLOAT, r, (int)count, MPI_FLOAT, c->comm) ? mpi_fail("all_gather") : CORE_OK;
-}
-
-static int f_all_gatherv(kernels_coll_comm *c, float *buf, const size_t *counts) {
-  calls.all_gatherv++;
-  int ic[MAXD], displs[MAXD], off = 0;
-  for (int q = 0; q < c->nranks; q++) ic[q] = (int)counts[q], displs[q] = off, off += ic[q];
-  return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, dev(buf, "all_gatherv"), ic, displs, MPI_FLOAT, c->comm)
-             ? mpi_fail("all_gatherv")
-             : CORE_OK;
-}
-
-static int f_async(kernels_coll_comm *c, int slot, const float *send, float *recv, const size_t *counts) {
-  calls.async++;
-  if (slot < 0 || slot > 1 || c->pending[slot])
-    return core_error_set(CORE_ERUNTIME, "fake coll: async reduce-scatter into slot %d, busy or not a slot", slot);
-  dev(send, "reduce_scatterv_async"), dev(recv, "reduce_scatterv_async");
-  c->pending[slot] = 1, c->send[slot] = send, c->recv[slot] = recv;
-  for (int q = 0; q < c->nranks; q++) c->counts[slot][q] = (int)counts[q]; /* read now, as coll.h says */
-  return CORE_OK;
-}
-
-static int f_wait(kernels_coll_comm *c, int slot) {
-  calls.wait++;
-  if (!c->pending[slot]) return CORE_OK;
-  c->pending[slot] = 0;
-  return rsv(c, c->send[slot], c->recv[slot], c->counts[slot]);
-}
-
-static const kernels_coll fake_coll = {
-    .name = "fake",
-    .device_id = f_device_id,
-    .unique_id = f_unique_id,
-    .comm_init = f_comm_init,
-    .comm_free = f_comm_free,
-    .all_reduce = f_all_reduce,
-    .reduce_scatter = f_reduce_scatter,
-    .reduce_scatterv = f_reduce_scatterv,
-    .all_gather = f_all_gather,
-    .all_gatherv = f_all_gatherv,
-    .reduce_scatterv_async = f_async,
-    .wait = f_wait,
-};
+static MPI_Comm fake_group; /* the group zero/ runs on */
 
 /* ---- fakedev tables that count host copies made inside zero_* ---- */
 
@@ -389,7 +239,7 @@ int main(int argc, char **argv) {
   host.to_device = dev_ops.to_device = count_to_device;
   host.to_host = dev_ops.to_host = count_to_host;
   host.coll = NULL;
-  dev_ops.coll = &fake_coll;
+  dev_ops.coll = fake_coll();
   int runs = 0;
   for (size_t li = 0; li < sizeof layouts / sizeof layouts[0]; li++) {
     const layout *L = &layouts[li];
@@ -403,22 +253,22 @@ int main(int argc, char **argv) {
           const kernels_ops *ops = v == V_CPU ? kernels_cpu_ops() : v == V_HOST ? &host : &dev_ops;
           fake_shared = v == V_SHARED;
           if (v == V_ENV0) setenv("BRIGADE_NCCL", "0", 1);
-          memset(&calls, 0, sizeof calls);
+          memset(&fake_calls, 0, sizeof fake_calls);
           run(ops, L, stage, overlap, var, &res[v]);
           unsetenv("BRIGADE_NCCL");
-          ncalls[v] = calls.all_reduce + calls.reduce_scatter + calls.reduce_scatterv + calls.all_gather +
-                      calls.all_gatherv + calls.async;
+          ncalls[v] = fake_calls.all_reduce + fake_calls.reduce_scatter + fake_calls.reduce_scatterv + fake_calls.all_gather +
+                      fake_calls.all_gatherv + fake_calls.async;
           int expect_nccl = v == V_NCCL && d > 1;
           CHECK(res[v].nccl == expect_nccl, "%s: z->nccl is %d, expected %d", var, res[v].nccl, expect_nccl);
-          if (v >= V_NCCL) CHECK(calls.device_id == (d > 1 && v != V_ENV0), "%s: device_id called %d times", var, calls.device_id);
-          CHECK(calls.comm_init == expect_nccl && calls.comm_free == expect_nccl,
-                "%s: %d communicators made, %d freed (expected %d)", var, calls.comm_init, calls.comm_free, expect_nccl);
-          CHECK(calls.unique_id == (expect_nccl && world_rank == 0), "%s: unique_id called %d times", var, calls.unique_id);
+          if (v >= V_NCCL) CHECK(fake_calls.device_id == (d > 1 && v != V_ENV0), "%s: device_id called %d times", var, fake_calls.device_id);
+          CHECK(fake_calls.comm_init == expect_nccl && fake_calls.comm_free == expect_nccl,
+                "%s: %d communicators made, %d freed (expected %d)", var, fake_calls.comm_init, fake_calls.comm_free, expect_nccl);
+          CHECK(fake_calls.unique_id == (expect_nccl && world_rank == 0), "%s: unique_id called %d times", var, fake_calls.unique_id);
           if (expect_nccl) {
             CHECK(res[v].copies == 0, "%s: %ld host copies inside zero_* on the device path", var, res[v].copies);
             CHECK(ncalls[v] > 0, "%s: no collective went through the coll table", var);
-            if (stage == 2 && overlap) CHECK(calls.async > 0 && calls.wait >= calls.async, "%s: %d async reduce-scatters, %d waits", var, calls.async, calls.wait);
-            if (stage == 2 && !overlap) CHECK(calls.async == 0, "%s: async reduce-scatter without overlap", var);
+            if (stage == 2 && overlap) CHECK(fake_calls.async > 0 && fake_calls.wait >= fake_calls.async, "%s: %d async reduce-scatters, %d waits", var, fake_calls.async, fake_calls.wait);
+            if (stage == 2 && !overlap) CHECK(fake_calls.async == 0, "%s: async reduce-scatter without overlap", var);
           } else {
             CHECK(ncalls[v] == 0, "%s: %d collectives went through the coll table on the MPI path", var, ncalls[v]);
             if (v != V_CPU && d > 1) CHECK(res[v].copies > 0, "%s: the MPI path made no host copies", var);
@@ -456,6 +306,7 @@ int main(int argc, char **argv) {
     dev_ops.free(p), dev_ops.free(g);
   }
   int all = 0;
+  fails += fake_coll_errors;
   MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (world_rank == 0) fprintf(stderr, "worker_coll: d=%d, %d runs, %d failed checks\n", d, runs, all);
   MPI_Finalize();

@@ -47,13 +47,51 @@ static void local_handoff(pipe_runner *rn, const sched_instr *in, int forward) {
     to->ops->copy(layers_chunk_grad_output(to, in->slot), layers_chunk_grad_input(from, src), layers_chunk_out_floats(to));
 }
 
+/* The last stage's per-position losses of a forward. In host memory they are summed at once; in
+ * device memory they are copied aside (an op, no wait) and read back once, at
+ * pipe_runner_loss_sum, so the host does not wait for the device in the middle of a step. Both
+ * sum each micro-batch's losses in order and the micro-batches in forward order: the same bits. */
+static int add_losses(pipe_runner *rn, layers_chunk *ch, int slot) {
+  if (pipe_host_memory(ch->ops)) {
+    rn->loss_sum += layers_chunk_loss_sum(ch, slot);
+    return CORE_OK;
+  }
+  size_t bt = (size_t)ch->B * ch->T;
+  if (rn->nloss == rn->loss_cap) { /* grow, keeping the pending ones */
+    int cap = rn->loss_cap ? 2 * rn->loss_cap : (rn->m > 0 ? rn->m : 1);
+    float *d = ch->ops->alloc(sizeof(float) * bt * (size_t)cap);
+    if (!d) return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for %d micro-batches' losses", ch->ops->name, cap);
+    if (rn->nloss) ch->ops->copy(d, rn->dloss, bt * (size_t)rn->nloss);
+    ch->ops->free(rn->dloss);
+    rn->dloss = d, rn->loss_cap = cap;
+    rn->hloss = core_realloc(rn->hloss, sizeof(float) * bt * (size_t)cap);
+  }
+  ch->ops->copy(rn->dloss + bt * (size_t)rn->nloss++, layers_chunk_output(ch, slot), bt);
+  rn->loss_ops = ch->ops, rn->loss_bt = bt;
+  return CORE_OK;
+}
+
+double pipe_runner_loss_sum(pipe_runner *rn) {
+  if (rn->nloss) {
+    rn->loss_ops->to_host(rn->hloss, rn->dloss, sizeof(float) * rn->loss_bt * (size_t)rn->nloss);
+    for (int k = 0; k < rn->nloss; k++) {
+      const float *l = rn->hloss + rn->loss_bt * (size_t)k;
+      double s = 0;
+      for (size_t i = 0; i < rn->loss_bt; i++) s += l[i];
+      rn->loss_sum += s;
+    }
+    rn->nloss = 0;
+  }
+  return rn->loss_sum;
+}
+
 static int compute(pipe_runner *rn, const sched_instr *in) {
   layers_chunk *ch = &rn->chunks[in->chunk];
   switch (in->op) {
   case SCHED_FORWARD:
     local_handoff(rn, in, 1);
     layers_chunk_forward(ch, in->slot);
-    if (ch->last_is_loss) rn->loss_sum += layers_chunk_loss_sum(ch, in->slot);
+    if (ch->last_is_loss) return add_losses(rn, ch, in->slot);
     return CORE_OK;
   case SCHED_BACKWARD:
   case SCHED_BACKWARD_INPUT:
@@ -117,6 +155,9 @@ int pipe_runner_init_master(pipe_runner *rn) {
 }
 
 void pipe_runner_free(pipe_runner *rn) {
+  if (rn->dloss) rn->loss_ops->free(rn->dloss);
+  free(rn->hloss);
+  rn->dloss = rn->hloss = NULL, rn->nloss = rn->loss_cap = 0;
   for (int k = 0; k < 4 * rn->nstage; k++) free(rn->stage[k]);
   free(rn->stage), free(rn->htok), free(rn->htgt);
   rn->stage = NULL, rn->htok = rn->htgt = NULL, rn->nstage = 0;

@@ -32,7 +32,7 @@ typedef struct {
   int split;      /* PIPE_TRAIN or PIPE_VAL */
   int m;          /* micro-batches of the program */
   int *slot_of;   /* [v * m] current slot of (chunk, micro-batch) */
-  double loss_sum; /* sum of per-position losses on this rank (last stage) */
+  double loss_sum; /* sum of per-position losses on this rank (last stage): pipe_runner_loss_sum */
   float grad_scale;
   pipe_optim opt;
   double lr;       /* learning rate of this step */
@@ -53,6 +53,11 @@ typedef struct {
   float **stage;          /* [nstage * 4] transfer staging per (slot, direction), device backends */
   int nstage;
   size_t stage_floats;
+  /* device memory: the step's losses not yet read back ([loss_cap * loss_bt], nloss used) */
+  float *dloss, *hloss;
+  int nloss, loss_cap;
+  size_t loss_bt;
+  const kernels_ops *loss_ops;
 } pipe_runner;
 
 /* Whether a table's buffers are host memory the runner may hand to MPI directly. */
@@ -64,6 +69,8 @@ void pipe_runner_free(pipe_runner *rn);
 int pipe_runner_init_master(pipe_runner *rn);
 
 pipe_exec pipe_runner_exec(pipe_runner *rn);
+/* loss_sum, with the losses of forwards still on the device read back and added first. */
+double pipe_runner_loss_sum(pipe_runner *rn);
 /* Sets the program (and its micro-batch count) the next step will run. */
 void pipe_runner_use(pipe_runner *rn, const sched_program *pr);
 

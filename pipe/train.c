@@ -183,7 +183,7 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
 
 /* Mean loss over the step's micro-batches and replicas, known on every rank. */
 static double mean_loss(trainer *tr, int m) {
-  double s = tr->rn.loss_sum, total = 0;
+  double s = pipe_runner_loss_sum(&tr->rn), total = 0;
   MPI_Allreduce(&s, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return total / ((double)m * tr->cfg.B * tr->model.T * tr->cfg.d);
 }

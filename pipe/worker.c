@@ -134,15 +134,17 @@ static int dev_transfer(pipe_worker *w, int i, const sched_instr *in) {
   return CORE_OK;
 }
 
-/* End of a step: nothing in flight, and a stuck peer becomes an error rather than a hang. */
-static int dev_finish(pipe_worker *w, const sched_stream *st) {
-  const sched_instr *last = &st->ins[st->len - 1];
+/* After the step's last transfer (before its tail, whose reductions read results back to the
+ * host, or at its end): nothing in flight, and a stuck peer becomes an error, not a hang. */
+static int dev_finish(pipe_worker *w, int i, const sched_instr *in) {
   for (int s = 0; s < nslots(w); s++) {
-    int rc = dev_wait_slot(w, s, st->len - 1, last);
+    int rc = dev_wait_slot(w, s, i, in);
     if (rc) return rc;
   }
+  w->dsynced = 1;
   if (w->dc->sync(w->dcomm, w->timeout_s))
-    return core_error_prefix("rank %d, end of the step's %d instructions", w->rank, st->len);
+    return core_error_prefix("rank %d instruction %d (%s), waiting for the step's transfers", w->rank, i,
+                             sched_op_name((sched_op)in->op));
   return CORE_OK;
 }
 
@@ -195,6 +197,10 @@ static int op_exec(pipe_worker *w, int i, const sched_instr *in) {
     int rc = dev_wait_slot(w, in->slot, i, in);
     if (rc) return rc;
   }
+  if (w->dc && in->chunk < 0 && !w->dsynced) { /* the tail: every transfer of the step is issued */
+    int rc = dev_finish(w, i, in);
+    if (rc) return rc;
+  }
   if (in->slot >= 0 && (in->op == SCHED_LOAD_MICROBATCH || in->op == SCHED_FORWARD)) {
     int rc = drain_slot(w, in->slot, i, in); /* about to overwrite the slot */
     if (rc) return rc;
@@ -217,6 +223,7 @@ static const op_fn op_table[SCHED_OP_COUNT] = {
 
 int pipe_worker_step(pipe_worker *w) {
   const sched_stream *st = &w->pr->streams[w->rank];
+  w->dsynced = 0;
   for (int i = 0; i < st->len; i++) {
     const sched_instr *in = &st->ins[i];
     if (in->op >= SCHED_OP_COUNT) return fail(w, i, in, "unknown opcode");
@@ -231,7 +238,7 @@ int pipe_worker_step(pipe_worker *w) {
     }
   }
   /* the step ends with no send in flight: buffers may change before the next step */
-  if (w->dc) return st->len ? dev_finish(w, st) : CORE_OK;
+  if (w->dc) return st->len && !w->dsynced ? dev_finish(w, st->len - 1, &st->ins[st->len - 1]) : CORE_OK;
   int ns = nslots(w);
   for (int k = 0; k < 2 * ns; k++)
     if (w->slot_req[k] != MPI_REQUEST_NULL) {

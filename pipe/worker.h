@@ -11,7 +11,8 @@
  * no host copies. They run on the backend's communication queue in program order; the worker
  * names each in-flight transfer by a ticket, slot * 4 + (op - SCHED_SEND_ACT), and makes the
  * compute queue wait for a slot's transfers before the next op on that slot (a receive's
- * consumer, or whoever writes a sent buffer next) and for all of them at the step's end. The
+ * consumer, or whoever writes a sent buffer next), and waits on the host, with the timeout, for
+ * all of them before the step's tail (REDUCE_*, OPTIMIZER_STEP) or at its end. The
  * program's verification (blocking, unbuffered send/recv: sched_verify) is what makes this
  * deadlock-free: every wait here is one the program's own order already implies. */
 #ifndef BRIGADE_PIPE_WORKER_H
@@ -55,6 +56,7 @@ typedef struct {
   const struct kernels_coll *dc; /* the device path (NULL: MPI) */
   struct kernels_coll_comm *dcomm;
   unsigned char *tpend;          /* [nslots * 4] device path: ticket in flight */
+  int dsynced;                   /* device path: this step's transfers are done (the tail began) */
 } pipe_worker;
 
 int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm comm, pipe_exec ex);

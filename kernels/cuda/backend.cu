@@ -43,8 +43,8 @@ static struct {
 
 // The GPU of this process: with several on the node, local rank r (Open MPI's
 // OMPI_COMM_WORLD_LOCAL_RANK, or BRIGADE_CUDA_DEVICE) takes device r mod count; ranks that
-// outnumber the GPUs share them (their pipeline transfers go through host copies anyway, and
-// zero/ takes its MPI path through host copies for a data-parallel group that shares a GPU).
+// outnumber the GPUs share them (pipeline transfers and ZeRO's collectives then take their MPI
+// path through host copies: zero/devcomm.c sees the equal GPU identities).
 static void pick_device(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) return;
@@ -117,12 +117,41 @@ static void free_(void *p) {
   CUDA_CHECK_OP("free", cudaFree(p));
 }
 
-// Both copies wait for the stream: the host buffer may be reused (to_device) or read (to_host)
-// as soon as they return, pinned or not.
+// Small uploads (a micro-batch's token ids and targets) go through a ring of pinned host
+// buffers, so the host does not wait for the device in the middle of a step: the bytes are
+// copied into the ring's next buffer (after that buffer's previous upload has been read: its
+// event), and cudaMemcpyAsync from pinned memory runs in stream order. Larger uploads
+// (parameters at set-up, checkpoints) and every download wait for the stream: the host buffer
+// may be reused (to_device) or read (to_host) as soon as they return.
+enum { kRing = 64, kRingMax = 1 << 20 };
+static struct {
+  void *buf[kRing];
+  size_t cap[kRing];
+  cudaEvent_t read[kRing];
+  int next;
+} ring;
+
 static void to_device(void *dst, const void *src_host, size_t bytes) {
   if (!bytes) return;
-  CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, st.stream));
-  CUDA_CHECK(cudaStreamSynchronize(st.stream));
+  if (bytes > kRingMax) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, st.stream));
+    CUDA_CHECK(cudaStreamSynchronize(st.stream));
+    return;
+  }
+  int k = ring.next;
+  ring.next = (k + 1) % kRing;
+  if (!ring.read[k]) CUDA_CHECK(cudaEventCreateWithFlags(&ring.read[k], cudaEventDisableTiming));
+  else CUDA_CHECK(cudaEventSynchronize(ring.read[k])); // its last upload has been read
+  if (ring.cap[k] < bytes) {
+    if (ring.buf[k]) CUDA_CHECK(cudaFreeHost(ring.buf[k]));
+    ring.buf[k] = nullptr, ring.cap[k] = 0;
+    size_t cap = bytes < 65536 ? 65536 : bytes;
+    CUDA_CHECK(cudaMallocHost(&ring.buf[k], cap));
+    ring.cap[k] = cap;
+  }
+  memcpy(ring.buf[k], src_host, bytes);
+  CUDA_CHECK(cudaMemcpyAsync(dst, ring.buf[k], bytes, cudaMemcpyHostToDevice, st.stream));
+  CUDA_CHECK(cudaEventRecord(ring.read[k], st.stream));
 }
 
 static void to_host(void *dst_host, const void *src, size_t bytes) {

@@ -111,6 +111,21 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+  *p = malloc(bytes ? bytes : 1); // host memory: cudaMemcpyAsync checks it is not a device range
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void *p) {
+  free(p);
+  return cudaSuccess;
+}
+static int emu_events; // events are only ever recorded after work that is already done
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+  *e = (cudaEvent_t)(uintptr_t)++emu_events;
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
   static int stream;
   *s = (cudaStream_t)&stream;

@@ -19,15 +19,9 @@ int test_sh(const char *cmd) {
 int test_mpirun(int np, const char *prog, const char *args) {
   char cmd[4096];
   snprintf(cmd, sizeof cmd,
-           "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-           "OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 "
-           "OMPI_MCA_btl=self,vader "
            /* the shared-memory single-copy mechanism comes from the environment: `make test`
             * sets what scripts/mpi_single_copy.sh found (Open MPI's own default otherwise) */
-           /* Open MPI's components allocate at MPI_Init and are unloaded unfreed, so leak
-            * reports of MPI programs name nothing of ours; leaks are checked in the plain
-            * Criterion tests. ASan and UBSan still check everything else. */
-           "ASAN_OPTIONS=detect_leaks=0 "
+           TEST_MPI_ENV " "
            "timeout 120 mpirun -np %d %s/%s %s 1>&2",
            np, test_build_dir(), prog, args);
   return test_sh(cmd);

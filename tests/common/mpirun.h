@@ -3,6 +3,14 @@
 #ifndef BRIGADE_TESTS_MPIRUN_H
 #define BRIGADE_TESTS_MPIRUN_H
 
+/* The environment every mpirun of the tests gets (as a shell prefix): root allowed,
+ * oversubscription and yielding for small shared machines, shared memory, and no leak reports
+ * (Open MPI's components allocate at MPI_Init and are unloaded unfreed, so leak reports of MPI
+ * programs name nothing of ours; leaks are checked in the plain Criterion tests). */
+#define TEST_MPI_ENV                                                                               \
+  "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "  \
+  "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0"
+
 /* Directory of the build (BRIGADE_BUILD, set by `make test`; "build" otherwise). */
 const char *test_build_dir(void);
 /* Runs `mpirun -np NP <build>/<prog> <args>` with settings for small shared machines (root,

@@ -23,9 +23,7 @@ Test(fault, killed_rank_ends_the_job_and_resume_recovers, .timeout = 300) {
   char dir[] = "/tmp/brigade_fault_XXXXXX", cmd[4096], ref[64], got[64];
   cr_assert(mkdtemp(dir));
   const char *b = test_build_dir();
-  const char *env = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-                    "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none "
-                    "ASAN_OPTIONS=detect_leaks=0";
+  const char *env = TEST_MPI_ENV " OMPI_MCA_btl_vader_single_copy_mechanism=none";
   const char *sets = "--set pipeline.stages=4 --set train.steps=40 --set train.eval_interval=0 "
                      "--set train_micro_batch_size_per_gpu=32 --set checkpoint.interval=5";
   /* the uninterrupted run */
@@ -41,9 +39,7 @@ Test(fault, killed_rank_ends_the_job_and_resume_recovers, .timeout = 300) {
            "[ -n \"$victim\" ] && kill -9 $victim; t0=$(date +%%s); "
            "for i in $(seq 1 400); do [ -f $D/rc ] && break; sleep 0.05; done; "
            "echo $(( $(date +%%s) - t0 )) > $D/secs; [ -f $D/rc ]",
-           "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-           "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none "
-           "ASAN_OPTIONS=detect_leaks=0", dir, b, sets, b);
+           "export " TEST_MPI_ENV " OMPI_MCA_btl_vader_single_copy_mechanism=none", dir, b, sets, b);
   cr_assert_eq(test_sh(cmd), 0, "the job did not end within 20 s of the kill");
   char path[256];
   snprintf(path, sizeof path, "%s/rc", dir);
@@ -127,9 +123,7 @@ Test(fault, sigusr1_stops_at_a_step_with_its_checkpoint, .timeout = 180) {
   char dir[] = "/tmp/brigade_stop_XXXXXX", cmd[4096], ref[64], got[64];
   cr_assert(mkdtemp(dir));
   const char *b = test_build_dir();
-  const char *env = "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-                    "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none "
-                    "ASAN_OPTIONS=detect_leaks=0";
+  const char *env = "export " TEST_MPI_ENV " OMPI_MCA_btl_vader_single_copy_mechanism=none";
   const char *sets = "--set pipeline.stages=2 --set train.steps=150 --set train.eval_interval=0 --set checkpoint.interval=1000";
   snprintf(cmd, sizeof cmd, "%s; timeout 120 mpirun -np 2 %s/brigade train configs/tiny.cfg %s --log-json %s/ref.jsonl "
            ">/dev/null 2>&1", env, b, sets, dir);

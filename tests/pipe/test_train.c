@@ -641,8 +641,7 @@ Test(train, device_transfers_match_cpu, .timeout = 300) {
   /* ranks sharing a GPU: MPI through host copies, said once, the same losses */
   char cmd[2048], *out = NULL;
   snprintf(cmd, sizeof cmd,
-           "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-           "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 FAKE_COLL_SHARED=1 "
+           TEST_MPI_ENV " FAKE_COLL_SHARED=1 "
            "FAKE_COLL_EXPECT=none timeout 120 mpirun -np 2 %s/tests/pipe/worker_fakenccl train configs/tiny.cfg "
            "--set train.steps=4 --set pipeline.stages=2 --set backend=fakedev",
            test_build_dir());

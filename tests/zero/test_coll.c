@@ -24,8 +24,7 @@ Test(zero_coll, three_replicas_every_stage_and_path, .timeout = 180) {
 Test(zero_coll, says_the_path, .timeout = 180) {
   char cmd[1024], *out = NULL;
   snprintf(cmd, sizeof cmd,
-           "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-           "OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl=self,vader ASAN_OPTIONS=detect_leaks=0 "
+           TEST_MPI_ENV " "
            "timeout 120 mpirun -np 2 %s/tests/zero/worker_coll",
            test_build_dir());
   int rc = test_capture(cmd, &out);

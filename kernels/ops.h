@@ -100,6 +100,12 @@ typedef struct kernels_ops {
    * CUDA table ignores it and uses its own workspace, B*NH*T*T + 7*B*T*C floats) */
   void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH);
+  /* Floats att must hold for attention_forward / attention_backward of this shape in the table's
+   * current mode; NULL: B*NH*T*T (the probabilities). The CUDA table's fused path (flash) keeps
+   * only its own cache, B*NH*T*(1 + C/NH) floats; once it has answered that, a call of a shape
+   * the fused path takes that would now take the other one (the mode changed after the buffers
+   * were sized) stops with a message rather than overrun att. */
+  size_t (*attention_cache_floats)(int B, int T, int C, int NH);
 
   /* ---- token + position embedding: tokens must be in [0, V), checked by the caller ---- */
   /* out[b,t,:] = wte[tok[b,t],:] + wpe[t,:] */

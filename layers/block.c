@@ -56,7 +56,7 @@ static block_stash stash_layout(const layer *l, int B, int T, int full) {
   s.mean1 = at, at += full ? N : 0;
   s.rstd1 = at, at += full ? N : 0;
   s.qkv = at, at += N * 3 * C;
-  s.att = at, at += (size_t)B * l->NH * T * T;
+  s.att = at, at += l->att_floats ? l->att_floats : (size_t)B * l->NH * T * T;
   s.atty = at, at += N * C;
   s.res2 = at, at += full ? N * C : 0;
   s.ln2 = at, at += full ? N * C : 0;

@@ -38,6 +38,10 @@ typedef struct {
   double eps;        /* layernorm */
   size_t nparams;
   float *params, *grads; /* views into the chunk's flat buffers */
+  /* attention and blocks in a chunk: the attention cache per micro-batch of the chunk's B and T
+   * in its table (ops->attention_cache_floats); 0 (the model's layers, the memory model):
+   * B*NH*T*T, the probabilities */
+  size_t att_floats;
 } layer;
 
 /* What one call works on: one micro-batch of B sequences of length T. */

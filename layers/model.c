@@ -224,6 +224,11 @@ int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
   ch->nslots = nslots > 0 ? nslots : 1;
   ch->layers = core_malloc(sizeof(layer) * (size_t)ch->n);
   memcpy(ch->layers, m->layers + lo, sizeof(layer) * (size_t)ch->n);
+  for (int i = 0; i < ch->n; i++) { /* the attention cache this table keeps (smaller when fused) */
+    layer *l = &ch->layers[i];
+    if ((l->type == &layers_attention || l->type == &layers_block) && ops && ops->attention_cache_floats)
+      l->att_floats = ops->attention_cache_floats(B, T, l->C, l->NH);
+  }
   ch->first_takes_tokens = ch->layers[0].type->input == LAYER_IN_TOKENS;
   ch->last_is_loss = ch->layers[ch->n - 1].type == &layers_cross_entropy;
   size_t N = (size_t)B * T, scratch = 0;

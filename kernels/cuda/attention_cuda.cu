@@ -23,7 +23,8 @@
 // device memory, att then holds that path's cache (row log-sum-exps and the output), which only
 // this table's attention_backward reads. Opt-in until it has been checked on a GPU.
 //
-// Memory: att[B,NH,T,T] is the caller's (the layer keeps it for backward). The workspace holds
+// Memory: att is the caller's (the layer keeps it for backward): B*NH*T*T floats, or under the
+// fused path only its cache, as attention_cache_floats says (the layers size it that way). The workspace holds
 // the per-head copies: 4 * B*T*C floats in forward; in backward dS (B*NH*T*T floats) plus
 // 7 * B*T*C. attention_backward ignores the caller's scratch (2*T floats, sized for the CPU).
 #include <math.h>
@@ -124,15 +125,32 @@ static void shape_check(const char *op, int C, int NH) {
 
 // the fused kernels: asked for, bf16 mixed precision, and a shape they take (forward and
 // backward decide alike, so backward reads the cache its forward wrote)
-static int use_flash(int T, int C, int NH) {
+static int flash_sized; // attention_cache_floats has sized a cache for the fused path
+
+static int use_flash_for(const char *op, int T, int C, int NH) {
   const char *e = getenv("BRIGADE_CUDA_ATTENTION");
-  return e && !strcmp(e, "flash") && cuda_matmul_half_kind() == 1 && cuda_flash_usable(T, C, NH);
+  int usable = cuda_flash_usable(T, C, NH);
+  int on = e && !strcmp(e, "flash") && cuda_matmul_half_kind() == 1 && usable;
+  if (!on && usable && flash_sized && op)
+    cuda_fail(op, __FILE__, __LINE__, "the attention cache",
+              "was sized for the fused path (BRIGADE_CUDA_ATTENTION=flash under bf16), which this call would "
+              "not take: the precision or the environment changed after the model's buffers were made");
+  return on;
+}
+static int use_flash(int T, int C, int NH) { return use_flash_for(nullptr, T, C, NH); }
+
+size_t cuda_attention_cache_floats(int B, int T, int C, int NH) {
+  if (NH > 0 && C % NH == 0 && use_flash(T, C, NH)) {
+    flash_sized = 1;
+    return (size_t)B * NH * T * (1 + (size_t)(C / NH)); // L, then O (flash_cuda.cu)
+  }
+  return (size_t)B * NH * T * T;
 }
 
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
   shape_check("attention_forward", C, NH);
   if (B <= 0 || T <= 0) return;
-  if (use_flash(T, C, NH)) {
+  if (use_flash_for("attention_forward", T, C, NH)) {
     cuda_flash_forward(out, att, qkv, B, T, C, NH);
     return;
   }
@@ -158,7 +176,7 @@ void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, con
   (void)scratch; // sized for the CPU; everything lives in the workspace here
   shape_check("attention_backward", C, NH);
   if (B <= 0 || T <= 0) return;
-  if (use_flash(T, C, NH)) {
+  if (use_flash_for("attention_backward", T, C, NH)) {
     cuda_flash_backward(dqkv, dout, qkv, att, B, T, C, NH);
     return;
   }

@@ -180,6 +180,7 @@ static void fill_table(void) {
   table.gemm_batched = cuda_gemm_batched;
   table.attention_forward = cuda_attention_forward;
   table.attention_backward = cuda_attention_backward;
+  table.attention_cache_floats = cuda_attention_cache_floats;
   table.coll = cuda_coll(); // NCCL; zero/ uses it when every rank of a group has its own GPU
 }
 

@@ -79,6 +79,7 @@ void cuda_flash_backward(float *dqkv, const float *dout, const float *qkv, const
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH);
+size_t cuda_attention_cache_floats(int B, int T, int C, int NH);
 // ops_cuda.cu: fills every other entry of the table
 void cuda_fill_table(kernels_ops *t);
 // coll_cuda.cu: the device collectives over NCCL (kernels/coll.h), the table's coll entry

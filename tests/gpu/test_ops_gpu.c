@@ -43,6 +43,7 @@
 #include <criterion/hooks.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -582,8 +583,14 @@ static void check_attention_bf16(rng *r, int B, int T, int C, int NH, int flash)
   float *gqkv = devf(qkv, nqkv), *gdout = devf(dout, nout), *gsc = dev_poisoned(2 * (size_t)T);
   float *gout[2], *gdqkv[2];
   char what[112];
+  /* the cache the table asks for: the probabilities, or under the fused path its own (smaller)
+   * one, which then must be all it touches (the emulator's ASan sees an overrun) */
+  size_t gnatt = G->attention_cache_floats ? G->attention_cache_floats(B, T, C, NH) : natt;
+  int fused = flash && C / NH == 64 && T > 64 && !strcmp(G->name, "cuda");
+  cr_expect_eq(gnatt, fused ? (size_t)B * NH * T * (1 + C / NH) : natt, "%s: attention cache of %zu floats for "
+               "B=%d T=%d C=%d NH=%d%s", G->name, gnatt, B, T, C, NH, flash ? " (flash asked for)" : "");
   for (int k = 0; k < 2; k++) {
-    float *gatt = dev_poisoned(natt);
+    float *gatt = dev_poisoned(gnatt);
     gout[k] = dev_poisoned(nout), gdqkv[k] = dev_poisoned(nqkv);
     G->attention_forward(gout[k], gatt, gqkv, B, T, C, NH);
     G->attention_backward(gdqkv[k], gsc, gdout, gqkv, gatt, B, T, C, NH);
@@ -617,6 +624,46 @@ Test(OPS_HARNESS_SUITE, attention_bf16) {
     check_attention_bf16(&r, 1, 256, 128, 2, flash); /* whole tiles, several off the diagonal */
     check_attention_bf16(&r, 1, 40, 96, 3, flash);   /* head size 32: GEMMs either way */
   }
+  unsetenv("BRIGADE_CUDA_ATTENTION");
+  G->matmul_half(0);
+}
+
+/* A cache sized for the fused path, then a mode in which the call would take the GEMM path
+ * (which writes B*NH*T*T floats): the call must stop, naming the cause, rather than overrun. In a
+ * child process (its stderr read back), which stops before any CUDA call. */
+Test(OPS_HARNESS_SUITE, attention_cache_mode_change_stops) {
+  need_backend();
+  if (strcmp(G->name, "cuda") != 0) cr_skip_test("%s has one attention cache size", G->name);
+  G->matmul_half(1);
+  setenv("BRIGADE_CUDA_ATTENTION", "flash", 1);
+  int B = 1, T = 128, C = 64, NH = 1;
+  size_t n = G->attention_cache_floats(B, T, C, NH);
+  cr_assert_lt(n, (size_t)B * NH * T * T, "flash under bf16 asked for %zu floats", n);
+  float *qkv = dev_poisoned((size_t)B * T * 3 * C), *out = dev_poisoned((size_t)B * T * C), *att = dev_poisoned(n);
+  G->fill(qkv, 0.5f, (size_t)B * T * 3 * C);
+  G->sync();
+  int fd[2];
+  cr_assert_eq(pipe(fd), 0);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    dup2(fd[1], 2), close(fd[0]);
+    G->matmul_half(0); /* fp32: the fused path no longer applies */
+    G->attention_forward(out, att, qkv, B, T, C, NH);
+    _exit(0);
+  }
+  close(fd[1]);
+  char msg[1024] = "";
+  size_t got = 0;
+  ssize_t k;
+  while (got + 1 < sizeof msg && (k = read(fd[0], msg + got, sizeof msg - 1 - got)) > 0) got += (size_t)k;
+  msg[got] = 0;
+  close(fd[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "the call did not stop (status %d)", st);
+  cr_expect(strstr(msg, "op attention_forward") && strstr(msg, "was sized for the fused path"),
+            "the message does not name the op and the cause: %s", msg);
   unsetenv("BRIGADE_CUDA_ATTENTION");
   G->matmul_half(0);
 }

@@ -96,8 +96,9 @@ typedef struct kernels_ops {
    * earlier rows clean, while the CUDA table (GEMMs over the whole T x T square) lets it spread
    * through the masked zeros (0 * NaN). */
   void (*attention_forward)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-  /* dqkv[B,T,3C] = from dout[B,T,C]; scratch: at least 2*T floats, contents not kept (the
-   * CUDA table ignores it and uses its own workspace, B*NH*T*T + 7*B*T*C floats) */
+  /* dqkv[B,T,3C] = from dout[B,T,C]; scratch: kernels_attention_scratch_floats(T) floats,
+   * contents not kept (the CUDA table ignores it and uses its own workspace, B*NH*T*T + 7*B*T*C
+   * floats) */
   void (*attention_backward)(float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH);
   /* Floats att must hold for attention_forward / attention_backward of this shape in the table's
@@ -186,6 +187,9 @@ const kernels_ops *kernels_fakedev_ops(void);
  * default), e.g. a fake over MPI (tests/common/fake_coll.h), so that a whole training run takes
  * the device path of ZeRO's collectives and the pipeline's transfers. */
 void kernels_fakedev_set_coll(const struct kernels_coll *coll);
+
+/* Floats of attention_backward's scratch: one head's T x T matrix of score gradients (CPU). */
+static inline size_t kernels_attention_scratch_floats(int T) { return (size_t)T * (size_t)T; }
 
 /* The table for a backend by name: "cpu", "cuda" or "fakedev". CORE_EINPUT for any other name;
  * CORE_ERUNTIME when this build has no CUDA backend, or it finds no usable GPU. */

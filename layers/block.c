@@ -94,7 +94,7 @@ static size_t attn_params(const layer *l) { return block_layout(l, 0).total; }
 static double attn_flops(const layer *l) { return 2.0 * 4 * l->C * l->C + 2.0 * l->T * l->C; }
 static size_t attn_stash(const layer *l, int B, int T) { return stash_layout(l, B, T, 0).total; }
 static size_t attn_wstash(const layer *l, int B, int T) { return wstash_layout(l, B, T, 0).total; }
-static size_t attn_scratch(const layer *l, int B, int T) { return (size_t)B * T * l->C + 2 * (size_t)T; }
+static size_t attn_scratch(const layer *l, int B, int T) { return (size_t)B * T * l->C + kernels_attention_scratch_floats(T); }
 
 static void init_common(const layer *l, float *p, uint64_t seed, block_params o) {
   size_t C = (size_t)l->C, H = (size_t)l->hidden;
@@ -174,7 +174,7 @@ static double block_flops(const layer *l) {
 static size_t block_stash_n(const layer *l, int B, int T) { return stash_layout(l, B, T, 1).total; }
 static size_t block_wstash_n(const layer *l, int B, int T) { return wstash_layout(l, B, T, 1).total; }
 static size_t block_scratch(const layer *l, int B, int T) {
-  return (size_t)B * T * (l->hidden + l->C) + 2 * (size_t)T;
+  return (size_t)B * T * (l->hidden + l->C) + kernels_attention_scratch_floats(T);
 }
 static void block_init(const layer *l, float *p, uint64_t seed) { init_common(l, p, seed, block_layout(l, 1)); }
 

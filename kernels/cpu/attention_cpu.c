@@ -63,7 +63,10 @@ void kernels_cpu_attention_forward(float *out, float *att, const float *qkv, int
 }
 
 /* dq, dk, dv: this head's slices of dqkv (row stride 3C); dy: its slice of dout (stride C).
- * ds: T floats of scratch, one row of dA then dS at a time (rows are independent given A). */
+ * ds: T x T scratch for dA, then dS, on the lower triangle (the upper is never read). All four
+ * products are level-3 BLAS: dA by row blocks as in the forward, then triangular products with
+ * dS (strmm reads the lower triangle only, so a NaN in a later token cannot reach an earlier
+ * one's gradients either). */
 static void head_backward(float *dq, float *ds, const float *dy, const float *q, const float *a,
                           int T, int C, int hs) {
   const float *k = q + C, *v = q + 2 * C;
@@ -74,21 +77,26 @@ static void head_backward(float *dq, float *ds, const float *dy, const float *q,
   for (int t = 0; t < T; t++) memcpy(dv + (size_t)t * ld, dy + (size_t)t * C, sizeof(float) * hs);
   cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, T, hs, 1.0f, a, T, dv,
               ld);
-  /* dk gathers a rank-1 term from every query row t >= j, so it starts from zero */
-  for (int t = 0; t < T; t++) memset(dk + (size_t)t * ld, 0, sizeof(float) * hs);
+  /* dA = dy @ v^T, rows [t0, t0+rows) against keys [0, t0+rows) */
+  for (int t0 = 0; t0 < T; t0 += SCORE_ROWS) {
+    int rows = min_int(SCORE_ROWS, T - t0);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t0 + rows, hs, 1.0f, dy + (size_t)t0 * C, C, v,
+                ld, 0.0f, ds + (size_t)t0 * T, T);
+  }
+  /* dS = A * (dA - rowsum(A * dA)) * scale, row by row up to the diagonal */
   for (int t = 0; t < T; t++) {
     const float *at = a + (size_t)t * T;
-    int n = t + 1; /* keys this query sees */
-    /* ds[j] = dA[t,j] = dy_t . v_j */
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, hs, 1.0f, v, ld, dy + (size_t)t * C, 1, 0.0f, ds,
-                1);
-    float dot = 0.0f; /* sum_j A[t,j] dA[t,j]: the softmax Jacobian's shared term */
-    for (int j = 0; j < n; j++) dot += at[j] * ds[j];
-    for (int j = 0; j < n; j++) ds[j] = at[j] * (ds[j] - dot) * scale;
-    /* dq_t = sum_j ds[j] k_j (written: each query row once); dk_j += ds[j] q_t */
-    cblas_sgemv(CblasRowMajor, CblasTrans, n, hs, 1.0f, k, ld, ds, 1, 0.0f, dq + (size_t)t * ld, 1);
-    cblas_sger(CblasRowMajor, n, hs, 1.0f, ds, 1, q + (size_t)t * ld, 1, dk, ld);
+    float *dst = ds + (size_t)t * T, dot = 0.0f; /* the softmax Jacobian's shared term */
+    for (int j = 0; j <= t; j++) dot += at[j] * dst[j];
+    for (int j = 0; j <= t; j++) dst[j] = at[j] * (dst[j] - dot) * scale;
   }
+  /* dq = tril(dS) @ k and dk = tril(dS)^T @ q, each in place in its slice */
+  for (int t = 0; t < T; t++) {
+    memcpy(dq + (size_t)t * ld, k + (size_t)t * ld, sizeof(float) * hs);
+    memcpy(dk + (size_t)t * ld, q + (size_t)t * ld, sizeof(float) * hs);
+  }
+  cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasNonUnit, T, hs, 1.0f, ds, T, dq, ld);
+  cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, T, hs, 1.0f, ds, T, dk, ld);
 }
 
 void kernels_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,

@@ -26,7 +26,7 @@
 // Memory: att is the caller's (the layer keeps it for backward): B*NH*T*T floats, or under the
 // fused path only its cache, as attention_cache_floats says (the layers size it that way). The workspace holds
 // the per-head copies: 4 * B*T*C floats in forward; in backward dS (B*NH*T*T floats) plus
-// 7 * B*T*C. attention_backward ignores the caller's scratch (2*T floats, sized for the CPU).
+// 7 * B*T*C. attention_backward ignores the caller's scratch (sized for the CPU).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -181,14 +181,14 @@ Test(fakedev_guard, same_bits_as_cpu) {
 
   size_t nqkv = (size_t)B * TT * 3 * C, nout = (size_t)B * TT * C, natt = (size_t)B * NH * TT * TT;
   float *qkv = rand_buf(&r, nqkv, -2, 2), *dout = rand_buf(&r, nout, -1, 1);
-  float *out = fbuf(nout), *att = fbuf(natt), *dqkv = fbuf(nqkv), *sc = fbuf(2 * (size_t)TT);
+  float *out = fbuf(nout), *att = fbuf(natt), *dqkv = fbuf(nqkv), *sc = fbuf(kernels_attention_scratch_floats(TT));
   float *gqkv = devf(qkv, nqkv), *gout = dev_poisoned(nout), *gatt = dev_poisoned(natt);
   float *gdqkv = dev_poisoned(nqkv);
   H->attention_forward(out, att, qkv, B, TT, C, NH);
   G->attention_forward(gout, gatt, gqkv, B, TT, C, NH);
   expect_close("attention_forward", out, gout, nout, TOL_EXACT);
   H->attention_backward(dqkv, sc, dout, qkv, att, B, TT, C, NH);
-  G->attention_backward(gdqkv, dev_poisoned(2 * (size_t)TT), devf(dout, nout), gqkv, gatt, B, TT, C,
+  G->attention_backward(gdqkv, dev_poisoned(kernels_attention_scratch_floats(TT)), devf(dout, nout), gqkv, gatt, B, TT, C,
                         NH);
   expect_close("attention_backward", dqkv, gdqkv, nqkv, TOL_EXACT);
 

@@ -527,9 +527,9 @@ static void check_attention(rng *r, int B, int T, int C, int NH, int nan_last) {
   if (nan_last) /* the last token's q, k, v of batch 0 */
     for (int i = 0; i < 3 * C; i++)
       qkv[(size_t)(T - 1) * 3 * C + i] = NAN;
-  float *out = fbuf(nout), *att = fbuf(natt), *dqkv = fbuf(nqkv), *scratch = fbuf(2 * (size_t)T);
+  float *out = fbuf(nout), *att = fbuf(natt), *dqkv = fbuf(nqkv), *scratch = fbuf(kernels_attention_scratch_floats(T));
   float *gqkv = devf(qkv, nqkv), *gout = dev_poisoned(nout), *gatt = dev_poisoned(natt);
-  float *gdqkv = dev_poisoned(nqkv), *gscratch = dev_poisoned(2 * (size_t)T);
+  float *gdqkv = dev_poisoned(nqkv), *gscratch = dev_poisoned(kernels_attention_scratch_floats(T));
   H->attention_forward(out, att, qkv, B, T, C, NH);
   G->attention_forward(gout, gatt, gqkv, B, T, C, NH);
   char what[96];
@@ -577,10 +577,10 @@ static void check_attention_bf16(rng *r, int B, int T, int C, int NH, int flash)
   size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
   float *qkv = rand_buf(r, nqkv, -2, 2), *dout = rand_buf(r, nout, -1, 1);
   H->round_bf16(qkv, nqkv), H->round_bf16(dout, nout);
-  float *out = fbuf(nout), *att = fbuf(natt), *dqkv = fbuf(nqkv), *scratch = fbuf(2 * (size_t)T);
+  float *out = fbuf(nout), *att = fbuf(natt), *dqkv = fbuf(nqkv), *scratch = fbuf(kernels_attention_scratch_floats(T));
   H->attention_forward(out, att, qkv, B, T, C, NH);
   H->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
-  float *gqkv = devf(qkv, nqkv), *gdout = devf(dout, nout), *gsc = dev_poisoned(2 * (size_t)T);
+  float *gqkv = devf(qkv, nqkv), *gdout = devf(dout, nout), *gsc = dev_poisoned(kernels_attention_scratch_floats(T));
   float *gout[2], *gdqkv[2];
   char what[112];
   /* the cache the table asks for: the probabilities, or under the fused path its own (smaller)
@@ -897,7 +897,7 @@ Test(OPS_HARNESS_SUITE, reductions_are_deterministic) {
 
   size_t nqkv = (size_t)B * T * 3 * AC, nout = (size_t)B * T * AC, natt = (size_t)B * NH * T * T;
   float *qkv = devf(rand_buf(&r, nqkv, -2, 2), nqkv), *dout = devf(rand_buf(&r, nout, -1, 1), nout);
-  float *out = dev_poisoned(nout), *att = dev_poisoned(natt), *sc = dev_poisoned(2 * (size_t)T);
+  float *out = dev_poisoned(nout), *att = dev_poisoned(natt), *sc = dev_poisoned(kernels_attention_scratch_floats(T));
   G->attention_forward(out, att, qkv, B, T, AC, NH);
   float *d1 = dev_poisoned(nqkv), *d2 = devf(rand_buf(&r, nqkv, -1, 1), nqkv);
   G->attention_backward(d1, sc, dout, qkv, att, B, T, AC, NH);

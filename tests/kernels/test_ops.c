@@ -508,7 +508,7 @@ static double att_loss(void *p) {
 static void check_attention(rng *r, int B, int T, int C, int NH, int finite_diff) {
   size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C, na = (size_t)B * NH * T * T;
   float *qkv = rand_buf(r, n3, -1, 1), *dout = rand_buf(r, n, -1, 1);
-  float *out = poisoned(n), *att = poisoned(na), *dqkv = poisoned(n3), *scratch = poisoned(2 * T);
+  float *out = poisoned(n), *att = poisoned(na), *dqkv = poisoned(n3), *scratch = poisoned(kernels_attention_scratch_floats(T));
   cpu()->attention_forward(out, att, qkv, B, T, C, NH);
   cpu()->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
 
@@ -539,19 +539,27 @@ Test(ops, attention_forward_and_gradients) {
   check_attention(&r, 2, 131, 48, 4, 0); /* several blocks, a ragged last one */
 }
 
-/* A NaN in the last token (q, k and v) must not reach earlier tokens' outputs: the mask promises
- * that position t sees only positions <= t. */
+/* A NaN in the last token (q, k and v, and its output gradient) must not reach earlier tokens'
+ * outputs, nor their queries' gradients (dq_t reads scores and keys of positions <= t only;
+ * keys and values of earlier tokens do get the later token's gradient, legitimately): the mask
+ * promises that position t sees only positions <= t. T spans two blocks of score rows. */
 Test(ops, attention_is_causal_even_for_nan) {
   rng r = {10};
-  enum { B = 1, T = 37, C = 16, NH = 2 };
-  float *qkv = rand_buf(&r, B * T * 3 * C, -1, 1);
-  float *out1 = poisoned(B * T * C), *out2 = poisoned(B * T * C);
-  float *att = poisoned(B * NH * T * T);
-  cpu()->attention_forward(out1, att, qkv, B, T, C, NH);
-  for (int i = 0; i < 3 * C; i++) qkv[(T - 1) * 3 * C + i] = NAN;
-  cpu()->attention_forward(out2, att, qkv, B, T, C, NH);
-  expect_same_bits("attention rows before the poisoned token", out1, out2,
-                   sizeof(float) * (T - 1) * C);
+  enum { B = 1, T = 77, C = 16, NH = 2 };
+  float *qkv = rand_buf(&r, B * T * 3 * C, -1, 1), *dout = rand_buf(&r, B * T * C, -1, 1);
+  float *out[2], *dqkv[2], *sc = poisoned(kernels_attention_scratch_floats(T));
+  for (int k = 0; k < 2; k++) {
+    float *att = poisoned(B * NH * T * T);
+    out[k] = poisoned(B * T * C), dqkv[k] = poisoned(B * T * 3 * C);
+    if (k)
+      for (int i = 0; i < 3 * C; i++) qkv[(T - 1) * 3 * C + i] = NAN, dout[(T - 1) * C + i % C] = NAN;
+    cpu()->attention_forward(out[k], att, qkv, B, T, C, NH);
+    cpu()->attention_backward(dqkv[k], sc, dout, qkv, att, B, T, C, NH);
+  }
+  expect_same_bits("attention rows before the poisoned token", out[0], out[1], sizeof(float) * (T - 1) * C);
+  for (int t = 0; t < T - 1; t++)
+    expect_same_bits("attention dq rows before the poisoned token", dqkv[0] + (size_t)t * 3 * C,
+                     dqkv[1] + (size_t)t * 3 * C, sizeof(float) * C);
 }
 
 Test(ops, attention_deterministic) {
@@ -563,7 +571,7 @@ Test(ops, attention_deterministic) {
     /* different garbage in the outputs and scratch each time */
     o[k] = rand_buf(&r, B * T * C, -9, 9), a[k] = rand_buf(&r, B * NH * T * T, -9, 9);
     d[k] = rand_buf(&r, B * T * 3 * C, -9, 9);
-    float *scratch = rand_buf(&r, 2 * T, -9, 9);
+    float *scratch = rand_buf(&r, kernels_attention_scratch_floats(T), -9, 9);
     cpu()->attention_forward(o[k], a[k], qkv, B, T, C, NH);
     cpu()->attention_backward(d[k], scratch, dout, qkv, a[k], B, T, C, NH);
   }

@@ -172,6 +172,10 @@ static int reduce_grads(pipe_runner *rn) {
     int rc = zero_reduce(&rn->zb[c]);
     if (rc) return rc;
   }
+  for (int c = 0; c < rn->v; c++) { /* the device path: a replica that never comes is an error here */
+    int rc = zero_wait(&rn->zb[c], rn->timeout_s);
+    if (rc) return rc;
+  }
   return CORE_OK;
 }
 

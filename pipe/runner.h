@@ -48,6 +48,7 @@ typedef struct {
   int dynamic_scale, scale_window, hysteresis, hyst_left, good_steps;
   double min_scale;
   int skipped;       /* the last step overflowed and was skipped everywhere */
+  double timeout_s;  /* the device path's waits for collectives (train.timeout) */
   /* host memory for what crosses to and from the backend's (pipe_runner_free releases it) */
   int32_t *htok, *htgt;   /* [B*T] a micro-batch's tokens and targets */
   float **stage;          /* [nstage * 4] transfer staging per (slot, direction), device backends */

@@ -65,6 +65,7 @@ static int setup_runner(trainer *tr) {
   ops->matmul_half(c->precision); /* mixed precision: GEMMs on 16-bit units where there are any */
   memset(rn, 0, sizeof *rn);
   rn->topo = &tr->topo, rn->v = c->v, rn->data = &tr->data, rn->seed = c->seed, rn->opt = c->opt;
+  rn->timeout_s = c->timeout;
   rn->chunks = core_calloc((size_t)c->v, sizeof(layers_chunk));
   rn->zb = core_calloc((size_t)c->v, sizeof(zero_buffer));
   rn->opt_m = core_calloc((size_t)c->v, sizeof(float *));

@@ -295,6 +295,12 @@ int zero_reduce(zero_buffer *z) {
   return CORE_OK;
 }
 
+int zero_wait(zero_buffer *z, double timeout_s) {
+  if (!z->nccl) return CORE_OK;
+  return z->ops->coll->sync(z->cc, timeout_s) ? core_error_prefix("ZeRO collectives, waiting for the step's reductions")
+                                              : CORE_OK;
+}
+
 const float *zero_grad(const zero_buffer *z) { return z->stage == 0 ? z->grads : z->acc; }
 
 void zero_range(const zero_buffer *z, size_t *lo, size_t *hi) {

@@ -107,6 +107,10 @@ int zero_after_backward(zero_buffer *z);
  * range's all-reduce. Afterwards zero_grad() is the gradient of the parameters zero_range()
  * names, summed over the replicas. */
 int zero_reduce(zero_buffer *z);
+/* The device path: waits on the host, at most timeout_s seconds, for the collectives issued so
+ * far (ops->coll's sync), so a replica that never joins is an error naming the wait, not a hang
+ * in the next synchronising copy. CORE_OK at once on the MPI paths (their calls wait already). */
+int zero_wait(zero_buffer *z, double timeout_s);
 const float *zero_grad(const zero_buffer *z); /* gradient of [lo, hi) (stage 0: of [0, n)) */
 void zero_range(const zero_buffer *z, size_t *lo, size_t *hi);
 /* After the update of the owned range: all-gather the parameters (stages 1, 2), clear grads. */

@@ -11,7 +11,7 @@
  * For ZeRO stages 0, 1 and 2 (buckets smaller than the buffer, overlap on and off, kept ranges)
  * and three layouts (shards uneven, even, and one replica owning nothing when d = 3), the same
  * two-step sequence (zero_init, zero_keep/zero_buckets, per micro-batch zero_grad_dest +
- * zero_after_backward, zero_reduce, an update of the owned range, zero_finish) runs on
+ * zero_after_backward, zero_reduce, zero_wait, an update of the owned range, zero_finish) runs on
  *   cpu     host memory, MPI
  *   host    fakedev memory, no coll: MPI through host copies
  *   nccl    fakedev memory + the fake coll: the device path
@@ -147,6 +147,11 @@ static void run(const kernels_ops *ops, const layout *L, int stage, int overlap,
     }
     rc = rc ? rc : Z(zero_reduce(&z));
     CHECK(!rc, "%s: zero_reduce: %s", var, core_error_msg());
+    int syncs = fake_calls.sync;
+    rc = rc ? rc : Z(zero_wait(&z, 30.0));
+    CHECK(!rc, "%s: zero_wait: %s", var, core_error_msg());
+    CHECK(fake_calls.sync - syncs == z.nccl, "%s: zero_wait made %d syncs on the %s path", var, fake_calls.sync - syncs,
+          z.nccl ? "device" : "MPI");
     size_t lo, hi;
     zero_range(&z, &lo, &hi);
     for (size_t i = 0; i < n; i++) {

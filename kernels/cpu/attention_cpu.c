@@ -27,7 +27,8 @@ static void causal_softmax_row(float *a, int t, int T) {
   float mx = a[0];
   for (int j = 1; j <= t; j++) mx = a[j] > mx ? a[j] : mx;
   float sum = 0.0f;
-  for (int j = 0; j <= t; j++) sum += (a[j] = expf(a[j] - mx));
+  kernels_cpu_exp_shifted(a, a, mx, (size_t)t + 1);
+  for (int j = 0; j <= t; j++) sum += a[j];
   float inv = 1.0f / sum; /* sum >= 1: the max term is exp(0) */
   for (int j = 0; j <= t; j++) a[j] *= inv;
   for (int j = t + 1; j < T; j++) a[j] = 0.0f;

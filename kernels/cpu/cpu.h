@@ -13,6 +13,10 @@ void kernels_cpu_gemm_batched(float *c, const float *a, const float *b, int batc
                               size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
                               int transb, float alpha, float beta);
 
+/* ops_cpu.c: out[i] = exp(x[i] - shift) by the CPU table's vectorised exp (about 1 ulp; the
+ * same bits for a value wherever it sits); out may be x */
+void kernels_cpu_exp_shifted(float *out, const float *x, float shift, size_t n);
+
 /* attention_cpu.c */
 void kernels_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                    int NH);

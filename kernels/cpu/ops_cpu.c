@@ -48,11 +48,13 @@ static void bias_grad(float *dbias, const float *dout, int N, int C) {
  * x sigmoid(2u) = x / (1 + exp(-2u)): the same function (1 + tanh u = 2 / (1 + exp(-2u))), one
  * exp instead of a tanh, and no cancellation at either end. s = sigmoid(2u) below.
  *
- * The exp is our own, on 4 lanes at once (GCC vector types: SSE, x86-64's baseline), because glibc's scalar expf made gelu forward + backward 17% of a step of
+ * The exp is our own, on 4 lanes at once (GCC vector types: SSE, x86-64's baseline), because
+ * glibc's scalar expf made gelu forward + backward 17% of a step of
  * configs/default.cfg. e^x = 2^k e^r with k = round(x log2 e), r = x - k ln 2 (ln 2 in two parts,
  * Cody-Waite, so r is exact), e^r = 1 + r + r^2 p(r) with Cephes' expf polynomial (about 1 ulp
- * on |r| <= ln2/2). x is clamped to [-87, 88], where 2^k stays a normal float; past the ends
- * the sigmoid is 0 or 1 to float precision anyway. Every element goes through the same lane
+ * on |r| <= ln2/2), for x in [-87, 88], where 2^k stays a normal float; above ln FLT_MAX it is
+ * +inf and below -87 it is 0, as expf (but for expf's subnormals, flushed here); between 88 and
+ * ln FLT_MAX it is e^88 (the sigmoid and softmax callers never get there). Every element goes through the same lane
  * arithmetic (the tail of an array is padded into one more vector), so a value's result does
  * not depend on where it sits. */
 typedef float v8f __attribute__((vector_size(16)));
@@ -71,6 +73,9 @@ static inline v8f v8_select(v8i m, v8f a, v8f b) {
 
 static inline v8f v8_exp(v8f x) {
   const v8f hi = {88, 88, 88, 88}, lo = {-87, -87, -87, -87};
+  const v8f big = {88.7228394f, 88.7228394f, 88.7228394f, 88.7228394f}; /* ln FLT_MAX */
+  const v8f zero = {0}, inf = zero + __builtin_inff();
+  v8i over = x > big, under = x < lo; /* the ends, as expf gives them (flushing its subnormals) */
   x = v8_select(x > hi, hi, x);
   x = v8_select(x < lo, lo, x);
   const float magic = 12582912.0f; /* 1.5 * 2^23: adding and subtracting it rounds to an integer */
@@ -86,7 +91,7 @@ static inline v8f v8_exp(v8f x) {
   v8i bits = (__builtin_convertvector(k, v8i) + 127) << 23; /* 2^k */
   v8f two_k;
   memcpy(&two_k, &bits, sizeof two_k);
-  return e * two_k;
+  return v8_select(over, inf, v8_select(under, zero, e * two_k));
 }
 
 static inline v8f v8_gelu_s(v8f x) { return 1.0f / (1.0f + v8_exp(-2.0f * GELU_K * (x + GELU_A * x * x * x))); }
@@ -102,6 +107,13 @@ static inline v8f v8_load(const float *p, size_t n) {
 static inline void v8_store(float *p, v8f v, size_t n) {
   if (n == V8) memcpy(p, &v, sizeof v);
   else memcpy(p, &v, n * sizeof(float));
+}
+
+void kernels_cpu_exp_shifted(float *out, const float *x, float shift, size_t n) {
+  for (size_t i = 0; i < n; i += V8) {
+    size_t k = n - i < V8 ? n - i : V8;
+    v8_store(out + i, v8_exp(v8_load(x + i, k) - shift), k);
+  }
 }
 
 static void gelu_forward(float *out, const float *in, size_t n) {
@@ -188,7 +200,8 @@ static double softmax_row(float *out, const float *x, int V, float *max_out) {
   float mx = x[0];
   for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
   double sum = 0.0;
-  for (int i = 0; i < V; i++) sum += (out[i] = expf(x[i] - mx));
+  kernels_cpu_exp_shifted(out, x, mx, (size_t)V);
+  for (int i = 0; i < V; i++) sum += out[i];
   float inv = (float)(1.0 / sum); /* sum >= 1: the max term is exp(0) */
   for (int i = 0; i < V; i++) out[i] *= inv;
   *max_out = mx;

@@ -28,12 +28,18 @@
  *                  waiting for it makes none of the receiver's unsent outputs late;
  *      advance r   when r has sent all it produced: sends go right after their producer, and
  *                  only a forced step puts one later.
- *    Such steps are taken while there are any. Taking one as soon as possible never hurts: it
- *    only moves a SEND earlier and a RECV to where it costs nothing. When none is left, the
- *    step that delays least is taken, and the estimates of what is not built yet are redone
- *    from what is (lazily, see est_start). If no step is ever forced to delay, every compute op
- *    starts at its ASAP time. At comm = 0 such a program always exists (order the transfers by
- *    when their producers end: no RECV then waits), and the tests find this one on time.
+ *    Memory: a RECV of an activation opens its slot on the receiver (a gradient's slot is open
+ *    since its forward), and a SEND of a gradient closes one (of an activation too, in a
+ *    forward-only program). So an activation's commit also waits until the receiver is at
+ *    the consumer and has sent its gradients, unless the two ranks wait for each other (the
+ *    sender holds only this activation, the receiver a send to it that cannot go yet): that is
+ *    common and settled at once. When no step is free, the step that delays least is taken
+ *    (then a commit rather than a send put off, which would use up slack; then the activation
+ *    whose slot opens least early), and if it delays, the estimates of what is not built are
+ *    redone from what is (lazily, see est_start). If no step is ever forced to delay, every
+ *    compute op starts at its ASAP time; the tests find that wherever any program can (4).
+ *    At comm = 0 one always can (order the transfers by when their producers end: no RECV
+ *    then waits).
  * 4. Sometimes no program can: take x sent by rank a to b and y sent by b to a. Blocking
  *    semantics runs them in one order on both ranks: x first means b receives x before it
  *    sends y, so y leaves no sooner than x arrives; y first, the other way round. If x arrives
@@ -214,6 +220,7 @@ typedef struct {
   int g;
   double clock;          /* when the simulator gets to that end */
   int *pend, npend, cap; /* produced transfers this rank sends or receives (some done) */
+  int held, held_slot;   /* produced, not sent: all, and those whose SEND frees a slot */
 } lrank;
 
 typedef struct {
@@ -369,11 +376,16 @@ static double advance_delay(build *bd, int r) {
   return held_delay(bd, r, bd->rk[r].clock + op_cost_at(bd, r, bd->rk[r].g));
 }
 
-static int holds_send(const build *bd, int r) {
-  const lrank *k = &bd->rk[r];
-  for (int i = 0; i < k->npend; i++)
-    if (!bd->x[k->pend[i]].done && bd->x[k->pend[i]].a == r) return 1;
-  return 0;
+/* Whether the SEND of x frees its slot on the sender: a gradient's does (the slot is live
+ * from the forward to it); an activation's only in a forward-only program (in training the
+ * slot lives on until the backward). */
+static int frees_slot(const build *bd, const xfer *x) { return x->kind == 0 || bd->fl->pr->forward_only; }
+
+/* A RECV of an activation makes its slot live from there on: it waits for its consumer's gap
+ * and for the receiver to send the outputs that free a slot, unless a forced step says
+ * otherwise. (A gradient's slot is live anyway, since its forward.) */
+static int early_activation(const build *bd, const xfer *x) {
+  return x->kind == 1 && (bd->rk[x->b].held_slot > 0 || bd->rk[x->b].g < x->ic);
 }
 
 static void commit(build *bd, xfer *x) {
@@ -386,6 +398,7 @@ static void commit(build *bd, xfer *x) {
   x->arr = bd->rk[x->a].clock + bd->fl->costs.comm;
   if (x->arr > B->clock) B->clock = x->arr;
   x->done = 1;
+  bd->rk[x->a].held--, bd->rk[x->a].held_slot -= frees_slot(bd, x);
   wake(bd, x->a), wake(bd, x->b);
 }
 
@@ -407,40 +420,66 @@ static void advance(build *bd, int r) {
   bd->start[r][k->g] = k->clock;
   k->clock += op_cost_at(bd, r, k->g);
   int x = bd->prod[r][k->g++];
-  if (x >= 0) pend_add(k, x), pend_add(&bd->rk[bd->x[x].b], x), wake(bd, bd->x[x].b);
+  if (x >= 0) {
+    pend_add(k, x), pend_add(&bd->rk[bd->x[x].b], x), wake(bd, bd->x[x].b);
+    k->held++, k->held_slot += frees_slot(bd, &bd->x[x]);
+  }
   wake(bd, r);
 }
 
-/* Every step of rank r that delays nothing: commits of its transfers, then its next compute op
- * once it holds no unsent output (sends go right after their producer). */
+/* Whether x, an activation held back by early_activation, is all its sender holds while its
+ * receiver holds a send to that sender that cannot go yet: each waits for the other, so x goes
+ * now (the most common wait; longer ones are left to force). */
+static int mutual_wait(build *bd, const xfer *x) {
+  const lrank *A = &bd->rk[x->a], *B = &bd->rk[x->b];
+  for (int i = 0; i < A->npend; i++) {
+    const xfer *z = &bd->x[A->pend[i]];
+    if (!z->done && z->a == x->a && z != x) return 0;
+  }
+  for (int i = 0; i < B->npend; i++) {
+    const xfer *z = &bd->x[B->pend[i]];
+    if (!z->done && z->a == x->b && z->b == x->a && (early_activation(bd, z) || commit_delay(bd, z) > bd->tol))
+      return 1;
+  }
+  return 0;
+}
+
+/* Every step of rank r that delays nothing and keeps no slot live longer: commits of its
+ * transfers, then its next compute op once it holds no unsent output (sends go right after
+ * their producer). */
 static void settle(build *bd, int r) {
   lrank *k = &bd->rk[r];
   for (int moved = 1; moved;) {
     moved = 0;
     for (int i = 0; i < k->npend; i++) {
       xfer *x = &bd->x[k->pend[i]];
-      if (!x->done && commit_delay(bd, x) <= bd->tol) commit(bd, x), moved = 1;
+      if (x->done || (early_activation(bd, x) && !mutual_wait(bd, x))) continue;
+      if (commit_delay(bd, x) <= bd->tol) commit(bd, x), moved = 1;
     }
     pend_compact(bd, k);
-    if (!holds_send(bd, r) && can_advance(bd, r)) advance(bd, r), moved = 1;
+    if (!k->held && can_advance(bd, r)) advance(bd, r), moved = 1;
   }
 }
 
-/* No step is free: takes the one that delays least (the first found on ties) and returns its
- * delay, or -1 when there is none left, which is when everything is built: while a produced
+/* No step is free: takes the one that delays least, then a commit rather than sending later
+ * (a send put off uses up slack that later steps may need), then the commit whose slot opens
+ * fewest ops early, then the first found; returns its delay, or -1 when there is none left, which is when everything is built: while a produced
  * transfer is not committed it can be (its receiver has not passed its consumer), and while
  * none is, some rank can advance (else the dataflow run could not have finished). */
 static double force(build *bd) {
   const sched_program *pr = bd->fl->pr;
   double best = INFINITY, h;
-  int bx = -1, br = -1;
-  for (int r = 0; r < pr->p; r++) {
+  int bx = -1, br = -1, bext = 0;
+  for (int r = 0; r < pr->p; r++)
     for (int i = 0; i < bd->rk[r].npend; i++) {
       const xfer *x = &bd->x[bd->rk[r].pend[i]];
-      if (!x->done && x->a == r && (h = commit_delay(bd, x)) < best) best = h, bx = bd->rk[r].pend[i], br = -1;
+      if (x->done || x->a != r) continue;
+      h = commit_delay(bd, x);
+      int ext = early_activation(bd, x) ? x->ic - bd->rk[x->b].g + 1 : 0; /* ops its slot gets */
+      if (h < best - bd->tol || (h < best + bd->tol && ext < bext)) best = h, bx = bd->rk[r].pend[i], bext = ext;
     }
-    if (can_advance(bd, r) && (h = advance_delay(bd, r)) < best) best = h, br = r, bx = -1;
-  }
+  for (int r = 0; r < pr->p; r++)
+    if (can_advance(bd, r) && (h = advance_delay(bd, r)) < best - bd->tol) best = h, br = r, bx = -1;
   if (bx >= 0) commit(bd, &bd->x[bx]);
   else if (br >= 0) advance(bd, br);
   return bx >= 0 || br >= 0 ? best : -1;

@@ -50,7 +50,7 @@
  *    p=8 v=2 m=24 (unit costs, comm 1.5), between t=61.5 and 65 every rank sends a gradient
  *    needed 1.5 later and receives one that arrives after that send, around the ring that the
  *    step from stage 7 (rank 7) to stage 8 (rank 0) closes; one of the eight ranks must receive
- *    first, so the ASAP 218 is out of reach (this gives 224). tests/schedule/test_sim.c proves
+ *    first, so the ASAP 218 is out of reach (this gives 226). tests/schedule/test_sim.c proves
  *    it impossible for every shape of its grid (all families, p <= 4, m <= 10, comm up to 1.5)
  *    where the program here is late, and checks every other one is on time.
  * 5. LOAD_MICROBATCH goes right before the first and last virtual stage's forwards; the step's

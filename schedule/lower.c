@@ -271,7 +271,9 @@ static double op_cost_at(const build *bd, int r, int g) {
   return sched_op_cost(&bd->fl->costs, (sched_op)in->op, sched_stage_at(pr, r, in));
 }
 
-static int est_known(const build *bd, int r, int i) { return i < bd->rk[r].g || bd->stamp[r][i] == bd->epoch; }
+static int est_known(const build *bd, int r, int i) {
+  return i < bd->rk[r].g || bd->stamp[r][i] == bd->epoch;
+}
 
 static void est_push(build *bd, int r, int i) {
   if (bd->nstack + 2 > bd->capstack) {
@@ -290,24 +292,30 @@ static int est_push_needs(build *bd, int r, int i) {
     if (l >= 0 && !est_known(bd, r, l)) est_push(bd, r, l);
   }
   const xfer *x = bd->cons[r][i] >= 0 ? &bd->x[bd->cons[r][i]] : NULL;
-  if (x && !x->done && bd->rk[x->a].g <= x->ip && !est_known(bd, x->a, x->ip)) est_push(bd, x->a, x->ip);
+  if (x && !x->done && bd->rk[x->a].g <= x->ip && !est_known(bd, x->a, x->ip))
+    est_push(bd, x->a, x->ip);
   return bd->nstack > n;
+}
+
+static double est_end_known(const build *bd, int r, int i) {
+  return bd->start[r][i] + op_cost_at(bd, r, i);
 }
 
 /* ASAP start of op i of rank r from what it needs (all known): its rank's previous op, its
  * local inputs, and its remote input: arrived, or sent from its sender's clock on, or sent
  * when its producer ends. */
 static double est_from_needs(const build *bd, int r, int i) {
-  double t = i == bd->rk[r].g ? bd->rk[r].clock : bd->start[r][i - 1] + op_cost_at(bd, r, i - 1);
+  double t = i == bd->rk[r].g ? bd->rk[r].clock : est_end_known(bd, r, i - 1);
   for (int k = 0; k < 2; k++) {
     int l = bd->local[r][2 * i + k];
-    if (l >= 0 && bd->start[r][l] + op_cost_at(bd, r, l) > t) t = bd->start[r][l] + op_cost_at(bd, r, l);
+    if (l >= 0 && est_end_known(bd, r, l) > t) t = est_end_known(bd, r, l);
   }
   const xfer *x = bd->cons[r][i] >= 0 ? &bd->x[bd->cons[r][i]] : NULL;
   if (x) {
-    double comm = bd->fl->costs.comm, arr = x->done ? x->arr
-                                         : bd->rk[x->a].g > x->ip ? bd->rk[x->a].clock + comm
-                                         : bd->start[x->a][x->ip] + op_cost_at(bd, x->a, x->ip) + comm;
+    double comm = bd->fl->costs.comm, arr;
+    if (x->done) arr = x->arr;
+    else if (bd->rk[x->a].g > x->ip) arr = bd->rk[x->a].clock + comm;
+    else arr = est_end_known(bd, x->a, x->ip) + comm;
     if (arr > t) t = arr;
   }
   return t;
@@ -379,7 +387,9 @@ static double advance_delay(build *bd, int r) {
 /* Whether the SEND of x frees its slot on the sender: a gradient's does (the slot is live
  * from the forward to it); an activation's only in a forward-only program (in training the
  * slot lives on until the backward). */
-static int frees_slot(const build *bd, const xfer *x) { return x->kind == 0 || bd->fl->pr->forward_only; }
+static int frees_slot(const build *bd, const xfer *x) {
+  return x->kind == 0 || bd->fl->pr->forward_only;
+}
 
 /* A RECV of an activation makes its slot live from there on: it waits for its consumer's gap
  * and for the receiver to send the outputs that free a slot, unless a forced step says
@@ -391,10 +401,12 @@ static int early_activation(const build *bd, const xfer *x) {
 static void commit(build *bd, xfer *x) {
   const sched_program *pr = bd->fl->pr;
   lrank *B = &bd->rk[x->b];
-  sched_push(bd->out, x->a, (sched_instr){.op = (uint8_t)(x->kind ? SCHED_SEND_ACT : SCHED_SEND_GRAD),
-                                          .mb = x->mb, .chunk = pr->chunk_of[x->src], .peer = x->b, .slot = -1});
-  sched_push(bd->out, x->b, (sched_instr){.op = (uint8_t)(x->kind ? SCHED_RECV_ACT : SCHED_RECV_GRAD),
-                                          .mb = x->mb, .chunk = pr->chunk_of[x->dst], .peer = x->a, .slot = -1});
+  sched_instr snd = {.op = (uint8_t)(x->kind ? SCHED_SEND_ACT : SCHED_SEND_GRAD), .mb = x->mb,
+                     .chunk = pr->chunk_of[x->src], .peer = x->b, .slot = -1};
+  sched_instr rcv = {.op = (uint8_t)(x->kind ? SCHED_RECV_ACT : SCHED_RECV_GRAD), .mb = x->mb,
+                     .chunk = pr->chunk_of[x->dst], .peer = x->a, .slot = -1};
+  sched_push(bd->out, x->a, snd);
+  sched_push(bd->out, x->b, rcv);
   x->arr = bd->rk[x->a].clock + bd->fl->costs.comm;
   if (x->arr > B->clock) B->clock = x->arr;
   x->done = 1;
@@ -432,14 +444,11 @@ static void advance(build *bd, int r) {
  * now (the most common wait; longer ones are left to force). */
 static int mutual_wait(build *bd, const xfer *x) {
   const lrank *A = &bd->rk[x->a], *B = &bd->rk[x->b];
-  for (int i = 0; i < A->npend; i++) {
-    const xfer *z = &bd->x[A->pend[i]];
-    if (!z->done && z->a == x->a && z != x) return 0;
-  }
+  if (A->held != 1) return 0;
   for (int i = 0; i < B->npend; i++) {
     const xfer *z = &bd->x[B->pend[i]];
-    if (!z->done && z->a == x->b && z->b == x->a && (early_activation(bd, z) || commit_delay(bd, z) > bd->tol))
-      return 1;
+    if (z->done || z->a != x->b || z->b != x->a) continue;
+    if (early_activation(bd, z) || commit_delay(bd, z) > bd->tol) return 1;
   }
   return 0;
 }
@@ -463,9 +472,10 @@ static void settle(build *bd, int r) {
 
 /* No step is free: takes the one that delays least, then a commit rather than sending later
  * (a send put off uses up slack that later steps may need), then the commit whose slot opens
- * fewest ops early, then the first found; returns its delay, or -1 when there is none left, which is when everything is built: while a produced
- * transfer is not committed it can be (its receiver has not passed its consumer), and while
- * none is, some rank can advance (else the dataflow run could not have finished). */
+ * fewest ops early, then the first found. Returns its delay, or -1 when there is none left,
+ * which is when everything is built: while a produced transfer is not committed it can be (its
+ * receiver has not passed its consumer), and while none is, some rank can advance (else the
+ * dataflow run could not have finished). */
 static double force(build *bd) {
   const sched_program *pr = bd->fl->pr;
   double best = INFINITY, h;
@@ -476,10 +486,12 @@ static double force(build *bd) {
       if (x->done || x->a != r) continue;
       h = commit_delay(bd, x);
       int ext = early_activation(bd, x) ? x->ic - bd->rk[x->b].g + 1 : 0; /* ops its slot gets */
-      if (h < best - bd->tol || (h < best + bd->tol && ext < bext)) best = h, bx = bd->rk[r].pend[i], bext = ext;
+      if (h < best - bd->tol || (h < best + bd->tol && ext < bext))
+        best = h, bx = bd->rk[r].pend[i], bext = ext;
     }
   for (int r = 0; r < pr->p; r++)
-    if (can_advance(bd, r) && (h = advance_delay(bd, r)) < best - bd->tol) best = h, br = r, bx = -1;
+    if (can_advance(bd, r) && (h = advance_delay(bd, r)) < best - bd->tol)
+      best = h, br = r, bx = -1;
   if (bx >= 0) commit(bd, &bd->x[bx]);
   else if (br >= 0) advance(bd, br);
   return bx >= 0 || br >= 0 ? best : -1;
@@ -500,7 +512,8 @@ static int build_run(build *bd) {
   }
   for (int r = 0; r < pr->p; r++)
     if (bd->rk[r].g < pr->streams[r].len)
-      return core_error_set(CORE_ERUNTIME, "lowering stopped at rank %d compute op %d (a bug)", r, bd->rk[r].g);
+      return core_error_set(CORE_ERUNTIME, "lowering stopped at rank %d compute op %d (a bug)", r,
+                            bd->rk[r].g);
   return CORE_OK;
 }
 
@@ -542,7 +555,8 @@ static void collect(build *bd) {
       const sched_instr *in = &pr->streams[r].ins[i];
       size_t k = (size_t)sched_stage_at(pr, r, in) * (size_t)bd->fl->m + (size_t)in->mb;
       if (in->op == SCHED_FORWARD) f_at[2 * k] = r, f_at[2 * k + 1] = i;
-      if (in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) b_at[2 * k] = r, b_at[2 * k + 1] = i;
+      if (in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT)
+        b_at[2 * k] = r, b_at[2 * k + 1] = i;
     }
   bd->x = core_malloc(sizeof(xfer) * 2 * (n + 1));
   for (int r = 0; r < pr->p; r++)
@@ -561,9 +575,11 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
   double span = 0;
   for (int r = 0; r < pr->p; r++) {
     size_t len = (size_t)pr->streams[r].len;
-    bd->prod[r] = core_malloc(sizeof(int) * (len + 1)), bd->cons[r] = core_malloc(sizeof(int) * (len + 1));
+    bd->prod[r] = core_malloc(sizeof(int) * (len + 1));
+    bd->cons[r] = core_malloc(sizeof(int) * (len + 1));
     bd->local[r] = core_malloc(sizeof(int) * 2 * (len + 1));
-    bd->start[r] = core_malloc(sizeof(double) * (len + 1)), bd->stamp[r] = core_calloc(len + 1, sizeof(int));
+    bd->start[r] = core_malloc(sizeof(double) * (len + 1));
+    bd->stamp[r] = core_calloc(len + 1, sizeof(int));
     for (size_t i = 0; i < len; i++) {
       bd->prod[r][i] = bd->cons[r][i] = bd->local[r][2 * i] = bd->local[r][2 * i + 1] = -1;
       bd->start[r][i] = fl->start[r][i]; /* the ASAP times: estimates of epoch 0 */
@@ -579,8 +595,8 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
 
 static void build_free(build *bd) {
   for (int r = 0; r < bd->out->p; r++) {
-    free(bd->prod[r]), free(bd->cons[r]), free(bd->local[r]), free(bd->start[r]), free(bd->stamp[r]);
-    free(bd->rk[r].pend);
+    free(bd->prod[r]), free(bd->cons[r]), free(bd->local[r]);
+    free(bd->start[r]), free(bd->stamp[r]), free(bd->rk[r].pend);
   }
   free(bd->prod), free(bd->cons), free(bd->local), free(bd->start), free(bd->stamp), free(bd->rk);
   free(bd->x), free(bd->stack), free(bd->queue), free(bd->queued);

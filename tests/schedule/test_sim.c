@@ -155,7 +155,8 @@ static void asap_times(const sched_program *pr, const sched_costs *c, asap *a) {
         } else if (in->op != SCHED_FORWARD) {
           if ((ready = fe[s * a->m + j]) < 0) break;
           if (s < a->S - 1 && be[(s + 1) * a->m + j] < 0) break;
-          if (s < a->S - 1) ready = fmax(ready, be[(s + 1) * a->m + j] + (pr->rank_of[s + 1] != r ? c->comm : 0));
+          if (s < a->S - 1)
+            ready = fmax(ready, be[(s + 1) * a->m + j] + (pr->rank_of[s + 1] != r ? c->comm : 0));
         }
         double t = fmax(free_at[r], ready);
         a->t0[r][pc[r]] = t;
@@ -181,7 +182,8 @@ static int cross_deps(const sched_program *pr, const asap *a, xdep *d) {
       const sched_instr *in = &a->op[r][k];
       int s = pr->stage_of[r * a->v + in->chunk], from = -1, ib = 0;
       if (in->op == SCHED_FORWARD && s > 0) from = s - 1;
-      if ((in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) && s < a->S - 1) from = s + 1, ib = 1;
+      if ((in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) && s < a->S - 1)
+        from = s + 1, ib = 1;
       if (from < 0 || pr->rank_of[from] == r) continue;
       const int *src = a->at[from * a->m + in->mb][ib];
       d[n++] = (xdep){src[0], src[1], r, k, a->t0[r][k]};
@@ -194,7 +196,7 @@ static int cross_deps(const sched_program *pr, const asap *a, xdep *d) {
 /* When rank x.a can send x at the earliest if it receives y first: not before y arrives, nor
  * before the ops of x.a that start before then have ended (the receive waits for the data, so
  * an op after it would start late). sent[]: lower bounds on when each transfer is sent. */
-static double send_after_recv(const asap *a, const xdep *x, const xdep *y, const double *sent_x, double arr_y) {
+static double send_after_recv(const asap *a, const xdep *x, const double *sent_x, double arr_y) {
   int r = x->a, g = 0;
   while (g < a->n[r] && a->t0[r][g] < arr_y - EPS) g++;
   double t = fmax(arr_y, *sent_x);
@@ -203,7 +205,8 @@ static double send_after_recv(const asap *a, const xdep *x, const xdep *y, const
 
 /* Orders every on-time program must have, given sent[]: before[i * n + j] = transfer i before j
  * (under blocking send/recv the transfers run in one order, the same on both ranks of each). */
-static void must_orders(const asap *a, const xdep *d, int n, const double *sent, double comm, char *before) {
+static void must_orders(const asap *a, const xdep *d, int n, const double *sent, double comm,
+                        char *before) {
   memset(before, 0, (size_t)n * (size_t)n);
   for (int i = 0; i < n; i++)
     for (int j = 0; j < n; j++) {
@@ -211,7 +214,8 @@ static void must_orders(const asap *a, const xdep *d, int n, const double *sent,
       if (i == j) continue;
       if (x->a == y->b) { /* the rank sending x receives y */
         if (y->ic <= x->ip) before[j * n + i] = 1; /* y's consumer runs before x's producer */
-        else if (send_after_recv(a, x, y, &sent[i], sent[j] + comm) + comm > x->due + EPS) before[i * n + j] = 1;
+        else if (send_after_recv(a, x, &sent[i], sent[j] + comm) + comm > x->due + EPS)
+          before[i * n + j] = 1; /* receiving y first would make x late */
       }
       if (x->a == y->a && x->ip < y->ip && fmax(sent[i], a->t1[x->a][y->ip]) + comm > x->due + EPS)
         before[i * n + j] = 1; /* sending x after y's producer would make it late */
@@ -243,13 +247,64 @@ static int no_program_is_on_time(const asap *a, const xdep *d, int n, double com
       for (int j = 0; j < n; j++) {
         if (!before[j * n + i]) continue;
         double t = sent[i];
-        if (d[i].a == d[j].b) t = fmax(t, send_after_recv(a, &d[i], &d[j], &sent[i], sent[j] + comm));
+        if (d[i].a == d[j].b) t = fmax(t, send_after_recv(a, &d[i], &sent[i], sent[j] + comm));
         if (d[i].a == d[j].a && d[j].ip > d[i].ip) t = fmax(t, a->t1[d[i].a][d[j].ip]);
         if (t > sent[i] + EPS) sent[i] = t, changed = 1;
       }
   }
   free(sent), free(before);
   return proof;
+}
+
+/* How late the simulated program starts its compute ops (the most, and which op in `what`); each
+ * op lasts its cost and none starts before its ASAP time. */
+static double lateness(const sched_timeline *tl, const asap *a, const sched_costs *c,
+                       const char *shape, char *what, size_t n) {
+  int next[MAXR] = {0};
+  double late = 0;
+  for (int i = 0; i < tl->n; i++) { /* a rank's events come in its stream order */
+    const sched_event *e = &tl->ev[i];
+    if (!sched_op_is_compute((sched_op)e->op)) continue;
+    int r = e->rank;
+    double want = a->t0[r][next[r]++], cost = op_cost(c, (sched_op)e->op, e->stage);
+    char op = sched_op_letter((sched_op)e->op);
+    cr_assert(e->start > want - EPS, "%s: rank %d %c%d starts at %g, before its inputs allow (%g)",
+              shape, r, op, e->mb, e->start, want);
+    cr_assert(fabs(e->end - e->start - cost) < EPS, "%s: %c%d of stage %d lasts %g, costs %g", shape,
+              op, e->mb, e->stage, e->end - e->start, cost);
+    if (e->start - want <= late + EPS) continue;
+    late = e->start - want;
+    snprintf(what, n, "rank %d %c%d of stage %d starts at %g, its inputs allow %g", r, op, e->mb,
+             e->stage, e->start, want);
+  }
+  return late;
+}
+
+/* One shape: verified; on time, or late where the test proves no program can be on time. */
+static void on_time_unless_impossible(const sched_shape *sh, const sched_costs *c,
+                                      const char *how) {
+  static asap a;
+  static xdep d[2 * 8 * 10];
+  sched_program pr;
+  cr_assert_eq(sched_compile(sh, c, &pr), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_verify(&pr), CORE_OK, "%s", core_error_msg());
+  sched_timeline tl;
+  sched_timeline_init(&tl, sched_family_name(sh->family), "unit", sh->p, sh->v, sh->m);
+  sched_sim_result res;
+  cr_assert_eq(sched_simulate(&pr, c, &res, &tl), CORE_OK);
+  asap_times(&pr, c, &a);
+  char shape[96], what[160] = "";
+  snprintf(shape, sizeof shape, "%s p=%d m=%d comm=%g%s", sched_family_name(sh->family), sh->p,
+           sh->m, c->comm, how);
+  double late = lateness(&tl, &a, c, shape, what, sizeof what);
+  cr_assert(late <= EPS || c->comm > 0, "%s: %s", shape, what);
+  int proof = no_program_is_on_time(&a, d, cross_deps(&pr, &a, d), c->comm);
+  cr_assert(late <= EPS || proof, "%s: %s, and no proof that every program must be late", shape,
+            what);
+  cr_assert(late > EPS || !proof, "%s: on time, yet 'proven' impossible", shape);
+  sched_timeline_free(&tl);
+  sched_sim_result_free(&res);
+  sched_program_free(&pr);
 }
 
 /* With the simulator's semantics (a send does not wait, a receive waits for the data), the
@@ -261,10 +316,11 @@ static int no_program_is_on_time(const asap *a, const xdep *d, int n, double com
  * verifier's blocking, unbuffered replay. */
 Test(sim, lowering_is_on_time_unless_no_program_can) {
   double sf[8], sb[8], sw[8], sdp[8];
-  for (int s = 0; s < 8; s++) sf[s] = 1 + 0.5 * (s % 3), sb[s] = 1.25 * sf[s], sw[s] = 0.75 + 0.25 * (s % 2), sdp[s] = 0.125 * s;
+  for (int s = 0; s < 8; s++) {
+    sf[s] = 1 + 0.5 * (s % 3), sb[s] = 1.25 * sf[s];
+    sw[s] = 0.75 + 0.25 * (s % 2), sdp[s] = 0.125 * s;
+  }
   const double comms[] = {0, 0.25, 0.5, 1.5};
-  static asap a;
-  static xdep d[2 * 8 * 10];
   for (int ci = 0; ci < 4; ci++)
     for (int f = SCHED_GPIPE; f < SCHED_CUSTOM; f++)
       for (int p = 1; p <= 4; p++)
@@ -277,42 +333,7 @@ Test(sim, lowering_is_on_time_unless_no_program_can) {
             if (uneven) c.stage_f = sf, c.stage_b = sb, c.stage_w = sw, c.stage_dp_w = sdp;
             else c.w = 0.5, c.dp_w = 0.25;
             c.comm = comms[ci];
-            sched_program pr;
-            cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
-            cr_assert_eq(sched_verify(&pr), CORE_OK, "%s", core_error_msg());
-            sched_timeline tl;
-            sched_timeline_init(&tl, sched_family_name(sh.family), "unit", p, v, m);
-            sched_sim_result res;
-            cr_assert_eq(sched_simulate(&pr, &c, &res, &tl), CORE_OK);
-            asap_times(&pr, &c, &a);
-            int next[MAXR] = {0};
-            double late = 0;
-            char what[160] = "";
-            for (int i = 0; i < tl.n; i++) { /* a rank's events come in its stream order */
-              const sched_event *e = &tl.ev[i];
-              if (!sched_op_is_compute((sched_op)e->op)) continue;
-              int r = e->rank, k = next[r]++;
-              double want = a.t0[r][k], d_cost = op_cost(&c, (sched_op)e->op, e->stage);
-              cr_assert(e->start > want - EPS, "%s p=%d m=%d: rank %d %c%d starts at %g, before its inputs allow (%g)",
-                        sched_family_name(sh.family), p, m, r, sched_op_letter((sched_op)e->op), e->mb, e->start, want);
-              cr_assert(fabs(e->end - e->start - d_cost) < EPS, "%s p=%d m=%d: %c%d of stage %d lasts %g, costs %g",
-                        sched_family_name(sh.family), p, m, sched_op_letter((sched_op)e->op), e->mb, e->stage,
-                        e->end - e->start, d_cost);
-              if (e->start - want > late + EPS) {
-                late = e->start - want;
-                snprintf(what, sizeof what, "rank %d %c%d of stage %d starts at %g, its inputs allow %g", r,
-                         sched_op_letter((sched_op)e->op), e->mb, e->stage, e->start, want);
-              }
-            }
-            cr_assert(late <= EPS || c.comm > 0, "%s p=%d m=%d without latency: %s", sched_family_name(sh.family), p, m, what);
-            int proof = no_program_is_on_time(&a, d, cross_deps(&pr, &a, d), c.comm);
-            cr_assert(late <= EPS || proof, "%s p=%d m=%d comm=%g%s: %s, and no proof that any program must wait",
-                      sched_family_name(sh.family), p, m, c.comm, uneven ? " (per-stage costs)" : "", what);
-            cr_assert(late > EPS || !proof, "%s p=%d m=%d comm=%g%s: on time, yet the test 'proves' no program can be",
-                      sched_family_name(sh.family), p, m, c.comm, uneven ? " (per-stage costs)" : "");
-            sched_timeline_free(&tl);
-            sched_sim_result_free(&res);
-            sched_program_free(&pr);
+            on_time_unless_impossible(&sh, &c, uneven ? " (per-stage costs)" : "");
           }
 }
 

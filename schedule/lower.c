@@ -1,19 +1,61 @@
 /* schedule/lower.c: compute-only program -> full program.
  *
- * 1. A dataflow simulation of the compute order under the cost model gives every compute op a
- *    start and an end time (and proves the order can run at all).
- * 2. Every dependency between ranks becomes a SEND on the producer and a RECV on the consumer.
- *    Both get the same key: the earlier of the consumer's start and the producer rank's next
- *    compute start. So the send is issued right after its producer (before the producer's next
- *    op) and the receive comes no later than its consumer needs it.
- * 3. Each rank's stream is its compute ops and transfers sorted by key; transfers at one key go
- *    in one global order (key, gradients before activations, stage, micro-batch). Every rank's
- *    transfers are therefore sorted by one global order, which is what makes the program
- *    deadlock-free even with blocking, unbuffered sends: of all blocked transfers, the first in
- *    that order would find its partner waiting for it. (sched_verify checks it anyway.)
- * 4. LOAD_MICROBATCH goes right before the first and last virtual stage's forwards; the step's
+ * 1. A dataflow run of the compute order under the cost model gives every compute op its ASAP
+ *    start and end (each rank runs its order; F after the previous stage's F, B or I after its
+ *    own F and the next stage's B or I, W after its I; an input from another rank arrives the
+ *    latency `comm` after its producer ends), and proves the order can run at all.
+ * 2. Every input from another rank becomes a SEND on the producer's rank and a RECV on the
+ *    consumer's. The full program is built by one sequence of steps, each appending to the
+ *    streams:
+ *      advance r   append rank r's next compute op (after its load, if it has one); allowed once
+ *                  the RECV of its input is in r's stream;
+ *      commit x    append x's SEND to the sender's stream and its RECV to the receiver's, both in
+ *                  this one step; allowed once x's producer is in the sender's stream (the
+ *                  receiver cannot have passed x's consumer: that needs x's RECV).
+ *    Deadlock-freedom with blocking, unbuffered send/recv (what sched_verify replays, and what
+ *    NCCL send/recv on one stream does): every rank's transfers are in commit order. Were ranks
+ *    stuck, each would be at a transfer (nothing else waits: an op's inputs come earlier in its
+ *    stream). Take, of the transfers they are stuck at, the one committed first: the other rank
+ *    of it is not stuck at an earlier transfer (that one would have been committed first), so
+ *    it has done its transfers before this one and is at it too, and the pair completes. The
+ *    sends of one rank to another are in the order of the other's receives from it, as NCCL's
+ *    matching in order needs. (sched_verify checks all this anyway.)
+ * 3. Timing, under sim.c's semantics (a SEND does not wait and its data arrives comm later; a
+ *    RECV waits for the data): the steps keep every rank's clock as sim.c will, and prefer
+ *    steps that delay nothing, i.e. make no compute op start after its ASAP time and no data
+ *    arrive after its consumer's ASAP start:
+ *      commit x    when x's data arrives by the time the receiver's next compute op starts, and
+ *                  waiting for it makes none of the receiver's unsent outputs late;
+ *      advance r   when r has sent all it produced: sends go right after their producer, and
+ *                  only a forced step puts one later.
+ *    Memory: a RECV of an activation opens its slot on the receiver (a gradient's slot is open
+ *    since its forward), and a SEND of a gradient closes one (of an activation too, in a
+ *    forward-only program). So an activation's commit also waits until the receiver is at
+ *    the consumer and has sent its gradients, unless the two ranks wait for each other (the
+ *    sender holds only this activation, the receiver a send to it that cannot go yet): that is
+ *    common and settled at once. When no step is free, the step that delays least is taken
+ *    (then a commit rather than a send put off, which would use up slack; then the activation
+ *    whose slot opens least early), and if it delays, the estimates of what is not built are
+ *    redone from what is (lazily, see est_start). If no step is ever forced to delay, every
+ *    compute op starts at its ASAP time; the tests find that wherever any program can (4).
+ *    At comm = 0 one always can (order the transfers by when their producers end: no RECV
+ *    then waits).
+ * 4. Sometimes no program can: take x sent by rank a to b and y sent by b to a. Blocking
+ *    semantics runs them in one order on both ranks: x first means b receives x before it
+ *    sends y, so y leaves no sooner than x arrives; y first, the other way round. If x arrives
+ *    too late for y's consumer to get y on time that way, and y too late for x's, every
+ *    program is late somewhere. E.g. 1F1B p=2 m=3 with the costs of stages 1.0/1.5 (F),
+ *    2.0/3.0 (B), comm 1.5: at 11.5 rank 0 sends the activation of micro-batch 2 and rank 1
+ *    the gradient of micro-batch 1, each needed at 13. Longer cycles do it too: in interleaved
+ *    p=8 v=2 m=24 (unit costs, comm 1.5), between t=61.5 and 65 every rank sends a gradient
+ *    needed 1.5 later and receives one that arrives after that send, around the ring that the
+ *    step from stage 7 (rank 7) to stage 8 (rank 0) closes; one of the eight ranks must receive
+ *    first, so the ASAP 218 is out of reach (this gives 226). tests/schedule/test_sim.c proves
+ *    it impossible for every shape of its grid (all families, p <= 4, m <= 10, comm up to 1.5)
+ *    where the program here is late, and checks every other one is on time.
+ * 5. LOAD_MICROBATCH goes right before the first and last virtual stage's forwards; the step's
  *    tail (REDUCE_TIED_GRADS, REDUCE_GRADS, OPTIMIZER_STEP) at the end.
- * 5. Activation buffer slots by liveness: (chunk, micro-batch) holds a slot from its first
+ * 6. Activation buffer slots by liveness: (chunk, micro-batch) holds a slot from its first
  *    instruction to its last; slots are reused greedily in stream order, which allocates
  *    exactly the peak number live at once. */
 #include <math.h>
@@ -93,7 +135,6 @@ static void flow_advance(flow *fl, int r) {
     if (ready < 0) return;
     double t0 = ready > fl->free_at[r] ? ready : fl->free_at[r];
     double cost = sched_op_cost(&fl->costs, (sched_op)in->op, s);
-    if (!(cost > 1e-9)) cost = 1e-9; /* keys need end > start; zero-cost ops still take an instant */
     double t1 = t0 + cost;
     fl->start[r][fl->pc[r]] = t0, fl->end[r][fl->pc[r]] = t1;
     fl->free_at[r] = t1;
@@ -163,90 +204,402 @@ static void flow_free(flow *fl) {
   free(fl->pc), free(fl->free_at), free(fl->queue), free(fl->queued);
 }
 
-/* One instruction of a rank's stream before sorting. */
+/* One cross-rank dependency: SEND on rank a after its producer, RECV on rank b before its
+ * consumer. */
 typedef struct {
-  double key;
-  int cls;   /* 0 transfer, 1 load or compute */
-  int kind;  /* transfers: 0 gradient, 1 activation */
-  int stage; /* transfers: producing stage */
-  int mb;
-  int seq; /* loads and compute: 2 * compute index (+1 for the op, loads go first) */
-  sched_instr in;
-} item;
+  int a, ip;        /* sender rank, the producer's index in its compute order */
+  int b, ic;        /* receiver rank, the consumer's index */
+  int kind;         /* 0 gradient, 1 activation */
+  int src, dst, mb; /* producing and consuming virtual stage, micro-batch */
+  double arr;       /* committed: when the data arrives */
+  int done;         /* committed: in both streams */
+} xfer;
+
+/* A rank's stream while it is built: it ends in the gap before compute op g. */
+typedef struct {
+  int g;
+  double clock;          /* when the simulator gets to that end */
+  int *pend, npend, cap; /* produced transfers this rank sends or receives (some done) */
+  int held, held_slot;   /* produced, not sent: all, and those whose SEND frees a slot */
+} lrank;
 
 typedef struct {
-  item *it;
-  int n, cap;
-} items;
+  const flow *fl; /* the ASAP times of the compute order */
+  sched_program *out;
+  xfer *x;
+  int nx;
+  /* [rank][compute index]: the transfer it produces / consumes, or -1; the ops of its own rank
+   * it takes input from (two per op, -1 when none) */
+  int **prod, **cons, **local;
+  /* [rank][compute index]: start of each op, as built, or for one not built yet its ASAP start
+   * from what is built; such an estimate holds while stamp == epoch (a delayed step makes a new
+   * epoch; steps that delay nothing leave every estimate true) */
+  double **start;
+  int **stamp, epoch;
+  int *stack, nstack, capstack;
+  lrank *rk;
+  int *queue, *queued, qh, qt;
+  double tol; /* times closer than this are equal (rounding) */
+} build;
 
-static void items_push(items *a, item x) {
-  if (a->n == a->cap) {
-    a->cap = a->cap ? 2 * a->cap : 64;
-    a->it = core_realloc(a->it, sizeof(item) * (size_t)a->cap);
+static void wake(build *bd, int r) {
+  if (bd->queued[r]) return;
+  bd->queued[r] = 1;
+  bd->queue[bd->qt++ % bd->out->p] = r;
+}
+
+static void pend_add(lrank *k, int x) {
+  if (k->npend == k->cap) {
+    k->cap = k->cap ? 2 * k->cap : 16;
+    k->pend = core_realloc(k->pend, sizeof(int) * (size_t)k->cap);
   }
-  a->it[a->n++] = x;
+  k->pend[k->npend++] = x;
 }
 
-static int item_cmp(const void *pa, const void *pb) {
-  const item *a = pa, *b = pb;
-  if (a->key != b->key) return a->key < b->key ? -1 : 1;
-  if (a->cls != b->cls) return a->cls - b->cls;
-  if (a->cls == 1) return a->seq - b->seq;
-  if (a->kind != b->kind) return a->kind - b->kind;
-  if (a->stage != b->stage) return a->stage - b->stage;
-  return a->mb - b->mb;
+static void pend_compact(const build *bd, lrank *k) {
+  int n = 0;
+  for (int i = 0; i < k->npend; i++)
+    if (!bd->x[k->pend[i]].done) k->pend[n++] = k->pend[i];
+  k->npend = n;
 }
 
-/* Start of the compute op after index i on rank r, or +inf. */
-static double next_start(const flow *fl, int r, int i) {
-  return i + 1 < fl->pr->streams[r].len ? fl->start[r][i + 1] : INFINITY;
+static double pos(double v) { return v > 0 ? v : 0; }
+
+static double op_cost_at(const build *bd, int r, int g) {
+  const sched_program *pr = bd->fl->pr;
+  const sched_instr *in = &pr->streams[r].ins[g];
+  return sched_op_cost(&bd->fl->costs, (sched_op)in->op, sched_stage_at(pr, r, in));
 }
 
-static void add_transfer(items *per_rank, const flow *fl, int kind, int src_stage, int dst_stage,
-                         int mb, int prod_idx, double cons_start) {
+static int est_known(const build *bd, int r, int i) {
+  return i < bd->rk[r].g || bd->stamp[r][i] == bd->epoch;
+}
+
+static void est_push(build *bd, int r, int i) {
+  if (bd->nstack + 2 > bd->capstack) {
+    bd->capstack = bd->capstack ? 2 * bd->capstack : 256;
+    bd->stack = core_realloc(bd->stack, sizeof(int) * (size_t)bd->capstack);
+  }
+  bd->stack[bd->nstack++] = r, bd->stack[bd->nstack++] = i;
+}
+
+/* Pushes what the estimate of op i of rank r needs and is not known; returns whether any. */
+static int est_push_needs(build *bd, int r, int i) {
+  int n = bd->nstack;
+  if (i > bd->rk[r].g && !est_known(bd, r, i - 1)) est_push(bd, r, i - 1);
+  for (int k = 0; k < 2; k++) {
+    int l = bd->local[r][2 * i + k];
+    if (l >= 0 && !est_known(bd, r, l)) est_push(bd, r, l);
+  }
+  const xfer *x = bd->cons[r][i] >= 0 ? &bd->x[bd->cons[r][i]] : NULL;
+  if (x && !x->done && bd->rk[x->a].g <= x->ip && !est_known(bd, x->a, x->ip))
+    est_push(bd, x->a, x->ip);
+  return bd->nstack > n;
+}
+
+static double est_end_known(const build *bd, int r, int i) {
+  return bd->start[r][i] + op_cost_at(bd, r, i);
+}
+
+/* ASAP start of op i of rank r from what it needs (all known): its rank's previous op, its
+ * local inputs, and its remote input: arrived, or sent from its sender's clock on, or sent
+ * when its producer ends. */
+static double est_from_needs(const build *bd, int r, int i) {
+  double t = i == bd->rk[r].g ? bd->rk[r].clock : est_end_known(bd, r, i - 1);
+  for (int k = 0; k < 2; k++) {
+    int l = bd->local[r][2 * i + k];
+    if (l >= 0 && est_end_known(bd, r, l) > t) t = est_end_known(bd, r, l);
+  }
+  const xfer *x = bd->cons[r][i] >= 0 ? &bd->x[bd->cons[r][i]] : NULL;
+  if (x) {
+    double comm = bd->fl->costs.comm, arr;
+    if (x->done) arr = x->arr;
+    else if (bd->rk[x->a].g > x->ip) arr = bd->rk[x->a].clock + comm;
+    else arr = est_end_known(bd, x->a, x->ip) + comm;
+    if (arr > t) t = arr;
+  }
+  return t;
+}
+
+/* Start of op i of rank r: as built, or estimated (depth first, without recursion: the ops
+ * an estimate needs can be many). */
+static double est_start(build *bd, int r, int i) {
+  if (est_known(bd, r, i)) return bd->start[r][i];
+  bd->nstack = 0;
+  est_push(bd, r, i);
+  while (bd->nstack > 0) {
+    int q = bd->stack[bd->nstack - 2], k = bd->stack[bd->nstack - 1];
+    if (est_known(bd, q, k)) {
+      bd->nstack -= 2;
+    } else if (!est_push_needs(bd, q, k)) {
+      bd->start[q][k] = est_from_needs(bd, q, k), bd->stamp[q][k] = bd->epoch;
+      bd->nstack -= 2;
+    }
+  }
+  return bd->start[r][i];
+}
+
+/* How much later than its consumer's start z's data arrives if z is sent at `to` rather than
+ * at `from`. */
+static double send_delay(build *bd, const xfer *z, double from, double to) {
+  double comm = bd->fl->costs.comm, due = est_start(bd, z->b, z->ic);
+  return pos(to + comm - due) - pos(from + comm - due);
+}
+
+/* The most that sending rank r's unsent outputs at `to` instead of at its clock delays them. */
+static double held_delay(build *bd, int r, double to) {
+  const lrank *k = &bd->rk[r];
+  double h = 0;
+  for (int i = 0; i < k->npend; i++) {
+    const xfer *z = &bd->x[k->pend[i]];
+    if (z->done || z->a != r) continue;
+    double d = send_delay(bd, z, k->clock, to);
+    if (d > h) h = d;
+  }
+  return h;
+}
+
+/* What committing x now delays: the receiver's next compute op, if the data arrives after it
+ * would start, and the receiver's unsent outputs, which would wait for the data too. */
+static double commit_delay(build *bd, const xfer *x) {
+  const sched_program *pr = bd->fl->pr;
+  const lrank *B = &bd->rk[x->b];
+  double arr = bd->rk[x->a].clock + bd->fl->costs.comm;
+  double next = B->g < pr->streams[x->b].len ? est_start(bd, x->b, B->g) : INFINITY;
+  double h = pos(arr - (next > B->clock ? next : B->clock));
+  double d = held_delay(bd, x->b, arr > B->clock ? arr : B->clock);
+  return d > h ? d : h;
+}
+
+/* Whether rank r can append its next compute op: it has one, and its input is received. */
+static int can_advance(const build *bd, int r) {
+  const lrank *k = &bd->rk[r];
+  if (k->g >= bd->fl->pr->streams[r].len) return 0;
+  int in = bd->cons[r][k->g];
+  return in < 0 || bd->x[in].done;
+}
+
+/* What appending rank r's next compute op delays: the outputs r has not sent go after it. */
+static double advance_delay(build *bd, int r) {
+  return held_delay(bd, r, bd->rk[r].clock + op_cost_at(bd, r, bd->rk[r].g));
+}
+
+/* Whether the SEND of x frees its slot on the sender: a gradient's does (the slot is live
+ * from the forward to it); an activation's only in a forward-only program (in training the
+ * slot lives on until the backward). */
+static int frees_slot(const build *bd, const xfer *x) {
+  return x->kind == 0 || bd->fl->pr->forward_only;
+}
+
+/* A RECV of an activation makes its slot live from there on: it waits for its consumer's gap
+ * and for the receiver to send the outputs that free a slot, unless a forced step says
+ * otherwise. (A gradient's slot is live anyway, since its forward.) */
+static int early_activation(const build *bd, const xfer *x) {
+  return x->kind == 1 && (bd->rk[x->b].held_slot > 0 || bd->rk[x->b].g < x->ic);
+}
+
+static void commit(build *bd, xfer *x) {
+  const sched_program *pr = bd->fl->pr;
+  lrank *B = &bd->rk[x->b];
+  sched_instr snd = {.op = (uint8_t)(x->kind ? SCHED_SEND_ACT : SCHED_SEND_GRAD), .mb = x->mb,
+                     .chunk = pr->chunk_of[x->src], .peer = x->b, .slot = -1};
+  sched_instr rcv = {.op = (uint8_t)(x->kind ? SCHED_RECV_ACT : SCHED_RECV_GRAD), .mb = x->mb,
+                     .chunk = pr->chunk_of[x->dst], .peer = x->a, .slot = -1};
+  sched_push(bd->out, x->a, snd);
+  sched_push(bd->out, x->b, rcv);
+  x->arr = bd->rk[x->a].clock + bd->fl->costs.comm;
+  if (x->arr > B->clock) B->clock = x->arr;
+  x->done = 1;
+  bd->rk[x->a].held--, bd->rk[x->a].held_slot -= frees_slot(bd, x);
+  wake(bd, x->a), wake(bd, x->b);
+}
+
+/* Appends rank r's next compute op (after its load, if it has one), records when it runs and
+ * offers what it produces. */
+static void advance(build *bd, int r) {
+  const flow *fl = bd->fl;
   const sched_program *pr = fl->pr;
-  int a = pr->rank_of[src_stage], b = pr->rank_of[dst_stage];
-  double ns = next_start(fl, a, prod_idx);
-  double key = cons_start < ns ? cons_start : ns;
-  item x = {.key = key, .cls = 0, .kind = kind, .stage = src_stage, .mb = mb};
-  x.in = (sched_instr){.op = (uint8_t)(kind ? SCHED_SEND_ACT : SCHED_SEND_GRAD), .mb = mb,
-                       .chunk = pr->chunk_of[src_stage], .peer = b, .slot = -1};
-  items_push(&per_rank[a], x);
-  x.in = (sched_instr){.op = (uint8_t)(kind ? SCHED_RECV_ACT : SCHED_RECV_GRAD), .mb = mb,
-                       .chunk = pr->chunk_of[dst_stage], .peer = a, .slot = -1};
-  items_push(&per_rank[b], x);
+  lrank *k = &bd->rk[r];
+  sched_instr in = pr->streams[r].ins[k->g];
+  int s = sched_stage_at(pr, r, &in);
+  in.peer = -1, in.slot = -1;
+  if (in.op == SCHED_FORWARD && (s == 0 || s == fl->S - 1)) {
+    sched_instr ld = in;
+    ld.op = SCHED_LOAD_MICROBATCH;
+    sched_push(bd->out, r, ld);
+  }
+  sched_push(bd->out, r, in);
+  bd->start[r][k->g] = k->clock;
+  k->clock += op_cost_at(bd, r, k->g);
+  int x = bd->prod[r][k->g++];
+  if (x >= 0) {
+    pend_add(k, x), pend_add(&bd->rk[bd->x[x].b], x), wake(bd, bd->x[x].b);
+    k->held++, k->held_slot += frees_slot(bd, &bd->x[x]);
+  }
+  wake(bd, r);
 }
 
-/* Index of each stage's F and backward (B or I) per micro-batch: [S*m] -> (rank, index). */
-static void build_items(const flow *fl, items *per_rank, int *f_idx, int *b_idx) {
-  const sched_program *pr = fl->pr;
-  int S = fl->S, m = fl->m;
+/* Whether x, an activation held back by early_activation, is all its sender holds while its
+ * receiver holds a send to that sender that cannot go yet: each waits for the other, so x goes
+ * now (the most common wait; longer ones are left to force). */
+static int mutual_wait(build *bd, const xfer *x) {
+  const lrank *A = &bd->rk[x->a], *B = &bd->rk[x->b];
+  if (A->held != 1) return 0;
+  for (int i = 0; i < B->npend; i++) {
+    const xfer *z = &bd->x[B->pend[i]];
+    if (z->done || z->a != x->b || z->b != x->a) continue;
+    if (early_activation(bd, z) || commit_delay(bd, z) > bd->tol) return 1;
+  }
+  return 0;
+}
+
+/* Every step of rank r that delays nothing and keeps no slot live longer: commits of its
+ * transfers, then its next compute op once it holds no unsent output (sends go right after
+ * their producer). */
+static void settle(build *bd, int r) {
+  lrank *k = &bd->rk[r];
+  for (int moved = 1; moved;) {
+    moved = 0;
+    for (int i = 0; i < k->npend; i++) {
+      xfer *x = &bd->x[k->pend[i]];
+      if (x->done || (early_activation(bd, x) && !mutual_wait(bd, x))) continue;
+      if (commit_delay(bd, x) <= bd->tol) commit(bd, x), moved = 1;
+    }
+    pend_compact(bd, k);
+    if (!k->held && can_advance(bd, r)) advance(bd, r), moved = 1;
+  }
+}
+
+/* No step is free: takes the one that delays least, then a commit rather than sending later
+ * (a send put off uses up slack that later steps may need), then the commit whose slot opens
+ * fewest ops early, then the first found. Returns its delay, or -1 when there is none left,
+ * which is when everything is built: while a produced transfer is not committed it can be (its
+ * receiver has not passed its consumer), and while none is, some rank can advance (else the
+ * dataflow run could not have finished). */
+static double force(build *bd) {
+  const sched_program *pr = bd->fl->pr;
+  double best = INFINITY, h;
+  int bx = -1, br = -1, bext = 0;
+  for (int r = 0; r < pr->p; r++)
+    for (int i = 0; i < bd->rk[r].npend; i++) {
+      const xfer *x = &bd->x[bd->rk[r].pend[i]];
+      if (x->done || x->a != r) continue;
+      h = commit_delay(bd, x);
+      int ext = early_activation(bd, x) ? x->ic - bd->rk[x->b].g + 1 : 0; /* ops its slot gets */
+      if (h < best - bd->tol || (h < best + bd->tol && ext < bext))
+        best = h, bx = bd->rk[r].pend[i], bext = ext;
+    }
+  for (int r = 0; r < pr->p; r++)
+    if (can_advance(bd, r) && (h = advance_delay(bd, r)) < best - bd->tol)
+      best = h, br = r, bx = -1;
+  if (bx >= 0) commit(bd, &bd->x[bx]);
+  else if (br >= 0) advance(bd, br);
+  return bx >= 0 || br >= 0 ? best : -1;
+}
+
+/* Free steps while there are any, else the least delaying one; CORE_ERUNTIME if the steps stop
+ * before everything is built (cannot happen, see force). */
+static int build_run(build *bd) {
+  const sched_program *pr = bd->fl->pr;
+  for (int r = 0; r < pr->p; r++) wake(bd, r);
+  for (double h = 0; h >= 0; h = force(bd)) {
+    if (h > bd->tol) bd->epoch++; /* something was delayed: estimates are out of date */
+    while (bd->qh != bd->qt) {
+      int r = bd->queue[bd->qh++ % pr->p];
+      bd->queued[r] = 0;
+      settle(bd, r);
+    }
+  }
+  for (int r = 0; r < pr->p; r++)
+    if (bd->rk[r].g < pr->streams[r].len)
+      return core_error_set(CORE_ERUNTIME, "lowering stopped at rank %d compute op %d (a bug)", r,
+                            bd->rk[r].g);
+  return CORE_OK;
+}
+
+/* Where the inputs of op i of rank r come from: at[2k], at[2k+1] = rank and index of the F
+ * (f_at) or backward (b_at) of stage k / m, micro-batch k % m. An input from another rank becomes
+ * a transfer; one from the same rank is a local input. */
+static void link_inputs(build *bd, const int *f_at, const int *b_at, int r, int i) {
+  const sched_program *pr = bd->fl->pr;
+  const sched_instr *in = &pr->streams[r].ins[i];
+  int s = sched_stage_at(pr, r, in), j = in->mb, m = bd->fl->m, S = bd->fl->S, nl = 0;
+  const int *from[2] = {NULL, NULL};
+  int kind = 1; /* of the input from the neighbouring stage: 1 activation, 0 gradient */
+  if (in->op == SCHED_FORWARD && s > 0) from[0] = &f_at[2 * ((size_t)(s - 1) * m + j)];
+  if (in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) {
+    from[1] = &f_at[2 * ((size_t)s * m + j)];
+    if (s < S - 1) from[0] = &b_at[2 * ((size_t)(s + 1) * m + j)], kind = 0;
+  }
+  if (in->op == SCHED_BACKWARD_WEIGHT) from[1] = &b_at[2 * ((size_t)s * m + j)];
+  for (int k = 0; k < 2; k++) {
+    if (!from[k]) continue;
+    if (from[k][0] == r) {
+      bd->local[r][2 * i + nl++] = from[k][1];
+      continue;
+    }
+    xfer x = {.a = from[k][0], .ip = from[k][1], .b = r, .ic = i, .kind = kind,
+              .src = kind ? s - 1 : s + 1, .dst = s, .mb = j};
+    bd->prod[x.a][x.ip] = bd->cons[r][i] = bd->nx;
+    bd->x[bd->nx++] = x;
+  }
+}
+
+/* Every op's inputs: the transfers between ranks and the inputs from the op's own rank. */
+static void collect(build *bd) {
+  const sched_program *pr = bd->fl->pr;
+  size_t n = (size_t)bd->fl->S * (size_t)bd->fl->m;
+  int *f_at = core_malloc(sizeof(int) * 2 * n), *b_at = core_malloc(sizeof(int) * 2 * n);
   for (int r = 0; r < pr->p; r++)
     for (int i = 0; i < pr->streams[r].len; i++) {
       const sched_instr *in = &pr->streams[r].ins[i];
-      int s = sched_stage_at(pr, r, in);
-      if (in->op == SCHED_FORWARD) f_idx[s * m + in->mb] = i;
-      if (in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) b_idx[s * m + in->mb] = i;
+      size_t k = (size_t)sched_stage_at(pr, r, in) * (size_t)bd->fl->m + (size_t)in->mb;
+      if (in->op == SCHED_FORWARD) f_at[2 * k] = r, f_at[2 * k + 1] = i;
+      if (in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT)
+        b_at[2 * k] = r, b_at[2 * k + 1] = i;
     }
+  bd->x = core_malloc(sizeof(xfer) * 2 * (n + 1));
   for (int r = 0; r < pr->p; r++)
-    for (int i = 0; i < pr->streams[r].len; i++) {
-      const sched_instr *in = &pr->streams[r].ins[i];
-      int s = sched_stage_at(pr, r, in), j = in->mb;
-      item x = {.key = fl->start[r][i], .cls = 1, .seq = 2 * i + 1, .in = *in};
-      x.in.peer = -1, x.in.slot = -1;
-      if (in->op == SCHED_FORWARD && (s == 0 || s == S - 1)) {
-        item ld = x;
-        ld.seq = 2 * i;
-        ld.in.op = SCHED_LOAD_MICROBATCH;
-        items_push(&per_rank[r], ld);
-      }
-      items_push(&per_rank[r], x);
-      if (in->op == SCHED_FORWARD && s > 0 && pr->rank_of[s - 1] != r)
-        add_transfer(per_rank, fl, 1, s - 1, s, j, f_idx[(s - 1) * m + j], fl->start[r][i]);
-      if ((in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) && s < S - 1 &&
-          pr->rank_of[s + 1] != r)
-        add_transfer(per_rank, fl, 0, s + 1, s, j, b_idx[(s + 1) * m + j], fl->start[r][i]);
+    for (int i = 0; i < pr->streams[r].len; i++) link_inputs(bd, f_at, b_at, r, i);
+  free(f_at), free(b_at);
+}
+
+static void build_init(build *bd, const flow *fl, sched_program *out) {
+  const sched_program *pr = fl->pr;
+  memset(bd, 0, sizeof *bd);
+  bd->fl = fl, bd->out = out;
+  size_t p = (size_t)pr->p;
+  bd->prod = core_calloc(p, sizeof(int *)), bd->cons = core_calloc(p, sizeof(int *));
+  bd->local = core_calloc(p, sizeof(int *)), bd->start = core_calloc(p, sizeof(double *));
+  bd->stamp = core_calloc(p, sizeof(int *));
+  double span = 0;
+  for (int r = 0; r < pr->p; r++) {
+    size_t len = (size_t)pr->streams[r].len;
+    bd->prod[r] = core_malloc(sizeof(int) * (len + 1));
+    bd->cons[r] = core_malloc(sizeof(int) * (len + 1));
+    bd->local[r] = core_malloc(sizeof(int) * 2 * (len + 1));
+    bd->start[r] = core_malloc(sizeof(double) * (len + 1));
+    bd->stamp[r] = core_calloc(len + 1, sizeof(int));
+    for (size_t i = 0; i < len; i++) {
+      bd->prod[r][i] = bd->cons[r][i] = bd->local[r][2 * i] = bd->local[r][2 * i + 1] = -1;
+      bd->start[r][i] = fl->start[r][i]; /* the ASAP times: estimates of epoch 0 */
     }
+    if (len > 0 && fl->end[r][len - 1] > span) span = fl->end[r][len - 1];
+  }
+  bd->tol = 1e-12 * (1 + span);
+  bd->rk = core_calloc(p, sizeof(lrank));
+  bd->queue = core_malloc(sizeof(int) * p);
+  bd->queued = core_calloc(p, sizeof(int));
+  collect(bd);
+}
+
+static void build_free(build *bd) {
+  for (int r = 0; r < bd->out->p; r++) {
+    free(bd->prod[r]), free(bd->cons[r]), free(bd->local[r]);
+    free(bd->start[r]), free(bd->stamp[r]), free(bd->rk[r].pend);
+  }
+  free(bd->prod), free(bd->cons), free(bd->local), free(bd->start), free(bd->stamp), free(bd->rk);
+  free(bd->x), free(bd->stack), free(bd->queue), free(bd->queued);
 }
 
 /* Greedy slot assignment over each (chunk, micro-batch)'s live range in stream order. */
@@ -309,21 +662,17 @@ int sched_lower(const sched_program *compute, const sched_costs *costs, sched_pr
   }
   out->tied = compute->tied;
   out->forward_only = compute->forward_only;
-  size_t n = (size_t)fl.S * (size_t)fl.m;
-  int *f_idx = core_malloc(sizeof(int) * n), *b_idx = core_malloc(sizeof(int) * n);
-  items *per_rank = core_calloc((size_t)compute->p, sizeof(items));
-  build_items(&fl, per_rank, f_idx, b_idx);
-  for (int r = 0; r < compute->p; r++) {
-    qsort(per_rank[r].it, (size_t)per_rank[r].n, sizeof(item), item_cmp);
-    out->streams[r].cap = per_rank[r].n + 3;
-    out->streams[r].ins = core_malloc(sizeof(sched_instr) * (size_t)out->streams[r].cap);
-    for (int i = 0; i < per_rank[r].n; i++) out->streams[r].ins[i] = per_rank[r].it[i].in;
-    out->streams[r].len = per_rank[r].n;
-    free(per_rank[r].it);
+  build bd;
+  build_init(&bd, &fl, out);
+  rc = build_run(&bd);
+  build_free(&bd);
+  if (rc) {
+    flow_free(&fl);
+    sched_program_free(out);
+    return rc;
   }
   if (!out->forward_only) append_tail(out);
   for (int r = 0; r < out->p; r++) assign_slots(out, r);
-  free(per_rank), free(f_idx), free(b_idx);
   flow_free(&fl);
   return CORE_OK;
 }

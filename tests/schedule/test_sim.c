@@ -1,7 +1,9 @@
 /* Simulator semantics: latencies, per-stage costs, split backward, timeline events. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "schedule/schedule.h"
@@ -109,74 +111,244 @@ static double op_cost(const sched_costs *c, sched_op op, int s) {
   }
 }
 
-/* Without latency, the transfers lowering adds never hold a compute op back: each rank's
- * compute ops start as soon as the rank is free and their inputs exist (F after the previous
- * stage's F, B or I after its own F and the next stage's B or I, W after its I), in the order the
- * program gives them, and each takes its cost. Checked against the simulator's events for every
- * family, with uneven per-stage costs and a data-parallel share in W. */
-Test(sim, lowering_adds_no_wait_without_latency) {
-  double sf[8], sb[8], sw[8], sdp[8];
-  for (int s = 0; s < 8; s++) sf[s] = 1 + 0.5 * (s % 3), sb[s] = 1.25 * sf[s], sw[s] = 0.75 + 0.25 * (s % 2), sdp[s] = 0.125 * s;
-  for (int f = SCHED_GPIPE; f < SCHED_CUSTOM; f++)
-    for (int p = 1; p <= 4; p++)
-      for (int m = 1; m <= 10; m++)
-        for (int uneven = 0; uneven < 2; uneven++) {
-          int v = f == SCHED_INTERLEAVED || f == SCHED_ZB_V || f == SCHED_DUALPIPE_V ? 2 : 1;
-          if (f == SCHED_DUALPIPE_V && m < 2 * p) continue;
-          sched_shape sh = {.family = (sched_family)f, .p = p, .v = v, .m = m};
-          sched_costs c = sched_costs_unit();
-          if (uneven) c.stage_f = sf, c.stage_b = sb, c.stage_w = sw, c.stage_dp_w = sdp;
-          else c.w = 0.5, c.dp_w = 0.25;
-          sched_program pr;
-          cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
-          sched_timeline tl;
-          sched_timeline_init(&tl, sched_family_name(sh.family), "unit", p, v, m);
-          sched_sim_result res;
-          cr_assert_eq(sched_simulate(&pr, &c, &res, &tl), CORE_OK);
-          /* the ASAP times of each rank's compute order */
-          int S = p * v;
-          double fe[8 * 10], be[8 * 10], free_at[4] = {0}, *start[4];
-          int pc[4] = {0};
-          for (int k = 0; k < S * m; k++) fe[k] = be[k] = -1;
-          for (int r = 0; r < p; r++) start[r] = calloc((size_t)pr.streams[r].len, sizeof(double));
-          for (int moved = 1; moved;) {
-            moved = 0;
-            for (int r = 0; r < p; r++)
-              for (; pc[r] < pr.streams[r].len; pc[r]++) {
-                const sched_instr *in = &pr.streams[r].ins[pc[r]];
-                if (!sched_op_is_compute((sched_op)in->op)) continue;
-                int s = pr.stage_of[r * v + in->chunk], j = in->mb;
-                double t = free_at[r], need[2] = {0, 0};
-                if (in->op == SCHED_FORWARD) need[0] = s > 0 ? fe[(s - 1) * m + j] : 0;
-                else if (in->op == SCHED_BACKWARD_WEIGHT) need[0] = be[s * m + j];
-                else need[0] = fe[s * m + j], need[1] = s < S - 1 ? be[(s + 1) * m + j] : 0;
-                if (need[0] < 0 || need[1] < 0) break; /* waits for another rank */
-                t = fmax(t, fmax(need[0], need[1]));
-                start[r][pc[r]] = t;
-                free_at[r] = t + op_cost(&c, (sched_op)in->op, s);
-                if (in->op == SCHED_FORWARD) fe[s * m + j] = free_at[r];
-                else if (in->op != SCHED_BACKWARD_WEIGHT) be[s * m + j] = free_at[r];
-                moved = 1;
-              }
-          }
-          int next[4] = {0};
-          for (int i = 0; i < tl.n; i++) { /* a rank's events come in its stream order */
-            const sched_event *e = &tl.ev[i];
-            if (!sched_op_is_compute((sched_op)e->op)) continue;
-            int r = e->rank;
-            while (!sched_op_is_compute((sched_op)pr.streams[r].ins[next[r]].op)) next[r]++;
-            double want = start[r][next[r]++];
-            cr_assert(fabs(e->start - want) < 1e-9, "%s p=%d m=%d%s: rank %d %c%d of stage %d starts at %g, its inputs allow %g",
-                      sched_family_name(sh.family), p, m, uneven ? " (per-stage costs)" : "", r,
-                      sched_op_letter((sched_op)e->op), e->mb, e->stage, e->start, want);
-            double d = op_cost(&c, (sched_op)e->op, e->stage);
-            cr_assert(fabs(e->end - e->start - d) < 1e-9, "%s p=%d m=%d: %c%d of stage %d lasts %g, costs %g",
-                      sched_family_name(sh.family), p, m, sched_op_letter((sched_op)e->op), e->mb, e->stage,
-                      e->end - e->start, d);
-          }
-          for (int r = 0; r < p; r++) free(start[r]);
-          sched_timeline_free(&tl);
-          sched_sim_result_free(&res);
-          sched_program_free(&pr);
+/* The compute ops of each rank in program order, with their ASAP times: each starts as soon as
+ * its rank is free and its inputs exist (F after the previous stage's F, B or I after its own F
+ * and the next stage's B or I, W after its I; an input from another rank `comm` later), and
+ * takes its cost. Computed here from the compute order alone, whatever lowering does. */
+#define MAXR 4
+#define MAXOPS 96
+typedef struct {
+  int p, v, m, S, n[MAXR];
+  sched_instr op[MAXR][MAXOPS];
+  double t0[MAXR][MAXOPS], t1[MAXR][MAXOPS];
+  int at[8 * 10][2][2]; /* [stage * m + mb][0 F, 1 B or I] -> rank, index */
+} asap;
+
+static void asap_times(const sched_program *pr, const sched_costs *c, asap *a) {
+  memset(a, 0, sizeof *a);
+  a->p = pr->p, a->v = pr->v, a->m = pr->m, a->S = pr->p * pr->v;
+  cr_assert(a->p <= MAXR && a->S * a->m <= 8 * 10);
+  for (int r = 0; r < pr->p; r++)
+    for (int i = 0; i < pr->streams[r].len; i++)
+      if (sched_op_is_compute((sched_op)pr->streams[r].ins[i].op)) {
+        const sched_instr *in = &pr->streams[r].ins[i];
+        int k = pr->stage_of[r * pr->v + in->chunk] * a->m + in->mb, ib = in->op != SCHED_FORWARD;
+        if (in->op != SCHED_BACKWARD_WEIGHT) a->at[k][ib][0] = r, a->at[k][ib][1] = a->n[r];
+        cr_assert(a->n[r] < MAXOPS);
+        a->op[r][a->n[r]++] = *in;
+      }
+  double fe[8 * 10], be[8 * 10], free_at[MAXR] = {0};
+  int pc[MAXR] = {0};
+  for (int k = 0; k < a->S * a->m; k++) fe[k] = be[k] = -1;
+  for (int moved = 1; moved;) {
+    moved = 0;
+    for (int r = 0; r < a->p; r++)
+      for (; pc[r] < a->n[r]; pc[r]++) {
+        const sched_instr *in = &a->op[r][pc[r]];
+        int s = pr->stage_of[r * a->v + in->chunk], j = in->mb;
+        double ready = 0;
+        if (in->op == SCHED_FORWARD && s > 0) {
+          if (fe[(s - 1) * a->m + j] < 0) break; /* waits for another rank */
+          ready = fe[(s - 1) * a->m + j] + (pr->rank_of[s - 1] != r ? c->comm : 0);
+        } else if (in->op == SCHED_BACKWARD_WEIGHT) {
+          if ((ready = be[s * a->m + j]) < 0) break;
+        } else if (in->op != SCHED_FORWARD) {
+          if ((ready = fe[s * a->m + j]) < 0) break;
+          if (s < a->S - 1 && be[(s + 1) * a->m + j] < 0) break;
+          if (s < a->S - 1)
+            ready = fmax(ready, be[(s + 1) * a->m + j] + (pr->rank_of[s + 1] != r ? c->comm : 0));
         }
+        double t = fmax(free_at[r], ready);
+        a->t0[r][pc[r]] = t;
+        a->t1[r][pc[r]] = free_at[r] = t + op_cost(c, (sched_op)in->op, s);
+        if (in->op == SCHED_FORWARD) fe[s * a->m + j] = free_at[r];
+        else if (in->op != SCHED_BACKWARD_WEIGHT) be[s * a->m + j] = free_at[r];
+        moved = 1;
+      }
+  }
+  for (int r = 0; r < a->p; r++) cr_assert_eq(pc[r], a->n[r], "the compute order does not run");
+}
+
+/* A cross-rank input: sent by rank a when op ip ends, needed by op ic of rank b at `due`. */
+typedef struct {
+  int a, ip, b, ic;
+  double due;
+} xdep;
+
+static int cross_deps(const sched_program *pr, const asap *a, xdep *d) {
+  int n = 0;
+  for (int r = 0; r < a->p; r++)
+    for (int k = 0; k < a->n[r]; k++) {
+      const sched_instr *in = &a->op[r][k];
+      int s = pr->stage_of[r * a->v + in->chunk], from = -1, ib = 0;
+      if (in->op == SCHED_FORWARD && s > 0) from = s - 1;
+      if ((in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) && s < a->S - 1)
+        from = s + 1, ib = 1;
+      if (from < 0 || pr->rank_of[from] == r) continue;
+      const int *src = a->at[from * a->m + in->mb][ib];
+      d[n++] = (xdep){src[0], src[1], r, k, a->t0[r][k]};
+    }
+  return n;
+}
+
+#define EPS 1e-9
+
+/* When rank x.a can send x at the earliest if it receives y first: not before y arrives, nor
+ * before the ops of x.a that start before then have ended (the receive waits for the data, so
+ * an op after it would start late). sent[]: lower bounds on when each transfer is sent. */
+static double send_after_recv(const asap *a, const xdep *x, const double *sent_x, double arr_y) {
+  int r = x->a, g = 0;
+  while (g < a->n[r] && a->t0[r][g] < arr_y - EPS) g++;
+  double t = fmax(arr_y, *sent_x);
+  return g > x->ip + 1 ? fmax(t, a->t1[r][g - 1]) : t;
+}
+
+/* Orders every on-time program must have, given sent[]: before[i * n + j] = transfer i before j
+ * (under blocking send/recv the transfers run in one order, the same on both ranks of each). */
+static void must_orders(const asap *a, const xdep *d, int n, const double *sent, double comm,
+                        char *before) {
+  memset(before, 0, (size_t)n * (size_t)n);
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) {
+      const xdep *x = &d[i], *y = &d[j];
+      if (i == j) continue;
+      if (x->a == y->b) { /* the rank sending x receives y */
+        if (y->ic <= x->ip) before[j * n + i] = 1; /* y's consumer runs before x's producer */
+        else if (send_after_recv(a, x, &sent[i], sent[j] + comm) + comm > x->due + EPS)
+          before[i * n + j] = 1; /* receiving y first would make x late */
+      }
+      if (x->a == y->a && x->ip < y->ip && fmax(sent[i], a->t1[x->a][y->ip]) + comm > x->due + EPS)
+        before[i * n + j] = 1; /* sending x after y's producer would make it late */
+      if (x->b == y->b && x->ic < y->ic && sent[j] + comm > a->t0[x->b][x->ic] + EPS)
+        before[i * n + j] = 1; /* y cannot arrive before x's consumer starts */
+    }
+  for (int k = 0; k < n; k++) /* what they imply */
+    for (int i = 0; i < n; i++)
+      if (before[i * n + k])
+        for (int j = 0; j < n; j++) before[i * n + j] |= before[k * n + j];
+}
+
+/* Whether no program with blocking, unbuffered send/recv can start every op at its ASAP time: a
+ * proof from orders any such program must have (must_orders, given when each transfer can be
+ * sent at the earliest) that contradict each other, or make some transfer late. The orders
+ * raise the earliest sends (receiving first, or sending another first, means sending later),
+ * which can force more orders: repeated until nothing changes. */
+static int no_program_is_on_time(const asap *a, const xdep *d, int n, double comm) {
+  double *sent = malloc(sizeof(double) * (size_t)(n + 1));
+  char *before = malloc((size_t)n * (size_t)n + 1);
+  for (int i = 0; i < n; i++) sent[i] = a->t1[d[i].a][d[i].ip];
+  int proof = 0;
+  for (int changed = 1; changed && !proof;) {
+    changed = 0;
+    for (int i = 0; i < n; i++) proof |= sent[i] + comm > d[i].due + EPS;
+    must_orders(a, d, n, sent, comm, before);
+    for (int i = 0; i < n; i++) proof |= before[i * n + i];
+    for (int i = 0; i < n && !proof; i++)
+      for (int j = 0; j < n; j++) {
+        if (!before[j * n + i]) continue;
+        double t = sent[i];
+        if (d[i].a == d[j].b) t = fmax(t, send_after_recv(a, &d[i], &sent[i], sent[j] + comm));
+        if (d[i].a == d[j].a && d[j].ip > d[i].ip) t = fmax(t, a->t1[d[i].a][d[j].ip]);
+        if (t > sent[i] + EPS) sent[i] = t, changed = 1;
+      }
+  }
+  free(sent), free(before);
+  return proof;
+}
+
+/* How late the simulated program starts its compute ops (the most, and which op in `what`); each
+ * op lasts its cost and none starts before its ASAP time. */
+static double lateness(const sched_timeline *tl, const asap *a, const sched_costs *c,
+                       const char *shape, char *what, size_t n) {
+  int next[MAXR] = {0};
+  double late = 0;
+  for (int i = 0; i < tl->n; i++) { /* a rank's events come in its stream order */
+    const sched_event *e = &tl->ev[i];
+    if (!sched_op_is_compute((sched_op)e->op)) continue;
+    int r = e->rank;
+    double want = a->t0[r][next[r]++], cost = op_cost(c, (sched_op)e->op, e->stage);
+    char op = sched_op_letter((sched_op)e->op);
+    cr_assert(e->start > want - EPS, "%s: rank %d %c%d starts at %g, before its inputs allow (%g)",
+              shape, r, op, e->mb, e->start, want);
+    cr_assert(fabs(e->end - e->start - cost) < EPS, "%s: %c%d of stage %d lasts %g, costs %g", shape,
+              op, e->mb, e->stage, e->end - e->start, cost);
+    if (e->start - want <= late + EPS) continue;
+    late = e->start - want;
+    snprintf(what, n, "rank %d %c%d of stage %d starts at %g, its inputs allow %g", r, op, e->mb,
+             e->stage, e->start, want);
+  }
+  return late;
+}
+
+/* One shape: verified; on time, or late where the test proves no program can be on time. */
+static void on_time_unless_impossible(const sched_shape *sh, const sched_costs *c,
+                                      const char *how) {
+  static asap a;
+  static xdep d[2 * 8 * 10];
+  sched_program pr;
+  cr_assert_eq(sched_compile(sh, c, &pr), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_verify(&pr), CORE_OK, "%s", core_error_msg());
+  sched_timeline tl;
+  sched_timeline_init(&tl, sched_family_name(sh->family), "unit", sh->p, sh->v, sh->m);
+  sched_sim_result res;
+  cr_assert_eq(sched_simulate(&pr, c, &res, &tl), CORE_OK);
+  asap_times(&pr, c, &a);
+  char shape[96], what[160] = "";
+  snprintf(shape, sizeof shape, "%s p=%d m=%d comm=%g%s", sched_family_name(sh->family), sh->p,
+           sh->m, c->comm, how);
+  double late = lateness(&tl, &a, c, shape, what, sizeof what);
+  cr_assert(late <= EPS || c->comm > 0, "%s: %s", shape, what);
+  int proof = no_program_is_on_time(&a, d, cross_deps(&pr, &a, d), c->comm);
+  cr_assert(late <= EPS || proof, "%s: %s, and no proof that every program must be late", shape,
+            what);
+  cr_assert(late > EPS || !proof, "%s: on time, yet 'proven' impossible", shape);
+  sched_timeline_free(&tl);
+  sched_sim_result_free(&res);
+  sched_program_free(&pr);
+}
+
+/* With the simulator's semantics (a send does not wait, a receive waits for the data), the
+ * transfers lowering adds hold no compute op back: each starts at its ASAP time (asap_times)
+ * and lasts its cost, in every family, with uneven per-stage costs and a data-parallel share in
+ * W, and with latency 0, 0.25, 0.5 and 1.5 -- unless no program can, which the test proves
+ * (no_program_is_on_time) for every shape where the lowered program is late. And where it finds
+ * such a proof, the program is late (else the proof would be wrong). Every program passes the
+ * verifier's blocking, unbuffered replay. */
+Test(sim, lowering_is_on_time_unless_no_program_can) {
+  double sf[8], sb[8], sw[8], sdp[8];
+  for (int s = 0; s < 8; s++) {
+    sf[s] = 1 + 0.5 * (s % 3), sb[s] = 1.25 * sf[s];
+    sw[s] = 0.75 + 0.25 * (s % 2), sdp[s] = 0.125 * s;
+  }
+  const double comms[] = {0, 0.25, 0.5, 1.5};
+  for (int ci = 0; ci < 4; ci++)
+    for (int f = SCHED_GPIPE; f < SCHED_CUSTOM; f++)
+      for (int p = 1; p <= 4; p++)
+        for (int m = 1; m <= 10; m++)
+          for (int uneven = 0; uneven < 2; uneven++) {
+            int v = f == SCHED_INTERLEAVED || f == SCHED_ZB_V || f == SCHED_DUALPIPE_V ? 2 : 1;
+            if (f == SCHED_DUALPIPE_V && m < 2 * p) continue;
+            sched_shape sh = {.family = (sched_family)f, .p = p, .v = v, .m = m};
+            sched_costs c = sched_costs_unit();
+            if (uneven) c.stage_f = sf, c.stage_b = sb, c.stage_w = sw, c.stage_dp_w = sdp;
+            else c.w = 0.5, c.dp_w = 0.25;
+            c.comm = comms[ci];
+            on_time_unless_impossible(&sh, &c, uneven ? " (per-stage costs)" : "");
+          }
+}
+
+/* The reproduction that started this: 1F1B, 2 stages, 2 micro-batches, latency 0.5. Rank 0 sends
+ * micro-batch 1's activation (ready at 2) before it waits for micro-batch 0's gradient (there
+ * at 5), so rank 1 runs F1 at 4.5, not at 5.5: the step takes 10, the dataflow bound. */
+Test(sim, send_goes_before_a_receive_that_waits) {
+  sched_shape sh = {.family = SCHED_1F1B, .p = 2, .v = 1, .m = 2};
+  sched_costs c = sched_costs_unit();
+  c.comm = 0.5;
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  sched_sim_result res;
+  cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK);
+  cr_assert(fabs(res.makespan - 10) < EPS, "makespan %g", res.makespan);
+  sched_sim_result_free(&res);
+  sched_program_free(&pr);
 }

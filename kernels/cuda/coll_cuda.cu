@@ -71,7 +71,7 @@ struct kernels_coll_comm {
   cudaEvent_t done[KERNELS_COLL_SLOTS];     // recorded on the comm stream after it
   int pending[KERNELS_COLL_SLOTS];          // an async call in the slot not yet waited for
   cudaEvent_t tev[KERNELS_COLL_TICKETS];    // recorded on the comm stream after a transfer (lazily made)
-  unsigned char tpending[KERNELS_COLL_TICKETS];
+  int tpending[KERNELS_COLL_TICKETS];
 };
 
 // ---- the communication stream (one per process, created once) ----
@@ -246,13 +246,18 @@ static int reduce_scatterv_async(kernels_coll_comm *c, int slot, const float *se
   return 0;
 }
 
+// Later ops on the compute stream wait for event k of n, recorded by an async call still
+// pending (what: "slot" or "ticket", for the message); a no-op when none is.
+static int compute_waits(const char *entry, const char *what, int k, int n, int *pending, cudaEvent_t *ev) {
+  if (k < 0 || k >= n) return core_error_set(kRuntimeError, "NCCL collectives, %s: no %s %d", entry, what, k);
+  if (!pending[k]) return 0;
+  pending[k] = 0;
+  cudaError_t e = cudaStreamWaitEvent(cuda_stream(), ev[k], 0);
+  return e == cudaSuccess ? 0 : cuda_failed(entry, __FILE__, __LINE__, "cudaStreamWaitEvent(compute, event, 0)", e);
+}
+
 static int wait_slot(kernels_coll_comm *c, int slot) {
-  if (slot < 0 || slot >= KERNELS_COLL_SLOTS)
-    return core_error_set(kRuntimeError, "NCCL collectives, wait: no slot %d", slot);
-  if (!c->pending[slot]) return 0;
-  c->pending[slot] = 0;
-  CUDA_TRY(cudaStreamWaitEvent(cuda_stream(), c->done[slot], 0));
-  return 0;
+  return compute_waits("wait", "slot", slot, KERNELS_COLL_SLOTS, c->pending, c->done);
 }
 
 // ---- point-to-point on the communication stream ----
@@ -294,12 +299,7 @@ static int p2p_recv(kernels_coll_comm *c, int t, float *buf, size_t n, int peer)
 }
 
 static int wait_p2p(kernels_coll_comm *c, int t) {
-  if (t < 0 || t >= KERNELS_COLL_TICKETS)
-    return core_error_set(kRuntimeError, "NCCL collectives, wait_p2p: no ticket %d", t);
-  if (!c->tpending[t]) return 0;
-  c->tpending[t] = 0;
-  CUDA_TRY(cudaStreamWaitEvent(cuda_stream(), c->tev[t], 0));
-  return 0;
+  return compute_waits("wait_p2p", "ticket", t, KERNELS_COLL_TICKETS, c->tpending, c->tev);
 }
 
 // Polls both streams and the communicator's asynchronous error: a stuck peer would otherwise

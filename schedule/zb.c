@@ -27,6 +27,7 @@
 typedef struct {
   int *nf, *ni;  /* per chunk: next F, next I (micro-batch order) */
   int f_open;    /* stashes between F and I */
+  int open1;     /* of which chunk 1's (zb-v) */
   int w_pending; /* stashes between I and W */
   int *wq, wq_head, wq_tail; /* pending W's as (chunk, mb) codes, oldest first */
   double free_at;
@@ -65,13 +66,14 @@ typedef struct {
   int op, chunk, mb;
 } zb_choice;
 
-/* The stashes a forward of chunk c may find open: a V's chunk 0 leaves the last one to chunk 1,
- * whose forwards carry the micro-batches on to their backwards (with a latency, chunk 0's
- * forwards are ready first and would otherwise fill the rank and stall the V). */
+/* The stashes a forward of chunk c may find open: a V's chunk 0 leaves room for the chunk-1
+ * stashes rank r holds at once (r + 1: a chunk-1 stash lives through the r stages after it and
+ * back), whose forwards carry the micro-batches on to their backwards. With a latency, chunk 0's
+ * forwards are ready first and would otherwise fill the rank and stall the V. */
 static int f_limit(const zb_state *z, const zb_rank *k, int r, int c) {
-  const sched_program *pr = z->pr;
-  if (pr->v == 2 && c == 0 && k->nf[1] < z->m) return k->limit - 1;
-  return k->limit;
+  if (z->pr->v != 2 || c != 0 || k->nf[1] >= z->m) return k->limit;
+  int reserve = r + 1 > k->open1 ? r + 1 : k->open1;
+  return k->limit - reserve + k->open1;
 }
 
 /* Whether rank k, free now, should wait for an op whose input arrives at t rather than start a
@@ -163,10 +165,10 @@ int sched_compile_zb(sched_program *pr, const sched_costs *costs, int max_pendin
     double end = best.t + sched_op_cost(costs, (sched_op)best.op, s);
     size_t key = (size_t)s * m + best.mb;
     if (best.op == SCHED_FORWARD) {
-      k->nf[best.chunk]++, k->f_open++;
+      k->nf[best.chunk]++, k->f_open++, k->open1 += best.chunk == 1;
       z.f_end[key] = end;
     } else if (best.op == SCHED_BACKWARD_INPUT) {
-      k->ni[best.chunk]++, k->f_open--, k->w_pending++;
+      k->ni[best.chunk]++, k->f_open--, k->w_pending++, k->open1 -= best.chunk == 1;
       k->wq[k->wq_tail++] = best.chunk * m + best.mb;
       z.i_end[key] = end;
     } else {

@@ -71,8 +71,9 @@ typedef struct {
  * back), whose forwards carry the micro-batches on to their backwards. With a latency, chunk 0's
  * forwards are ready first and would otherwise fill the rank and stall the V. */
 static int f_limit(const zb_state *z, const zb_rank *k, int r, int c) {
-  if (z->pr->v != 2 || c != 0 || k->nf[1] >= z->m) return k->limit;
-  int reserve = r + 1 > k->open1 ? r + 1 : k->open1;
+  if (z->pr->v != 2 || c != 0 || k->nf[1] >= z->m || z->c->comm <= 0) return k->limit;
+  int reserve = r + 1 < z->m - k->ni[1] ? r + 1 : z->m - k->ni[1]; /* no more than can come */
+  reserve = reserve > k->open1 ? reserve : k->open1;
   return k->limit - reserve + k->open1;
 }
 

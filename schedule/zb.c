@@ -77,14 +77,6 @@ static int f_limit(const zb_state *z, const zb_rank *k, int r, int c) {
   return k->limit - reserve + k->open1;
 }
 
-/* Whether rank k, free now, should wait for an op whose input arrives at t rather than start a
- * lower-priority op of cost `low`: the input is in flight (its producer has ended, it arrives
- * within the latency) and would arrive before the low op ends, delaying the op it feeds. Never at
- * comm = 0, where an arrival is the end of its producer and "now" is the rank's own end. */
-static int in_flight_first(const zb_state *z, const zb_rank *k, double t, double low) {
-  return t > k->free_at && t - k->free_at <= z->c->comm && t < k->free_at + low;
-}
-
 /* What rank r would run next and when: the highest-priority op ready when the rank is free,
  * else the op that becomes ready first. */
 static zb_choice zb_next(const zb_state *z, const zb_rank *k, int r) {
@@ -111,15 +103,8 @@ static zb_choice zb_next(const zb_state *z, const zb_rank *k, int r) {
   }
   if (w.t <= k->free_at && k->hard_w && !z->relax && k->w_pending >= k->wlimit) return w;
   if (best_i.t <= k->free_at) return best_i;
-  if (best_f.t <= k->free_at) {
-    double fc = sched_op_cost(z->c, SCHED_FORWARD, pr->stage_of[r * pr->v + best_f.chunk]);
-    return in_flight_first(z, k, best_i.t, fc) ? best_i : best_f;
-  }
-  if (w.t <= k->free_at) {
-    double wc = sched_op_cost(z->c, SCHED_BACKWARD_WEIGHT, pr->stage_of[r * pr->v + w.chunk]);
-    if (in_flight_first(z, k, best_i.t, wc)) return best_i;
-    return in_flight_first(z, k, best_f.t, wc) ? best_f : w;
-  }
+  if (best_f.t <= k->free_at) return best_f;
+  if (w.t <= k->free_at) return w;
   return best_i.t <= best_f.t ? best_i : best_f;
 }
 

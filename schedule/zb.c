@@ -66,15 +66,18 @@ typedef struct {
   int op, chunk, mb;
 } zb_choice;
 
-/* The stashes a forward of chunk c may find open: a V's chunk 0 leaves room for the chunk-1
- * stashes rank r holds at once (r + 1: a chunk-1 stash lives through the r stages after it and
- * back), whose forwards carry the micro-batches on to their backwards. With a latency, chunk 0's
- * forwards are ready first and would otherwise fill the rank and stall the V. */
+/* How many stashes may be open when a forward of chunk c starts on rank r. In a V, chunk 0 keeps
+ * room for the chunk-1 stashes the rank will hold: r + 1 (a chunk-1 stash of rank r lives while
+ * the r stages after it run that micro-batch's F and I; the comm-0 order holds exactly r + 1 on
+ * every rank once m >= 2p), or fewer if fewer micro-batches are left. Under a latency chunk 0's
+ * forwards are ready before chunk 1's, and without the room they fill the rank: the chunk-1
+ * forwards that carry micro-batches on to their backwards then wait on the limit, every rank at
+ * once, until the limit gives way (the relaxed pass). At comm = 0 the V never got stuck that
+ * way, and the orders there stay as they were; on one rank there is no latency. */
 static int f_limit(const zb_state *z, const zb_rank *k, int r, int c) {
-  if (z->pr->v != 2 || c != 0 || k->nf[1] >= z->m || z->c->comm <= 0) return k->limit;
-  int reserve = r + 1 < z->m - k->ni[1] ? r + 1 : z->m - k->ni[1]; /* no more than can come */
-  reserve = reserve > k->open1 ? reserve : k->open1;
-  return k->limit - reserve + k->open1;
+  if (z->pr->v != 2 || c != 0 || k->nf[1] >= z->m || z->c->comm <= 0 || z->pr->p == 1) return k->limit;
+  int room = r + 1 < z->m - k->ni[1] ? r + 1 : z->m - k->ni[1];
+  return room > k->open1 ? k->limit - (room - k->open1) : k->limit;
 }
 
 /* What rank r would run next and when: the highest-priority op ready when the rank is free,

@@ -14,7 +14,11 @@
  * whole stash: zb-h1 allows 1F1B's min(p-r, m), zb-h2 2(p-r)-1, zb-v 2p (two half-size chunks
  * per rank: 1F1B's memory, the same on every rank). Between I and W it holds only what W needs
  * (layer inputs and output gradients of the matmuls): up to the first limit plus p-1 (zb-h1,
- * enough to fill the p-1 gaps of the drain) or 2(p-1) (zb-h2, zb-v) more.
+ * enough to fill the p-1 gaps of the drain) or 2(p-1) (zb-h2, zb-v) more. Under a latency,
+ * zb-v's chunk 0 keeps r + 1 of rank r's 2p for chunk 1 (f_limit): chunk 0's forwards are ready
+ * first and would otherwise fill every rank, leaving the chunk-1 forwards that carry the V on to
+ * its backwards stuck at the limit (p=16, m=64, unit costs, comm 0.25: a step of 931.5 where
+ * comm 0 gives 399, and a rank with 62 stashes open once the limit gave way; now 413.75, 32).
  * With F = B = W this gives the paper's bubbles: zb-h1 (p-1)(F+B-W), a third of 1F1B's, and
  * zb-h2 (p-1)(F+B-2W) = 0 once m fills the warm-up; see tests/schedule/test_zb.c. */
 #include <math.h>
@@ -75,7 +79,8 @@ typedef struct {
  * once, until the limit gives way (the relaxed pass). At comm = 0 the V never got stuck that
  * way, and the orders there stay as they were; on one rank there is no latency. */
 static int f_limit(const zb_state *z, const zb_rank *k, int r, int c) {
-  if (z->pr->v != 2 || c != 0 || k->nf[1] >= z->m || z->c->comm <= 0 || z->pr->p == 1) return k->limit;
+  const sched_program *pr = z->pr;
+  if (pr->v != 2 || c != 0 || k->nf[1] >= z->m || z->c->comm <= 0 || pr->p == 1) return k->limit;
   int room = r + 1 < z->m - k->ni[1] ? r + 1 : z->m - k->ni[1];
   return room > k->open1 ? k->limit - (room - k->open1) : k->limit;
 }
@@ -146,8 +151,9 @@ int sched_compile_zb(sched_program *pr, const sched_costs *costs, int max_pendin
         zb_choice ch = zb_next(&z, &rk[r], r);
         if (ch.t < best.t) best = ch, best_r = r;
       }
-    /* With latencies the limits can leave every rank waiting on another's forward: then one
-     * forward beyond the limit (on the rank that can start soonest) breaks the wait. */
+    /* Should the limits ever leave every rank waiting on another's forward, one forward beyond
+     * them (on the rank that can start soonest) breaks the wait. Unit costs at comm up to 1.5
+     * never need it (tests/schedule/test_zb.c); zb-v did before f_limit. */
     CORE_ASSERT(best_r >= 0);
     zb_rank *k = &rk[best_r];
     int s = pr->stage_of[best_r * v + best.chunk];

@@ -14,7 +14,11 @@
  * whole stash: zb-h1 allows 1F1B's min(p-r, m), zb-h2 2(p-r)-1, zb-v 2p (two half-size chunks
  * per rank: 1F1B's memory, the same on every rank). Between I and W it holds only what W needs
  * (layer inputs and output gradients of the matmuls): up to the first limit plus p-1 (zb-h1,
- * enough to fill the p-1 gaps of the drain) or 2(p-1) (zb-h2, zb-v) more.
+ * enough to fill the p-1 gaps of the drain) or 2(p-1) (zb-h2, zb-v) more. Under a latency,
+ * zb-v's chunk 0 keeps r + 1 of rank r's 2p for chunk 1 (f_limit): chunk 0's forwards are ready
+ * first and would otherwise fill every rank, leaving the chunk-1 forwards that carry the V on to
+ * its backwards stuck at the limit (p=16, m=64, unit costs, comm 0.25: a step of 931.5 where
+ * comm 0 gives 399, and a rank with 62 stashes open once the limit gave way; now 413.75, 32).
  * With F = B = W this gives the paper's bubbles: zb-h1 (p-1)(F+B-W), a third of 1F1B's, and
  * zb-h2 (p-1)(F+B-2W) = 0 once m fills the warm-up; see tests/schedule/test_zb.c. */
 #include <math.h>
@@ -27,6 +31,7 @@
 typedef struct {
   int *nf, *ni;  /* per chunk: next F, next I (micro-batch order) */
   int f_open;    /* stashes between F and I */
+  int open1;     /* of which chunk 1's (zb-v) */
   int w_pending; /* stashes between I and W */
   int *wq, wq_head, wq_tail; /* pending W's as (chunk, mb) codes, oldest first */
   double free_at;
@@ -65,6 +70,21 @@ typedef struct {
   int op, chunk, mb;
 } zb_choice;
 
+/* How many stashes may be open when a forward of chunk c starts on rank r. In a V, chunk 0 keeps
+ * room for the chunk-1 stashes the rank will hold: r + 1 (a chunk-1 stash of rank r lives while
+ * the r stages after it run that micro-batch's F and I; the comm-0 order holds exactly r + 1 on
+ * every rank once m >= 2p), or fewer if fewer micro-batches are left. Under a latency chunk 0's
+ * forwards are ready before chunk 1's, and without the room they fill the rank: the chunk-1
+ * forwards that carry micro-batches on to their backwards then wait on the limit, every rank at
+ * once, until the limit gives way (the relaxed pass). At comm = 0 the V never got stuck that
+ * way, and the orders there stay as they were; on one rank there is no latency. */
+static int f_limit(const zb_state *z, const zb_rank *k, int r, int c) {
+  const sched_program *pr = z->pr;
+  if (pr->v != 2 || c != 0 || k->nf[1] >= z->m || z->c->comm <= 0 || pr->p == 1) return k->limit;
+  int room = r + 1 < z->m - k->ni[1] ? r + 1 : z->m - k->ni[1];
+  return room > k->open1 ? k->limit - (room - k->open1) : k->limit;
+}
+
 /* What rank r would run next and when: the highest-priority op ready when the rank is free,
  * else the op that becomes ready first. */
 static zb_choice zb_next(const zb_state *z, const zb_rank *k, int r) {
@@ -78,7 +98,7 @@ static zb_choice zb_next(const zb_state *z, const zb_rank *k, int r) {
       t = t > k->free_at ? t : k->free_at;
       if (t < best_i.t) best_i = (zb_choice){t, SCHED_BACKWARD_INPUT, c, k->ni[c]};
     }
-    if (k->nf[c] < z->m && (z->relax || k->f_open < k->limit) && !w_full) {
+    if (k->nf[c] < z->m && (z->relax || k->f_open < f_limit(z, k, r, c)) && !w_full) {
       double t = f_ready(z, s, k->nf[c]);
       t = t > k->free_at ? t : k->free_at;
       if (t < best_f.t) best_f = (zb_choice){t, SCHED_FORWARD, c, k->nf[c]};
@@ -131,18 +151,19 @@ int sched_compile_zb(sched_program *pr, const sched_costs *costs, int max_pendin
         zb_choice ch = zb_next(&z, &rk[r], r);
         if (ch.t < best.t) best = ch, best_r = r;
       }
-    /* With latencies the limits can leave every rank waiting on another's forward: then one
-     * forward beyond the limit (on the rank that can start soonest) breaks the wait. */
+    /* Should the limits ever leave every rank waiting on another's forward, one forward beyond
+     * them (on the rank that can start soonest) breaks the wait. Unit costs at comm up to 1.5
+     * never need it (tests/schedule/test_zb.c); zb-v did before f_limit. */
     CORE_ASSERT(best_r >= 0);
     zb_rank *k = &rk[best_r];
     int s = pr->stage_of[best_r * v + best.chunk];
     double end = best.t + sched_op_cost(costs, (sched_op)best.op, s);
     size_t key = (size_t)s * m + best.mb;
     if (best.op == SCHED_FORWARD) {
-      k->nf[best.chunk]++, k->f_open++;
+      k->nf[best.chunk]++, k->f_open++, k->open1 += best.chunk == 1;
       z.f_end[key] = end;
     } else if (best.op == SCHED_BACKWARD_INPUT) {
-      k->ni[best.chunk]++, k->f_open--, k->w_pending++;
+      k->ni[best.chunk]++, k->f_open--, k->w_pending++, k->open1 -= best.chunk == 1;
       k->wq[k->wq_tail++] = best.chunk * m + best.mb;
       z.i_end[key] = end;
     } else {

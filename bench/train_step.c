@@ -180,8 +180,9 @@ int main(int argc, char **argv) {
   ch.act_round = kind; /* activations rounded as they are stored, as training does */
   const char *att = getenv("BRIGADE_CUDA_ATTENTION");
   printf("model %s: %.1f M parameters (the tied head is a second copy), B=%d T=%d, backend %s, %s, attention %s, "
-         "%d OpenBLAS thread(s), OPENBLAS_CORETYPE=%s; init %.1f s\n", path, layers_model_params(&m) / 1e6, (int)B,
-         m.T, base->name, prec, att && *att ? att : "(default)", threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(default)", now() - t0);
+         "%d OpenBLAS thread(s), OPENBLAS_CORETYPE=%s, CPU vector loops %s; init %.1f s\n", path, layers_model_params(&m) / 1e6, (int)B,
+         m.T, base->name, prec, att && *att ? att : "(default)", threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(default)", kernels_cpu_vec_name(),
+         now() - t0);
   printf("memory: parameters, gradients and AdamW's moments %.3f GiB; activations (one slot) %.3f GiB\n",
          16.0 * (double)ch.nparams / (1 << 30), (double)layers_chunk_slot_bytes(&ch) / (1 << 30));
   float *mv = base->alloc(ch.nparams * 4), *vv = base->alloc(ch.nparams * 4);

@@ -174,6 +174,9 @@ void kernels_cpu_init(int threads);
 void kernels_cpu_reexec(char **argv);
 /* The OpenBLAS kernel set in use ("SkylakeX", "Haswell", ...), for logs and benchmarks. */
 const char *kernels_cpu_blas_core(void);
+/* The CPU table's vector loops (GELU, exp) in use: "avx2" where the CPU has it, else "sse"
+ * (BRIGADE_CPU_VEC=sse forces the latter; both give the same bits). */
+const char *kernels_cpu_vec_name(void);
 const kernels_ops *kernels_cpu_ops(void);
 /* "fakedev" (kernels/cpu/ops_fakedev.c): a test backend for code written for device memory, on
  * machines without a GPU. Its kernels are the CPU table's (the same bits), but its alloc returns

@@ -17,6 +17,19 @@ void kernels_cpu_gemm_batched(float *c, const float *a, const float *b, int batc
  * same bits for a value wherever it sits); out may be x */
 void kernels_cpu_exp_shifted(float *out, const float *x, float shift, size_t n);
 
+/* The vector loops (vec_body.h), one table per instruction set; every table gives the same bits.
+ * kernels_cpu_vec_get() is the one in use: AVX2's where the CPU has it, unless
+ * BRIGADE_CPU_VEC=sse in the environment keeps the 4-lane one (for comparisons); chosen once. */
+typedef struct {
+  const char *name; /* "sse", "avx2" */
+  int width;        /* floats per vector */
+  void (*exp_shifted)(float *out, const float *x, float shift, size_t n);
+  void (*gelu_forward)(float *out, const float *in, size_t n);
+  void (*gelu_backward)(float *din, const float *in, const float *dout, size_t n);
+} kernels_cpu_vec;
+extern const kernels_cpu_vec kernels_cpu_vec_sse, kernels_cpu_vec_avx2;
+const kernels_cpu_vec *kernels_cpu_vec_get(void);
+
 /* attention_cpu.c */
 void kernels_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                    int NH);

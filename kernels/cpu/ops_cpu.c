@@ -3,6 +3,7 @@
  * train_gpt2.c, so results are bit-for-bit repeatable. Sums that can grow long (a softmax over
  * a vocabulary, a sum of squares over all parameters) are kept in double. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,98 +42,30 @@ static void bias_grad(float *dbias, const float *dout, int N, int C) {
 
 /* ---- activations ---- */
 
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_A 0.044715f
-
-/* GPT-2's gelu, 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as
- * x sigmoid(2u) = x / (1 + exp(-2u)): the same function (1 + tanh u = 2 / (1 + exp(-2u))), one
- * exp instead of a tanh, and no cancellation at either end. s = sigmoid(2u) below.
- *
- * The exp is our own, on 4 lanes at once (GCC vector types: SSE, x86-64's baseline), because
- * glibc's scalar expf made gelu forward + backward 17% of a step of
- * configs/default.cfg. e^x = 2^k e^r with k = round(x log2 e), r = x - k ln 2 (ln 2 in two parts,
- * Cody-Waite, so r is exact), e^r = 1 + r + r^2 p(r) with Cephes' expf polynomial (about 1 ulp
- * on |r| <= ln2/2), for x in [-87, 88], where 2^k stays a normal float; above ln FLT_MAX it is
- * +inf and below -87 it is 0, as expf (but for expf's subnormals, flushed here); between 88 and
- * ln FLT_MAX it is e^88 (the sigmoid and softmax callers never get there). Every element goes through the same lane
- * arithmetic (the tail of an array is padded into one more vector), so a value's result does
- * not depend on where it sits. */
-typedef float v8f __attribute__((vector_size(16)));
-typedef int32_t v8i __attribute__((vector_size(16)));
-enum { V8 = 4 };
-
-/* lane-wise: where m (all ones or zero), a, else b */
-static inline v8f v8_select(v8i m, v8f a, v8f b) {
-  v8i ai, bi;
-  memcpy(&ai, &a, sizeof ai), memcpy(&bi, &b, sizeof bi);
-  v8i r = (m & ai) | (~m & bi);
-  v8f f;
-  memcpy(&f, &r, sizeof f);
-  return f;
+/* GELU and exp run on the vector loops of vec_body.h, 4 or 8 lanes by what the CPU has. */
+static const kernels_cpu_vec *vec_in_use;
+static void select_vec_once(void) {
+  __builtin_cpu_init();
+  const char *e = getenv("BRIGADE_CPU_VEC");
+  int avx2 = __builtin_cpu_supports("avx2") && !(e && !strcmp(e, "sse"));
+  vec_in_use = avx2 ? &kernels_cpu_vec_avx2 : &kernels_cpu_vec_sse;
+}
+const kernels_cpu_vec *kernels_cpu_vec_get(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, select_vec_once);
+  return vec_in_use;
 }
 
-static inline v8f v8_exp(v8f x) {
-  const v8f hi = {88, 88, 88, 88}, lo = {-87, -87, -87, -87};
-  const v8f big = {88.7228394f, 88.7228394f, 88.7228394f, 88.7228394f}; /* ln FLT_MAX */
-  const v8f zero = {0}, inf = zero + __builtin_inff();
-  v8i over = x > big, under = x < lo; /* the ends, as expf gives them (flushing its subnormals) */
-  x = v8_select(x > hi, hi, x);
-  x = v8_select(x < lo, lo, x);
-  const float magic = 12582912.0f; /* 1.5 * 2^23: adding and subtracting it rounds to an integer */
-  v8f k = (x * 1.44269504088896341f + magic) - magic;
-  v8f r = x - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  v8f p = 1.9875691500e-4f * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  v8f e = p * (r * r) + r + 1.0f;
-  v8i bits = (__builtin_convertvector(k, v8i) + 127) << 23; /* 2^k */
-  v8f two_k;
-  memcpy(&two_k, &bits, sizeof two_k);
-  return v8_select(over, inf, v8_select(under, zero, e * two_k));
-}
-
-static inline v8f v8_gelu_s(v8f x) { return 1.0f / (1.0f + v8_exp(-2.0f * GELU_K * (x + GELU_A * x * x * x))); }
-
-/* Loads n <= V8 floats into a zero-padded vector, stores the first n lanes back (whole vectors
- * with a constant size, so they compile to one move). */
-static inline v8f v8_load(const float *p, size_t n) {
-  v8f v = {0};
-  if (n == V8) memcpy(&v, p, sizeof v);
-  else memcpy(&v, p, n * sizeof(float));
-  return v;
-}
-static inline void v8_store(float *p, v8f v, size_t n) {
-  if (n == V8) memcpy(p, &v, sizeof v);
-  else memcpy(p, &v, n * sizeof(float));
-}
+const char *kernels_cpu_vec_name(void) { return kernels_cpu_vec_get()->name; }
 
 void kernels_cpu_exp_shifted(float *out, const float *x, float shift, size_t n) {
-  for (size_t i = 0; i < n; i += V8) {
-    size_t k = n - i < V8 ? n - i : V8;
-    v8_store(out + i, v8_exp(v8_load(x + i, k) - shift), k);
-  }
+  kernels_cpu_vec_get()->exp_shifted(out, x, shift, n);
 }
 
-static void gelu_forward(float *out, const float *in, size_t n) {
-  for (size_t i = 0; i < n; i += V8) {
-    size_t k = n - i < V8 ? n - i : V8;
-    v8f x = v8_load(in + i, k);
-    v8_store(out + i, x * v8_gelu_s(x), k);
-  }
-}
+static void gelu_forward(float *out, const float *in, size_t n) { kernels_cpu_vec_get()->gelu_forward(out, in, n); }
 
-/* d/dx x s(2u) = s + 2 x s (1 - s) du/dx, with du/dx = k (1 + 3a x^2); in tanh terms the usual
- * 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx */
 static void gelu_backward(float *din, const float *in, const float *dout, size_t n) {
-  for (size_t i = 0; i < n; i += V8) {
-    size_t k = n - i < V8 ? n - i : V8;
-    v8f x = v8_load(in + i, k), dy = v8_load(dout + i, k), s = v8_gelu_s(x);
-    v8f du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-    v8_store(din + i, (s + 2.0f * x * s * (1.0f - s) * du) * dy, k);
-  }
+  kernels_cpu_vec_get()->gelu_backward(din, in, dout, n);
 }
 
 static void relu_forward(float *out, const float *in, size_t n) {

@@ -1,0 +1,121 @@
+/* kernels/cpu/vec_body.h: the CPU table's vector loops (exp, GELU), written once for a vector of
+ * VEC_W floats and compiled twice: vec_sse.c (VEC_W 4, x86-64's baseline SSE) and vec_avx2.c
+ * (VEC_W 8, every function marked target("avx2"), chosen at run time where the CPU has it; see
+ * kernels_cpu_vec in cpu.h). Include it once per file, after defining VEC_W and VEC_TABLE.
+ *
+ * The two builds give the same bits: each lane runs the same IEEE single-precision operations
+ * in the same order (add, multiply, divide, round-to-integer by a magic constant, integer shift;
+ * no FMA: -std=c11 keeps GCC from contracting a*b+c), so only how many lanes run at once
+ * differs. tests/kernels/test_ops.c checks that on every float the exp can see.
+ *
+ * GELU: GPT-2's gelu, 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as
+ * x sigmoid(2u) = x / (1 + exp(-2u)): the same function (1 + tanh u = 2 / (1 + exp(-2u))), one
+ * exp instead of a tanh, and no cancellation at either end. s = sigmoid(2u) below.
+ *
+ * The exp is our own, because glibc's scalar expf made gelu forward + backward 17% of a step of
+ * configs/default.cfg. e^x = 2^k e^r with k = round(x log2 e), r = x - k ln 2 (ln 2 in two parts,
+ * Cody-Waite, so r is exact), e^r = 1 + r + r^2 p(r) with Cephes' expf polynomial (about 1 ulp
+ * on |r| <= ln2/2), for x in [-87, 88], where 2^k stays a normal float; above ln FLT_MAX it is
+ * +inf and below -87 it is 0, as expf (but for expf's subnormals, flushed here); between 88 and
+ * ln FLT_MAX it is e^88 (the sigmoid and softmax callers never get there). Every element goes
+ * through the same lane arithmetic (the tail of an array is padded into one more vector), so a
+ * value's result does not depend on where it sits. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+#if VEC_W == 4
+#define VEC_FN static
+#elif VEC_W == 8
+#define VEC_FN static __attribute__((target("avx2")))
+#else
+#error "VEC_W must be 4 or 8"
+#endif
+
+typedef float vf __attribute__((vector_size(VEC_W * sizeof(float))));
+typedef int32_t vi __attribute__((vector_size(VEC_W * sizeof(int32_t))));
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+/* lane-wise: where m (all ones or zero), a, else b */
+VEC_FN inline vf v_select(vi m, vf a, vf b) {
+  vi ai, bi;
+  memcpy(&ai, &a, sizeof ai), memcpy(&bi, &b, sizeof bi);
+  vi r = (m & ai) | (~m & bi);
+  vf f;
+  memcpy(&f, &r, sizeof f);
+  return f;
+}
+
+VEC_FN inline vf v_exp(vf x) {
+  const vf zero = {0}, inf = zero + __builtin_inff();
+  const vf hi = zero + 88.0f, lo = zero - 87.0f, big = zero + 88.7228394f; /* ln FLT_MAX */
+  vi over = x > big, under = x < lo; /* the ends, as expf gives them (flushing its subnormals) */
+  x = v_select(x > hi, hi, x);
+  x = v_select(x < lo, lo, x);
+  const float magic = 12582912.0f; /* 1.5 * 2^23: adding and subtracting it rounds to an integer */
+  vf k = (x * 1.44269504088896341f + magic) - magic;
+  vf r = x - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  vf p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  vf e = p * (r * r) + r + 1.0f;
+  vi bits = (__builtin_convertvector(k, vi) + 127) << 23; /* 2^k */
+  vf two_k;
+  memcpy(&two_k, &bits, sizeof two_k);
+  return v_select(over, inf, v_select(under, zero, e * two_k));
+}
+
+VEC_FN inline vf v_gelu_s(vf x) { return 1.0f / (1.0f + v_exp(-2.0f * GELU_K * (x + GELU_A * x * x * x))); }
+
+/* Loads n <= VEC_W floats into a zero-padded vector, stores the first n lanes back (whole
+ * vectors with a constant size, so they compile to one move). */
+VEC_FN inline vf v_load(const float *p, size_t n) {
+  vf v = {0};
+  if (n == VEC_W) memcpy(&v, p, sizeof v);
+  else memcpy(&v, p, n * sizeof(float));
+  return v;
+}
+VEC_FN inline void v_store(float *p, vf v, size_t n) {
+  if (n == VEC_W) memcpy(p, &v, sizeof v);
+  else memcpy(p, &v, n * sizeof(float));
+}
+
+VEC_FN void exp_shifted(float *out, const float *x, float shift, size_t n) {
+  for (size_t i = 0; i < n; i += VEC_W) {
+    size_t k = n - i < VEC_W ? n - i : VEC_W;
+    v_store(out + i, v_exp(v_load(x + i, k) - shift), k);
+  }
+}
+
+VEC_FN void gelu_forward(float *out, const float *in, size_t n) {
+  for (size_t i = 0; i < n; i += VEC_W) {
+    size_t k = n - i < VEC_W ? n - i : VEC_W;
+    vf x = v_load(in + i, k);
+    v_store(out + i, x * v_gelu_s(x), k);
+  }
+}
+
+/* d/dx x s(2u) = s + 2 x s (1 - s) du/dx, with du/dx = k (1 + 3a x^2); in tanh terms the usual
+ * 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx */
+VEC_FN void gelu_backward(float *din, const float *in, const float *dout, size_t n) {
+  for (size_t i = 0; i < n; i += VEC_W) {
+    size_t k = n - i < VEC_W ? n - i : VEC_W;
+    vf x = v_load(in + i, k), dy = v_load(dout + i, k), s = v_gelu_s(x);
+    vf du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
+    v_store(din + i, (s + 2.0f * x * s * (1.0f - s) * du) * dy, k);
+  }
+}
+
+const kernels_cpu_vec VEC_TABLE = {
+    .name = VEC_W == 4 ? "sse" : "avx2",
+    .width = VEC_W,
+    .exp_shifted = exp_shifted,
+    .gelu_forward = gelu_forward,
+    .gelu_backward = gelu_backward,
+};

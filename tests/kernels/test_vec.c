@@ -1,0 +1,159 @@
+/* Tests of the CPU table's vector loops (kernels/cpu/vec_body.h): the exp against glibc's expf
+ * on every float of its range, and the AVX2 build against the SSE one bit for bit (the table in
+ * use must not change a result, whatever the CPU). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+static float from_bits(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static uint32_t to_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+/* Distance in representable floats between two finite floats of the same sign (or zeros). */
+static int64_t ulps(float a, float b) {
+  int64_t x = to_bits(a) & 0x7fffffffu, y = to_bits(b) & 0x7fffffffu;
+  if (signbit(a) != signbit(b)) return x + y;
+  return x > y ? x - y : y - x;
+}
+
+/* The tables this CPU can run: SSE always, AVX2 where it has it. */
+static int tables(const kernels_cpu_vec *out[2]) {
+  __builtin_cpu_init();
+  int n = 0;
+  out[n++] = &kernels_cpu_vec_sse;
+  if (__builtin_cpu_supports("avx2")) out[n++] = &kernels_cpu_vec_avx2;
+  return n;
+}
+
+enum { CHUNK = 1 << 16 };
+
+/* Floats in [-87, 88) (where the result is a normal float; the ends are checked below), through
+ * each table in chunks of CHUNK: within 1 ulp of expf. Every 31st bit pattern (odd and prime:
+ * every residue of the low bits comes up); BRIGADE_TEST_EXP_STRIDE=1 takes every one of the 2.2e9
+ * floats (about 35 s; it gave a worst of 1 ulp for both tables on 2026-11-23). */
+Test(vec, exp_within_one_ulp_of_expf_over_its_range, .timeout = 600) {
+  const kernels_cpu_vec *t[2];
+  int nt = tables(t);
+  const char *e = getenv("BRIGADE_TEST_EXP_STRIDE");
+  uint64_t stride = e && atoi(e) > 0 ? (uint64_t)atoi(e) : 31;
+  float *x = malloc(CHUNK * sizeof(float)), *y = malloc(CHUNK * sizeof(float));
+  cr_assert(x && y);
+  for (int k = 0; k < nt; k++) {
+    int64_t worst = 0, n_all = 0;
+    float worst_x = 0;
+    /* two runs of bit patterns: [-87, -0] downwards from -0, and [+0, 88) upwards */
+    const uint32_t start[2] = {0x80000000u, 0}, stop[2] = {to_bits(-87.0f) + 1, to_bits(88.0f)};
+    for (int side = 0; side < 2; side++)
+      for (uint64_t u = start[side]; u < stop[side];) {
+        int n = 0;
+        for (; n < CHUNK && u < stop[side]; n++, u += stride) x[n] = from_bits((uint32_t)u);
+        t[k]->exp_shifted(y, x, 0.0f, (size_t)n);
+        for (int i = 0; i < n; i++) {
+          int64_t d = ulps(y[i], expf(x[i]));
+          if (d > worst) worst = d, worst_x = x[i];
+        }
+        n_all += n;
+      }
+    cr_log_info("%s exp: %lld floats (1 in %llu), worst %lld ulp (at %a)", t[k]->name, (long long)n_all, (unsigned long long)stride,
+                (long long)worst, (double)worst_x);
+    cr_expect_leq(worst, 1, "%s exp is %lld ulp from expf at %a", t[k]->name, (long long)worst, (double)worst_x);
+  }
+  free(x), free(y);
+}
+
+Test(vec, exp_ends_as_expf) {
+  const kernels_cpu_vec *t[2];
+  int nt = tables(t);
+  const float in[] = {INFINITY, -INFINITY, 88.8f, 89.0f, 1e30f, -87.5f, -100.0f, -1e30f, 0.0f, -0.0f};
+  const float want[] = {INFINITY, 0.0f, INFINITY, INFINITY, INFINITY, 0.0f, 0.0f, 0.0f, 1.0f, 1.0f};
+  enum { N = sizeof in / sizeof in[0] };
+  for (int k = 0; k < nt; k++) {
+    float y[N];
+    t[k]->exp_shifted(y, in, 0.0f, N);
+    for (int i = 0; i < N; i++) cr_expect_eq(y[i], want[i], "%s: exp(%g) = %g, want %g", t[k]->name, in[i], y[i], want[i]);
+    float nan_in = NAN, nan_out = 0;
+    t[k]->exp_shifted(&nan_out, &nan_in, 0.0f, 1);
+    cr_expect(isnan(nan_out), "%s: exp(NaN) = %g", t[k]->name, nan_out);
+  }
+}
+
+/* A stride through all 2^32 bit patterns (NaNs, infinities and subnormals included), through
+ * exp (unshifted and shifted) and GELU forward and backward: AVX2's bits are SSE's. */
+Test(vec, avx2_gives_the_bits_of_sse, .timeout = 120) {
+  const kernels_cpu_vec *t[2];
+  if (tables(t) < 2) {
+    cr_log_warn("this CPU has no AVX2: only the SSE table runs here, nothing to compare");
+    return;
+  }
+  enum { STRIDE = 61 }; /* odd and prime: every residue of the low bits comes up */
+  float *x = malloc(CHUNK * sizeof(float)), *dy = malloc(CHUNK * sizeof(float));
+  float *a = malloc(CHUNK * sizeof(float)), *b = malloc(CHUNK * sizeof(float));
+  cr_assert(x && dy && a && b);
+  uint64_t compared = 0;
+  for (uint64_t u = 0; u < (1ull << 32);) {
+    int n = 0;
+    for (; n < CHUNK && u < (1ull << 32); n++, u += STRIDE) {
+      x[n] = from_bits((uint32_t)u);
+      dy[n] = from_bits((uint32_t)(u * 2654435761u)); /* any float, NaNs too */
+    }
+    for (int op = 0; op < 4; op++) {
+      for (int k = 0; k < 2; k++) {
+        float *o = k ? b : a;
+        switch (op) {
+        case 0: t[k]->exp_shifted(o, x, 0.0f, (size_t)n); break;
+        case 1: t[k]->exp_shifted(o, x, 3.25f, (size_t)n); break;
+        case 2: t[k]->gelu_forward(o, x, (size_t)n); break;
+        default: t[k]->gelu_backward(o, x, dy, (size_t)n); break;
+        }
+      }
+      if (memcmp(a, b, (size_t)n * sizeof(float))) {
+        int i = 0;
+        while (to_bits(a[i]) == to_bits(b[i])) i++;
+        cr_assert_fail("op %d at x = %a: sse %a, avx2 %a", op, (double)x[i], (double)a[i], (double)b[i]);
+      }
+    }
+    compared += (uint64_t)n;
+  }
+  cr_log_info("%llu floats compared through 4 ops", (unsigned long long)compared);
+  free(x), free(dy), free(a), free(b);
+}
+
+/* A value's result does not depend on where it sits: every length 1..3 vectors + 1, and the
+ * last element of each (the padded tail) equals the same input at the start of a full vector. */
+Test(vec, tail_gives_the_bits_of_a_full_vector) {
+  const kernels_cpu_vec *t[2];
+  int nt = tables(t);
+  float x[25], dy[25], full[8], y[25];
+  for (int i = 0; i < 25; i++) x[i] = -6.0f + 0.5f * (float)i, dy[i] = 0.25f * (float)(i % 7) - 0.75f;
+  for (int k = 0; k < nt; k++)
+    for (int n = 1; n <= 3 * t[k]->width + 1; n++)
+      for (int op = 0; op < 3; op++) {
+        float xs[8] = {x[n - 1]}, ds[8] = {dy[n - 1]};
+        for (int i = 1; i < 8; i++) xs[i] = 1.0f, ds[i] = 1.0f;
+        if (op == 0) t[k]->exp_shifted(y, x, 0.5f, (size_t)n), t[k]->exp_shifted(full, xs, 0.5f, 8);
+        if (op == 1) t[k]->gelu_forward(y, x, (size_t)n), t[k]->gelu_forward(full, xs, 8);
+        if (op == 2) t[k]->gelu_backward(y, x, dy, (size_t)n), t[k]->gelu_backward(full, xs, ds, 8);
+        cr_expect_eq(to_bits(y[n - 1]), to_bits(full[0]), "%s op %d n %d: %a vs %a", t[k]->name, op, n,
+                     (double)y[n - 1], (double)full[0]);
+      }
+}
+
+/* The table in use is AVX2's exactly where the CPU has it, unless BRIGADE_CPU_VEC=sse. */
+Test(vec, the_table_in_use_is_the_widest_the_cpu_has) {
+  const kernels_cpu_vec *t[2];
+  int nt = tables(t);
+  const char *e = getenv("BRIGADE_CPU_VEC");
+  const kernels_cpu_vec *want = (e && !strcmp(e, "sse")) ? t[0] : t[nt - 1];
+  cr_expect_eq(kernels_cpu_vec_get(), want, "in use: %s, want %s", kernels_cpu_vec_get()->name, want->name);
+}

@@ -101,7 +101,8 @@ FORCE:
 # The CPU kernels' element-wise loops vectorise with GCC's cheap cost model (-O2 uses the very
 # cheap one, which leaves loops needing an epilogue or an alias check scalar) and without errno
 # for sqrtf. Neither changes a result: no reassociation, each element's arithmetic as written.
-$(BUILD)/kernels/cpu/ops_cpu.o: CFLAGS += -fno-math-errno -fvect-cost-model=cheap
+$(BUILD)/kernels/cpu/ops_cpu.o $(BUILD)/kernels/cpu/vec_sse.o $(BUILD)/kernels/cpu/vec_avx2.o: \
+  CFLAGS += -fno-math-errno -fvect-cost-model=cheap
 
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)

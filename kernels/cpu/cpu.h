@@ -26,6 +26,15 @@ typedef struct {
   void (*exp_shifted)(float *out, const float *x, float shift, size_t n);
   void (*gelu_forward)(float *out, const float *in, size_t n);
   void (*gelu_backward)(float *din, const float *in, const float *dout, size_t n);
+  void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *in, const float *w, const float *b,
+                            int N, int C, float eps);
+  void (*layernorm_backward_input)(float *din, const float *dout, const float *in, const float *w, const float *mean,
+                                   const float *rstd, int N, int C);
+  void (*layernorm_backward_weight)(float *dw, float *db, const float *dout, const float *in, const float *mean,
+                                    const float *rstd, int N, int C);
+  /* c1, c2: the bias corrections 1 - beta^t */
+  void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                float weight_decay, float c1, float c2, float grad_scale);
 } kernels_cpu_vec;
 extern const kernels_cpu_vec kernels_cpu_vec_sse, kernels_cpu_vec_avx2;
 const kernels_cpu_vec *kernels_cpu_vec_get(void);

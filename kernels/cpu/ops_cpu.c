@@ -1,7 +1,8 @@
 /* kernels/cpu/ops_cpu.c: the CPU op table. GEMMs and attention go through OpenBLAS (blas_cpu.c,
- * attention_cpu.c); everything here is a plain loop in a fixed order, after llm.c's
- * train_gpt2.c, so results are bit-for-bit repeatable. Sums that can grow long (a softmax over
- * a vocabulary, a sum of squares over all parameters) are kept in double. */
+ * attention_cpu.c); GELU, the exps, LayerNorm and AdamW through the vector loops of vec_body.h
+ * (4 or 8 lanes, the same bits); everything else here is a plain loop in a fixed order, after
+ * llm.c's train_gpt2.c, so results are bit-for-bit repeatable. Sums that can grow long (a
+ * softmax over a vocabulary, a sum of squares over all parameters) are kept in double. */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -42,7 +43,8 @@ static void bias_grad(float *dbias, const float *dout, int N, int C) {
 
 /* ---- activations ---- */
 
-/* GELU and exp run on the vector loops of vec_body.h, 4 or 8 lanes by what the CPU has. */
+/* GELU, exp, LayerNorm and AdamW run on the vector loops of vec_body.h, 4 or 8 lanes by what
+ * the CPU has (the same bits either way). */
 static const kernels_cpu_vec *vec_in_use;
 static void select_vec_once(void) {
   __builtin_cpu_init();
@@ -76,54 +78,21 @@ static void relu_backward(float *din, const float *in, const float *dout, size_t
   for (size_t i = 0; i < n; i++) din[i] = in[i] > 0.0f ? dout[i] : 0.0f;
 }
 
-/* ---- layernorm ---- */
+/* ---- layernorm (vector loops: vec_body.h) ---- */
 
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
                               const float *b, int N, int C, float eps) {
-  for (int n = 0; n < N; n++) {
-    const float *x = in + (size_t)n * C;
-    float m = 0.0f, v = 0.0f;
-    for (int c = 0; c < C; c++) m += x[c];
-    m /= (float)C;
-    for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m); /* two passes: no cancellation */
-    v /= (float)C;
-    float s = 1.0f / sqrtf(v + eps);
-    float *o = out + (size_t)n * C;
-    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
-    mean[n] = m;
-    rstd[n] = s;
-  }
+  kernels_cpu_vec_get()->layernorm_forward(out, mean, rstd, in, w, b, N, C, eps);
 }
 
-/* With xhat = (x - mean) * rstd and g = w * dout (the gradient reaching xhat):
- * din = rstd * (g - mean(g) - xhat * mean(g * xhat)) */
 static void layernorm_backward_input(float *din, const float *dout, const float *in, const float *w,
                                      const float *mean, const float *rstd, int N, int C) {
-  for (int n = 0; n < N; n++) {
-    const float *x = in + (size_t)n * C, *dy = dout + (size_t)n * C;
-    float m = mean[n], s = rstd[n], gmean = 0.0f, gxmean = 0.0f;
-    for (int c = 0; c < C; c++) {
-      float g = w[c] * dy[c];
-      gmean += g;
-      gxmean += g * (x[c] - m) * s;
-    }
-    gmean /= (float)C;
-    gxmean /= (float)C;
-    float *dx = din + (size_t)n * C;
-    for (int c = 0; c < C; c++) dx[c] = (w[c] * dy[c] - gmean - (x[c] - m) * s * gxmean) * s;
-  }
+  kernels_cpu_vec_get()->layernorm_backward_input(din, dout, in, w, mean, rstd, N, C);
 }
 
 static void layernorm_backward_weight(float *dw, float *db, const float *dout, const float *in,
                                       const float *mean, const float *rstd, int N, int C) {
-  for (int n = 0; n < N; n++) {
-    const float *x = in + (size_t)n * C, *dy = dout + (size_t)n * C;
-    float m = mean[n], s = rstd[n];
-    for (int c = 0; c < C; c++) {
-      dw[c] += (x[c] - m) * s * dy[c];
-      db[c] += dy[c];
-    }
-  }
+  kernels_cpu_vec_get()->layernorm_backward_weight(dw, db, dout, in, mean, rstd, N, C);
 }
 
 /* ---- softmax and cross-entropy ---- */
@@ -198,19 +167,12 @@ static void embedding_backward(float *dwte, float *dwpe, const float *dout, cons
 
 /* ---- optimizers ---- */
 
-/* p, g, m, v are distinct buffers (restrict): with the file's flags (Makefile) the loop runs on
- * vector units, the same arithmetic per element, so the same bits as a scalar loop. */
-static void adamw(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale) {
+/* AdamW runs on the vector loops (vec_body.h); p, g, m, v are distinct buffers. */
+static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int t, float grad_scale) {
   /* bias corrections in double: 1 - beta2^t is small for early steps */
   float c1 = (float)(1.0 - pow(beta1, t)), c2 = (float)(1.0 - pow(beta2, t));
-  for (size_t i = 0; i < n; i++) {
-    float gi = g[i] * grad_scale;
-    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
-    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    float mhat = m[i] / c1, vhat = v[i] / c2;
-    p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * p[i]);
-  }
+  kernels_cpu_vec_get()->adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2, grad_scale);
 }
 
 static void sgd(float *p, const float *g, float *mom, size_t n, float lr, float momentum,

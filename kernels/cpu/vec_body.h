@@ -1,12 +1,14 @@
-/* kernels/cpu/vec_body.h: the CPU table's vector loops (exp, GELU), written once for a vector of
+/* kernels/cpu/vec_body.h: the CPU table's vector loops (exp, GELU, LayerNorm, AdamW), written once for a vector of
  * VEC_W floats and compiled twice: vec_sse.c (VEC_W 4, x86-64's baseline SSE) and vec_avx2.c
  * (VEC_W 8, every function marked target("avx2"), chosen at run time where the CPU has it; see
  * kernels_cpu_vec in cpu.h). Include it once per file, after defining VEC_W and VEC_TABLE.
  *
  * The two builds give the same bits: each lane runs the same IEEE single-precision operations
- * in the same order (add, multiply, divide, round-to-integer by a magic constant, integer shift;
- * no FMA: -std=c11 keeps GCC from contracting a*b+c), so only how many lanes run at once
- * differs. tests/kernels/test_ops.c checks that on every float the exp can see.
+ * in the same order (add, multiply, divide, square root, round-to-integer by a magic constant,
+ * integer shift; no FMA: -std=c11 keeps GCC from contracting a*b+c), so only how many lanes run
+ * at once differs. Sums over a row (LayerNorm's) are 8 partial sums whatever the width (element i
+ * goes to partial i % 8, the partials are then added in order 0..7), so they too give the same
+ * bits. tests/kernels/test_vec.c checks all of it.
  *
  * GELU: GPT-2's gelu, 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as
  * x sigmoid(2u) = x / (1 + exp(-2u)): the same function (1 + tanh u = 2 / (1 + exp(-2u))), one
@@ -112,10 +114,149 @@ VEC_FN void gelu_backward(float *din, const float *in, const float *dout, size_t
   }
 }
 
+/* ---- LayerNorm: row sums as 8 partial sums (SUM_LANES), ACCS vectors of VEC_W lanes ---- */
+
+enum { SUM_LANES = 8, ACCS = SUM_LANES / VEC_W };
+
+/* lanes below k all ones, the others zero (k may be <= 0 or >= VEC_W) */
+VEC_FN inline vi v_first(long k) {
+  static const int32_t iota[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  vi idx, kk = {0};
+  memcpy(&idx, iota, sizeof idx);
+  kk += (int32_t)(k < 0 ? 0 : k > VEC_W ? VEC_W : k);
+  return idx < kk;
+}
+
+/* The ACCS vectors at x + i (i a multiple of 8, n the row length): whole ones while i + 8 <= n
+ * (constant sizes, unrolled, so the vectors stay in registers), zero lanes past n. */
+VEC_FN inline void v_load8(vf out[ACCS], const float *x, size_t i, size_t n) {
+  if (i + SUM_LANES <= n) {
+#pragma GCC unroll 2
+    for (int a = 0; a < ACCS; a++) out[a] = v_load(x + i + (size_t)a * VEC_W, VEC_W);
+    return;
+  }
+  for (int a = 0; a < ACCS; a++) {
+    size_t at = i + (size_t)a * VEC_W;
+    out[a] = v_load(x + at, at >= n ? 0 : n - at < VEC_W ? n - at : VEC_W);
+  }
+}
+VEC_FN inline void v_store8(float *x, const vf v[ACCS], size_t i, size_t n) {
+  if (i + SUM_LANES <= n) {
+#pragma GCC unroll 2
+    for (int a = 0; a < ACCS; a++) v_store(x + i + (size_t)a * VEC_W, v[a], VEC_W);
+    return;
+  }
+  for (int a = 0; a < ACCS; a++) {
+    size_t at = i + (size_t)a * VEC_W;
+    if (at < n) v_store(x + at, v[a], n - at < VEC_W ? n - at : VEC_W);
+  }
+}
+VEC_FN inline float v_sum8(const vf acc[ACCS]) {
+  float p[SUM_LANES], s;
+  memcpy(p, acc, sizeof p);
+  s = p[0];
+  for (int j = 1; j < SUM_LANES; j++) s += p[j];
+  return s;
+}
+
+/* mean, then the variance about it (two passes: no cancellation), then the normalised row */
+VEC_FN void layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w, const float *b,
+                              int N, int C, float eps) {
+  size_t n = C > 0 ? (size_t)C : 0;
+  for (int r = 0; r < N; r++) {
+    const float *x = in + (size_t)r * n;
+    vf acc[ACCS] = {{0}}, v[ACCS];
+    for (size_t i = 0; i < n; i += SUM_LANES) {
+      v_load8(v, x, i, n);
+      for (int a = 0; a < ACCS; a++) acc[a] += v[a];
+    }
+    float m = v_sum8(acc) / (float)C;
+    for (int a = 0; a < ACCS; a++) acc[a] = (vf){0};
+    for (size_t i = 0; i < n; i += SUM_LANES) {
+      v_load8(v, x, i, n);
+      for (int a = 0; a < ACCS; a++) {
+        vf d = v_select(v_first((long)(n - i) - a * VEC_W), v[a] - m, (vf){0});
+        acc[a] += d * d;
+      }
+    }
+    float var = v_sum8(acc) / (float)C, s = 1.0f / __builtin_sqrtf(var + eps);
+    float *o = out + (size_t)r * n;
+    for (size_t i = 0; i < n; i += SUM_LANES) {
+      vf wv[ACCS], bv[ACCS];
+      v_load8(v, x, i, n), v_load8(wv, w, i, n), v_load8(bv, b, i, n);
+      for (int a = 0; a < ACCS; a++) v[a] = (v[a] - m) * s * wv[a] + bv[a];
+      v_store8(o, v, i, n);
+    }
+    mean[r] = m;
+    rstd[r] = s;
+  }
+}
+
+/* With xhat = (x - mean) * rstd and g = w * dout (the gradient reaching xhat):
+ * din = rstd * (g - mean(g) - xhat * mean(g * xhat)) */
+VEC_FN void layernorm_backward_input(float *din, const float *dout, const float *in, const float *w,
+                                     const float *mean, const float *rstd, int N, int C) {
+  size_t n = C > 0 ? (size_t)C : 0;
+  for (int r = 0; r < N; r++) {
+    const float *x = in + (size_t)r * n, *dy = dout + (size_t)r * n;
+    float m = mean[r], s = rstd[r];
+    vf ga[ACCS] = {{0}}, gxa[ACCS] = {{0}}, xv[ACCS], dv[ACCS], wv[ACCS];
+    for (size_t i = 0; i < n; i += SUM_LANES) {
+      v_load8(xv, x, i, n), v_load8(dv, dy, i, n), v_load8(wv, w, i, n);
+      for (int a = 0; a < ACCS; a++) { /* padded lanes: w = dy = 0, so g = 0 and g * xhat = 0 */
+        vf g = wv[a] * dv[a];
+        ga[a] += g;
+        gxa[a] += g * ((xv[a] - m) * s);
+      }
+    }
+    float gmean = v_sum8(ga) / (float)C, gxmean = v_sum8(gxa) / (float)C;
+    float *dx = din + (size_t)r * n;
+    for (size_t i = 0; i < n; i += SUM_LANES) {
+      v_load8(xv, x, i, n), v_load8(dv, dy, i, n), v_load8(wv, w, i, n);
+      for (int a = 0; a < ACCS; a++) xv[a] = (wv[a] * dv[a] - gmean - (xv[a] - m) * s * gxmean) * s;
+      v_store8(dx, xv, i, n);
+    }
+  }
+}
+
+/* Accumulates over rows: each column's sum in row order (the vector runs across columns). */
+VEC_FN void layernorm_backward_weight(float *dw, float *db, const float *dout, const float *in, const float *mean,
+                                      const float *rstd, int N, int C) {
+  size_t n = C > 0 ? (size_t)C : 0;
+  for (int r = 0; r < N; r++) {
+    const float *x = in + (size_t)r * n, *dy = dout + (size_t)r * n;
+    float m = mean[r], s = rstd[r];
+    for (size_t i = 0; i < n; i += VEC_W) {
+      size_t k = n - i < VEC_W ? n - i : VEC_W;
+      vf xv = v_load(x + i, k), dv = v_load(dy + i, k);
+      v_store(dw + i, v_load(dw + i, k) + (xv - m) * s * dv, k);
+      v_store(db + i, v_load(db + i, k) + dv, k);
+    }
+  }
+}
+
+/* ---- AdamW: element-wise (GCC vectorises the loop to the file's width; vec_*.o are built with
+ * -fno-math-errno so sqrtf can be one instruction) ---- */
+VEC_FN void adamw(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
+                  float grad_scale) {
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * grad_scale;
+    m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+    v[i] = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    float mhat = m[i] / c1, vhat = v[i] / c2;
+    p[i] -= lr * (mhat / (__builtin_sqrtf(vhat) + eps) + weight_decay * p[i]);
+  }
+}
+
 const kernels_cpu_vec VEC_TABLE = {
     .name = VEC_W == 4 ? "sse" : "avx2",
     .width = VEC_W,
     .exp_shifted = exp_shifted,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward_input = layernorm_backward_input,
+    .layernorm_backward_weight = layernorm_backward_weight,
+    .adamw = adamw,
 };

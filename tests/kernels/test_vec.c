@@ -1,6 +1,7 @@
 /* Tests of the CPU table's vector loops (kernels/cpu/vec_body.h): the exp against glibc's expf
- * on every float of its range, and the AVX2 build against the SSE one bit for bit (the table in
- * use must not change a result, whatever the CPU). */
+ * over its range, and the AVX2 build against the SSE one bit for bit (the table in use must not
+ * change a result, whatever the CPU). How close LayerNorm and AdamW are to references is
+ * tests/kernels/test_ops.c's part. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "tests/common/splitmix.h"
 
 static float from_bits(uint32_t u) {
   float f;
@@ -127,6 +129,57 @@ Test(vec, avx2_gives_the_bits_of_sse, .timeout = 120) {
   }
   cr_log_info("%llu floats compared through 4 ops", (unsigned long long)compared);
   free(x), free(dy), free(a), free(b);
+}
+
+static float *randoms(rng *r, size_t n, float lo, float hi) {
+  float *x = malloc((n ? n : 1) * sizeof(float));
+  cr_assert(x);
+  for (size_t i = 0; i < n; i++) x[i] = uniform(r, lo, hi);
+  return x;
+}
+
+/* What one table computes from the same inputs: LayerNorm forward, both backwards (accumulating
+ * into dw, db from given values) and an AdamW step; every output of it, in one buffer. */
+static float *layernorm_and_adamw(const kernels_cpu_vec *t, int N, int C, uint64_t seed, size_t *len) {
+  rng r = {seed};
+  size_t nc = (size_t)N * C;
+  float *x = randoms(&r, nc, -3, 5), *w = randoms(&r, C, 0.5f, 1.5f), *b = randoms(&r, C, -1, 1);
+  float *dy = randoms(&r, nc, -1, 1), *dw = randoms(&r, C, -1, 1), *db = randoms(&r, C, -1, 1);
+  float *p = randoms(&r, nc, -1, 1), *g = randoms(&r, nc, -1, 1), *m = randoms(&r, nc, -0.1f, 0.1f);
+  float *v = randoms(&r, nc, 0, 0.01f);
+  *len = 5 * nc + 2 * (size_t)N + 2 * (size_t)C; /* y, mean, rstd, dx, dw, db, p, m, v */
+  float *out = malloc(*len * sizeof(float)), *o = out;
+  cr_assert(out);
+  float *y = o, *mean = (o += nc), *rstd = (o += N), *dx = (o += N);
+  t->layernorm_forward(y, mean, rstd, x, w, b, N, C, 1e-5f);
+  t->layernorm_backward_input(dx, dy, x, w, mean, rstd, N, C);
+  t->layernorm_backward_weight(dw, db, dy, x, mean, rstd, N, C);
+  o += nc, memcpy(o, dw, C * sizeof(float)), o += C, memcpy(o, db, C * sizeof(float)), o += C;
+  t->adamw(p, g, m, v, nc, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f, 0.5f);
+  memcpy(o, p, nc * sizeof(float)), o += nc, memcpy(o, m, nc * sizeof(float)), o += nc;
+  memcpy(o, v, nc * sizeof(float)), o += nc;
+  cr_assert_eq((size_t)(o - out), *len);
+  free(x), free(w), free(b), free(dy), free(dw), free(db), free(p), free(g), free(m), free(v);
+  return out;
+}
+
+/* Row lengths around the 8 partial sums (1..17), GPT-2 widths, and a long odd one. */
+Test(vec, avx2_layernorm_and_adamw_give_the_bits_of_sse) {
+  const kernels_cpu_vec *t[2];
+  if (tables(t) < 2) {
+    cr_log_warn("this CPU has no AVX2: only the SSE table runs here, nothing to compare");
+    return;
+  }
+  const int widths[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 64, 128, 768, 1001};
+  for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
+    size_t na, nb;
+    float *a = layernorm_and_adamw(t[0], 3, widths[k], 7 + k, &na), *b = layernorm_and_adamw(t[1], 3, widths[k], 7 + k, &nb);
+    cr_assert_eq(na, nb);
+    for (size_t i = 0; i < na; i++)
+      cr_assert_eq(to_bits(a[i]), to_bits(b[i]), "C=%d, output float %zu: sse %a, avx2 %a", widths[k], i,
+                   (double)a[i], (double)b[i]);
+    free(a), free(b);
+  }
 }
 
 /* A value's result does not depend on where it sits: every length 1..3 vectors + 1, and the

@@ -7,16 +7,17 @@
 // then checks the real backend code against the CPU table: cuBLAS argument logic (transposes,
 // m/n/k, leading dimensions, strides), launch shapes, shared-memory layouts, barriers.
 //
-// How kernels run: blocks one after another; in a block, each GPU thread is a fiber with its own
-// stack, and the fibers run one at a time, in thread order (EMU_ORDER=rev: reverse order,
-// rand: shuffled), each until it reaches a barrier (__syncthreads, __syncwarp, a shuffle) or
-// ends. So a missing barrier shows up as a read of data not yet written (or already
+// How kernels run: blocks one after another (EMU_ORDER=rev: the last block first); in a block,
+// each GPU thread is a fiber with its own stack, and the fibers run one at a time, in thread
+// order (EMU_ORDER=rev: reverse order, rand: shuffled), each until it reaches a barrier
+// (__syncthreads, __syncwarp, a shuffle) or ends. So a missing barrier shows up as a read of data not yet written (or already
 // overwritten): run both orders. WMMA: every lane holds the whole 16x16 tile; a load reads all of
 // it, a store writes only the elements e with e % 32 == lane (the rest are other lanes' job, as on
 // hardware, so a read before __syncwarp sees stale data); alignment (256-bit) and ldm rules
 // are checked. Launch limits (grid y/z <= 65535, 1024 threads, dynamic shared memory above
-// 48 KiB only after cudaFuncSetAttribute, at most 227 KiB) are checked. Dynamic shared memory
-// starts as 0xFF bytes (NaN) and ends at an unmapped page; device memory starts as 0xA5 bytes.
+// 48 KiB only after cudaFuncSetAttribute, at most 227 KiB) are checked. Shared memory, dynamic
+// and static, starts every block as 0xFF bytes (NaN); the dynamic array ends at an unmapped page.
+// Device memory starts as 0xA5 bytes.
 // Built with ASan, out-of-bounds global accesses abort.
 //
 // Not modelled: concurrency between streams (everything runs at once, in issue order), device
@@ -303,7 +304,22 @@ static unsigned char *smem_region(size_t bytes) {
   return base + span - ((bytes + 127) & ~(size_t)127);
 }
 
+// Static __shared__ arrays are C++ statics here: one copy, kept from block to block and launch to
+// launch, where a GPU block starts with whatever its SM's shared memory held. prep.sed follows
+// each declaration with emu_static_smem(name, sizeof name): the first thread of a block to reach
+// it fills the array with 0xFF bytes (NaN), as dynamic shared memory starts, so a read before
+// the block's own write shows instead of finding the last block's values.
+static unsigned long block_serial;
+void emu_static_smem(void *p, size_t bytes) {
+  static std::map<void *, unsigned long> filled; // array -> the block that last filled it
+  unsigned long &b = filled[p];
+  if (b == block_serial) return;
+  b = block_serial;
+  memset(p, 0xFF, bytes);
+}
+
 static void run_block(void) {
+  block_serial++;
   nthreads = (int)(blockDim.x * blockDim.y * blockDim.z);
   if ((int)fibers.size() < nthreads) fibers.resize(nthreads);
   int nw = (nthreads + 31) / 32;
@@ -386,12 +402,17 @@ void emu_run_grid(const void *k, dim3 grid, dim3 block, size_t smem,
   dyn_smem_bytes = smem;
   dyn_smem = smem ? smem_region(smem) : nullptr;
   kernel_body = &body;
-  for (unsigned z = 0; z < grid.z; z++)
-    for (unsigned y = 0; y < grid.y; y++)
-      for (unsigned x = 0; x < grid.x; x++) {
-        blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
-        run_block();
-      }
+  // Blocks run one after another: with EMU_ORDER=rev the last one first. A GPU promises no order
+  // between the blocks of a launch, so a kernel whose blocks read what other blocks of the same
+  // launch write (an in-place update across block boundaries, say) is wrong in one of the orders.
+  size_t nblocks = (size_t)grid.x * grid.y * grid.z;
+  for (size_t n = 0; n < nblocks; n++) {
+    size_t b = order_mode() == 1 ? nblocks - 1 - n : n;
+    blockIdx.x = (unsigned)(b % grid.x);
+    blockIdx.y = (unsigned)(b / grid.x % grid.y);
+    blockIdx.z = (unsigned)(b / ((size_t)grid.x * grid.y));
+    run_block();
+  }
   in_kernel = false;
 }
 

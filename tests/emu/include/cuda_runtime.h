@@ -112,6 +112,7 @@ inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
   return o;
 }
 unsigned char *emu_dyn_smem(void);
+void emu_static_smem(void *p, size_t bytes); // a static __shared__ array: NaN at a block's start
 
 // ---- launches: tests/emu/prep.sed turns k<<<grid, block, smem, stream>>>(args) into
 // emu_launch(k, grid, block, smem, stream)(args) ----

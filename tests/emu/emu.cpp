@@ -20,6 +20,9 @@
 // Device memory starts as 0xA5 bytes.
 // Built with ASan, out-of-bounds global accesses abort.
 //
+// Streams: work given the legacy default stream (0) aborts: it is not ordered with the
+// backend's cudaStreamNonBlocking streams on a GPU (kernels, async copies and memsets, events,
+// cuBLAS after cublasSetStream, CUB).
 // Not modelled: concurrency between streams (everything runs at once, in issue order), device
 // math-library ulps (host expf etc.), FMA contraction, tensor-core summation order, NCCL.
 // x86-64 only (the fiber switch is a few lines of assembly).
@@ -95,13 +98,22 @@ cudaError_t cudaFree(void *p) {
   free(p);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t) {
+void emu_check_stream(cudaStream_t s, const char *what) {
+  if (s) return;
+  fprintf(stderr, "tests/emu: %s on the legacy default stream (0), which is not ordered with the "
+          "backend's cudaStreamNonBlocking streams\n", what);
+  fflush(stderr);
+  abort();
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
+  emu_check_stream(s, "cudaMemsetAsync");
   if (!emu_is_device_range(p, bytes)) die("cudaMemsetAsync past a device allocation");
   memset(p, v, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
-                            cudaStream_t) {
+                            cudaStream_t stream) {
+  emu_check_stream(stream, "cudaMemcpyAsync");
   bool dd = emu_is_device_range(dst, bytes), sd = emu_is_device_range(src, bytes);
   if (dd != (k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice) ||
       sd != (k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice))
@@ -125,7 +137,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
   *e = (cudaEvent_t)(uintptr_t)++emu_events;
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  emu_check_stream(s, "cudaEventRecord");
+  return e ? cudaSuccess : cudaErrorInvalidValue;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
   static int stream;
@@ -448,7 +463,11 @@ cublasStatus_t cublasCreate(cublasHandle_t *h) {
   *h = (cublasHandle_t)&handle;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+static cudaStream_t blas_stream; // cuBLAS's, as cublasSetStream left it (0: the legacy stream)
+cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t s) {
+  blas_stream = s;
+  return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
 
 static size_t type_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
@@ -479,6 +498,7 @@ static cublasStatus_t gemm(const char *fn, cublasOperation_t ta, cublasOperation
                            long long sA, const void *B, cudaDataType Bt, int ldb, long long sB,
                            float beta, float *C, int ldc, long long sC, int batch,
                            cublasComputeType_t ct) {
+  emu_check_stream(blas_stream, fn);
   if (ta > CUBLAS_OP_T || tb > CUBLAS_OP_T || m < 0 || n < 0 || k < 0 || batch < 0)
     return CUBLAS_STATUS_INVALID_VALUE;
   int arows = ta == CUBLAS_OP_N ? m : k, acols = ta == CUBLAS_OP_N ? k : m;

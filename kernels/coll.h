@@ -87,7 +87,8 @@ typedef struct kernels_coll {
   /* Ops issued from now on wait for the ticket's transfer (a no-op when none is in flight). */
   int (*wait_p2p)(kernels_coll_comm *c, int ticket);
   /* Waits on the host, at most timeout_s seconds, until everything issued on both queues is
-   * done; CORE_ERUNTIME (the communicator then unusable) on a communication error or a timeout. */
+   * done; CORE_ERUNTIME on a communication error or a timeout, and then every communicator of the
+   * process is unusable (aborted: they share the queues, so what is stuck may be another's). */
   int (*sync)(kernels_coll_comm *c, double timeout_s);
 } kernels_coll;
 

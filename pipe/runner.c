@@ -388,7 +388,15 @@ static void received(void *ctx, const sched_instr *in) {
   ops->to_device(b, staging(rn, in), sizeof(float) * n);
 }
 
+/* A traced step's wait for the device (the compute queue: on the device path the worker first
+ * makes it wait for the instruction's transfer). */
+static void sync_device(void *ctx) {
+  pipe_runner *rn = ctx;
+  if (rn->chunks && !pipe_host_memory(rn->chunks[0].ops)) rn->chunks[0].ops->sync();
+}
+
 pipe_exec pipe_runner_exec(pipe_runner *rn) {
-  pipe_exec ex = {.ctx = rn, .run = run, .buffer = buffer, .received = received, .device_buffer = device_buffer};
+  pipe_exec ex = {.ctx = rn, .run = run, .buffer = buffer, .received = received, .device_buffer = device_buffer,
+                  .sync = sync_device};
   return ex;
 }

@@ -209,6 +209,24 @@ static int op_exec(pipe_worker *w, int i, const sched_instr *in) {
   return rc ? core_error_prefix("rank %d instruction %d (%s)", w->rank, i, sched_op_name((sched_op)in->op)) : CORE_OK;
 }
 
+/* A traced step: ops on a device backend return before the device has run them (and on the
+ * device path a transfer returns once issued), so the host's clock alone would time the issue,
+ * charge a kernel to whichever later instruction first waits for the device (a staged send's
+ * to_host, the tail's reductions), and show transfers as instant. So each traced instruction's
+ * end is taken once the device has finished it, its transfer included: the compute queue first
+ * waits for the transfer's ticket, then the host for the compute queue. The transfer then blocks
+ * like an unbuffered send/recv, the order the verified program already allows. Untraced steps
+ * are not touched. */
+static int trace_wait(pipe_worker *w, int i, const sched_instr *in) {
+  if (!w->ex.sync) return CORE_OK;
+  if (w->dc && in->op >= SCHED_SEND_ACT && in->op <= SCHED_RECV_GRAD) {
+    int rc = dev_wait(w, in->slot * 4 + (in->op - SCHED_SEND_ACT), i, in);
+    if (rc) return rc;
+  }
+  w->ex.sync(w->ex.ctx);
+  return CORE_OK;
+}
+
 typedef int (*op_fn)(pipe_worker *, int, const sched_instr *);
 
 /* The one table from opcode to executor. */
@@ -227,8 +245,10 @@ int pipe_worker_step(pipe_worker *w) {
   for (int i = 0; i < st->len; i++) {
     const sched_instr *in = &st->ins[i];
     if (in->op >= SCHED_OP_COUNT) return fail(w, i, in, "unknown opcode");
+    if (w->tl && w->ex.sync) w->ex.sync(w->ex.ctx); /* the previous instruction's work is not this one's */
     double t0 = w->tl ? MPI_Wtime() : 0;
     int rc = op_table[in->op](w, i, in);
+    if (!rc && w->tl) rc = trace_wait(w, i, in);
     if (rc) return rc;
     if (w->tl) {
       sched_event e = {.rank = w->rank, .op = in->op, .mb = in->mb, .chunk = in->chunk,

@@ -36,6 +36,10 @@ typedef struct {
   void (*received)(void *ctx, const sched_instr *in);
   /* The device path: the executor's own buffer for a transfer, in the backend's memory. */
   float *(*device_buffer)(void *ctx, const sched_instr *in, size_t *nfloats);
+  /* Waits on the host until the backend has finished every op issued so far (may be NULL: host
+   * memory, where ops are done when they return). Only a traced step calls it, around each
+   * instruction, so that the timeline holds the device's times and not the host's issue times. */
+  void (*sync)(void *ctx);
 } pipe_exec;
 
 struct kernels_coll;

@@ -45,16 +45,25 @@ static struct {
 // OMPI_COMM_WORLD_LOCAL_RANK, or BRIGADE_CUDA_DEVICE) takes device r mod count; ranks that
 // outnumber the GPUs share them (pipeline transfers and ZeRO's collectives then take their MPI
 // path through host copies: zero/devcomm.c sees the equal GPU identities).
-static void pick_device(void) {
+// A failed cudaSetDevice is an error, not a silent fall-back to device 0: that would put this
+// rank on another rank's GPU (its transfers then through host copies) or, on a GPU in
+// exclusive-process mode, fail later with a message about something else.
+static int pick_device(void) {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) return;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) return 0;
   const char *e = getenv("BRIGADE_CUDA_DEVICE");
   if (!e) e = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  if (e && *e) cudaSetDevice(atoi(e) % n);
+  if (!e || !*e) return 0;
+  int d = atoi(e) % n;
+  if (d < 0) d += n;
+  cudaError_t r = cudaSetDevice(d);
+  if (r == cudaSuccess) return 0;
+  snprintf(st.init_msg, sizeof st.init_msg, "cudaSetDevice(%d) failed: %s", d, cudaGetErrorString(r));
+  return 1;
 }
 
 static void init_once(void) {
-  pick_device();
+  if ((st.init_rc = pick_device())) return;
   cudaError_t e = cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking);
   if (e != cudaSuccess) {
     snprintf(st.init_msg, sizeof st.init_msg, "cudaStreamCreate failed: %s", cudaGetErrorString(e));

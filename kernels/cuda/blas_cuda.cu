@@ -32,13 +32,17 @@ void cuda_matmul_half(int kind) {
 }
 int cuda_matmul_half_kind(void) { return hmode.kind; }
 
-// Grow-only 16-bit copies of the operands; growing frees the old buffer with cudaFree, which
-// waits for the device, so no queued GEMM still reads it.
+// Grow-only 16-bit copies of the operands. Growing waits for the stream before it frees the old
+// buffer, as cuda_workspace does: CUDA documents only that cudaFree *may* synchronise, and a
+// GEMM or conversion queued before still reads it.
 static uint16_t *h_buf[2];
 static size_t h_cap[2];
 static uint16_t *half_buffer(int k, size_t n, const char *op) {
   if (n > h_cap[k]) {
-    if (h_buf[k]) CUDA_CHECK_OP(op, cudaFree(h_buf[k]));
+    if (h_buf[k]) {
+      CUDA_CHECK_OP(op, cudaStreamSynchronize(cuda_stream()));
+      CUDA_CHECK_OP(op, cudaFree(h_buf[k]));
+    }
     h_buf[k] = nullptr;
     CUDA_CHECK_OP(op, cudaMalloc((void **)&h_buf[k], n * sizeof(uint16_t)));
     h_cap[k] = n;

@@ -72,7 +72,22 @@ struct kernels_coll_comm {
   int pending[KERNELS_COLL_SLOTS];          // an async call in the slot not yet waited for
   cudaEvent_t tev[KERNELS_COLL_TICKETS];    // recorded on the comm stream after a transfer (lazily made)
   int tpending[KERNELS_COLL_TICKETS];
+  kernels_coll_comm *next;                  // the process's live communicators (sync_comm aborts them all)
 };
+
+// Every communicator made and not yet freed. They share the communication stream (and the
+// compute stream waits for it), so a stuck operation of one blocks the others' queued work: a
+// sync that gives up must abort all of them, or the kernel it waited behind stays stuck and the
+// teardown's stream waits (comm_free, the table's free) hang instead of the error being reported.
+static kernels_coll_comm *live;
+
+static void abort_all(void) {
+  for (kernels_coll_comm *c = live; c; c = c->next)
+    if (c->comm) {
+      ncclCommAbort(c->comm);
+      c->comm = nullptr;
+    }
+}
 
 // ---- the communication stream (one per process, created once) ----
 
@@ -142,6 +157,7 @@ static int comm_init(kernels_coll_comm **out, const unsigned char id[KERNELS_COL
     comm_free(c);
     return rc;
   }
+  c->next = live, live = c;
   *out = c;
   return 0;
 }
@@ -149,6 +165,11 @@ static int comm_init(kernels_coll_comm **out, const unsigned char id[KERNELS_COL
 // Nothing to return to: problems are printed (the communicator is gone either way).
 static void comm_free(kernels_coll_comm *c) {
   if (!c) return;
+  for (kernels_coll_comm **p = &live; *p; p = &(*p)->next)
+    if (*p == c) {
+      *p = c->next;
+      break;
+    }
   cudaError_t e = cudaSuccess;
   if (cs.stream) e = cudaStreamSynchronize(cs.stream); // async calls still in flight
   if (e == cudaSuccess) e = cudaStreamSynchronize(cuda_stream());
@@ -303,8 +324,10 @@ static int wait_p2p(kernels_coll_comm *c, int t) {
 }
 
 // Polls both streams and the communicator's asynchronous error: a stuck peer would otherwise
-// hang the next synchronising call forever. On a timeout or an error the communicator is
-// aborted (its kernels return), so the process can report and exit.
+// hang the next synchronising call forever. On a timeout or an error every communicator of the
+// process is aborted (their kernels return; what blocks the streams may be another
+// communicator's operation: ZeRO-2's bucket reduce-scatter ahead of the pipeline's transfers on
+// the communication stream, or another chunk's group), so the process can report and exit.
 static int sync_comm(kernels_coll_comm *c, double timeout_s) {
   cudaStream_t s;
   int rc = comm_stream(&s);
@@ -318,16 +341,14 @@ static int sync_comm(kernels_coll_comm *c, double timeout_s) {
     ncclResult_t ae = ncclSuccess;
     NCCL_TRY(ncclCommGetAsyncError(c->comm, &ae));
     if (ae != ncclSuccess && ae != ncclInProgress) {
-      ncclCommAbort(c->comm);
-      c->comm = nullptr;
-      return nccl_failed(__func__, __FILE__, __LINE__, "ncclCommGetAsyncError (the communicator is aborted)", ae);
+      abort_all();
+      return nccl_failed(__func__, __FILE__, __LINE__, "ncclCommGetAsyncError (the communicators are aborted)", ae);
     }
     double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (waited > timeout_s) {
-      ncclCommAbort(c->comm);
-      c->comm = nullptr;
+      abort_all();
       return core_error_set(kRuntimeError, "NCCL collectives, sync: nothing finished for %.0f s (a peer that never "
-                            "sends or receives?); the communicator is aborted", timeout_s);
+                            "sends or receives?); the communicators are aborted", timeout_s);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

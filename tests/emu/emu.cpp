@@ -7,18 +7,22 @@
 // then checks the real backend code against the CPU table: cuBLAS argument logic (transposes,
 // m/n/k, leading dimensions, strides), launch shapes, shared-memory layouts, barriers.
 //
-// How kernels run: blocks one after another; in a block, each GPU thread is a fiber with its own
-// stack, and the fibers run one at a time, in thread order (EMU_ORDER=rev: reverse order,
-// rand: shuffled), each until it reaches a barrier (__syncthreads, __syncwarp, a shuffle) or
-// ends. So a missing barrier shows up as a read of data not yet written (or already
+// How kernels run: blocks one after another (EMU_ORDER=rev: the last block first); in a block,
+// each GPU thread is a fiber with its own stack, and the fibers run one at a time, in thread
+// order (EMU_ORDER=rev: reverse order, rand: shuffled), each until it reaches a barrier
+// (__syncthreads, __syncwarp, a shuffle) or ends. So a missing barrier shows up as a read of data not yet written (or already
 // overwritten): run both orders. WMMA: every lane holds the whole 16x16 tile; a load reads all of
 // it, a store writes only the elements e with e % 32 == lane (the rest are other lanes' job, as on
 // hardware, so a read before __syncwarp sees stale data); alignment (256-bit) and ldm rules
 // are checked. Launch limits (grid y/z <= 65535, 1024 threads, dynamic shared memory above
-// 48 KiB only after cudaFuncSetAttribute, at most 227 KiB) are checked. Dynamic shared memory
-// starts as 0xFF bytes (NaN) and ends at an unmapped page; device memory starts as 0xA5 bytes.
+// 48 KiB only after cudaFuncSetAttribute, at most 227 KiB) are checked. Shared memory, dynamic
+// and static, starts every block as 0xFF bytes (NaN); the dynamic array ends at an unmapped page.
+// Device memory starts as 0xA5 bytes.
 // Built with ASan, out-of-bounds global accesses abort.
 //
+// Streams: work given the legacy default stream (0) aborts: it is not ordered with the
+// backend's cudaStreamNonBlocking streams on a GPU (kernels, async copies and memsets, events,
+// cuBLAS after cublasSetStream, CUB).
 // Not modelled: concurrency between streams (everything runs at once, in issue order), device
 // math-library ulps (host expf etc.), FMA contraction, tensor-core summation order, NCCL.
 // x86-64 only (the fiber switch is a few lines of assembly).
@@ -94,13 +98,22 @@ cudaError_t cudaFree(void *p) {
   free(p);
   return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t) {
+void emu_check_stream(cudaStream_t s, const char *what) {
+  if (s) return;
+  fprintf(stderr, "tests/emu: %s on the legacy default stream (0), which is not ordered with the "
+          "backend's cudaStreamNonBlocking streams\n", what);
+  fflush(stderr);
+  abort();
+}
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
+  emu_check_stream(s, "cudaMemsetAsync");
   if (!emu_is_device_range(p, bytes)) die("cudaMemsetAsync past a device allocation");
   memset(p, v, bytes);
   return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
-                            cudaStream_t) {
+                            cudaStream_t stream) {
+  emu_check_stream(stream, "cudaMemcpyAsync");
   bool dd = emu_is_device_range(dst, bytes), sd = emu_is_device_range(src, bytes);
   if (dd != (k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice) ||
       sd != (k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice))
@@ -124,7 +137,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
   *e = (cudaEvent_t)(uintptr_t)++emu_events;
   return cudaSuccess;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  emu_check_stream(s, "cudaEventRecord");
+  return e ? cudaSuccess : cudaErrorInvalidValue;
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
   static int stream;
@@ -303,7 +319,22 @@ static unsigned char *smem_region(size_t bytes) {
   return base + span - ((bytes + 127) & ~(size_t)127);
 }
 
+// Static __shared__ arrays are C++ statics here: one copy, kept from block to block and launch to
+// launch, where a GPU block starts with whatever its SM's shared memory held. prep.sed follows
+// each declaration with emu_static_smem(name, sizeof name): the first thread of a block to reach
+// it fills the array with 0xFF bytes (NaN), as dynamic shared memory starts, so a read before
+// the block's own write shows instead of finding the last block's values.
+static unsigned long block_serial;
+void emu_static_smem(void *p, size_t bytes) {
+  static std::map<void *, unsigned long> filled; // array -> the block that last filled it
+  unsigned long &b = filled[p];
+  if (b == block_serial) return;
+  b = block_serial;
+  memset(p, 0xFF, bytes);
+}
+
 static void run_block(void) {
+  block_serial++;
   nthreads = (int)(blockDim.x * blockDim.y * blockDim.z);
   if ((int)fibers.size() < nthreads) fibers.resize(nthreads);
   int nw = (nthreads + 31) / 32;
@@ -386,12 +417,17 @@ void emu_run_grid(const void *k, dim3 grid, dim3 block, size_t smem,
   dyn_smem_bytes = smem;
   dyn_smem = smem ? smem_region(smem) : nullptr;
   kernel_body = &body;
-  for (unsigned z = 0; z < grid.z; z++)
-    for (unsigned y = 0; y < grid.y; y++)
-      for (unsigned x = 0; x < grid.x; x++) {
-        blockIdx.x = x, blockIdx.y = y, blockIdx.z = z;
-        run_block();
-      }
+  // Blocks run one after another: with EMU_ORDER=rev the last one first. A GPU promises no order
+  // between the blocks of a launch, so a kernel whose blocks read what other blocks of the same
+  // launch write (an in-place update across block boundaries, say) is wrong in one of the orders.
+  size_t nblocks = (size_t)grid.x * grid.y * grid.z;
+  for (size_t n = 0; n < nblocks; n++) {
+    size_t b = order_mode() == 1 ? nblocks - 1 - n : n;
+    blockIdx.x = (unsigned)(b % grid.x);
+    blockIdx.y = (unsigned)(b / grid.x % grid.y);
+    blockIdx.z = (unsigned)(b / ((size_t)grid.x * grid.y));
+    run_block();
+  }
   in_kernel = false;
 }
 
@@ -427,7 +463,11 @@ cublasStatus_t cublasCreate(cublasHandle_t *h) {
   *h = (cublasHandle_t)&handle;
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+static cudaStream_t blas_stream; // cuBLAS's, as cublasSetStream left it (0: the legacy stream)
+cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t s) {
+  blas_stream = s;
+  return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
 
 static size_t type_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
@@ -458,6 +498,7 @@ static cublasStatus_t gemm(const char *fn, cublasOperation_t ta, cublasOperation
                            long long sA, const void *B, cudaDataType Bt, int ldb, long long sB,
                            float beta, float *C, int ldc, long long sC, int batch,
                            cublasComputeType_t ct) {
+  emu_check_stream(blas_stream, fn);
   if (ta > CUBLAS_OP_T || tb > CUBLAS_OP_T || m < 0 || n < 0 || k < 0 || batch < 0)
     return CUBLAS_STATUS_INVALID_VALUE;
   int arows = ta == CUBLAS_OP_N ? m : k, acols = ta == CUBLAS_OP_N ? k : m;

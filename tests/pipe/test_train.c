@@ -630,7 +630,10 @@ Test(train, device_transfers_match_cpu, .timeout = 300) {
     run_log cpu, dev;
     train_read(layouts[k].np, log, &cpu, "%s", layouts[k].sets);
     char sets[1024];
-    snprintf(sets, sizeof sets, "%s --set backend=fakedev", layouts[k].sets);
+    /* step 2 traced: the worker then waits for each instruction's transfer and the device (as on
+     * a GPU, where ops return before they run), which must not change a bit either */
+    snprintf(sets, sizeof sets, "%s --set backend=fakedev --set trace.path=%s.trace.json --set trace.step=2",
+             layouts[k].sets, log);
     cr_assert_eq(train_prog("tests/pipe/worker_fakenccl", layouts[k].np, sets, log), 0, "device path: %s failed",
                  layouts[k].sets);
     read_log(log, &dev);
@@ -638,6 +641,11 @@ Test(train, device_transfers_match_cpu, .timeout = 300) {
     same_bits(&cpu, &dev, layouts[k].sets);
   }
   unsetenv("FAKE_COLL_EXPECT");
+  char trace[1100];
+  snprintf(trace, sizeof trace, "%s.trace.json", log);
+  unlink(trace);
+  snprintf(trace, sizeof trace, "%s.trace.json.svg", log);
+  unlink(trace);
   /* ranks sharing a GPU: MPI through host copies, said once, the same losses */
   char cmd[2048], *out = NULL;
   snprintf(cmd, sizeof cmd,

@@ -112,6 +112,11 @@ inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
   return o;
 }
 unsigned char *emu_dyn_smem(void);
+void emu_static_smem(void *p, size_t bytes); // a static __shared__ array: NaN at a block's start
+
+// Work queued on the legacy default stream (0) is not ordered with the backend's
+// cudaStreamNonBlocking streams: a launch, copy, memset, event or GEMM given no stream aborts.
+void emu_check_stream(cudaStream_t s, const char *what);
 
 // ---- launches: tests/emu/prep.sed turns k<<<grid, block, smem, stream>>>(args) into
 // emu_launch(k, grid, block, smem, stream)(args) ----
@@ -121,13 +126,15 @@ template <class... P> struct EmuLauncher {
   void (*k)(P...);
   dim3 grid, block;
   size_t smem;
+  cudaStream_t stream;
   template <class... A> void operator()(A &&...a) {
+    emu_check_stream(stream, "a kernel launch");
     std::function<void()> f = [&]() { k(a...); };
     emu_run_grid((const void *)k, grid, block, smem, f);
   }
 };
 template <class... P>
 EmuLauncher<P...> emu_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem = 0,
-                             cudaStream_t = 0) {
-  return EmuLauncher<P...>{k, grid, block, smem};
+                             cudaStream_t stream = 0) {
+  return EmuLauncher<P...>{k, grid, block, smem, stream};
 }

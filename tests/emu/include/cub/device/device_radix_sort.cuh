@@ -11,11 +11,12 @@ struct DeviceRadixSort {
   template <class K, class V>
   static cudaError_t SortPairs(void *temp, size_t &bytes, const K *kin, K *kout, const V *vin,
                                V *vout, int n, int begin_bit = 0, int end_bit = sizeof(K) * 8,
-                               cudaStream_t = 0) {
+                               cudaStream_t stream = 0) {
     if (!temp) {
       bytes = 4096 + 16 * (size_t)n;
       return cudaSuccess;
     }
+    emu_check_stream(stream, "cub::DeviceRadixSort::SortPairs");
     if (begin_bit != 0 || end_bit != (int)sizeof(K) * 8) {
       fprintf(stderr, "tests/emu: SortPairs on part of the key bits (not emulated)\n");
       abort();

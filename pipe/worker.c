@@ -213,17 +213,24 @@ static int op_exec(pipe_worker *w, int i, const sched_instr *in) {
  * device path a transfer returns once issued), so the host's clock alone would time the issue,
  * charge a kernel to whichever later instruction first waits for the device (a staged send's
  * to_host, the tail's reductions), and show transfers as instant. So each traced instruction's
- * end is taken once the device has finished it, its transfer included: the compute queue first
- * waits for the transfer's ticket, then the host for the compute queue. The transfer then blocks
- * like an unbuffered send/recv, the order the verified program already allows. Untraced steps
- * are not touched. */
+ * end is taken once the device has finished it, its transfer included. On the device path the
+ * compute queue first waits for every transfer in flight, then the host for both queues through
+ * the communicator's sync, bounded by the timeout (the compute queue may be waiting for a peer's
+ * transfer, and a plain device sync would wait for ever on a peer that never comes). Transfers
+ * then block like unbuffered send/recv, an order the verified program already allows. Untraced
+ * steps are not touched. */
 static int trace_wait(pipe_worker *w, int i, const sched_instr *in) {
-  if (!w->ex.sync) return CORE_OK;
-  if (w->dc && in->op >= SCHED_SEND_ACT && in->op <= SCHED_RECV_GRAD) {
-    int rc = dev_wait(w, in->slot * 4 + (in->op - SCHED_SEND_ACT), i, in);
-    if (rc) return rc;
+  if (w->dc) {
+    for (int s = 0; s < nslots(w); s++) {
+      int rc = dev_wait_slot(w, s, i, in);
+      if (rc) return rc;
+    }
+    if (w->dc->sync(w->dcomm, w->timeout_s))
+      return core_error_prefix("rank %d instruction %d (%s), waiting for the device in a traced step", w->rank, i,
+                               sched_op_name((sched_op)in->op));
+    return CORE_OK;
   }
-  w->ex.sync(w->ex.ctx);
+  if (w->ex.sync) w->ex.sync(w->ex.ctx);
   return CORE_OK;
 }
 
@@ -245,7 +252,7 @@ int pipe_worker_step(pipe_worker *w) {
   for (int i = 0; i < st->len; i++) {
     const sched_instr *in = &st->ins[i];
     if (in->op >= SCHED_OP_COUNT) return fail(w, i, in, "unknown opcode");
-    if (w->tl && w->ex.sync) w->ex.sync(w->ex.ctx); /* the previous instruction's work is not this one's */
+    if (w->tl && i == 0 && w->ex.sync) w->ex.sync(w->ex.ctx); /* work queued before the step is not its own */
     double t0 = w->tl ? MPI_Wtime() : 0;
     int rc = op_table[in->op](w, i, in);
     if (!rc && w->tl) rc = trace_wait(w, i, in);

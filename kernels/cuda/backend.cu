@@ -41,8 +41,10 @@ static struct {
   size_t ws_bytes;
 } st;
 
-// The GPU of this process: with several on the node, local rank r (Open MPI's
-// OMPI_COMM_WORLD_LOCAL_RANK, or BRIGADE_CUDA_DEVICE) takes device r mod count; ranks that
+// The GPU of this process: with several on the node, local rank r takes device r mod count
+// (BRIGADE_CUDA_DEVICE if set, else the launcher's local rank: Open MPI's
+// OMPI_COMM_WORLD_LOCAL_RANK, MPICH / Intel MPI's MPI_LOCALRANKID, Slurm srun's SLURM_LOCALID,
+// torchrun-style LOCAL_RANK; without any, device 0); ranks that
 // outnumber the GPUs share them (pipeline transfers and ZeRO's collectives then take their MPI
 // path through host copies: zero/devcomm.c sees the equal GPU identities).
 // A failed cudaSetDevice is an error, not a silent fall-back to device 0: that would put this
@@ -51,8 +53,10 @@ static struct {
 static int pick_device(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) return 0;
-  const char *e = getenv("BRIGADE_CUDA_DEVICE");
-  if (!e) e = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  static const char *const vars[] = {"BRIGADE_CUDA_DEVICE", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                      "SLURM_LOCALID", "LOCAL_RANK"};
+  const char *e = nullptr;
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0] && !(e && *e); i++) e = getenv(vars[i]);
   if (!e || !*e) return 0;
   int d = atoi(e) % n;
   if (d < 0) d += n;

@@ -133,7 +133,7 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 
 # Runs every test binary; each prints Criterion's synthesis line. Fails if any fails.
 # The last one is the CUDA backend on the emulator (tests/emu, below).
-test: $(BIN) $(TEST_BINS) $(WORKER_BINS) $(BUILD)/emu/test_ops_emu data/kjv.txt
+test: $(BIN) $(TEST_BINS) $(WORKER_BINS) $(BUILD)/emu/test_ops_emu $(BUILD)/emu/brigade data/kjv.txt
 	@OMPI_MCA_btl_vader_single_copy_mechanism=$(MPI_SINGLE_COPY) BRIGADE_BIN=$(abspath $(BIN)) \
 	  BRIGADE_BUILD=$(abspath $(BUILD)) sh scripts/run_tests.sh $(TEST_BINS) tests/emu/test_ops_emu.sh
 
@@ -175,8 +175,8 @@ bench-gpu: $(BUILD)/bench/train_step
 # CUB, under ASan, and runs the GPU op harness (tests/gpu/test_ops_gpu.c) against it, with the
 # threads of each block run in order and then in reverse (a missing barrier fails one of them).
 # `make test` runs it too (tests/emu/test_ops_emu.sh, both orders, about 80 s); see
-# tests/emu/emu.cpp for what it does not model. $(EMU)/brigade is
-# the CLI on the emulated backend (backend = "cuda"), to compare a short training run with the CPU.
+# tests/emu/emu.cpp for what it does not model. $(EMU)/brigade is the CLI on the emulated
+# backend (backend = "cuda"): tests/emu/test_train_emu.c trains a small GPT on it against the CPU.
 EMU      := $(BUILD)/emu
 EMU_CU   := attention_cuda backend blas_cuda flash_cuda ops_cuda
 EMU_HDRS := $(wildcard tests/emu/include/*.h tests/emu/include/cub/device/*.cuh)

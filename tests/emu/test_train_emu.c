@@ -1,0 +1,93 @@
+/* The CUDA backend trained end to end without a GPU. <build>/emu/brigade is the CLI linked with
+ * kernels/cuda compiled for the CUDA emulator (tests/emu, see the Makefile), so backend = "cuda"
+ * runs the backend's own code: its memory entries (the pinned upload ring, to_host), the
+ * runner's device staging and deferred losses, every op. A GPT smaller than configs/tiny.cfg's
+ * (the emulator runs every GPU thread as a fiber: a step of tiny.cfg takes 40 s there) trains
+ * 3 steps and must follow the CPU's losses:
+ *   - one process;
+ *   - a 2-stage pipeline whose ranks share the (one) emulated GPU, so its transfers take the
+ *     MPI path through host copies, and rank 0 says so;
+ *   - 2 replicas under ZeRO-2 with overlap (collectives through host copies too);
+ *   - bf16 mixed precision (16-bit GEMM operands, the emulated cuBLAS's GemmEx).
+ * Tolerances, relative per step: fp32 1e-6 (the emulator's arithmetic is the host's, only the
+ * order of GEMM and reduction sums differs; measured at most 2e-9 here); bf16 2e-4 (the CPU
+ * emulates bf16 by rounding what it stores, the GPU also rounds the operands of attention's
+ * products; measured at most 1.9e-5). A to_device that uploads half of a small buffer (the
+ * token ids) fails the first one. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/common/mpirun.h"
+
+enum { STEPS = 3 };
+
+/* The shape: 2 blocks of width 16 (2 heads), 16 tokens, 2 micro-batches of 2 sequences. */
+#define SMALL                                                                                      \
+  "train configs/tiny.cfg --set train.steps=3 --set train.eval_interval=0 --set checkpoint.interval=0 " \
+  "--set model.seq_len=16 --set model.d_model=16 --set model.n_heads=2 "                           \
+  "--set train_micro_batch_size_per_gpu=2 --set gradient_accumulation_steps=2"
+
+/* Runs PROG (brigade or emu/brigade) on NP ranks (0: no mpirun) with the extra settings; the
+ * losses of the log into out[STEPS]; the run's output in *text (caller frees). */
+static void run(const char *prog, int np, const char *sets, double out[STEPS], char **text) {
+  char log[] = "/tmp/brigade_emu_XXXXXX", cmd[4096];
+  close(mkstemp(log));
+  if (np > 0)
+    snprintf(cmd, sizeof cmd, TEST_MPI_ENV " timeout 300 mpirun -np %d %s/%s " SMALL " %s --log-json %s", np,
+             test_build_dir(), prog, sets, log);
+  else
+    snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 timeout 300 %s/%s " SMALL " %s --log-json %s",
+             test_build_dir(), prog, sets, log);
+  int rc = test_capture(cmd, text);
+  cr_assert_eq(rc, 0, "%s exited %d:\n%s", cmd, rc, *text);
+  FILE *f = fopen(log, "r");
+  cr_assert(f, "no log from %s", cmd);
+  char line[1024];
+  int n = 0;
+  while (n < STEPS && fgets(line, sizeof line, f)) {
+    char *s = strstr(line, "\"loss\":");
+    cr_assert(s, "no loss in %s", line);
+    out[n++] = atof(s + 7);
+  }
+  fclose(f);
+  unlink(log);
+  cr_assert_eq(n, STEPS, "%s logged %d steps", cmd, n);
+}
+
+static void follows_the_cpu(int np, const char *sets, double rtol, const char *must_say) {
+  double cpu[STEPS], emu[STEPS];
+  char *text;
+  run("brigade", np, sets, cpu, &text);
+  free(text);
+  char emu_sets[1024];
+  snprintf(emu_sets, sizeof emu_sets, "%s --set backend=cuda", sets);
+  run("emu/brigade", np, emu_sets, emu, &text);
+  if (must_say) cr_expect(strstr(text, must_say), "the emulated run did not say \"%s\":\n%s", must_say, text);
+  free(text);
+  for (int i = 0; i < STEPS; i++) {
+    double rel = fabs(emu[i] - cpu[i]) / fabs(cpu[i]);
+    cr_log_info("np %d %s: step %d cpu %.9g emulated cuda %.9g (relative %.2g)", np, sets, i + 1, cpu[i], emu[i],
+                rel);
+    cr_expect(rel <= rtol, "np %d %s, step %d: cpu %.9g, emulated cuda %.9g (relative %.2g > %g)", np, sets, i + 1,
+              cpu[i], emu[i], rel, rtol);
+  }
+}
+
+Test(train_emu, one_process_follows_the_cpu, .timeout = 300) { follows_the_cpu(0, "", 1e-6, NULL); }
+
+Test(train_emu, pipeline_sharing_the_gpu_follows_the_cpu, .timeout = 300) {
+  follows_the_cpu(2, "--set pipeline.stages=2", 1e-6, "pipeline transfers: MPI through host copies");
+}
+
+Test(train_emu, zero2_replicas_follow_the_cpu, .timeout = 300) {
+  follows_the_cpu(2,
+                  "--set zero_optimization.stage=2 --set zero_optimization.overlap_comm=true "
+                  "--set zero_optimization.reduce_bucket_size=500",
+                  1e-6, "ZeRO collectives: MPI through host copies");
+}
+
+Test(train_emu, bf16_follows_the_cpu, .timeout = 300) { follows_the_cpu(0, "--set bf16.enabled=true", 2e-4, NULL); }

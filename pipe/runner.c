@@ -165,7 +165,8 @@ void pipe_runner_free(pipe_runner *rn) {
 
 /* Each chunk's gradients summed over the data-parallel group: all of them (ZeRO-0) or the
  * owned shard (ZeRO-1/2; the scale already averages). Mixed precision keeps its gradient
- * buffers in bf16/fp16: rounded here (ZeRO-2 scatters each micro-batch in fp32). */
+ * buffers in bf16/fp16: rounded here (ZeRO-2 rounds each bucket before its reduce-scatter and
+ * the kept ranges before their all-reduce, in zero/zero.c). */
 static int reduce_grads(pipe_runner *rn) {
   for (int c = 0; c < rn->v; c++) {
     if (rn->precision && rn->zb[c].stage < 2) round_to(rn, rn->chunks[c].ops, rn->chunks[c].grads, rn->chunks[c].nparams);

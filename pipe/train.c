@@ -86,6 +86,7 @@ static int setup_runner(trainer *tr) {
     k->act_round = c->precision;
     if (!rc) rc = zero_init(&rn->zb[ch], c->zero_stage, tr->topo.dp, k->params, k->grads, k->nparams, ops);
     if (rc) break;
+    rn->zb[ch].round = c->precision; /* ZeRO-2's buckets are gradient buffers too */
     size_t len = zero_state_len(&rn->zb[ch]);
     rn->opt_m[ch] = ops->alloc(sizeof(float) * (len ? len : 1));
     rn->opt_v[ch] = ops->alloc(sizeof(float) * (len ? len : 1));

@@ -213,6 +213,46 @@ Test(train, fp16_resume_is_bit_identical, .timeout = 120) {
   unlink(log);
 }
 
+/* checkpoint.dir reused by a run on fewer stages (a layout change, then training from scratch
+ * into the same directory): the step directory the earlier run wrote on 4 stages, with another
+ * model (d_model 16), gets the new run's 2 rank files; resuming must read only those, not the
+ * earlier run's rank_00002/3, and continue as the uninterrupted run does. */
+Test(train, checkpoint_dir_reused_with_fewer_stages, .timeout = 120) {
+  run_log full, rest;
+  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_ckpt_XXXXXX", sets[512];
+  close(mkstemp(log));
+  cr_assert(mkdtemp(dir));
+  const char *base = "--set scheduler.params.total_num_steps=20 --set train.eval_interval=0";
+  train_read(0, log, &full, "%s --set train.steps=4", base);
+  snprintf(sets, sizeof sets, "%s --set train.steps=2 --set checkpoint.dir=%s --set pipeline.stages=4 "
+           "--set model.d_model=16", base, dir);
+  cr_assert_eq(train(4, sets, log), 0, "%s", sets);
+  snprintf(sets, sizeof sets, "%s --set train.steps=2 --set checkpoint.dir=%s --set pipeline.stages=2", base, dir);
+  cr_assert_eq(train(2, sets, log), 0, "%s", sets);
+  snprintf(sets, sizeof sets, "%s --set train.steps=4 --resume %s", base, dir);
+  cr_assert_eq(train(0, sets, log), 0, "resuming the 2-stage run's checkpoint failed");
+  read_log(log, &rest);
+  cr_assert_eq(rest.n, 2);
+  for (int i = 0; i < 2; i++)
+    cr_assert_str_eq(rest.text[i], full.text[2 + i], "step %d: %s vs uninterrupted %s", 3 + i, rest.text[i],
+                     full.text[2 + i]);
+  /* a step directory that holds a layer twice (a rank file of another run, seed 7, copied in)
+   * is refused rather than loaded in directory order */
+  snprintf(sets, sizeof sets, "%s --set train.steps=2 --set checkpoint.dir=%s/other --set train.seed=7", base, dir);
+  cr_assert_eq(train(0, sets, log), 0, "%s", sets);
+  char cmd[2048], *out = NULL;
+  snprintf(cmd, sizeof cmd, "cp %s/other/step_00000002/rank_00000.ckpt %s/step_00000002/rank_00002.ckpt", dir, dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg %s --set train.steps=4 --resume %s",
+           test_build_dir(), base, dir);
+  int rc = test_capture(cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "in more than one rank file"), "exit %d: %s", rc, out);
+  free(out);
+  snprintf(sets, sizeof sets, "rm -rf %s", dir);
+  test_sh(sets);
+  unlink(log);
+}
+
 /* A checkpoint that lacks one layer's records (a rank file from another model, or damaged) is
  * refused on resume, not trained on with that layer zeroed. */
 Test(train, resume_refuses_a_checkpoint_missing_a_layer, .timeout = 60) {

@@ -213,7 +213,7 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
     fprintf(tr->log_json, "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f",
             step, loss, tr->rn.lr, tr->rn.grad_norm, ms, toks);
     if (has_val) fprintf(tr->log_json, ",\"val_loss\":%.9g", val);
-    if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%g,\"skipped\":%d", tr->rn.loss_scale, tr->rn.skipped);
+    if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%.17g,\"skipped\":%d", tr->rn.loss_scale, tr->rn.skipped);
     /* rank 0's ZeRO accounting: bytes this step moved, bytes it keeps */
     double red = 0, gat = 0, state = 0, master = 0, grads = 0;
     for (int c = 0; c < tr->cfg.v; c++) {

@@ -650,6 +650,30 @@ Test(train, zero2_fp16_overflow_skips_as_zero0, .timeout = 120) {
   unlink(log);
 }
 
+/* --log-json gives the fp16 loss scale exactly: the dynamic scale is a power of two at every
+ * step, also above 2^20 (where six significant digits are not enough). */
+Test(train, log_json_loss_scale_is_exact, .timeout = 60) {
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  cr_assert_eq(train(0, "--set fp16.enabled=true --set fp16.initial_scale_power=24 --set fp16.hysteresis=1 "
+                        "--set train.steps=4 --set train.eval_interval=0", log), 0);
+  FILE *f = fopen(log, "r");
+  char line[1024];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) {
+    const char *sc = strstr(line, "\"loss_scale\":");
+    cr_assert(sc, "no loss_scale in %s", line);
+    int e;
+    double scale = atof(sc + 13);
+    cr_assert(scale >= 1 << 20 && frexp(scale, &e) == 0.5, "step %d: loss scale %.17g is not a power of two (%s)",
+              n + 1, scale, line);
+    n++;
+  }
+  fclose(f);
+  cr_assert_eq(n, 4);
+  unlink(log);
+}
+
 /* The model on a backend whose memory the host cannot touch (fakedev: the CPU kernels behind
  * pointers that fault on a host dereference) trains to the CPU's losses bit for bit: every
  * batch, loss, transfer, tied-gradient exchange, ZeRO collective, mixed-precision master copy

@@ -194,7 +194,7 @@ static int evaluate(trainer *tr, double *val) {
   pipe_runner_use(&tr->rn, &tr->eval_prog);
   tr->rn.split = PIPE_VAL, tr->rn.step = 0, tr->rn.loss_sum = 0;
   int rc = pipe_worker_step(&tr->eval_worker);
-  *val = mean_loss(tr, tr->cfg.eval_batches);
+  if (!rc) *val = mean_loss(tr, tr->cfg.eval_batches); /* collective: not after a failed step */
   tr->rn.split = PIPE_TRAIN;
   pipe_runner_use(&tr->rn, &tr->prog);
   return rc;

@@ -431,6 +431,8 @@ int pipe_train(const pipe_train_opts *o) {
   int rc = setup(&tr, o), stopped = 0;
   long start = 0;
   if (!rc && o->resume) rc = pipe_ckpt_model_load(o->resume, &tr.rn, &tr.topo, &start);
+  if (!rc && tr.cfg.trace_step_auto && start > 0) /* the second step this run takes, as a fresh run's */
+    tr.cfg.trace_step = (int)(start + (tr.cfg.steps - start >= 2 ? 2 : 1));
   if (!rc) announce(&tr);
   for (long step = start; step < tr.cfg.steps && !rc && !stopped; step++) {
     double loss = 0, ms = 0, val = 0;

@@ -59,12 +59,13 @@ static int get_i(const core_config *c, const char *k, int64_t def, int64_t lo, i
 }
 
 /* trace.step counts steps as the log does (from 1). 0 or unset: step 2 (the first one warms
- * up), or step 1 of a one-step run; else it must be a step the run takes. */
+ * up), or step 1 of a one-step run (pipe_train moves it past the step a run resumes at); else it
+ * must be a step the run takes. */
 static int read_trace_step(train_cfg *t) {
   int rc = get_i(t->cfg, "trace.step", 0, 0, 1 << 30, &t->trace_step);
   if (rc) return rc;
   if (!t->trace_step) {
-    t->trace_step = t->steps >= 2 ? 2 : 1;
+    t->trace_step = t->steps >= 2 ? 2 : 1, t->trace_step_auto = 1;
     return CORE_OK;
   }
   if (t->trace_path && t->trace_step > t->steps) {

@@ -253,6 +253,24 @@ Test(train, checkpoint_dir_reused_with_fewer_stages, .timeout = 120) {
   unlink(log);
 }
 
+/* trace.path without trace.step traces the second step the run takes, also when it resumes: a
+ * run resumed at step 2 writes the timeline of step 4 (step 2, the default of a fresh run, is
+ * not among its steps). */
+Test(train, resumed_run_writes_its_trace, .timeout = 60) {
+  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_ckpt_XXXXXX", sets[1024], path[1100];
+  close(mkstemp(log));
+  cr_assert(mkdtemp(dir));
+  snprintf(sets, sizeof sets, "--set train.steps=2 --set checkpoint.dir=%s", dir);
+  cr_assert_eq(train(0, sets, log), 0);
+  snprintf(sets, sizeof sets, "--set train.steps=6 --set trace.path=%s/trace.json --resume %s", dir, dir);
+  cr_assert_eq(train(0, sets, log), 0);
+  snprintf(path, sizeof path, "%s/trace.json", dir);
+  cr_assert_eq(access(path, R_OK), 0, "the resumed run wrote no trace");
+  snprintf(sets, sizeof sets, "rm -rf %s", dir);
+  test_sh(sets);
+  unlink(log);
+}
+
 /* A checkpoint that lacks one layer's records (a rank file from another model, or damaged) is
  * refused on resume, not trained on with that layer zeroed. */
 Test(train, resume_refuses_a_checkpoint_missing_a_layer, .timeout = 60) {

@@ -433,6 +433,12 @@ int pipe_train(const pipe_train_opts *o) {
   if (!rc && o->resume) rc = pipe_ckpt_model_load(o->resume, &tr.rn, &tr.topo, &start);
   if (!rc && tr.cfg.trace_step_auto && start > 0) /* the second step this run takes, as a fresh run's */
     tr.cfg.trace_step = (int)(start + (tr.cfg.steps - start >= 2 ? 2 : 1));
+  else if (!rc && tr.cfg.trace_path && tr.cfg.trace_step <= start) {
+    char w[256];
+    core_config_where(tr.cfg.cfg, "trace.step", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "trace.step %d is not a step of this run, which resumes after step %ld (%s)",
+                        tr.cfg.trace_step, start, w);
+  }
   if (!rc) announce(&tr);
   for (long step = start; step < tr.cfg.steps && !rc && !stopped; step++) {
     double loss = 0, ms = 0, val = 0;

@@ -266,6 +266,14 @@ Test(train, resumed_run_writes_its_trace, .timeout = 60) {
   cr_assert_eq(train(0, sets, log), 0);
   snprintf(path, sizeof path, "%s/trace.json", dir);
   cr_assert_eq(access(path, R_OK), 0, "the resumed run wrote no trace");
+  /* a trace.step the resumed run does not take is an error, not a run without its trace */
+  char cmd[2048], *out = NULL;
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=6 "
+           "--set trace.path=%s/t2.json --set trace.step=2 --resume %s", test_build_dir(), dir, dir);
+  int rc = test_capture(cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "trace.step 2 is not a step of this run, which resumes after step 2 (--set trace.step)"),
+            "exit %d: %s", rc, out);
+  free(out);
   snprintf(sets, sizeof sets, "rm -rf %s", dir);
   test_sh(sets);
   unlink(log);

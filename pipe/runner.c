@@ -254,6 +254,11 @@ static void adjust_scale(pipe_runner *rn, int overflow) {
 
 static int skip_step(pipe_runner *rn) {
   double was = rn->loss_scale;
+  /* the scale would back off again but is at its minimum: the loss diverged (DeepSpeed's
+   * scaler raises here too); every rank decides alike, the overflow being agreed */
+  if (rn->dynamic_scale && rn->hyst_left <= 1 && was <= rn->min_scale)
+    return core_error_set(CORE_ERUNTIME, "step %ld: the gradients overflow at the minimum loss scale "
+                          "(fp16.min_loss_scale = %g): the loss diverged; nothing was updated", rn->step + 1, rn->min_scale);
   rn->skipped = 1;
   adjust_scale(rn, 1);
   if (rn->topo->world_rank == 0)

@@ -41,17 +41,17 @@ int cli_train(int argc, char **argv) {
     return 2;
   }
   MPI_Init(&argc, &argv);
-  int rank, stopped = 0;
+  int rank, stopped = 0, report = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  o.stopped_by = &stopped;
+  o.stopped_by = &stopped, o.report = &report;
   rc = pipe_train(&o);
-  if (rc == CORE_EINPUT) { /* every rank read the same input and failed the same way */
-    if (rank == 0) fprintf(stderr, "brigade: error: %s\n", core_error_msg());
+  if (rc == CORE_EINPUT) { /* every rank failed alike (rank 0 says it), or the ranks it failed on say it */
+    if (report == 2 || (report == 1 && rank == 0)) fprintf(stderr, "brigade: error: %s\n", core_error_msg());
     MPI_Finalize();
     return 2;
   }
   if (rc) { /* a runtime failure may leave other ranks waiting: take the job down */
-    fprintf(stderr, "brigade: error: [rank %d] %s\n", rank, core_error_msg());
+    if (report) fprintf(stderr, "brigade: error: [rank %d] %s\n", rank, core_error_msg());
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

@@ -423,6 +423,19 @@ static int agreed_stop(void) {
   return any;
 }
 
+/* Start-up failed on some ranks only (a --log-json only rank 0 opens, a checkpoint lacking the
+ * layers of one stage): the others must not go on into the first step and wait there for ever
+ * (in a collective) or until train.timeout. Every rank returns the worst status; those whose
+ * own start-up succeeded do not report (*report = 0). */
+static int agree_start(int rc, int *report) {
+  int mine[2] = {rc, rc == CORE_OK}, all[2]; /* the worst status; whether any rank started */
+  MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (report) *report = rc && all[1] ? 2 : 1;
+  if (!all[0] || rc) return rc; /* no failure, or this rank's own */
+  if (report) *report = 0;
+  return core_error_set(all[0], "another rank failed to start (its error is reported there)");
+}
+
 int pipe_train(const pipe_train_opts *o) {
   trainer tr;
   memset(&tr, 0, sizeof tr);
@@ -439,6 +452,7 @@ int pipe_train(const pipe_train_opts *o) {
     rc = core_error_set(CORE_EINPUT, "trace.step %d is not a step of this run, which resumes after step %ld (%s)",
                         tr.cfg.trace_step, start, w);
   }
+  rc = agree_start(rc, o->report);
   if (!rc) announce(&tr);
   for (long step = start; step < tr.cfg.steps && !rc && !stopped; step++) {
     double loss = 0, ms = 0, val = 0;

@@ -315,6 +315,36 @@ Test(train, resume_refuses_a_checkpoint_missing_a_layer, .timeout = 60) {
   unlink(log);
 }
 
+/* Start-up errors of some ranks only end the whole job at once with the error, exit 2: a
+ * --log-json that rank 0 (the only rank that opens it) cannot write, under 2 replicas whose
+ * first step would wait in a collective; and a checkpoint without stage 1's rank file, resumed
+ * on 2 stages (rank 1 lacks its layers, rank 0 has all of its own). */
+Test(train, start_up_error_of_one_rank_ends_the_job, .timeout = 120) {
+  char dir[] = "/tmp/brigade_ckpt_XXXXXX", cmd[2048], *out = NULL;
+  cr_assert(mkdtemp(dir));
+  snprintf(cmd, sizeof cmd, TEST_MPI_ENV " timeout 60 mpirun -np 2 %s/brigade train configs/tiny.cfg --set train.steps=2 "
+           "--log-json /nonexistent/brigade/log.json", test_build_dir());
+  int rc = test_capture(cmd, &out);
+  cr_assert_eq(rc, 2, "exit %d: %s", rc, out);
+  const char *msg = "brigade: error: cannot write --log-json /nonexistent/brigade/log.json";
+  const char *at = strstr(out, msg);
+  cr_assert(at && !strstr(at + 1, msg) && !strstr(out, "timed out"), "%s", out);
+  free(out);
+  snprintf(cmd, sizeof cmd, TEST_MPI_ENV " timeout 60 mpirun -np 2 %s/brigade train configs/tiny.cfg --set train.steps=2 "
+           "--set pipeline.stages=2 --set checkpoint.dir=%s 1>&2", test_build_dir(), dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(cmd, sizeof cmd, "rm %s/step_00000002/rank_00001.ckpt", dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(cmd, sizeof cmd, TEST_MPI_ENV " timeout 60 mpirun -np 2 %s/brigade train configs/tiny.cfg --set train.steps=4 "
+           "--set pipeline.stages=2 --set train.timeout=30 --resume %s", test_build_dir(), dir);
+  rc = test_capture(cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "brigade: error: checkpoint ") && strstr(out, "lacks 6 of this rank's 6 layers") &&
+            !strstr(out, "timed out"), "exit %d: %s", rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+}
+
 /* One bad config: exit 2, one line "brigade: error: ..." containing `needle`. */
 static void bad_config(const char *body, const char *sets, const char *needle) {
   char path[] = "/tmp/brigade_bad_XXXXXX";

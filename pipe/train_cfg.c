@@ -1,5 +1,6 @@
 /* pipe/train_cfg.c: the keys of a training config (DeepSpeed's names where a DeepSpeed user
  * would look) and reading them, with errors that name the line. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <strings.h>
@@ -211,6 +212,12 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   int64_t seed = 0;
   if (!rc) rc = get_i(c, "train_micro_batch_size_per_gpu", 4, 1, 1 << 20, &t->B);
   if (!rc) rc = get_i(c, "gradient_accumulation_steps", 1, 1, 1 << 20, &t->m);
+  if (!rc && (int64_t)t->B * t->m > INT_MAX) { /* the per-replica batch is an int everywhere */
+    char w[256];
+    core_config_where(c, "gradient_accumulation_steps", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "train_micro_batch_size_per_gpu %d x gradient_accumulation_steps %d = %lld "
+                        "sequences per replica, more than %d (%s)", t->B, t->m, (long long)t->B * t->m, INT_MAX, w);
+  }
   if (!rc) rc = get_i(c, "train.steps", 100, 0, 1 << 30, &t->steps);
   if (!rc) rc = get_i(c, "steps_per_print", 10, 1, 1 << 30, &t->print_every);
   if (!rc) rc = get_i(c, "train.eval_interval", 0, 0, 1 << 30, &t->eval_interval);
@@ -252,7 +259,7 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
       char w[256];
       core_config_where(c, "train_batch_size", -1, w, sizeof w);
       rc = core_error_set(CORE_EINPUT, "train_batch_size = %lld, but micro-batch %d x accumulation %d x "
-                          "%d replicas = %d (%s)", (long long)tbs, t->B, t->m, t->d, t->B * t->m * t->d, w);
+                          "%d replicas = %lld (%s)", (long long)tbs, t->B, t->m, t->d, (long long)t->B * t->m * t->d, w);
     }
   }
   return rc;

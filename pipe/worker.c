@@ -17,7 +17,10 @@ int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm
   w->pr = pr, w->rank = rank, w->comm = comm, w->ex = ex;
   w->timeout_s = 60;
   int *ub, flag = 0;
-  MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &flag);
+  /* the bound is the job's, an attribute of MPI_COMM_WORLD only: Open MPI puts none on a split
+   * communicator such as the pipeline's (MPI's least bound, 32767, would then refuse m * S * 2 >
+   * 32767 that MPI takes) */
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
   w->tag_ub = flag ? *ub : 32767;
   long max_tag = ((long)pr->m * pr->p * pr->v) * 2 + 1;
   if (max_tag > w->tag_ub)

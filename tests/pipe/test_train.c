@@ -115,6 +115,24 @@ Test(train, pipelines_equal_single_process_bit_for_bit, .timeout = 300) {
   unlink(log);
 }
 
+/* MPI tags name (micro-batch, stage, direction): m * S * 2 of them, far fewer than the 2^31 - 1
+ * Open MPI allows; 16384 micro-batches in one process (32769 tags, one more than the least any
+ * MPI must allow, which the worker assumed because the pipeline's communicator, a split of
+ * MPI_COMM_WORLD, carries no MPI_TAG_UB) train, and a 2-stage interleaved program of 4096. */
+Test(train, many_micro_batches_fit_the_mpi_tags, .timeout = 120) {
+  run_log got;
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  const char *small = "--set train_micro_batch_size_per_gpu=1 --set model.seq_len=4 --set train.steps=1 "
+                      "--set train.eval_interval=0";
+  train_read(0, log, &got, "%s --set gradient_accumulation_steps=16384", small);
+  cr_assert_eq(got.n, 1);
+  train_read(2, log, &got, "%s --set gradient_accumulation_steps=4096 --set pipeline.stages=2 "
+             "--set pipeline.schedule=interleaved", small);
+  cr_assert_eq(got.n, 1);
+  unlink(log);
+}
+
 /* DualPipeV needs m >= 2p: its own reference with 4 micro-batches; 2 stages (4 virtual) and 1. */
 Test(train, dualpipev_equals_single_process_bit_for_bit, .timeout = 120) {
   run_log ref, got;

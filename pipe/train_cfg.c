@@ -188,6 +188,12 @@ static int read_pipeline(train_cfg *t, int world) {
   rc = get_i(c, "pipeline.virtual_stages", defv, 1, 64, &t->v);
   if (!rc) rc = core_config_get_string(c, "pipeline.partition_method", "parameters", &part);
   if (!rc) rc = sched_part_parse(part, &t->part);
+  if (!rc && t->part != SCHED_PART_EXPLICIT && core_config_list_len(c, "pipeline.boundaries") > 0) {
+    char w[256]; /* boundaries would be ignored: the cut would not be the one written */
+    core_config_where(c, "pipeline.boundaries", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "pipeline.boundaries are given, but pipeline.partition_method is '%s'; "
+                        "set it to \"explicit\" to cut there (%s)", part, w);
+  }
   if (!rc) rc = get_i(c, "pipeline.max_pending_w", 0, 0, 1 << 20, &t->max_pending_w);
   if (!rc && t->max_pending_w && t->family != SCHED_ZB_H1 && t->family != SCHED_ZB_H2 && t->family != SCHED_ZB_V) {
     char w[256];

@@ -20,7 +20,8 @@ int cli_train(int argc, char **argv) {
       if (!rc && o.nsets == 256) rc = core_error_set(CORE_EINPUT, "too many --set options");
       if (!rc) sets[o.nsets++] = v;
     } else if (strncmp(argv[i], "--set=", 6) == 0) {
-      sets[o.nsets++] = argv[i] + 6;
+      if (o.nsets == 256) rc = core_error_set(CORE_EINPUT, "too many --set options");
+      else sets[o.nsets++] = argv[i] + 6;
     } else if (strcmp(argv[i], "--log-json") == 0) {
       rc = cli_take(argc, argv, &i, &o.log_json);
     } else if (strcmp(argv[i], "--resume") == 0) {
@@ -40,17 +41,17 @@ int cli_train(int argc, char **argv) {
     return 2;
   }
   MPI_Init(&argc, &argv);
-  int rank, stopped = 0;
+  int rank, stopped = 0, report = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  o.stopped_by = &stopped;
+  o.stopped_by = &stopped, o.report = &report;
   rc = pipe_train(&o);
-  if (rc == CORE_EINPUT) { /* every rank read the same input and failed the same way */
-    if (rank == 0) fprintf(stderr, "brigade: error: %s\n", core_error_msg());
+  if (rc == CORE_EINPUT) { /* every rank failed alike (rank 0 says it), or the ranks it failed on say it */
+    if (report == 2 || (report == 1 && rank == 0)) fprintf(stderr, "brigade: error: %s\n", core_error_msg());
     MPI_Finalize();
     return 2;
   }
   if (rc) { /* a runtime failure may leave other ranks waiting: take the job down */
-    fprintf(stderr, "brigade: error: [rank %d] %s\n", rank, core_error_msg());
+    if (report) fprintf(stderr, "brigade: error: [rank %d] %s\n", rank, core_error_msg());
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

@@ -76,6 +76,25 @@ static int put_layers(pipe_ckpt_writer *w, const pipe_runner *rn, float **full_m
   return rc;
 }
 
+/* The rank files of an earlier run on more stages that saved the same step into the same
+ * directory: the loader reads every rank file, so they go before `latest` names the step. */
+static int remove_stale(const char *sub, int p) {
+  DIR *d = opendir(sub);
+  if (!d) return core_error_set(CORE_ERUNTIME, "cannot open %s: %s", sub, strerror(errno));
+  struct dirent *e;
+  int rc = CORE_OK, r, end;
+  while (!rc && (e = readdir(d))) {
+    end = 0;
+    if (sscanf(e->d_name, "rank_%d.ckpt%n", &r, &end) == 1 && end && !e->d_name[end] && r >= p) {
+      char path[2048];
+      snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
+      if (unlink(path) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot remove the stale %s: %s", path, strerror(errno));
+    }
+  }
+  closedir(d);
+  return rc;
+}
+
 int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo *topo, long step,
                          const core_config *cfg) {
   char sub[1024], path[1100];
@@ -119,7 +138,8 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
   int bad = rc != CORE_OK, any = 0;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (any) return rc ? rc : core_error_set(CORE_ERUNTIME, "another rank failed to save step %ld", step);
-  if (topo->world_rank == 0) {
+  if (topo->world_rank == 0) rc = remove_stale(sub, topo->p);
+  if (!rc && topo->world_rank == 0) {
     char latest[1100], tmp[1110];
     snprintf(latest, sizeof latest, "%s/latest", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", latest);
@@ -137,6 +157,7 @@ static int load_layers(const char *sub, pipe_runner *rn, float **full_p, float *
   if (!d) return core_error_set(CORE_EINPUT, "cannot open checkpoint %s: %s", sub, strerror(errno));
   int total = 0, found = 0, rc = CORE_OK;
   for (int c = 0; c < rn->v; c++) total += rn->chunks[c].n;
+  char *seen = core_calloc((size_t)total + 1, 1); /* each layer from one rank file only */
   struct dirent *e;
   while (!rc && (e = readdir(d))) {
     if (strncmp(e->d_name, "rank_", 5) != 0 || !strstr(e->d_name, ".ckpt") || strstr(e->d_name, ".tmp")) continue;
@@ -152,13 +173,18 @@ static int load_layers(const char *sub, pipe_runner *rn, float **full_p, float *
     if (rn->precision == 2 && !pipe_ckpt_get(&r, "loss_scale", PIPE_CKPT_BYTES, &scale, sizeof scale) &&
         !pipe_ckpt_get(&r, "good_steps", PIPE_CKPT_I64, &good, 1) && !pipe_ckpt_get(&r, "hysteresis_left", PIPE_CKPT_I64, &hyst, 1))
       rn->loss_scale = scale, rn->good_steps = (int)good, rn->hyst_left = (int)hyst;
-    for (int c = 0; c < rn->v && !rc; c++) {
+    for (int c = 0, k = 0; c < rn->v && !rc; c++) {
       layers_chunk *ch = &rn->chunks[c];
-      for (int i = 0; i < ch->n && !rc; i++) {
+      for (int i = 0; i < ch->n && !rc; i++, k++) {
         layer *l = &ch->layers[i];
         char name[128];
         snprintf(name, sizeof name, "layer.%d.params", l->index);
         if (!pipe_ckpt_find(&r, name)) continue;
+        if (seen[k]++) {
+          rc = core_error_set(CORE_EINPUT, "checkpoint %s holds layer %d in more than one rank file (%s is one): "
+                              "rank files of another run?", sub, l->index, e->d_name);
+          break;
+        }
         rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, full_p[c] + ch->param_off[i], l->nparams);
         snprintf(name, sizeof name, "layer.%d.adam_m", l->index);
         if (!rc) rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, full_m[c] + ch->param_off[i], l->nparams);
@@ -170,6 +196,7 @@ static int load_layers(const char *sub, pipe_runner *rn, float **full_p, float *
     pipe_ckpt_close(&r);
   }
   closedir(d);
+  free(seen);
   if (!rc && found < total)
     rc = core_error_set(CORE_EINPUT, "checkpoint %s lacks %d of this rank's %d layers (a different model?)", sub,
                         total - found, total);

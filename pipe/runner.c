@@ -165,7 +165,8 @@ void pipe_runner_free(pipe_runner *rn) {
 
 /* Each chunk's gradients summed over the data-parallel group: all of them (ZeRO-0) or the
  * owned shard (ZeRO-1/2; the scale already averages). Mixed precision keeps its gradient
- * buffers in bf16/fp16: rounded here (ZeRO-2 scatters each micro-batch in fp32). */
+ * buffers in bf16/fp16: rounded here (ZeRO-2 rounds each bucket before its reduce-scatter and
+ * the kept ranges before their all-reduce, in zero/zero.c). */
 static int reduce_grads(pipe_runner *rn) {
   for (int c = 0; c < rn->v; c++) {
     if (rn->precision && rn->zb[c].stage < 2) round_to(rn, rn->chunks[c].ops, rn->chunks[c].grads, rn->chunks[c].nparams);
@@ -253,6 +254,11 @@ static void adjust_scale(pipe_runner *rn, int overflow) {
 
 static int skip_step(pipe_runner *rn) {
   double was = rn->loss_scale;
+  /* the scale would back off again but is at its minimum: the loss diverged (DeepSpeed's
+   * scaler raises here too); every rank decides alike, the overflow being agreed */
+  if (rn->dynamic_scale && rn->hyst_left <= 1 && was <= rn->min_scale)
+    return core_error_set(CORE_ERUNTIME, "step %ld: the gradients overflow at the minimum loss scale "
+                          "(fp16.min_loss_scale = %g): the loss diverged; nothing was updated", rn->step + 1, rn->min_scale);
   rn->skipped = 1;
   adjust_scale(rn, 1);
   if (rn->topo->world_rank == 0)

@@ -86,6 +86,7 @@ static int setup_runner(trainer *tr) {
     k->act_round = c->precision;
     if (!rc) rc = zero_init(&rn->zb[ch], c->zero_stage, tr->topo.dp, k->params, k->grads, k->nparams, ops);
     if (rc) break;
+    rn->zb[ch].round = c->precision; /* ZeRO-2's buckets are gradient buffers too */
     size_t len = zero_state_len(&rn->zb[ch]);
     rn->opt_m[ch] = ops->alloc(sizeof(float) * (len ? len : 1));
     rn->opt_v[ch] = ops->alloc(sizeof(float) * (len ? len : 1));
@@ -193,7 +194,7 @@ static int evaluate(trainer *tr, double *val) {
   pipe_runner_use(&tr->rn, &tr->eval_prog);
   tr->rn.split = PIPE_VAL, tr->rn.step = 0, tr->rn.loss_sum = 0;
   int rc = pipe_worker_step(&tr->eval_worker);
-  *val = mean_loss(tr, tr->cfg.eval_batches);
+  if (!rc) *val = mean_loss(tr, tr->cfg.eval_batches); /* collective: not after a failed step */
   tr->rn.split = PIPE_TRAIN;
   pipe_runner_use(&tr->rn, &tr->prog);
   return rc;
@@ -212,7 +213,7 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
     fprintf(tr->log_json, "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f",
             step, loss, tr->rn.lr, tr->rn.grad_norm, ms, toks);
     if (has_val) fprintf(tr->log_json, ",\"val_loss\":%.9g", val);
-    if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%g,\"skipped\":%d", tr->rn.loss_scale, tr->rn.skipped);
+    if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%.17g,\"skipped\":%d", tr->rn.loss_scale, tr->rn.skipped);
     /* rank 0's ZeRO accounting: bytes this step moved, bytes it keeps */
     double red = 0, gat = 0, state = 0, master = 0, grads = 0;
     for (int c = 0; c < tr->cfg.v; c++) {
@@ -422,6 +423,19 @@ static int agreed_stop(void) {
   return any;
 }
 
+/* Start-up failed on some ranks only (a --log-json only rank 0 opens, a checkpoint lacking the
+ * layers of one stage): the others must not go on into the first step and wait there for ever
+ * (in a collective) or until train.timeout. Every rank returns the worst status; those whose
+ * own start-up succeeded do not report (*report = 0). */
+static int agree_start(int rc, int *report) {
+  int mine[2] = {rc, rc == CORE_OK}, all[2]; /* the worst status; whether any rank started */
+  MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (report) *report = rc && all[1] ? 2 : 1;
+  if (!all[0] || rc) return rc; /* no failure, or this rank's own */
+  if (report) *report = 0;
+  return core_error_set(all[0], "another rank failed to start (its error is reported there)");
+}
+
 int pipe_train(const pipe_train_opts *o) {
   trainer tr;
   memset(&tr, 0, sizeof tr);
@@ -430,6 +444,15 @@ int pipe_train(const pipe_train_opts *o) {
   int rc = setup(&tr, o), stopped = 0;
   long start = 0;
   if (!rc && o->resume) rc = pipe_ckpt_model_load(o->resume, &tr.rn, &tr.topo, &start);
+  if (!rc && tr.cfg.trace_step_auto && start > 0) /* the second step this run takes, as a fresh run's */
+    tr.cfg.trace_step = (int)(start + (tr.cfg.steps - start >= 2 ? 2 : 1));
+  else if (!rc && tr.cfg.trace_path && tr.cfg.trace_step <= start) {
+    char w[256];
+    core_config_where(tr.cfg.cfg, "trace.step", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "trace.step %d is not a step of this run, which resumes after step %ld (%s)",
+                        tr.cfg.trace_step, start, w);
+  }
+  rc = agree_start(rc, o->report);
   if (!rc) announce(&tr);
   for (long step = start; step < tr.cfg.steps && !rc && !stopped; step++) {
     double loss = 0, ms = 0, val = 0;

@@ -11,9 +11,14 @@ typedef struct {
   const char *log_json; /* one JSON object per step, rank 0 */
   const char *resume;   /* checkpoint directory to continue from */
   int *stopped_by;      /* out, may be NULL: the signal that stopped the run early, 0 if none */
+  int *report;          /* out, may be NULL: after an error, 1 (every rank failed alike), 2 (this rank
+                         * failed, others did not) or 0 (another rank's error, reported there) */
 } pipe_train_opts;
 
-/* Runs after MPI_Init. Returns CORE_OK, or an error status with the message set.
+/* Runs after MPI_Init. Returns CORE_OK, or an error status with the message set. Start-up
+ * (config, data, model, --log-json, --resume) is agreed by every rank before the first step: when
+ * it failed on some ranks only, every rank returns the worst status, and *report says which
+ * ranks' messages are the errors (the others only say that another rank failed).
  * SIGTERM, SIGINT or SIGUSR1 (the one mpirun passes on to every rank) on any rank stops the run
  * at the end of the step in progress: every rank learns of it there, the checkpoint of that step
  * is written (with checkpoint.dir), and the run ends with CORE_OK and *stopped_by set. A second

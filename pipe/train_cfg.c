@@ -1,5 +1,6 @@
 /* pipe/train_cfg.c: the keys of a training config (DeepSpeed's names where a DeepSpeed user
  * would look) and reading them, with errors that name the line. */
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <strings.h>
@@ -59,12 +60,13 @@ static int get_i(const core_config *c, const char *k, int64_t def, int64_t lo, i
 }
 
 /* trace.step counts steps as the log does (from 1). 0 or unset: step 2 (the first one warms
- * up), or step 1 of a one-step run; else it must be a step the run takes. */
+ * up), or step 1 of a one-step run (pipe_train moves it past the step a run resumes at); else it
+ * must be a step the run takes. */
 static int read_trace_step(train_cfg *t) {
   int rc = get_i(t->cfg, "trace.step", 0, 0, 1 << 30, &t->trace_step);
   if (rc) return rc;
   if (!t->trace_step) {
-    t->trace_step = t->steps >= 2 ? 2 : 1;
+    t->trace_step = t->steps >= 2 ? 2 : 1, t->trace_step_auto = 1;
     return CORE_OK;
   }
   if (t->trace_path && t->trace_step > t->steps) {
@@ -186,6 +188,12 @@ static int read_pipeline(train_cfg *t, int world) {
   rc = get_i(c, "pipeline.virtual_stages", defv, 1, 64, &t->v);
   if (!rc) rc = core_config_get_string(c, "pipeline.partition_method", "parameters", &part);
   if (!rc) rc = sched_part_parse(part, &t->part);
+  if (!rc && t->part != SCHED_PART_EXPLICIT && core_config_list_len(c, "pipeline.boundaries") > 0) {
+    char w[256]; /* boundaries would be ignored: the cut would not be the one written */
+    core_config_where(c, "pipeline.boundaries", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "pipeline.boundaries are given, but pipeline.partition_method is '%s'; "
+                        "set it to \"explicit\" to cut there (%s)", part, w);
+  }
   if (!rc) rc = get_i(c, "pipeline.max_pending_w", 0, 0, 1 << 20, &t->max_pending_w);
   if (!rc && t->max_pending_w && t->family != SCHED_ZB_H1 && t->family != SCHED_ZB_H2 && t->family != SCHED_ZB_V) {
     char w[256];
@@ -210,6 +218,12 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   int64_t seed = 0;
   if (!rc) rc = get_i(c, "train_micro_batch_size_per_gpu", 4, 1, 1 << 20, &t->B);
   if (!rc) rc = get_i(c, "gradient_accumulation_steps", 1, 1, 1 << 20, &t->m);
+  if (!rc && (int64_t)t->B * t->m > INT_MAX) { /* the per-replica batch is an int everywhere */
+    char w[256];
+    core_config_where(c, "gradient_accumulation_steps", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "train_micro_batch_size_per_gpu %d x gradient_accumulation_steps %d = %lld "
+                        "sequences per replica, more than %d (%s)", t->B, t->m, (long long)t->B * t->m, INT_MAX, w);
+  }
   if (!rc) rc = get_i(c, "train.steps", 100, 0, 1 << 30, &t->steps);
   if (!rc) rc = get_i(c, "steps_per_print", 10, 1, 1 << 30, &t->print_every);
   if (!rc) rc = get_i(c, "train.eval_interval", 0, 0, 1 << 30, &t->eval_interval);
@@ -251,7 +265,7 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
       char w[256];
       core_config_where(c, "train_batch_size", -1, w, sizeof w);
       rc = core_error_set(CORE_EINPUT, "train_batch_size = %lld, but micro-batch %d x accumulation %d x "
-                          "%d replicas = %d (%s)", (long long)tbs, t->B, t->m, t->d, t->B * t->m * t->d, w);
+                          "%d replicas = %lld (%s)", (long long)tbs, t->B, t->m, t->d, (long long)t->B * t->m * t->d, w);
     }
   }
   return rc;

@@ -23,6 +23,7 @@ typedef struct {
   int ckpt_interval;
   const char *trace_path;
   int trace_step;
+  int trace_step_auto; /* trace.step unset: the run's second step (moved past a resumed step) */
   int zero_stage;
   int max_pending_w;    /* pipeline.max_pending_w (zb-* families; 0 = the family's default) */
   size_t bucket_floats; /* zero_optimization.reduce_bucket_size (elements) */

@@ -17,13 +17,17 @@ int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm
   w->pr = pr, w->rank = rank, w->comm = comm, w->ex = ex;
   w->timeout_s = 60;
   int *ub, flag = 0;
-  MPI_Comm_get_attr(comm, MPI_TAG_UB, &ub, &flag);
+  /* the bound is the job's, an attribute of MPI_COMM_WORLD only: Open MPI puts none on a split
+   * communicator such as the pipeline's (MPI's least bound, 32767, would then refuse m * S * 2 >
+   * 32767 that MPI takes) */
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
   w->tag_ub = flag ? *ub : 32767;
   long max_tag = ((long)pr->m * pr->p * pr->v) * 2 + 1;
   if (max_tag > w->tag_ub)
     return core_error_set(CORE_EINPUT, "m * stages too large for MPI tags (%ld > %d)", max_tag, w->tag_ub);
   int ns = pr->nslots[rank] > 0 ? pr->nslots[rank] : 1;
   w->slot_req = core_malloc(sizeof(MPI_Request) * 2 * (size_t)ns);
+  w->slot_peer = core_calloc(2 * (size_t)ns, sizeof(int));
   for (int i = 0; i < 2 * ns; i++) w->slot_req[i] = MPI_REQUEST_NULL;
   return CORE_OK;
 }
@@ -41,21 +45,28 @@ int pipe_worker_use_device(pipe_worker *w, const kernels_coll *dc, kernels_coll_
   return CORE_OK;
 }
 
-void pipe_worker_free(pipe_worker *w) {
-  free(w->tpend);
-  w->tpend = NULL;
-  if (w->slot_req) {
-    int ns = nslots(w);
-    MPI_Waitall(2 * ns, w->slot_req, MPI_STATUSES_IGNORE);
-  }
-  free(w->slot_req);
-  w->slot_req = NULL;
-}
-
 static double now(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+void pipe_worker_free(pipe_worker *w) {
+  free(w->tpend);
+  w->tpend = NULL;
+  if (w->slot_req) { /* bounded: after a failed step a peer may never take a send */
+    double start = now();
+    for (int k = 0; k < 2 * nslots(w); k++) {
+      int done = w->slot_req[k] == MPI_REQUEST_NULL;
+      while (!done && MPI_Test(&w->slot_req[k], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+        if (now() - start > w->timeout_s) break; /* left in flight: the job is ending */
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+      }
+    }
+  }
+  free(w->slot_req), free(w->slot_peer);
+  w->slot_req = NULL, w->slot_peer = NULL;
 }
 
 static int fail(const pipe_worker *w, int i, const sched_instr *in, const char *what) {
@@ -64,8 +75,9 @@ static int fail(const pipe_worker *w, int i, const sched_instr *in, const char *
   return core_error_set(CORE_ERUNTIME, "rank %d instruction %d (%s): %s", w->rank, i, s, what);
 }
 
-/* Waits for a request, polling so that a stuck peer becomes a timeout, not a hang. */
-static int wait_req(pipe_worker *w, MPI_Request *req, MPI_Status *st, int i, const sched_instr *in) {
+/* Waits for a request to or from rank peer, polling so that a stuck peer becomes a timeout, not
+ * a hang. */
+static int wait_req(pipe_worker *w, MPI_Request *req, MPI_Status *st, int i, const sched_instr *in, int peer) {
   double start = now();
   int done = 0, spins = 0;
   while (!done) {
@@ -76,7 +88,7 @@ static int wait_req(pipe_worker *w, MPI_Request *req, MPI_Status *st, int i, con
       nanosleep(&ts, NULL); /* yield the core: ranks share cores on small machines */
       if (now() - start > w->timeout_s) {
         char msg[128];
-        snprintf(msg, sizeof msg, "timed out after %.0f s waiting for rank %d", w->timeout_s, in->peer);
+        snprintf(msg, sizeof msg, "timed out after %.0f s waiting for rank %d", w->timeout_s, peer);
         return fail(w, i, in, msg);
       }
     }
@@ -92,8 +104,8 @@ static int stage_of(const pipe_worker *w, const sched_instr *in) {
 static int drain_slot(pipe_worker *w, int slot, int i, const sched_instr *in) {
   for (int k = 0; k < 2; k++) {
     MPI_Request *r = &w->slot_req[2 * slot + k];
-    if (*r != MPI_REQUEST_NULL) {
-      int rc = wait_req(w, r, MPI_STATUS_IGNORE, i, in);
+    if (*r != MPI_REQUEST_NULL) { /* the slot's earlier send, to the rank it went to */
+      int rc = wait_req(w, r, MPI_STATUS_IGNORE, i, in, w->slot_peer[2 * slot + k]);
       if (rc) return rc;
     }
   }
@@ -157,9 +169,10 @@ static int op_send(pipe_worker *w, int i, const sched_instr *in) {
   int tag = pipe_tag(w->pr, dst, in->mb, grad);
   MPI_Request *r = &w->slot_req[2 * in->slot + grad];
   if (*r != MPI_REQUEST_NULL) { /* before the executor refills the buffer (staging) */
-    int rc = wait_req(w, r, MPI_STATUS_IGNORE, i, in);
+    int rc = wait_req(w, r, MPI_STATUS_IGNORE, i, in, w->slot_peer[2 * in->slot + grad]);
     if (rc) return rc;
   }
+  w->slot_peer[2 * in->slot + grad] = in->peer;
   size_t n = 0;
   float *buf = w->ex.buffer(w->ex.ctx, in, &n);
   int err = w->synchronous ? MPI_Issend(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, r)
@@ -179,7 +192,7 @@ static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
   MPI_Status st;
   if (MPI_Irecv(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, &req) != MPI_SUCCESS)
     return fail(w, i, in, "MPI_Irecv failed");
-  rc = wait_req(w, &req, &st, i, in);
+  rc = wait_req(w, &req, &st, i, in, in->peer);
   if (rc) return rc;
   int got = 0;
   MPI_Get_count(&st, MPI_FLOAT, &got);
@@ -269,7 +282,7 @@ int pipe_worker_step(pipe_worker *w) {
   int ns = nslots(w);
   for (int k = 0; k < 2 * ns; k++)
     if (w->slot_req[k] != MPI_REQUEST_NULL) {
-      int rc = wait_req(w, &w->slot_req[k], MPI_STATUS_IGNORE, st->len - 1, &st->ins[st->len - 1]);
+      int rc = wait_req(w, &w->slot_req[k], MPI_STATUS_IGNORE, st->len - 1, &st->ins[st->len - 1], w->slot_peer[k]);
       if (rc) return rc;
     }
   return CORE_OK;

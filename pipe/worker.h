@@ -56,6 +56,7 @@ typedef struct {
   double t0;
   /* internal */
   MPI_Request *slot_req; /* [nslots * 2] outstanding sends per slot (activation, gradient) */
+  int *slot_peer;        /* [nslots * 2] the rank each of them goes to */
   int tag_ub;
   const struct kernels_coll *dc; /* the device path (NULL: MPI) */
   struct kernels_coll_comm *dcomm;
@@ -64,6 +65,8 @@ typedef struct {
 } pipe_worker;
 
 int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm comm, pipe_exec ex);
+/* Waits at most timeout_s for sends still in flight (a step that failed may leave some that no
+ * peer will take), then frees the worker. */
 void pipe_worker_free(pipe_worker *w);
 /* Sends and receives through dc on comm (which must number the ranks as the program does) from
  * now on; the executor must offer device_buffer. CORE_EINPUT when the rank's slots need more

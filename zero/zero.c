@@ -170,6 +170,12 @@ static int bucket_wait(zero_buffer *z, int k) {
   return CORE_OK;
 }
 
+/* Mixed precision: a gradient buffer holds bf16/fp16 values (an fp16 overflow becomes inf). */
+static void round_grads(const zero_buffer *z, float *x, size_t n) {
+  if (z->round == 1) z->ops->round_bf16(x, n);
+  else if (z->round == 2) z->ops->round_fp16(x, n);
+}
+
 /* Reduce-scatters the current bucket straight into the accumulator: this replica first adds
  * its accumulated part into its own bucket, so the sum that comes back is the new value (no
  * receive buffer). With overlap the reduce-scatter stays in flight while the backward fills the
@@ -185,6 +191,7 @@ static int bucket_flush(zero_buffer *z) {
   for (int r = 0; r < z->d; r++) z->counts[r] = (int)overlap_of(z, r, a, b, NULL);
   size_t mine = overlap_of(z, z->r, a, b, &from);
   float *acc = z->acc + (mine ? from - z->lo : 0);
+  round_grads(z, data, b - a); /* this micro-batch's gradients as a 16-bit buffer holds them */
   if (mine) z->ops->axpy(data + (from - a), 1.0f, acc, mine); /* data + acc, one rounding */
   z->bytes_reduce += (double)sizeof(float) * (double)((b - a) - mine);
   z->reduce_scatters++;
@@ -286,6 +293,7 @@ int zero_reduce(zero_buffer *z) {
   }
   for (int k = 0; k < z->nkept; k++) {
     size_t lo = z->kp_lo[k], hi = z->kp_hi[k];
+    round_grads(z, z->kept[k], hi - lo);
     if (z->d > 1 && hi > lo && allreduce(z, z->kept[k], hi - lo))
       return z->nccl ? core_error_prefix("tied-gradient all-reduce") : core_error_set(CORE_ERUNTIME, "tied-gradient all-reduce failed");
     z->bytes_reduce += 2.0 * sizeof(float) * (double)(hi - lo) * (z->d - 1) / z->d;

@@ -77,6 +77,9 @@ typedef struct {
   MPI_Request req[2];
   int *counts;            /* [d] */
   int err;                /* first error inside zero_grad_dest */
+  int round;              /* mixed precision (set by the caller): 1 bf16, 2 fp16 gradient buffers; stage 2
+                           * rounds each bucket before its reduce-scatter and the kept ranges before
+                           * their all-reduce, as stages 0 and 1 round the full buffer */
   double reduce_scatters; /* reduce-scatters issued this step (stage 2: one per bucket) */
   /* bytes moved per step by this rank, for the accounting line */
   double bytes_reduce, bytes_gather;

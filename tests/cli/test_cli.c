@@ -111,6 +111,20 @@ Test(cli, bad_input_is_one_line_and_exit_2) {
   remove(csv);
 }
 
+/* `train` takes at most 256 --set options, in either spelling: the 257th --set=key=value is an
+ * error, not a write past the end of the list. */
+Test(cli, train_too_many_set_equals_options) {
+  size_t cap = 8192, n = 0;
+  char *cmd = malloc(cap), *out;
+  n += (size_t)snprintf(cmd, cap, "%s/brigade train configs/tiny.cfg", test_build_dir());
+  for (int i = 0; i < 300; i++) n += (size_t)snprintf(cmd + n, cap - n, " --set=train.steps=1");
+  cr_assert(n < cap);
+  int rc = test_capture(cmd, &out);
+  cr_assert_eq(rc, 2, "exited %d: %.300s", rc, out);
+  cr_assert(strcmp(out, "brigade: error: too many --set options\n") == 0, "%s", out);
+  free(out), free(cmd);
+}
+
 Test(cli, sim_a_training_config) {
   char *out;
   cr_assert_eq(brigade("sim configs/tiny.cfg --set pipeline.stages=4 --set pipeline.schedule=zb-h1 --gflops 10 --json", &out), 0, "%s", out);

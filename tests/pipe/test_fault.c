@@ -164,3 +164,62 @@ Test(fault, sigusr1_stops_at_a_step_with_its_checkpoint, .timeout = 180) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   test_sh(cmd);
 }
+
+/* A rank that stops answering during an evaluation (SIGSTOP: a hung process) ends the job within
+ * train.timeout plus a few seconds, non-zero, with the error naming the rank waited for, as a
+ * stuck rank does during a training step. The evaluation (1000 micro-batches) takes nearly all of
+ * each step's time, so the stop lands in one. */
+Test(fault, rank_stuck_in_evaluation_ends_the_job, .timeout = 120) {
+  char dir[] = "/tmp/brigade_stuck_XXXXXX", cmd[4096];
+  cr_assert(mkdtemp(dir));
+  const char *b = test_build_dir();
+  const char *sets = "--set pipeline.stages=2 --set gradient_accumulation_steps=1 --set train.steps=100000 "
+                     "--set train.eval_interval=1 --set train.eval_batches=1000 --set train.timeout=2";
+  snprintf(cmd, sizeof cmd,
+           "export " TEST_MPI_ENV "; D=%s; mpirun -np 2 %s/brigade train configs/tiny.cfg %s --log-json $D/log "
+           ">$D/out 2>&1 & pid=$!; "
+           "for i in $(seq 1 1000); do [ -s $D/log ] && break; sleep 0.02; done; sleep 0.3; "
+           "victim=$(pgrep -f \"^%s/brigade train configs/tiny.cfg.*$D/log\" | sed -n 2p); "
+           "[ -n \"$victim\" ] && kill -STOP $victim; t0=$(date +%%s); "
+           "for i in $(seq 1 600); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done; "
+           "echo $(( $(date +%%s) - t0 )) > $D/secs; kill -CONT $victim; wait $pid; echo $? > $D/rc",
+           dir, b, sets, b);
+  test_sh(cmd);
+  char path[256];
+  int rc = 0, secs = 99;
+  snprintf(path, sizeof path, "%s/rc", dir);
+  FILE *f = fopen(path, "r");
+  cr_assert(f && fscanf(f, "%d", &rc) == 1);
+  fclose(f);
+  snprintf(path, sizeof path, "%s/secs", dir);
+  f = fopen(path, "r");
+  cr_assert(f && fscanf(f, "%d", &secs) == 1);
+  fclose(f);
+  cr_assert_neq(rc, 0, "the job with a stuck rank exited 0");
+  cr_assert(secs <= 12, "the job took %d s to end after a rank stopped (train.timeout = 2)", secs);
+  snprintf(cmd, sizeof cmd, "grep -q 'timed out after 2 s waiting for rank [01]' %s/out && ! grep -q 'rank -1' %s/out",
+           dir, dir);
+  cr_assert_eq(test_sh(cmd), 0, "no error naming the rank waited for");
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+}
+
+/* Under fp16 a diverged loss overflows every step: the dynamic scale backs off to
+ * fp16.min_loss_scale, and an overflow there stops the run with a message (as DeepSpeed's
+ * scaler does), rather than skipping every remaining step and exiting 0. */
+Test(fault, fp16_diverging_loss_stops_at_the_minimum_scale, .timeout = 60) {
+  char dir[] = "/tmp/brigade_div_XXXXXX", cmd[1024];
+  cr_assert(mkdtemp(dir));
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set optimizer.params.lr=1e30 "
+           "--set gradient_clipping=0.0 --set train.steps=40 --set train.eval_interval=0 --set fp16.enabled=true "
+           "--set fp16.initial_scale_power=4 --set fp16.hysteresis=1 --log-json %s/log > %s/out 2>&1",
+           test_build_dir(), dir, dir);
+  int rc = test_sh(cmd);
+  cr_assert_neq(rc, 0, "a run whose loss diverged under fp16 exited 0");
+  snprintf(cmd, sizeof cmd, "grep -q 'overflow at the minimum loss scale' %s/out", dir);
+  cr_assert_eq(test_sh(cmd), 0, "no message about the overflow at the minimum scale");
+  snprintf(cmd, sizeof cmd, "n=$(wc -l < %s/log); [ $n -lt 10 ]", dir);
+  cr_assert_eq(test_sh(cmd), 0, "the run went on after the scale reached its minimum");
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+}

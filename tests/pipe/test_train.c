@@ -115,6 +115,24 @@ Test(train, pipelines_equal_single_process_bit_for_bit, .timeout = 300) {
   unlink(log);
 }
 
+/* MPI tags name (micro-batch, stage, direction): m * S * 2 of them, far fewer than the 2^31 - 1
+ * Open MPI allows; 16384 micro-batches in one process (32769 tags, one more than the least any
+ * MPI must allow, which the worker assumed because the pipeline's communicator, a split of
+ * MPI_COMM_WORLD, carries no MPI_TAG_UB) train, and a 2-stage interleaved program of 4096. */
+Test(train, many_micro_batches_fit_the_mpi_tags, .timeout = 120) {
+  run_log got;
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  const char *small = "--set train_micro_batch_size_per_gpu=1 --set model.seq_len=4 --set train.steps=1 "
+                      "--set train.eval_interval=0";
+  train_read(0, log, &got, "%s --set gradient_accumulation_steps=16384", small);
+  cr_assert_eq(got.n, 1);
+  train_read(2, log, &got, "%s --set gradient_accumulation_steps=4096 --set pipeline.stages=2 "
+             "--set pipeline.schedule=interleaved", small);
+  cr_assert_eq(got.n, 1);
+  unlink(log);
+}
+
 /* DualPipeV needs m >= 2p: its own reference with 4 micro-batches; 2 stages (4 virtual) and 1. */
 Test(train, dualpipev_equals_single_process_bit_for_bit, .timeout = 120) {
   run_log ref, got;
@@ -213,6 +231,72 @@ Test(train, fp16_resume_is_bit_identical, .timeout = 120) {
   unlink(log);
 }
 
+/* checkpoint.dir reused by a run on fewer stages (a layout change, then training from scratch
+ * into the same directory): the step directory the earlier run wrote on 4 stages, with another
+ * model (d_model 16), gets the new run's 2 rank files; resuming must read only those, not the
+ * earlier run's rank_00002/3, and continue as the uninterrupted run does. */
+Test(train, checkpoint_dir_reused_with_fewer_stages, .timeout = 120) {
+  run_log full, rest;
+  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_ckpt_XXXXXX", sets[512];
+  close(mkstemp(log));
+  cr_assert(mkdtemp(dir));
+  const char *base = "--set scheduler.params.total_num_steps=20 --set train.eval_interval=0";
+  train_read(0, log, &full, "%s --set train.steps=4", base);
+  snprintf(sets, sizeof sets, "%s --set train.steps=2 --set checkpoint.dir=%s --set pipeline.stages=4 "
+           "--set model.d_model=16", base, dir);
+  cr_assert_eq(train(4, sets, log), 0, "%s", sets);
+  snprintf(sets, sizeof sets, "%s --set train.steps=2 --set checkpoint.dir=%s --set pipeline.stages=2", base, dir);
+  cr_assert_eq(train(2, sets, log), 0, "%s", sets);
+  snprintf(sets, sizeof sets, "%s --set train.steps=4 --resume %s", base, dir);
+  cr_assert_eq(train(0, sets, log), 0, "resuming the 2-stage run's checkpoint failed");
+  read_log(log, &rest);
+  cr_assert_eq(rest.n, 2);
+  for (int i = 0; i < 2; i++)
+    cr_assert_str_eq(rest.text[i], full.text[2 + i], "step %d: %s vs uninterrupted %s", 3 + i, rest.text[i],
+                     full.text[2 + i]);
+  /* a step directory that holds a layer twice (a rank file of another run, seed 7, copied in)
+   * is refused rather than loaded in directory order */
+  snprintf(sets, sizeof sets, "%s --set train.steps=2 --set checkpoint.dir=%s/other --set train.seed=7", base, dir);
+  cr_assert_eq(train(0, sets, log), 0, "%s", sets);
+  char cmd[2048], *out = NULL;
+  snprintf(cmd, sizeof cmd, "cp %s/other/step_00000002/rank_00000.ckpt %s/step_00000002/rank_00002.ckpt", dir, dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg %s --set train.steps=4 --resume %s",
+           test_build_dir(), base, dir);
+  int rc = test_capture(cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "in more than one rank file"), "exit %d: %s", rc, out);
+  free(out);
+  snprintf(sets, sizeof sets, "rm -rf %s", dir);
+  test_sh(sets);
+  unlink(log);
+}
+
+/* trace.path without trace.step traces the second step the run takes, also when it resumes: a
+ * run resumed at step 2 writes the timeline of step 4 (step 2, the default of a fresh run, is
+ * not among its steps). */
+Test(train, resumed_run_writes_its_trace, .timeout = 60) {
+  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_ckpt_XXXXXX", sets[1024], path[1100];
+  close(mkstemp(log));
+  cr_assert(mkdtemp(dir));
+  snprintf(sets, sizeof sets, "--set train.steps=2 --set checkpoint.dir=%s", dir);
+  cr_assert_eq(train(0, sets, log), 0);
+  snprintf(sets, sizeof sets, "--set train.steps=6 --set trace.path=%s/trace.json --resume %s", dir, dir);
+  cr_assert_eq(train(0, sets, log), 0);
+  snprintf(path, sizeof path, "%s/trace.json", dir);
+  cr_assert_eq(access(path, R_OK), 0, "the resumed run wrote no trace");
+  /* a trace.step the resumed run does not take is an error, not a run without its trace */
+  char cmd[2048], *out = NULL;
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=6 "
+           "--set trace.path=%s/t2.json --set trace.step=2 --resume %s", test_build_dir(), dir, dir);
+  int rc = test_capture(cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "trace.step 2 is not a step of this run, which resumes after step 2 (--set trace.step)"),
+            "exit %d: %s", rc, out);
+  free(out);
+  snprintf(sets, sizeof sets, "rm -rf %s", dir);
+  test_sh(sets);
+  unlink(log);
+}
+
 /* A checkpoint that lacks one layer's records (a rank file from another model, or damaged) is
  * refused on resume, not trained on with that layer zeroed. */
 Test(train, resume_refuses_a_checkpoint_missing_a_layer, .timeout = 60) {
@@ -247,6 +331,36 @@ Test(train, resume_refuses_a_checkpoint_missing_a_layer, .timeout = 60) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   test_sh(cmd);
   unlink(log);
+}
+
+/* Start-up errors of some ranks only end the whole job at once with the error, exit 2: a
+ * --log-json that rank 0 (the only rank that opens it) cannot write, under 2 replicas whose
+ * first step would wait in a collective; and a checkpoint without stage 1's rank file, resumed
+ * on 2 stages (rank 1 lacks its layers, rank 0 has all of its own). */
+Test(train, start_up_error_of_one_rank_ends_the_job, .timeout = 120) {
+  char dir[] = "/tmp/brigade_ckpt_XXXXXX", cmd[2048], *out = NULL;
+  cr_assert(mkdtemp(dir));
+  snprintf(cmd, sizeof cmd, TEST_MPI_ENV " timeout 60 mpirun -np 2 %s/brigade train configs/tiny.cfg --set train.steps=2 "
+           "--log-json /nonexistent/brigade/log.json", test_build_dir());
+  int rc = test_capture(cmd, &out);
+  cr_assert_eq(rc, 2, "exit %d: %s", rc, out);
+  const char *msg = "brigade: error: cannot write --log-json /nonexistent/brigade/log.json";
+  const char *at = strstr(out, msg);
+  cr_assert(at && !strstr(at + 1, msg) && !strstr(out, "timed out"), "%s", out);
+  free(out);
+  snprintf(cmd, sizeof cmd, TEST_MPI_ENV " timeout 60 mpirun -np 2 %s/brigade train configs/tiny.cfg --set train.steps=2 "
+           "--set pipeline.stages=2 --set checkpoint.dir=%s 1>&2", test_build_dir(), dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(cmd, sizeof cmd, "rm %s/step_00000002/rank_00001.ckpt", dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(cmd, sizeof cmd, TEST_MPI_ENV " timeout 60 mpirun -np 2 %s/brigade train configs/tiny.cfg --set train.steps=4 "
+           "--set pipeline.stages=2 --set train.timeout=30 --resume %s", test_build_dir(), dir);
+  rc = test_capture(cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "brigade: error: checkpoint ") && strstr(out, "lacks 6 of this rank's 6 layers") &&
+            !strstr(out, "timed out"), "exit %d: %s", rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
 }
 
 /* One bad config: exit 2, one line "brigade: error: ..." containing `needle`. */
@@ -284,6 +398,10 @@ Test(train, bad_configs_name_the_line) {
   bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "pipeline = { schedule = \"fast\"; };\n", "", "unknown schedule 'fast'");
   bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "train = { steps = 1; };\n", "--resume /nonexistent", "no complete checkpoint");
   bad_config("data = {\n path = ; };\n", "", ":2: syntax error");
+  bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "pipeline = {\n  boundaries = [0, 1, 2]; };\n",
+             "--set pipeline.stages=1", "pipeline.boundaries are given, but pipeline.partition_method is 'parameters'");
+  bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "train_micro_batch_size_per_gpu = 1048576;\ngradient_accumulation_steps = 4096;\n",
+             "", "1048576 x gradient_accumulation_steps 4096 = 4294967296 sequences per replica, more than 2147483647 (/tmp/brigade_bad_");
 }
 
 /* Greedy decoding written out here, apart from pipe/sample.c: the whole model, loss included, on
@@ -566,6 +684,71 @@ Test(train, one_rank_overflow_skips_everywhere, .timeout = 120) {
   cr_assert(lr[1] < lr[2], "warm-up: lr %g then %g", lr[1], lr[2]);
   cr_assert_eq(lr[3], lr[2], "the step after the skip has lr %g, the skipped one %g", lr[3], lr[2]);
   cr_assert(lr[4] > lr[3]);
+  unlink(log);
+}
+
+/* The skipped flags of a --log-json file (fp16 runs), one per step. */
+static int read_skipped(const char *log, int *skipped, int max) {
+  FILE *f = fopen(log, "r");
+  cr_assert(f, "no log %s", log);
+  char line[1024];
+  int n = 0;
+  while (fgets(line, sizeof line, f) && n < max) {
+    cr_assert(strstr(line, "\"skipped\":"), "no skipped flag in %s", line);
+    skipped[n++] = strstr(line, "\"skipped\":1") != NULL;
+  }
+  fclose(f);
+  return n;
+}
+
+/* fp16 gradient buffers overflow under ZeRO-2 as under ZeRO-0: a weight gradient beyond fp16's
+ * range (65504) at a loss scale of 2^20 skips the step, whichever stage holds the gradients, and
+ * the losses then agree within 1e-5 (one micro-batch per replica: each stage rounds the same
+ * values once). */
+Test(train, zero2_fp16_overflow_skips_as_zero0, .timeout = 120) {
+  run_log ref, got;
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  const char *fp16 = "--set fp16.enabled=true --set fp16.initial_scale_power=20 --set fp16.hysteresis=1 "
+                     "--set pipeline.stages=1 --set gradient_accumulation_steps=1 --set train.eval_interval=0";
+  int skip0[20], skip2[20];
+  train_read(2, log, &ref, "%s --set zero_optimization.stage=0", fp16);
+  int n0 = read_skipped(log, skip0, 20), any = 0;
+  for (int i = 0; i < n0; i++) any += skip0[i];
+  cr_assert(any > 0 && !skip0[n0 - 1], "ZeRO-0 skipped %d steps (expected some, then training)", any);
+  for (int b = 0; b < 2; b++) { /* whole-layer buckets, and buckets of one layer overlapped */
+    train_read(2, log, &got, "%s --set zero_optimization.stage=2%s", fp16,
+               b ? " --set zero_optimization.reduce_bucket_size=1 --set zero_optimization.overlap_comm=true" : "");
+    int n2 = read_skipped(log, skip2, 20);
+    cr_assert_eq(n2, n0);
+    for (int i = 0; i < n0; i++)
+      cr_assert_eq(skip2[i], skip0[i], "step %d: ZeRO-2 skipped=%d, ZeRO-0 skipped=%d", i + 1, skip2[i], skip0[i]);
+    close_to(&ref, &got, 0, "ZeRO-2 fp16");
+  }
+  unlink(log);
+}
+
+/* --log-json gives the fp16 loss scale exactly: the dynamic scale is a power of two at every
+ * step, also above 2^20 (where six significant digits are not enough). */
+Test(train, log_json_loss_scale_is_exact, .timeout = 60) {
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  cr_assert_eq(train(0, "--set fp16.enabled=true --set fp16.initial_scale_power=24 --set fp16.hysteresis=1 "
+                        "--set train.steps=4 --set train.eval_interval=0", log), 0);
+  FILE *f = fopen(log, "r");
+  char line[1024];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) {
+    const char *sc = strstr(line, "\"loss_scale\":");
+    cr_assert(sc, "no loss_scale in %s", line);
+    int e;
+    double scale = atof(sc + 13);
+    cr_assert(scale >= 1 << 20 && frexp(scale, &e) == 0.5, "step %d: loss scale %.17g is not a power of two (%s)",
+              n + 1, scale, line);
+    n++;
+  }
+  fclose(f);
+  cr_assert_eq(n, 4);
   unlink(log);
 }
 

@@ -454,6 +454,12 @@ int pipe_train(const pipe_train_opts *o) {
   }
   rc = agree_start(rc, o->report);
   if (!rc) announce(&tr);
+  if (!rc && tr.topo.world_rank == 0 && start >= tr.cfg.steps && o->resume)
+    core_log(CORE_LOG_WARN, "nothing to train: the checkpoint is at step %ld and train.steps is %d (raise train.steps "
+             "to continue)", start, tr.cfg.steps);
+  if (!rc && tr.topo.world_rank == 0 && tr.cfg.ckpt_interval > 0 && !tr.cfg.ckpt_dir)
+    core_log(CORE_LOG_WARN, "checkpoint.interval is %d but checkpoint.dir is not set: no checkpoint will be written",
+             tr.cfg.ckpt_interval);
   for (long step = start; step < tr.cfg.steps && !rc && !stopped; step++) {
     double loss = 0, ms = 0, val = 0;
     rc = train_step(&tr, step, &loss, &ms);

@@ -144,7 +144,9 @@ static int read_schedule(train_cfg *t) {
   t->lr.lr = t->opt.lr;
   int64_t w = 0, total = 1;
   rc = core_config_get_int_range(c, "scheduler.params.warmup_num_steps", 0, 0, 1L << 40, &w);
-  if (!rc) rc = core_config_get_int_range(c, "scheduler.params.total_num_steps", t->steps, 1, 1L << 40, &total);
+  /* default: the run's steps (at least 1: train.steps = 0 is a run that trains nothing) */
+  if (!rc) rc = core_config_get_int_range(c, "scheduler.params.total_num_steps", t->steps > 0 ? t->steps : 1, 1, 1L << 40,
+                                          &total);
   if (!rc) rc = core_config_get_float(c, "scheduler.params.min_lr", 0.0, &t->lr.min_lr);
   t->lr.warmup = w, t->lr.total = total;
   if (!rc && t->lr.kind != ZERO_LR_CONSTANT && w == 0 && t->lr.kind == ZERO_LR_WARMUP) t->lr.warmup = 1;

@@ -297,6 +297,39 @@ Test(train, resumed_run_writes_its_trace, .timeout = 60) {
   unlink(log);
 }
 
+/* Runs that would do nothing, or less than asked, say so and exit 0: a resume at or past
+ * train.steps, checkpoint.interval without checkpoint.dir; train.steps = 0 with a warm-up LR
+ * schedule is a run of no step (not an error about scheduler.params.total_num_steps). */
+Test(train, runs_that_do_little_say_so, .timeout = 60) {
+  char dir[] = "/tmp/brigade_ckpt_XXXXXX", cmd[2048], *out = NULL;
+  cr_assert(mkdtemp(dir));
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=2 "
+           "--set train.eval_interval=0 --set checkpoint.dir=%s", test_build_dir(), dir);
+  int rc = test_capture(cmd, &out);
+  cr_assert_eq(rc, 0, "%s", out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=2 "
+           "--resume %s", test_build_dir(), dir);
+  rc = test_capture(cmd, &out);
+  cr_assert(rc == 0 && strstr(out, "warning: nothing to train: the checkpoint is at step 2 and train.steps is 2") &&
+                !strstr(out, "step     3"),
+            "exit %d: %s", rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=1 "
+           "--set train.eval_interval=0 --set checkpoint.interval=1", test_build_dir());
+  rc = test_capture(cmd, &out);
+  cr_assert(rc == 0 && strstr(out, "warning: checkpoint.interval is 1 but checkpoint.dir is not set"), "exit %d: %s",
+            rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=0",
+           test_build_dir());
+  rc = test_capture(cmd, &out);
+  cr_assert(rc == 0 && !strstr(out, "step     1"), "exit %d: %s", rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+}
+
 /* A checkpoint that lacks one layer's records (a rank file from another model, or damaged) is
  * refused on resume, not trained on with that layer zeroed. */
 Test(train, resume_refuses_a_checkpoint_missing_a_layer, .timeout = 60) {

@@ -88,6 +88,8 @@ Test(cli, bad_input_is_one_line_and_exit_2) {
       "compile --schedule 1f1b --stages 2 --microbatches 2 --max-pending-w 1",
       "sim --schedule zb-h1 --stages 2 --microbatches 2 --max-pending-w 0",
       "sim configs/tiny.cfg --max-pending-w 2",
+      "sim --schedule 1f1b --stages 2 --microbatches 2 --cost-f 1e308 --json", /* inf is not JSON */
+      "sim --schedule 1f1b --stages 2 --microbatches 2 --act-bytes 1e308 --json",
       "plot /nonexistent.json -o /tmp/x.svg",
       "frobnicate",
   };

@@ -352,3 +352,23 @@ Test(sim, send_goes_before_a_receive_that_waits) {
   sched_sim_result_free(&res);
   sched_program_free(&pr);
 }
+
+/* Each cost is finite, but the step they add up to may not be: an error, never inf or nan in the
+ * results (sim --json would print them, which is not JSON). */
+Test(sim, costs_whose_sums_overflow_are_an_error) {
+  sched_shape sh = {.family = SCHED_1F1B, .p = 2, .v = 1, .m = 2};
+  sched_costs big = sched_costs_unit(), bytes = sched_costs_unit();
+  big.f = 1e308;
+  bytes.act_bytes = 1e308; /* 2 slots on rank 0 */
+  const sched_costs *cases[] = {&big, &bytes};
+  const char *want[] = {"simulated times overflow", "peak activation bytes overflow"};
+  for (int i = 0; i < 2; i++) {
+    sched_program pr;
+    cr_assert_eq(sched_compile(&sh, cases[i], &pr), CORE_OK, "%s", core_error_msg());
+    sched_sim_result res;
+    cr_assert_eq(sched_simulate(&pr, cases[i], &res, NULL), CORE_EINPUT, "case %d: no error (makespan %g)", i,
+                 res.makespan);
+    cr_assert(strstr(core_error_msg(), want[i]), "case %d: %s", i, core_error_msg());
+    sched_program_free(&pr);
+  }
+}

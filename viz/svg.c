@@ -258,7 +258,7 @@ static void make_layout(const sched_timeline *tl, layout *L) {
   for (int i = 0; i < tl->n; i++)
     L->t0 = fmin(L->t0, tl->ev[i].start), L->t1 = fmax(L->t1, tl->ev[i].end);
   if (tl->n == 0) L->t0 = 0, L->t1 = 1;
-  if (!(L->t1 > L->t0)) L->t1 = L->t0 + 1;
+  if (!(L->t1 > L->t0)) L->t1 = fmax(L->t0 + 1, nextafter(L->t0, INFINITY)); /* t0 + 1 may be t0 */
   L->sx = (WIDTH - LEFT - RIGHT) / (L->t1 - L->t0);
   L->row_h = fmin(30, fmax(8, 480.0 / tl->p));
   L->gap = fmax(3, round(L->row_h * 0.36));

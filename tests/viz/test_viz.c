@@ -879,3 +879,22 @@ Test(viz, ascii_tail_and_scaling) {
   free(out);
   sched_timeline_free(&tl);
 }
+
+/* Events of no length far from zero (a clock at 1e17, where 1 is below the resolution): the
+ * drawn range still has a width, so every coordinate is a number and the box is in the chart. */
+Test(viz, svg_of_events_without_length_far_from_zero) {
+  sched_timeline tl;
+  sched_timeline_init(&tl, "1f1b", "unit", 2, 1, 1);
+  add(&tl, 0, SCHED_FORWARD, 0, 0, 0, -1, 1e17, 1e17);
+  add(&tl, 1, SCHED_FORWARD, 0, 0, 1, -1, 1e17, 1e17);
+  size_t n;
+  char *svg = svg_of(&tl, &n);
+  cr_assert(!strstr(svg, "nan") && !strstr(svg, "inf"), "%s", svg);
+  cr_assert_eq(count(svg, "<rect class=\"op "), 2);
+  for (const char *p = svg; (p = strstr(p, "<rect class=\"op ")); p++) {
+    double x = atof(strstr(p, " x=\"") + 4), w = atof(strstr(p, " width=\"") + 8);
+    cr_assert(x >= 84 - 1e-9 && x + w <= 1200 - 92 + 0.5 + 1e-6, "box at x %g, width %g", x, w);
+  }
+  free(svg);
+  sched_timeline_free(&tl);
+}

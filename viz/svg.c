@@ -118,7 +118,7 @@ static void axis(FILE *f, const layout *L, double axis_y) {
   fprintf(f, "<g class=\"axis\">\n");
   for (long i = 0;; i++) {
     double v = i * step;
-    if (v > span * (1 + 1e-9)) break;
+    if (!(v <= span * (1 + 1e-9))) break; /* and never loop on a nan */
     double x = LEFT + v / L->scale * L->sx;
     fprintf(f,
             "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#d0d5dd\" "

@@ -85,6 +85,9 @@ Test(csv, malformed_files) {
   bad("0F0,0F0,0B0\n", "duplicate");
   bad("0F99999999999999,0B0\n", "bad action");
   bad("0F0,0B0,0W0\n", "both a full backward and a split one");
+  /* a stage index past every other one: the message points at that cell, not at the first */
+  bad("0F0,0B0\n1F0,1B0\n5F0\n", "bad.csv:3:1: stage 5 needs forwards");
+  bad("0F0,1F0,0B0,0F16777215\n", "bad.csv:1:13: micro-batch 16777215 needs forwards");
 }
 
 Test(csv, deadlocking_file_is_reported_not_hung) {

@@ -2,9 +2,10 @@
  *
  * The CSV format is PyTorch pipelining's: one row per rank, one compute action per cell, written
  * {stage}{F|I|W|B}{microbatch} with the *virtual* stage index ("0F0", "5B3"). Empty cells are
- * skipped; lines starting with '#' are comments. The placement is read off the file: a rank's
- * chunks are its stages in increasing order (so c*p + r for interleaved files, and the V shape
- * for zb-v files). */
+ * skipped; lines starting with '#' are comments; a UTF-8 byte order mark at the start (as
+ * spreadsheets save) is skipped. The placement is read off the file: a rank's chunks are its
+ * stages in increasing order (so c*p + r for interleaved files, and the V shape for zb-v
+ * files). */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -182,6 +183,7 @@ static int build_placement(const char *name, const actions *as, int p, int *v_ou
 int sched_csv_parse(const char *text, const char *name, sched_program *out) {
   actions as = {0};
   int p = 0, v = 0, m = 0, *stage_of = NULL;
+  if (strncmp(text, "\xef\xbb\xbf", 3) == 0) text += 3; /* UTF-8 byte order mark (spreadsheets) */
   int rc = parse_rows(text, name, &as, &p);
   if (!rc && as.n == 0) rc = core_error_set(CORE_EINPUT, "%s: no actions", name);
   if (!rc) rc = build_placement(name, &as, p, &v, &m, &stage_of);

@@ -13,6 +13,7 @@
 typedef struct {
   sched_shape shape;
   int have_schedule, have_stages, have_mb, have_virtual, have_wlimit;
+  const char *shape_flag, *cost_flag, *config_flag; /* the first given of each kind, for errors */
   const char *schedule_file;
   sched_costs costs;
   const char *format, *out, *trace, *svg;
@@ -105,17 +106,34 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     }
 #undef VALUE
     if (rc) return rc;
+    /* which way of running sim the flag belongs to: a shape, costs of a shape or file, a config */
+    if (!o->shape_flag && (!strcmp(a, "--schedule") || !strcmp(a, "--stages") || !strcmp(a, "--virtual") ||
+                           !strcmp(a, "--microbatches") || !strcmp(a, "--max-pending-w") || !strcmp(a, "--tied")))
+      o->shape_flag = a;
+    if (!o->cost_flag && (!strncmp(a, "--cost-", 7) || !strcmp(a, "--comm") || !strcmp(a, "--act-bytes")))
+      o->cost_flag = a;
+    if (!o->config_flag && (!strcmp(a, "--set") || !strcmp(a, "--gflops") || !strcmp(a, "--dp") ||
+                            !strcmp(a, "--dp-gbps")))
+      o->config_flag = a;
   }
   if (o->config) {
-    if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit || o->schedule_file)
+    if (o->shape_flag || o->schedule_file)
       return core_error_set(CORE_EINPUT, "sim CONFIG takes the shape from the config: use --set "
-                                         "pipeline.schedule=... instead of the shape flags");
+                                         "pipeline.schedule=... instead of %s",
+                            o->shape_flag ? o->shape_flag : "--schedule-file");
+    if (o->cost_flag)
+      return core_error_set(CORE_EINPUT, "sim CONFIG prices each stage from its FLOPs (--gflops, --dp, "
+                                         "--dp-gbps); %s applies to shape flags and schedule files",
+                            o->cost_flag);
     return CORE_OK;
   }
+  if (o->config_flag)
+    return core_error_set(CORE_EINPUT, "%s applies to sim CONFIG (a training config), not to shape flags "
+                                       "or a schedule file", o->config_flag);
   if (o->schedule_file) {
-    if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit)
-      return core_error_set(CORE_EINPUT, "give either --schedule-file or the shape flags "
-                                         "(--schedule, --stages, --microbatches, --max-pending-w), not both");
+    if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit || o->have_virtual)
+      return core_error_set(CORE_EINPUT, "give either --schedule-file or the shape flags (--schedule, "
+                                         "--stages, --virtual, --microbatches, --max-pending-w), not both");
     return CORE_OK;
   }
   /* a V has two chunks; interleaved needs at least two: default to 2 unless --virtual says */

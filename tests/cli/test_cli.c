@@ -113,6 +113,31 @@ Test(cli, bad_input_is_one_line_and_exit_2) {
   remove(csv);
 }
 
+/* Flags of one way of running sim given to the other were ignored without a word: the cost
+ * model of shape flags with a config (its costs are FLOPs), the config's pricing without one,
+ * --virtual with a schedule file (whose placement sets v). */
+Test(cli, sim_flags_that_would_be_ignored_are_errors) {
+  const char *bad[][2] = {
+      {"sim configs/tiny.cfg --comm 1", "--comm"},
+      {"sim configs/tiny.cfg --cost-f 5", "--cost-f"},
+      {"sim configs/tiny.cfg --act-bytes 1000", "--act-bytes"},
+      {"sim configs/tiny.cfg --virtual 2", "--virtual"},
+      {"sim configs/tiny.cfg --tied", "--tied"},
+      {"sim --schedule 1f1b --stages 2 --microbatches 2 --gflops 10", "--gflops"},
+      {"sim --schedule 1f1b --stages 2 --microbatches 2 --dp 2", "--dp"},
+      {"sim --schedule 1f1b --stages 2 --microbatches 2 --set pipeline.stages=2", "--set"},
+      {"sim --schedule-file /nonexistent.csv --virtual 2", "--virtual"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *out;
+    int rc = brigade(bad[i][0], &out);
+    cr_assert_eq(rc, 2, "'%s' exited %d: %s", bad[i][0], rc, out);
+    cr_assert(strncmp(out, "brigade: error: ", 16) == 0 && strstr(out, bad[i][1]), "'%s': %s", bad[i][0], out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", bad[i][0], out);
+    free(out);
+  }
+}
+
 Test(cli, sim_a_training_config) {
   char *out;
   cr_assert_eq(brigade("sim configs/tiny.cfg --set pipeline.stages=4 --set pipeline.schedule=zb-h1 --gflops 10 --json", &out), 0, "%s", out);

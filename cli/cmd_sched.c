@@ -30,7 +30,8 @@ static int fail(void) {
   return core_error_code() == CORE_EINPUT ? 2 : 1;
 }
 
-/* Parses the flags both commands share and the ones of `sim` (allow_sim). */
+/* Parses the flags both commands share (the shape, and the costs it is compiled under) and the
+ * ones of `sim` only (allow_sim). */
 static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
   memset(o, 0, sizeof *o);
   o->shape.v = 1;
@@ -64,19 +65,19 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       if (!VALUE()) o->out = val;
     } else if (allow_sim && strcmp(a, "--schedule-file") == 0) {
       VALUE(), o->schedule_file = val;
-    } else if (allow_sim && strcmp(a, "--cost-f") == 0) {
+    } else if (strcmp(a, "--cost-f") == 0) { /* compile too: the program depends on them */
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.f);
-    } else if (allow_sim && strcmp(a, "--cost-b") == 0) {
+    } else if (strcmp(a, "--cost-b") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.b);
-    } else if (allow_sim && strcmp(a, "--cost-w") == 0) {
+    } else if (strcmp(a, "--cost-w") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.w);
-    } else if (allow_sim && strcmp(a, "--comm") == 0) {
+    } else if (strcmp(a, "--comm") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.comm);
-    } else if (allow_sim && strcmp(a, "--cost-reduce") == 0) {
+    } else if (strcmp(a, "--cost-reduce") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.reduce);
-    } else if (allow_sim && strcmp(a, "--cost-step") == 0) {
+    } else if (strcmp(a, "--cost-step") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.step);
-    } else if (allow_sim && strcmp(a, "--cost-tied") == 0) {
+    } else if (strcmp(a, "--cost-tied") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.tied);
     } else if (allow_sim && strcmp(a, "--act-bytes") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.act_bytes);

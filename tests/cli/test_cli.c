@@ -60,6 +60,25 @@ Test(cli, compile_formats_and_schedule_file_round_trip) {
   remove(csv);
 }
 
+/* compile takes the cost flags, as the README says: the program it writes is the one sim
+ * compiles under the same costs (zb-h1 places W by them, lowering the transfers). */
+Test(cli, compile_under_the_cost_flags) {
+  char csv[] = "/tmp/brigade_cli_XXXXXX";
+  close(mkstemp(csv));
+  char args[256], *out, *a, *b;
+  snprintf(args, sizeof args, "compile --schedule zb-h1 --stages 4 --microbatches 8 --comm 0.5 --cost-w 2 --format csv -o %s",
+           csv);
+  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  free(out);
+  snprintf(args, sizeof args, "sim --schedule-file %s --comm 0.5 --cost-w 2 --json", csv);
+  cr_assert_eq(brigade(args, &a), 0, "%s", a);
+  cr_assert_eq(brigade("sim --schedule zb-h1 --stages 4 --microbatches 8 --comm 0.5 --cost-w 2 --json", &b), 0, "%s", b);
+  cr_assert(strstr(a, "\"makespan\":") && strcmp(strstr(a, "\"makespan\":"), strstr(b, "\"makespan\":")) == 0,
+            "file: %s\ncompiled: %s", a, b);
+  free(a), free(b);
+  remove(csv);
+}
+
 Test(cli, trace_svg_and_plot) {
   char *out;
   cr_assert_eq(brigade("sim --schedule gpipe --stages 2 --microbatches 3 --trace /tmp/brigade_cli_t.json "

@@ -15,11 +15,12 @@ int cli_train(int argc, char **argv) {
   int rc = CORE_OK;
   for (int i = 1; i < argc && !rc; i++) {
     const char *v;
-    if (strcmp(argv[i], "--set") == 0 || strncmp(argv[i], "--set=", 6) == 0) {
-      if (argv[i][5] == '=') v = argv[i] + 6;
-      else rc = cli_take(argc, argv, &i, &v);
+    if (strcmp(argv[i], "--set") == 0) {
+      rc = cli_take(argc, argv, &i, &v);
       if (!rc && o.nsets == 256) rc = core_error_set(CORE_EINPUT, "too many --set options");
       if (!rc) sets[o.nsets++] = v;
+    } else if (strncmp(argv[i], "--set=", 6) == 0) {
+      sets[o.nsets++] = argv[i] + 6;
     } else if (strcmp(argv[i], "--log-json") == 0) {
       rc = cli_take(argc, argv, &i, &o.log_json);
     } else if (strcmp(argv[i], "--resume") == 0) {

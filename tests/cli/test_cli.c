@@ -172,21 +172,6 @@ Test(cli, sim_a_training_config) {
   free(out);
 }
 
-/* train keeps 256 --set options; the --set=KEY=VALUE spelling wrote past them */
-Test(cli, train_too_many_set_options) {
-  for (int eq = 0; eq < 2; eq++) { /* longer than brigade()'s command line: built here */
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg", test_build_dir());
-    for (int i = 0; i < 257; i++) strcat(cmd, eq ? " --set=bogus=1" : " --set bogus=1");
-    char *out;
-    int rc = test_capture(cmd, &out);
-    cr_assert_eq(rc, 2, "%s: exit %d: %s", eq ? "--set=" : "--set", rc, out);
-    cr_assert(strstr(out, "brigade: error: too many --set options") && strchr(out, '\n') == out + strlen(out) - 1,
-              "%s: %s", eq ? "--set=" : "--set", out);
-    free(out);
-  }
-}
-
 /* backend = "cuda" without a usable GPU (or in a build without CUDA): one clear line, exit 2. */
 Test(cli, cuda_backend_without_a_gpu_is_one_clear_error) {
   char *out;

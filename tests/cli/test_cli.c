@@ -132,6 +132,21 @@ Test(cli, bad_input_is_one_line_and_exit_2) {
   remove(csv);
 }
 
+Test(cli, sim_a_training_config) {
+  char *out;
+  cr_assert_eq(brigade("sim configs/tiny.cfg --set pipeline.stages=4 --set pipeline.schedule=zb-h1 --gflops 10 --json", &out), 0, "%s", out);
+  core_json *j;
+  cr_assert_eq(core_json_parse(out, strlen(out), "stdout", &j), 0, "%s", out);
+  cr_assert_str_eq(core_json_get(j, "schedule")->str, "zb-h1");
+  cr_assert_eq(core_json_get(j, "stages")->num, 4);
+  cr_assert(core_json_get(j, "makespan")->num > 0);
+  core_json_free(j);
+  free(out);
+  cr_assert_eq(brigade("sim configs/tiny.cfg --set pipeline.stages=16", &out), 2);
+  cr_assert(strstr(out, "fewer than the 16 pieces"), "%s", out);
+  free(out);
+}
+
 /* Flags of one way of running sim given to the other were ignored without a word: the cost
  * model of shape flags with a config (its costs are FLOPs), the config's pricing without one,
  * --virtual with a schedule file (whose placement sets v). */
@@ -155,21 +170,6 @@ Test(cli, sim_flags_that_would_be_ignored_are_errors) {
     cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", bad[i][0], out);
     free(out);
   }
-}
-
-Test(cli, sim_a_training_config) {
-  char *out;
-  cr_assert_eq(brigade("sim configs/tiny.cfg --set pipeline.stages=4 --set pipeline.schedule=zb-h1 --gflops 10 --json", &out), 0, "%s", out);
-  core_json *j;
-  cr_assert_eq(core_json_parse(out, strlen(out), "stdout", &j), 0, "%s", out);
-  cr_assert_str_eq(core_json_get(j, "schedule")->str, "zb-h1");
-  cr_assert_eq(core_json_get(j, "stages")->num, 4);
-  cr_assert(core_json_get(j, "makespan")->num > 0);
-  core_json_free(j);
-  free(out);
-  cr_assert_eq(brigade("sim configs/tiny.cfg --set pipeline.stages=16", &out), 2);
-  cr_assert(strstr(out, "fewer than the 16 pieces"), "%s", out);
-  free(out);
 }
 
 /* backend = "cuda" without a usable GPU (or in a build without CUDA): one clear line, exit 2. */

@@ -79,6 +79,25 @@ Test(cli, compile_under_the_cost_flags) {
   remove(csv);
 }
 
+/* A bad --format is refused before -o opens the file: an existing file is left as it was. */
+Test(cli, compile_bad_format_keeps_the_output_file) {
+  char path[] = "/tmp/brigade_cli_XXXXXX";
+  FILE *f = fdopen(mkstemp(path), "w");
+  fputs("0F0,0B0\n", f);
+  fclose(f);
+  char args[256], *out;
+  snprintf(args, sizeof args, "compile --schedule 1f1b --stages 2 --microbatches 2 --format xml -o %s", path);
+  cr_assert_eq(brigade(args, &out), 2, "%s", out);
+  cr_assert(strstr(out, "--format: 'xml'"), "%s", out);
+  free(out);
+  char buf[64] = "";
+  f = fopen(path, "r");
+  cr_assert(f && fgets(buf, sizeof buf, f));
+  fclose(f);
+  cr_assert_str_eq(buf, "0F0,0B0\n", "the bad --format emptied %s", path);
+  remove(path);
+}
+
 Test(cli, trace_svg_and_plot) {
   char *out;
   cr_assert_eq(brigade("sim --schedule gpipe --stages 2 --microbatches 3 --trace /tmp/brigade_cli_t.json "

@@ -73,11 +73,11 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.w);
     } else if (strcmp(a, "--comm") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.comm);
-    } else if (strcmp(a, "--cost-reduce") == 0) {
+    } else if (allow_sim && strcmp(a, "--cost-reduce") == 0) { /* the tail: sim only */
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.reduce);
-    } else if (strcmp(a, "--cost-step") == 0) {
+    } else if (allow_sim && strcmp(a, "--cost-step") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.step);
-    } else if (strcmp(a, "--cost-tied") == 0) {
+    } else if (allow_sim && strcmp(a, "--cost-tied") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.tied);
     } else if (allow_sim && strcmp(a, "--act-bytes") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.act_bytes);

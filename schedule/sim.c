@@ -188,7 +188,7 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   sm.lo = core_malloc(sizeof(double) * p);
   sm.hi = core_malloc(sizeof(double) * p);
   sm.tied_at = core_malloc(sizeof(double) * p);
-  for (size_t r = 0; r < p; r++) sm.tied_at[r] = -1, sm.lo[r] = 1e300, sm.hi[r] = -1e300;
+  for (size_t r = 0; r < p; r++) sm.tied_at[r] = -1, sm.lo[r] = INFINITY, sm.hi[r] = -INFINITY;
   sm.pc = core_calloc(p, sizeof(int));
   sm.queue = core_malloc(sizeof(int) * p);
   sm.queued = core_calloc(p, sizeof(int));

@@ -77,6 +77,12 @@ Test(sim, tail_costs_and_events) {
   sched_timeline_stats(&tl);
   cr_assert(fabs(tl.makespan - makespan) < 1e-9 && fabs(tl.bubble_rate - bubble) < 1e-12,
             "shifted by 1000: makespan %g bubble %g, was %g %g", tl.makespan, tl.bubble_rate, makespan, bubble);
+  /* nor on its scale: the same step on a clock of 1e300 units, starting at 1e301 */
+  for (int i = 0; i < tl.n; i++)
+    tl.ev[i].start = 1e301 + (tl.ev[i].start - 1000) * 1e300, tl.ev[i].end = 1e301 + (tl.ev[i].end - 1000) * 1e300;
+  sched_timeline_stats(&tl);
+  cr_assert(fabs(tl.makespan / 1e300 - makespan) < 1e-9 && fabs(tl.bubble_rate - bubble) < 1e-9,
+            "on a clock of 1e300 units: makespan %g bubble %g, was %g %g", tl.makespan, tl.bubble_rate, makespan, bubble);
   sched_timeline_free(&tl);
   sched_sim_result_free(&res);
   sched_program_free(&pr);
@@ -371,4 +377,22 @@ Test(sim, costs_whose_sums_overflow_are_an_error) {
     cr_assert(strstr(core_error_msg(), want[i]), "case %d: %s", i, core_error_msg());
     sched_program_free(&pr);
   }
+}
+
+/* A rank whose first op starts late on a huge clock (costs of 1e300): its span runs from that
+ * start, not from a sentinel the clock has passed. */
+Test(sim, span_starts_at_the_first_op_on_a_huge_clock) {
+  sched_shape sh = {.family = SCHED_GPIPE, .p = 2, .v = 1, .m = 1};
+  sched_costs c = sched_costs_unit();
+  c.f = 2e300, c.b = 0, c.w = 0;
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  sched_sim_result res;
+  cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
+  /* rank 1: F from 2e300 to 4e300, then a B of no length */
+  cr_assert_eq(res.ranks[1].start, 2e300);
+  cr_assert_eq(res.ranks[1].span, 2e300, "span %g", res.ranks[1].span);
+  cr_assert_eq(res.ranks[1].idle, 0, "idle %g", res.ranks[1].idle);
+  sched_sim_result_free(&res);
+  sched_program_free(&pr);
 }

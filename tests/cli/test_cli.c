@@ -128,6 +128,8 @@ Test(cli, bad_input_is_one_line_and_exit_2) {
       "sim configs/tiny.cfg --max-pending-w 2",
       "sim --schedule 1f1b --stages 2 --microbatches 2 --cost-f 1e308 --json", /* inf is not JSON */
       "sim --schedule 1f1b --stages 2 --microbatches 2 --act-bytes 1e308 --json",
+      "sim --schedule zb-h1 --stages 2 --microbatches 4 --cost-f 1e308", /* zb.c's scheduler aborted */
+      "compile --schedule zb-v --stages 2 --microbatches 4 --cost-w 1e308",
       "plot /nonexistent.json -o /tmp/x.svg",
       "frobnicate",
   };

@@ -368,15 +368,43 @@ Test(sim, costs_whose_sums_overflow_are_an_error) {
   bytes.act_bytes = 1e308; /* 2 slots on rank 0 */
   const sched_costs *cases[] = {&big, &bytes};
   const char *want[] = {"simulated times overflow", "peak activation bytes overflow"};
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < 2; i++) { /* compiled under unit costs: compiling refuses the big ones */
     sched_program pr;
-    cr_assert_eq(sched_compile(&sh, cases[i], &pr), CORE_OK, "%s", core_error_msg());
+    sched_costs unit = sched_costs_unit();
+    cr_assert_eq(sched_compile(&sh, &unit, &pr), CORE_OK, "%s", core_error_msg());
     sched_sim_result res;
     cr_assert_eq(sched_simulate(&pr, cases[i], &res, NULL), CORE_EINPUT, "case %d: no error (makespan %g)", i,
                  res.makespan);
     cr_assert(strstr(core_error_msg(), want[i]), "case %d: %s", i, core_error_msg());
     sched_program_free(&pr);
   }
+}
+
+/* The zero-bubble families place W by list scheduling under the costs: costs whose step
+ * overflows left every candidate at an infinite time and the scheduler aborted. An error
+ * instead, for every family and for a schedule file's lowering. */
+Test(sim, compiling_under_costs_that_overflow_is_an_error) {
+  sched_family fam[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_V, SCHED_DUALPIPE_V};
+  for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++)
+    for (int which = 0; which < 3; which++) {
+      int v = fam[k] == SCHED_INTERLEAVED || fam[k] == SCHED_ZB_V || fam[k] == SCHED_DUALPIPE_V ? 2 : 1;
+      sched_shape sh = {.family = fam[k], .p = 2, .v = v, .m = 4};
+      sched_costs c = sched_costs_unit();
+      if (which == 0) c.f = 1e308;
+      else if (which == 1) c.w = 1e308;
+      else c.comm = 1e308;
+      sched_program pr;
+      core_error_clear();
+      cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_EINPUT, "%s, case %d: compiled", sched_family_name(fam[k]), which);
+      cr_assert(strstr(core_error_msg(), "costs too large"), "%s", core_error_msg());
+    }
+  sched_program compute, full;
+  cr_assert_eq(sched_csv_parse("0F0,0I0,0W0\n1F0,1I0,1W0\n", "f.csv", &compute), CORE_OK, "%s", core_error_msg());
+  sched_costs c = sched_costs_unit();
+  c.b = 1e308;
+  cr_assert_eq(sched_lower(&compute, &c, &full), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "costs too large"), "%s", core_error_msg());
+  sched_program_free(&compute);
 }
 
 /* A rank whose first op starts late on a huge clock (costs of 1e300): its span runs from that

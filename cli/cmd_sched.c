@@ -13,6 +13,7 @@
 typedef struct {
   sched_shape shape;
   int have_schedule, have_stages, have_mb, have_virtual, have_wlimit;
+  const char *shape_flag, *cost_flag, *config_flag; /* the first given of each kind, for errors */
   const char *schedule_file;
   sched_costs costs;
   const char *format, *out, *trace, *svg;
@@ -29,7 +30,8 @@ static int fail(void) {
   return core_error_code() == CORE_EINPUT ? 2 : 1;
 }
 
-/* Parses the flags both commands share and the ones of `sim` (allow_sim). */
+/* Parses the flags both commands share (the shape, and the costs it is compiled under) and the
+ * ones of `sim` only (allow_sim). */
 static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
   memset(o, 0, sizeof *o);
   o->shape.v = 1;
@@ -63,15 +65,15 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       if (!VALUE()) o->out = val;
     } else if (allow_sim && strcmp(a, "--schedule-file") == 0) {
       VALUE(), o->schedule_file = val;
-    } else if (allow_sim && strcmp(a, "--cost-f") == 0) {
+    } else if (strcmp(a, "--cost-f") == 0) { /* compile too: the program depends on them */
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.f);
-    } else if (allow_sim && strcmp(a, "--cost-b") == 0) {
+    } else if (strcmp(a, "--cost-b") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.b);
-    } else if (allow_sim && strcmp(a, "--cost-w") == 0) {
+    } else if (strcmp(a, "--cost-w") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.w);
-    } else if (allow_sim && strcmp(a, "--comm") == 0) {
+    } else if (strcmp(a, "--comm") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.comm);
-    } else if (allow_sim && strcmp(a, "--cost-reduce") == 0) {
+    } else if (allow_sim && strcmp(a, "--cost-reduce") == 0) { /* the tail: sim only */
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.reduce);
     } else if (allow_sim && strcmp(a, "--cost-step") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.step);
@@ -105,17 +107,34 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     }
 #undef VALUE
     if (rc) return rc;
+    /* which way of running sim the flag belongs to: a shape, costs of a shape or file, a config */
+    if (!o->shape_flag && (!strcmp(a, "--schedule") || !strcmp(a, "--stages") || !strcmp(a, "--virtual") ||
+                           !strcmp(a, "--microbatches") || !strcmp(a, "--max-pending-w") || !strcmp(a, "--tied")))
+      o->shape_flag = a;
+    if (!o->cost_flag && (!strncmp(a, "--cost-", 7) || !strcmp(a, "--comm") || !strcmp(a, "--act-bytes")))
+      o->cost_flag = a;
+    if (!o->config_flag && (!strcmp(a, "--set") || !strcmp(a, "--gflops") || !strcmp(a, "--dp") ||
+                            !strcmp(a, "--dp-gbps")))
+      o->config_flag = a;
   }
   if (o->config) {
-    if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit || o->schedule_file)
+    if (o->shape_flag || o->schedule_file)
       return core_error_set(CORE_EINPUT, "sim CONFIG takes the shape from the config: use --set "
-                                         "pipeline.schedule=... instead of the shape flags");
+                                         "pipeline.schedule=... instead of %s",
+                            o->shape_flag ? o->shape_flag : "--schedule-file");
+    if (o->cost_flag)
+      return core_error_set(CORE_EINPUT, "sim CONFIG prices each stage from its FLOPs (--gflops, --dp, "
+                                         "--dp-gbps); %s applies to shape flags and schedule files",
+                            o->cost_flag);
     return CORE_OK;
   }
+  if (o->config_flag)
+    return core_error_set(CORE_EINPUT, "%s applies to sim CONFIG (a training config), not to shape flags "
+                                       "or a schedule file", o->config_flag);
   if (o->schedule_file) {
-    if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit)
-      return core_error_set(CORE_EINPUT, "give either --schedule-file or the shape flags "
-                                         "(--schedule, --stages, --microbatches, --max-pending-w), not both");
+    if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit || o->have_virtual)
+      return core_error_set(CORE_EINPUT, "give either --schedule-file or the shape flags (--schedule, "
+                                         "--stages, --virtual, --microbatches, --max-pending-w), not both");
     return CORE_OK;
   }
   /* a V has two chunks; interleaved needs at least two: default to 2 unless --virtual says */
@@ -150,7 +169,12 @@ static int build_program(const sched_opts *o, sched_program *pr) {
 int cli_compile(int argc, char **argv) {
   sched_opts o;
   sched_program pr;
-  if (parse_opts(argc, argv, 0, &o) || build_program(&o, &pr)) return fail();
+  if (parse_opts(argc, argv, 0, &o)) return fail();
+  if (strcmp(o.format, "actions") && strcmp(o.format, "instructions") && strcmp(o.format, "csv")) {
+    core_error_set(CORE_EINPUT, "--format: '%s' is not one of actions, instructions, csv", o.format);
+    return fail(); /* before -o truncates anything */
+  }
+  if (build_program(&o, &pr)) return fail();
   FILE *f = stdout;
   if (o.out && !(f = fopen(o.out, "w"))) {
     sched_program_free(&pr);
@@ -160,8 +184,7 @@ int cli_compile(int argc, char **argv) {
   int rc = CORE_OK;
   if (strcmp(o.format, "actions") == 0) sched_write_actions(&pr, f);
   else if (strcmp(o.format, "instructions") == 0) sched_write_listing(&pr, f);
-  else if (strcmp(o.format, "csv") == 0) rc = sched_csv_write(&pr, f);
-  else rc = core_error_set(CORE_EINPUT, "--format: '%s' is not one of actions, instructions, csv", o.format);
+  else rc = sched_csv_write(&pr, f);
   if (f != stdout && fclose(f) != 0 && !rc) rc = core_error_set(CORE_ERUNTIME, "writing %s failed", o.out);
   sched_program_free(&pr);
   return rc ? fail() : 0;

@@ -157,6 +157,7 @@ static int read_text(const char *path, char **out) {
 }
 
 static int parse_text(core_config *c, const char *text) {
+  if (strncmp(text, "\xef\xbb\xbf", 3) == 0) text += 3; /* UTF-8 byte order mark: libconfig refuses it */
   if (!config_read_string(&c->cfg, text)) {
     const char *file = config_error_file(&c->cfg); /* set inside an @include only */
     return core_error_set(CORE_EINPUT, "%s:%d: %s", file ? file : c->name,

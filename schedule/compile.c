@@ -184,13 +184,15 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
     break;
   default: return core_error_set(CORE_EINPUT, "schedule family %d cannot be compiled", sh->family);
   }
+  int rc = sched_costs_check(costs, sh->p * sh->v, sh->m); /* zb.c's list scheduler times by them */
+  if (rc) return rc;
   /* the V placement: chunk 0 of rank r is stage r, chunk 1 is stage 2p-1-r */
   int *vshape = NULL;
   if (sh->family == SCHED_ZB_V || sh->family == SCHED_DUALPIPE_V) {
     vshape = core_malloc(sizeof(int) * 2 * (size_t)sh->p);
     for (int r = 0; r < sh->p; r++) vshape[2 * r] = r, vshape[2 * r + 1] = 2 * sh->p - 1 - r;
   }
-  int rc = sched_program_init(out, sh->family, sh->p, sh->v, sh->m, vshape);
+  rc = sched_program_init(out, sh->family, sh->p, sh->v, sh->m, vshape);
   free(vshape);
   if (rc) return rc;
   out->tied = sh->tied;

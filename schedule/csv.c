@@ -2,9 +2,10 @@
  *
  * The CSV format is PyTorch pipelining's: one row per rank, one compute action per cell, written
  * {stage}{F|I|W|B}{microbatch} with the *virtual* stage index ("0F0", "5B3"). Empty cells are
- * skipped; lines starting with '#' are comments. The placement is read off the file: a rank's
- * chunks are its stages in increasing order (so c*p + r for interleaved files, and the V shape
- * for zb-v files). */
+ * skipped; lines starting with '#' are comments; a UTF-8 byte order mark at the start (as
+ * spreadsheets save) is skipped. The placement is read off the file: a rank's chunks are its
+ * stages in increasing order (so c*p + r for interleaved files, and the V shape for zb-v
+ * files). */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -122,17 +123,22 @@ static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(co
 /* Reads the placement off the actions: stage -> rank, each rank the same number of stages. */
 static int build_placement(const char *name, const actions *as, int p, int *v_out, int *m_out,
                            int **stage_of_out) {
-  int S = 0, m = 0, top = 0;
+  int S = 0, m = 0, top = 0, top_stage = 0;
   for (int i = 0; i < as->n; i++) {
-    if (as->a[i].stage + 1 > S) S = as->a[i].stage + 1;
+    if (as->a[i].stage + 1 > S) S = as->a[i].stage + 1, top_stage = i;
     if (as->a[i].mb + 1 > m) m = as->a[i].mb + 1, top = i;
   }
   /* every stage needs a forward of every micro-batch: a file with fewer actions than S*m is
-   * refused here, before anything is sized by S*m */
-  if ((long long)S * m > as->n)
-    return core_error_set(CORE_EINPUT, "%s:%d:%d: micro-batch %d needs forwards of %d micro-batches "
-                          "on each of %d stages, more than the file's %d actions", name,
-                          as->a[top].line, as->a[top].col, m - 1, m, S, as->n);
+   * refused here, before anything is sized by S*m; a stage index beyond the file's action count
+   * cannot be right whatever the micro-batches, so that cell is the one named */
+  if ((long long)S * m > as->n) {
+    int by_stage = S > as->n;
+    const action *t = &as->a[by_stage ? top_stage : top];
+    return core_error_set(CORE_EINPUT, "%s:%d:%d: %s %d needs forwards of %d micro-batches "
+                          "on each of %d stages, more than the file's %d actions", name, t->line,
+                          t->col, by_stage ? "stage" : "micro-batch", by_stage ? S - 1 : m - 1, m, S,
+                          as->n);
+  }
   int *owner = core_malloc(sizeof(int) * (size_t)(S ? S : 1));
   for (int s = 0; s < S; s++) owner[s] = -1;
   int rc = CORE_OK;
@@ -177,6 +183,7 @@ static int build_placement(const char *name, const actions *as, int p, int *v_ou
 int sched_csv_parse(const char *text, const char *name, sched_program *out) {
   actions as = {0};
   int p = 0, v = 0, m = 0, *stage_of = NULL;
+  if (strncmp(text, "\xef\xbb\xbf", 3) == 0) text += 3; /* UTF-8 byte order mark (spreadsheets) */
   int rc = parse_rows(text, name, &as, &p);
   if (!rc && as.n == 0) rc = core_error_set(CORE_EINPUT, "%s: no actions", name);
   if (!rc) rc = build_placement(name, &as, p, &v, &m, &stage_of);

@@ -1,5 +1,6 @@
 #include "schedule/events.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +38,8 @@ void sched_timeline_stats(sched_timeline *tl) {
   double *busy = core_calloc((size_t)tl->p, sizeof(double));
   double *lo = core_malloc(sizeof(double) * (size_t)tl->p);
   double *hi = core_malloc(sizeof(double) * (size_t)tl->p);
-  for (int r = 0; r < tl->p; r++) lo[r] = 1e300, hi[r] = -1e300;
-  double t0 = 1e300, t1 = -1e300;
+  for (int r = 0; r < tl->p; r++) lo[r] = INFINITY, hi[r] = -INFINITY;
+  double t0 = INFINITY, t1 = -INFINITY;
   for (int i = 0; i < tl->n; i++) {
     const sched_event *e = &tl->ev[i];
     if (e->rank < 0 || e->rank >= tl->p) continue;

@@ -12,6 +12,10 @@ static inline int sched_stage_at(const sched_program *pr, int r, const sched_ins
 /* Time of one compute op of virtual stage s under the cost model. */
 double sched_op_cost(const sched_costs *c, sched_op op, int s);
 
+/* Refuses costs under which a step of S virtual stages and m micro-batches could reach a time a
+ * double cannot hold (every op one after another, each after a hop, bounds every time). */
+int sched_costs_check(const sched_costs *c, int S, int m);
+
 /* Every (stage, micro-batch) has exactly one F and one backward (B, or I and W), each on the
  * rank holding that stage; fields in range. Works on compute-only and on full programs. */
 int sched_check_compute(const sched_program *pr);

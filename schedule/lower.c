@@ -80,6 +80,20 @@ double sched_op_cost(const sched_costs *c, sched_op op, int s) {
   }
 }
 
+int sched_costs_check(const sched_costs *c, int S, int m) {
+  double op = 0; /* the dearest F + backward of one stage and micro-batch */
+  for (int s = 0; s < S; s++) {
+    double t = sched_op_cost(c, SCHED_FORWARD, s) + sched_op_cost(c, SCHED_BACKWARD, s);
+    if (!(t <= op)) op = t; /* and a nan */
+    if (!c->stage_f && !c->stage_b && !c->stage_w && !c->stage_dp_w) break;
+  }
+  double bound = (double)S * m * (op + 2 * c->comm) + c->tied + c->reduce + c->step;
+  if (!(bound < INFINITY))
+    return core_error_set(CORE_EINPUT, "costs too large: a step of %d virtual stages x %d micro-batches "
+                          "under them overflows a double", S, m);
+  return CORE_OK;
+}
+
 typedef struct {
   const sched_program *pr;
   sched_costs costs;
@@ -642,6 +656,7 @@ static void append_tail(sched_program *out) {
 
 int sched_lower(const sched_program *compute, const sched_costs *costs, sched_program *out) {
   int rc = sched_check_compute(compute);
+  if (!rc) rc = sched_costs_check(costs, compute->p * compute->v, compute->m);
   if (rc) return rc;
   for (int r = 0; r < compute->p; r++)
     for (int i = 0; i < compute->streams[r].len; i++)

@@ -4,6 +4,7 @@
  * not block and its data arrives `comm` later; a receive waits until its data has arrived (so a
  * cross-rank dependency adds the latency without occupying either device, as in the zero-bubble
  * paper). REDUCE_TIED_GRADS meets its peer; REDUCE_GRADS and OPTIMIZER_STEP take their cost. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,6 +158,23 @@ static void compute_stats(simstate *sm, sched_sim_result *res) {
   res->idle_fraction = res->makespan > 0 ? 1.0 - sumbusy / (pr->p * res->makespan) : 0;
 }
 
+/* Costs are finite one by one, but their sums may not be: no inf or nan in the results. */
+static int check_finite(const sched_sim_result *res) {
+  int finite = isfinite(res->makespan) && isfinite(res->bubble_rate) && isfinite(res->idle_fraction);
+  int bytes = 1;
+  for (int r = 0; r < res->p; r++) {
+    const sched_rank_stats *s = &res->ranks[r];
+    finite &= isfinite(s->busy) && isfinite(s->span) && isfinite(s->idle);
+    bytes &= isfinite(s->peak_bytes);
+  }
+  if (!finite)
+    return core_error_set(CORE_EINPUT, "simulated times overflow: the costs are too large (makespan %g)",
+                          res->makespan);
+  if (!bytes)
+    return core_error_set(CORE_EINPUT, "peak activation bytes overflow: the activation size is too large");
+  return CORE_OK;
+}
+
 int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_result *res,
                    sched_timeline *tl) {
   memset(res, 0, sizeof *res);
@@ -170,14 +188,15 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   sm.lo = core_malloc(sizeof(double) * p);
   sm.hi = core_malloc(sizeof(double) * p);
   sm.tied_at = core_malloc(sizeof(double) * p);
-  for (size_t r = 0; r < p; r++) sm.tied_at[r] = -1, sm.lo[r] = 1e300, sm.hi[r] = -1e300;
+  for (size_t r = 0; r < p; r++) sm.tied_at[r] = -1, sm.lo[r] = INFINITY, sm.hi[r] = -INFINITY;
   sm.pc = core_calloc(p, sizeof(int));
   sm.queue = core_malloc(sizeof(int) * p);
   sm.queued = core_calloc(p, sizeof(int));
   int rc = run(&sm);
   if (!rc) {
     compute_stats(&sm, res);
-    if (tl) tl->makespan = res->makespan, tl->bubble_rate = res->bubble_rate;
+    if ((rc = check_finite(res))) sched_sim_result_free(res);
+    else if (tl) tl->makespan = res->makespan, tl->bubble_rate = res->bubble_rate;
   }
   free(sm.act_ready), free(sm.grad_ready), free(sm.t), free(sm.tied_at), free(sm.pc);
   free(sm.busy), free(sm.lo), free(sm.hi), free(sm.queue), free(sm.queued);

@@ -29,6 +29,10 @@ int viz_check(const sched_timeline *tl) {
       return core_error_set(CORE_EINPUT, "timeline event %d (%s on rank %d): bad times %g .. %g", i,
                             sched_op_name((sched_op)e->op), e->rank, e->start, e->end);
   }
+  double t0 = INFINITY, t1 = -INFINITY; /* every time finite, but their distance too */
+  for (int i = 0; i < tl->n; i++) t0 = fmin(t0, tl->ev[i].start), t1 = fmax(t1, tl->ev[i].end);
+  if (tl->n > 0 && !isfinite(t1 - t0))
+    return core_error_set(CORE_EINPUT, "timeline events span %g .. %g, too long to measure", t0, t1);
   return CORE_OK;
 }
 

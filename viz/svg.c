@@ -118,7 +118,7 @@ static void axis(FILE *f, const layout *L, double axis_y) {
   fprintf(f, "<g class=\"axis\">\n");
   for (long i = 0;; i++) {
     double v = i * step;
-    if (v > span * (1 + 1e-9)) break;
+    if (!(v <= span * (1 + 1e-9))) break; /* and never loop on a nan */
     double x = LEFT + v / L->scale * L->sx;
     fprintf(f,
             "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#d0d5dd\" "
@@ -258,7 +258,7 @@ static void make_layout(const sched_timeline *tl, layout *L) {
   for (int i = 0; i < tl->n; i++)
     L->t0 = fmin(L->t0, tl->ev[i].start), L->t1 = fmax(L->t1, tl->ev[i].end);
   if (tl->n == 0) L->t0 = 0, L->t1 = 1;
-  if (!(L->t1 > L->t0)) L->t1 = L->t0 + 1;
+  if (!(L->t1 > L->t0)) L->t1 = fmax(L->t0 + 1, nextafter(L->t0, INFINITY)); /* t0 + 1 may be t0 */
   L->sx = (WIDTH - LEFT - RIGHT) / (L->t1 - L->t0);
   L->row_h = fmin(30, fmax(8, 480.0 / tl->p));
   L->gap = fmax(3, round(L->row_h * 0.36));

@@ -215,6 +215,7 @@ int viz_read_trace(const char *path, sched_timeline *tl) {
   if (!core_json_is(root, CORE_JSON_OBJECT)) rc = not_ours(path);
   if (!rc) rc = read_meta(path, root, tl, &upu);
   if (!rc) rc = read_events(root, tl, upu);
+  if (!rc && (rc = viz_check(tl))) core_error_prefix("%s", path); /* what no writer would draw */
   core_json_free(root);
   if (rc) sched_timeline_free(tl);
   return rc;

@@ -60,6 +60,44 @@ Test(cli, compile_formats_and_schedule_file_round_trip) {
   remove(csv);
 }
 
+/* compile takes the cost flags, as the README says: the program it writes is the one sim
+ * compiles under the same costs (zb-h1 places W by them, lowering the transfers). */
+Test(cli, compile_under_the_cost_flags) {
+  char csv[] = "/tmp/brigade_cli_XXXXXX";
+  close(mkstemp(csv));
+  char args[256], *out, *a, *b;
+  snprintf(args, sizeof args, "compile --schedule zb-h1 --stages 4 --microbatches 8 --comm 0.5 --cost-w 2 --format csv -o %s",
+           csv);
+  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  free(out);
+  snprintf(args, sizeof args, "sim --schedule-file %s --comm 0.5 --cost-w 2 --json", csv);
+  cr_assert_eq(brigade(args, &a), 0, "%s", a);
+  cr_assert_eq(brigade("sim --schedule zb-h1 --stages 4 --microbatches 8 --comm 0.5 --cost-w 2 --json", &b), 0, "%s", b);
+  cr_assert(strstr(a, "\"makespan\":") && strcmp(strstr(a, "\"makespan\":"), strstr(b, "\"makespan\":")) == 0,
+            "file: %s\ncompiled: %s", a, b);
+  free(a), free(b);
+  remove(csv);
+}
+
+/* A bad --format is refused before -o opens the file: an existing file is left as it was. */
+Test(cli, compile_bad_format_keeps_the_output_file) {
+  char path[] = "/tmp/brigade_cli_XXXXXX";
+  FILE *f = fdopen(mkstemp(path), "w");
+  fputs("0F0,0B0\n", f);
+  fclose(f);
+  char args[256], *out;
+  snprintf(args, sizeof args, "compile --schedule 1f1b --stages 2 --microbatches 2 --format xml -o %s", path);
+  cr_assert_eq(brigade(args, &out), 2, "%s", out);
+  cr_assert(strstr(out, "--format: 'xml'"), "%s", out);
+  free(out);
+  char buf[64] = "";
+  f = fopen(path, "r");
+  cr_assert(f && fgets(buf, sizeof buf, f));
+  fclose(f);
+  cr_assert_str_eq(buf, "0F0,0B0\n", "the bad --format emptied %s", path);
+  remove(path);
+}
+
 Test(cli, trace_svg_and_plot) {
   char *out;
   cr_assert_eq(brigade("sim --schedule gpipe --stages 2 --microbatches 3 --trace /tmp/brigade_cli_t.json "
@@ -88,6 +126,10 @@ Test(cli, bad_input_is_one_line_and_exit_2) {
       "compile --schedule 1f1b --stages 2 --microbatches 2 --max-pending-w 1",
       "sim --schedule zb-h1 --stages 2 --microbatches 2 --max-pending-w 0",
       "sim configs/tiny.cfg --max-pending-w 2",
+      "sim --schedule 1f1b --stages 2 --microbatches 2 --cost-f 1e308 --json", /* inf is not JSON */
+      "sim --schedule 1f1b --stages 2 --microbatches 2 --act-bytes 1e308 --json",
+      "sim --schedule zb-h1 --stages 2 --microbatches 4 --cost-f 1e308", /* zb.c's scheduler aborted */
+      "compile --schedule zb-v --stages 2 --microbatches 4 --cost-w 1e308",
       "plot /nonexistent.json -o /tmp/x.svg",
       "frobnicate",
   };
@@ -138,6 +180,31 @@ Test(cli, sim_a_training_config) {
   cr_assert_eq(brigade("sim configs/tiny.cfg --set pipeline.stages=16", &out), 2);
   cr_assert(strstr(out, "fewer than the 16 pieces"), "%s", out);
   free(out);
+}
+
+/* Flags of one way of running sim given to the other were ignored without a word: the cost
+ * model of shape flags with a config (its costs are FLOPs), the config's pricing without one,
+ * --virtual with a schedule file (whose placement sets v). */
+Test(cli, sim_flags_that_would_be_ignored_are_errors) {
+  const char *bad[][2] = {
+      {"sim configs/tiny.cfg --comm 1", "--comm"},
+      {"sim configs/tiny.cfg --cost-f 5", "--cost-f"},
+      {"sim configs/tiny.cfg --act-bytes 1000", "--act-bytes"},
+      {"sim configs/tiny.cfg --virtual 2", "--virtual"},
+      {"sim configs/tiny.cfg --tied", "--tied"},
+      {"sim --schedule 1f1b --stages 2 --microbatches 2 --gflops 10", "--gflops"},
+      {"sim --schedule 1f1b --stages 2 --microbatches 2 --dp 2", "--dp"},
+      {"sim --schedule 1f1b --stages 2 --microbatches 2 --set pipeline.stages=2", "--set"},
+      {"sim --schedule-file /nonexistent.csv --virtual 2", "--virtual"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *out;
+    int rc = brigade(bad[i][0], &out);
+    cr_assert_eq(rc, 2, "'%s' exited %d: %s", bad[i][0], rc, out);
+    cr_assert(strncmp(out, "brigade: error: ", 16) == 0 && strstr(out, bad[i][1]), "'%s': %s", bad[i][0], out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", bad[i][0], out);
+    free(out);
+  }
 }
 
 /* backend = "cuda" without a usable GPU (or in a build without CUDA): one clear line, exit 2. */

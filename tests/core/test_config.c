@@ -304,6 +304,25 @@ Test(config, load_from_a_file) {
   unlink(path);
 }
 
+/* A UTF-8 byte order mark, as some Windows editors save: skipped, lines counted as without it
+ * (libconfig alone reports "syntax error" on line 1). */
+Test(config, byte_order_mark_is_skipped) {
+  core_config *c = NULL;
+  cr_assert_eq(core_config_load_string(&c, "\xef\xbb\xbftrain = {\n  steps = 12;\n};\n", "bom.cfg"), CORE_OK, "%s",
+               core_error_msg());
+  int64_t i;
+  cr_assert_eq(core_config_get_int(c, "train.steps", 0, &i), CORE_OK);
+  cr_assert_eq(i, 12);
+  char w[64];
+  core_config_where(c, "train.steps", -1, w, sizeof w);
+  cr_assert_str_eq(w, "bom.cfg:2");
+  core_config_free(c);
+  c = NULL;
+  cr_assert_eq(core_config_load_string(&c, "\xef\xbb\xbf" "a = 1;\nb = 99999999999;\n", "bom.cfg"), CORE_EINPUT);
+  assert_msg("bom.cfg:2:");
+  cr_assert_null(c);
+}
+
 /* libconfig 1.5 wraps these silently (99999999999 would load as 1215752191) */
 Test(config, numbers_that_do_not_fit_are_errors) {
   static const struct {

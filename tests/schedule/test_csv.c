@@ -85,6 +85,9 @@ Test(csv, malformed_files) {
   bad("0F0,0F0,0B0\n", "duplicate");
   bad("0F99999999999999,0B0\n", "bad action");
   bad("0F0,0B0,0W0\n", "both a full backward and a split one");
+  /* a stage index past every other one: the message points at that cell, not at the first */
+  bad("0F0,0B0\n1F0,1B0\n5F0\n", "bad.csv:3:1: stage 5 needs forwards");
+  bad("0F0,1F0,0B0,0F16777215\n", "bad.csv:1:13: micro-batch 16777215 needs forwards");
 }
 
 Test(csv, deadlocking_file_is_reported_not_hung) {
@@ -98,4 +101,17 @@ Test(csv, deadlocking_file_is_reported_not_hung) {
   cr_assert_eq(sched_lower(&compute, &c, &full), CORE_EINPUT);
   cr_assert(strstr(core_error_msg(), "rank 0 waits forever at action 0 (0B0)"), "%s", core_error_msg());
   sched_program_free(&compute);
+}
+
+/* What a spreadsheet saves on Windows: a UTF-8 byte order mark, CRLF line ends, a blank line.
+ * Read as the plain file is, and columns in messages count from after the mark. */
+Test(csv, byte_order_mark_and_crlf) {
+  sched_program plain, marked;
+  cr_assert_eq(sched_csv_parse("0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n", "plain.csv", &plain), CORE_OK, "%s",
+               core_error_msg());
+  cr_assert_eq(sched_csv_parse("\xef\xbb\xbf" "0F0,0F1,0B0,0B1\r\n\r\n1F0,1B0,1F1,1B1\r\n", "bom.csv", &marked),
+               CORE_OK, "%s", core_error_msg());
+  cr_assert(sched_program_equal(&plain, &marked));
+  sched_program_free(&plain), sched_program_free(&marked);
+  bad("\xef\xbb\xbf" "0F0,0X0\r\n", "bad.csv:1:5: bad action '0X0'");
 }

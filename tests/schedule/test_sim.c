@@ -77,6 +77,12 @@ Test(sim, tail_costs_and_events) {
   sched_timeline_stats(&tl);
   cr_assert(fabs(tl.makespan - makespan) < 1e-9 && fabs(tl.bubble_rate - bubble) < 1e-12,
             "shifted by 1000: makespan %g bubble %g, was %g %g", tl.makespan, tl.bubble_rate, makespan, bubble);
+  /* nor on its scale: the same step on a clock of 1e300 units, starting at 1e301 */
+  for (int i = 0; i < tl.n; i++)
+    tl.ev[i].start = 1e301 + (tl.ev[i].start - 1000) * 1e300, tl.ev[i].end = 1e301 + (tl.ev[i].end - 1000) * 1e300;
+  sched_timeline_stats(&tl);
+  cr_assert(fabs(tl.makespan / 1e300 - makespan) < 1e-9 && fabs(tl.bubble_rate - bubble) < 1e-9,
+            "on a clock of 1e300 units: makespan %g bubble %g, was %g %g", tl.makespan, tl.bubble_rate, makespan, bubble);
   sched_timeline_free(&tl);
   sched_sim_result_free(&res);
   sched_program_free(&pr);
@@ -349,6 +355,72 @@ Test(sim, send_goes_before_a_receive_that_waits) {
   sched_sim_result res;
   cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK);
   cr_assert(fabs(res.makespan - 10) < EPS, "makespan %g", res.makespan);
+  sched_sim_result_free(&res);
+  sched_program_free(&pr);
+}
+
+/* Each cost is finite, but the step they add up to may not be: an error, never inf or nan in the
+ * results (sim --json would print them, which is not JSON). */
+Test(sim, costs_whose_sums_overflow_are_an_error) {
+  sched_shape sh = {.family = SCHED_1F1B, .p = 2, .v = 1, .m = 2};
+  sched_costs big = sched_costs_unit(), bytes = sched_costs_unit();
+  big.f = 1e308;
+  bytes.act_bytes = 1e308; /* 2 slots on rank 0 */
+  const sched_costs *cases[] = {&big, &bytes};
+  const char *want[] = {"simulated times overflow", "peak activation bytes overflow"};
+  for (int i = 0; i < 2; i++) { /* compiled under unit costs: compiling refuses the big ones */
+    sched_program pr;
+    sched_costs unit = sched_costs_unit();
+    cr_assert_eq(sched_compile(&sh, &unit, &pr), CORE_OK, "%s", core_error_msg());
+    sched_sim_result res;
+    cr_assert_eq(sched_simulate(&pr, cases[i], &res, NULL), CORE_EINPUT, "case %d: no error (makespan %g)", i,
+                 res.makespan);
+    cr_assert(strstr(core_error_msg(), want[i]), "case %d: %s", i, core_error_msg());
+    sched_program_free(&pr);
+  }
+}
+
+/* The zero-bubble families place W by list scheduling under the costs: costs whose step
+ * overflows left every candidate at an infinite time and the scheduler aborted. An error
+ * instead, for every family and for a schedule file's lowering. */
+Test(sim, compiling_under_costs_that_overflow_is_an_error) {
+  sched_family fam[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_V, SCHED_DUALPIPE_V};
+  for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++)
+    for (int which = 0; which < 3; which++) {
+      int v = fam[k] == SCHED_INTERLEAVED || fam[k] == SCHED_ZB_V || fam[k] == SCHED_DUALPIPE_V ? 2 : 1;
+      sched_shape sh = {.family = fam[k], .p = 2, .v = v, .m = 4};
+      sched_costs c = sched_costs_unit();
+      if (which == 0) c.f = 1e308;
+      else if (which == 1) c.w = 1e308;
+      else c.comm = 1e308;
+      sched_program pr;
+      core_error_clear();
+      cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_EINPUT, "%s, case %d: compiled", sched_family_name(fam[k]), which);
+      cr_assert(strstr(core_error_msg(), "costs too large"), "%s", core_error_msg());
+    }
+  sched_program compute, full;
+  cr_assert_eq(sched_csv_parse("0F0,0I0,0W0\n1F0,1I0,1W0\n", "f.csv", &compute), CORE_OK, "%s", core_error_msg());
+  sched_costs c = sched_costs_unit();
+  c.b = 1e308;
+  cr_assert_eq(sched_lower(&compute, &c, &full), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "costs too large"), "%s", core_error_msg());
+  sched_program_free(&compute);
+}
+
+/* A rank whose first op starts late on a huge clock (costs of 1e300): its span runs from that
+ * start, not from a sentinel the clock has passed. */
+Test(sim, span_starts_at_the_first_op_on_a_huge_clock) {
+  sched_shape sh = {.family = SCHED_GPIPE, .p = 2, .v = 1, .m = 1};
+  sched_costs c = sched_costs_unit();
+  c.f = 2e300, c.b = 0, c.w = 0;
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  sched_sim_result res;
+  cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
+  /* rank 1: F from 2e300 to 4e300, then a B of no length */
+  cr_assert_eq(res.ranks[1].start, 2e300);
+  cr_assert_eq(res.ranks[1].span, 2e300, "span %g", res.ranks[1].span);
+  cr_assert_eq(res.ranks[1].idle, 0, "idle %g", res.ranks[1].idle);
   sched_sim_result_free(&res);
   sched_program_free(&pr);
 }

@@ -455,6 +455,35 @@ Test(viz, read_trace_refuses_what_is_not_a_brigade_trace) {
   refuse("]}", "]", "expected ',' or '}' after an object member, found end of input");
 }
 
+/* Every time is finite, the distance from the first start to the last end is not (drawing it
+ * wrote axis ticks forever): refused with the file's name. */
+Test(viz, read_trace_refuses_a_span_too_long_to_measure) {
+  sched_timeline tl;
+  make_1f1b(&tl, 2, 2, 1, 2, 0.5, 1);
+  char *path = tmp_path("span");
+  cr_assert_eq(viz_write_trace(&tl, path), CORE_OK);
+  sched_timeline_free(&tl);
+  size_t n;
+  char *text = slurp(path, &n), *first = strstr(text, "\"start\":0,"), *last = NULL;
+  for (char *q = text; (q = strstr(q, "\"end\":")); q++) last = q;
+  cr_assert(first && last && first < last);
+  char *o = calloc(1, n + 64);
+  memcpy(o, text, (size_t)(first - text));
+  strcat(o, "\"start\":-1e308,");
+  strncat(o, first + 10, (size_t)(last - first - 10));
+  strcat(o, "\"end\":1e308");
+  strcat(o, strchr(last, '}'));
+  spit(path, o, strlen(o));
+  memset(&tl, 0x5a, sizeof tl);
+  cr_assert_eq(viz_read_trace(path, &tl), CORE_EINPUT, "accepted:\n%s", o);
+  cr_assert(strstr(core_error_msg(), "too long to measure") && strstr(core_error_msg(), path), "%s",
+            core_error_msg());
+  cr_assert(tl.n == 0 && tl.ev == NULL);
+  free(text), free(o);
+  unlink(path);
+  free(path);
+}
+
 Test(viz, read_trace_survives_every_truncation) {
   sched_timeline tl;
   make_1f1b(&tl, 2, 2, 1, 2, 0.5, 1);
@@ -500,7 +529,13 @@ Test(viz, writers_refuse_a_bad_timeline) {
   cr_assert(strstr(core_error_msg(), "bad times"), "%s", core_error_msg());
   tl.ev[2].end = NAN;
   cr_assert_eq(viz_check(&tl), CORE_EINPUT);
-  tl.ev[2].end = tl.ev[2].start + 1;
+  /* finite times whose distance is not: the SVG's axis wrote ticks forever */
+  double s0 = tl.ev[0].start, e2 = tl.ev[2].start + 1;
+  tl.ev[0].start = -1e308, tl.ev[2].end = 1e308;
+  cr_assert_eq(viz_check(&tl), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "too long to measure"), "%s", core_error_msg());
+  cr_assert_eq(viz_write_svg(&tl, path), CORE_EINPUT);
+  tl.ev[0].start = s0, tl.ev[2].end = e2;
   tl.ev[3].op = SCHED_OP_COUNT;
   cr_assert_eq(viz_check(&tl), CORE_EINPUT);
   tl.ev[3].op = SCHED_FORWARD;
@@ -877,5 +912,24 @@ Test(viz, ascii_tail_and_scaling) {
   out = ascii_of(&tl, 100);
   cr_assert(strstr(out, "makespan 9.5 units  (1 column = ") && !strstr(out, "1 column = 1 unit"), "%s", out);
   free(out);
+  sched_timeline_free(&tl);
+}
+
+/* Events of no length far from zero (a clock at 1e17, where 1 is below the resolution): the
+ * drawn range still has a width, so every coordinate is a number and the box is in the chart. */
+Test(viz, svg_of_events_without_length_far_from_zero) {
+  sched_timeline tl;
+  sched_timeline_init(&tl, "1f1b", "unit", 2, 1, 1);
+  add(&tl, 0, SCHED_FORWARD, 0, 0, 0, -1, 1e17, 1e17);
+  add(&tl, 1, SCHED_FORWARD, 0, 0, 1, -1, 1e17, 1e17);
+  size_t n;
+  char *svg = svg_of(&tl, &n);
+  cr_assert(!strstr(svg, "nan") && !strstr(svg, "inf"), "%s", svg);
+  cr_assert_eq(count(svg, "<rect class=\"op "), 2);
+  for (const char *p = svg; (p = strstr(p, "<rect class=\"op ")); p++) {
+    double x = atof(strstr(p, " x=\"") + 4), w = atof(strstr(p, " width=\"") + 8);
+    cr_assert(x >= 84 - 1e-9 && x + w <= 1200 - 92 + 0.5 + 1e-6, "box at x %g, width %g", x, w);
+  }
+  free(svg);
   sched_timeline_free(&tl);
 }

@@ -125,8 +125,11 @@ static int reduce_tied(pipe_runner *rn, const sched_instr *in) {
   }
   float *host = core_malloc(sizeof(float) * n), *other = core_malloc(sizeof(float) * n);
   ops->to_host(host, mine, sizeof(float) * n);
-  int err = MPI_Sendrecv(host, (int)n, MPI_FLOAT, in->peer, 1 << 20, other, (int)n, MPI_FLOAT, in->peer,
-                         1 << 20, rn->topo->pipe, MPI_STATUS_IGNORE);
+  /* the tag right after the transfers' (pipe_tag of micro-batch m): within the bound the worker
+   * checked, and apart from every transfer's */
+  int tag = pipe_tag(rn->pr, 0, rn->pr->m, 0);
+  int err = MPI_Sendrecv(host, (int)n, MPI_FLOAT, in->peer, tag, other, (int)n, MPI_FLOAT, in->peer, tag,
+                         rn->topo->pipe, MPI_STATUS_IGNORE);
   for (size_t i = 0; i < n; i++) host[i] += other[i];
   ops->to_device(mine, host, sizeof(float) * n);
   free(host), free(other);

@@ -22,7 +22,7 @@ int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm
    * 32767 that MPI takes) */
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
   w->tag_ub = flag ? *ub : 32767;
-  long max_tag = ((long)pr->m * pr->p * pr->v) * 2 + 1;
+  long max_tag = ((long)pr->m * pr->p * pr->v) * 2 + 1; /* past the transfers' 2mS - 1: the tied exchange's 2mS */
   if (max_tag > w->tag_ub)
     return core_error_set(CORE_EINPUT, "m * stages too large for MPI tags (%ld > %d)", max_tag, w->tag_ub);
   int ns = pr->nslots[rank] > 0 ? pr->nslots[rank] : 1;

@@ -55,6 +55,18 @@ static int train_prog(const char *prog, int np, const char *sets, const char *lo
 
 static int train(int np, const char *sets, const char *log) { return train_prog("brigade", np, sets, log); }
 
+/* Runs `brigade train configs/tiny.cfg` in one process with the arguments from a format; returns
+ * the exit status, the output (stdout and stderr) in *out (caller frees). */
+static int train_capture(char **out, const char *fmt, ...) {
+  char args[1500], cmd[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg %s", test_build_dir(), args);
+  return test_capture(cmd, out);
+}
+
 /* train() with --set options from a format, which must succeed; its log into *out. */
 static void train_read(int np, const char *log, run_log *out, const char *fmt, ...) {
   char sets[1024];
@@ -261,9 +273,7 @@ Test(train, checkpoint_dir_reused_with_fewer_stages, .timeout = 120) {
   char cmd[2048], *out = NULL;
   snprintf(cmd, sizeof cmd, "cp %s/other/step_00000002/rank_00000.ckpt %s/step_00000002/rank_00002.ckpt", dir, dir);
   cr_assert_eq(test_sh(cmd), 0);
-  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg %s --set train.steps=4 --resume %s",
-           test_build_dir(), base, dir);
-  int rc = test_capture(cmd, &out);
+  int rc = train_capture(&out, "%s --set train.steps=4 --resume %s", base, dir);
   cr_assert(rc == 2 && strstr(out, "in more than one rank file"), "exit %d: %s", rc, out);
   free(out);
   snprintf(sets, sizeof sets, "rm -rf %s", dir);
@@ -285,10 +295,8 @@ Test(train, resumed_run_writes_its_trace, .timeout = 60) {
   snprintf(path, sizeof path, "%s/trace.json", dir);
   cr_assert_eq(access(path, R_OK), 0, "the resumed run wrote no trace");
   /* a trace.step the resumed run does not take is an error, not a run without its trace */
-  char cmd[2048], *out = NULL;
-  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=6 "
-           "--set trace.path=%s/t2.json --set trace.step=2 --resume %s", test_build_dir(), dir, dir);
-  int rc = test_capture(cmd, &out);
+  char *out = NULL;
+  int rc = train_capture(&out, "--set train.steps=6 --set trace.path=%s/t2.json --set trace.step=2 --resume %s", dir, dir);
   cr_assert(rc == 2 && strstr(out, "trace.step 2 is not a step of this run, which resumes after step 2 (--set trace.step)"),
             "exit %d: %s", rc, out);
   free(out);
@@ -303,27 +311,19 @@ Test(train, resumed_run_writes_its_trace, .timeout = 60) {
 Test(train, runs_that_do_little_say_so, .timeout = 60) {
   char dir[] = "/tmp/brigade_ckpt_XXXXXX", cmd[2048], *out = NULL;
   cr_assert(mkdtemp(dir));
-  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=2 "
-           "--set train.eval_interval=0 --set checkpoint.dir=%s", test_build_dir(), dir);
-  int rc = test_capture(cmd, &out);
+  int rc = train_capture(&out, "--set train.steps=2 --set train.eval_interval=0 --set checkpoint.dir=%s", dir);
   cr_assert_eq(rc, 0, "%s", out);
   free(out);
-  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=2 "
-           "--resume %s", test_build_dir(), dir);
-  rc = test_capture(cmd, &out);
+  rc = train_capture(&out, "--set train.steps=2 --resume %s", dir);
   cr_assert(rc == 0 && strstr(out, "warning: nothing to train: the checkpoint is at step 2 and train.steps is 2") &&
                 !strstr(out, "step     3"),
             "exit %d: %s", rc, out);
   free(out);
-  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=1 "
-           "--set train.eval_interval=0 --set checkpoint.interval=1", test_build_dir());
-  rc = test_capture(cmd, &out);
+  rc = train_capture(&out, "--set train.steps=1 --set train.eval_interval=0 --set checkpoint.interval=1");
   cr_assert(rc == 0 && strstr(out, "warning: checkpoint.interval is 1 but checkpoint.dir is not set"), "exit %d: %s",
             rc, out);
   free(out);
-  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=0",
-           test_build_dir());
-  rc = test_capture(cmd, &out);
+  rc = train_capture(&out, "--set train.steps=0");
   cr_assert(rc == 0 && !strstr(out, "step     1"), "exit %d: %s", rc, out);
   free(out);
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -355,9 +355,7 @@ Test(train, resume_refuses_a_checkpoint_missing_a_layer, .timeout = 60) {
   pipe_ckpt_close(&r);
   cr_assert_eq(dropped, 3);
   char cmd[2048], *out = NULL;
-  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=4 --resume %s 2>&1",
-           test_build_dir(), dir);
-  int rc = test_capture(cmd, &out);
+  int rc = train_capture(&out, "--set train.steps=4 --resume %s", dir);
   cr_assert(rc == 2 && strstr(out, "lacks 1 of this rank's") && strstr(out, "layers (a different model?)"),
             "exit %d: %s", rc, out);
   free(out);

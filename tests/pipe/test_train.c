@@ -55,6 +55,13 @@ static int train_prog(const char *prog, int np, const char *sets, const char *lo
 
 static int train(int np, const char *sets, const char *log) { return train_prog("brigade", np, sets, log); }
 
+/* Removes a test's temporary directory and everything in it. */
+static void remove_tree(const char *dir) {
+  char cmd[1100];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+}
+
 /* Runs `brigade train configs/tiny.cfg` in one process with the arguments from a format; returns
  * the exit status, the output (stdout and stderr) in *out (caller frees). */
 static int train_capture(char **out, const char *fmt, ...) {
@@ -198,8 +205,7 @@ Test(train, resume_is_bit_identical, .timeout = 120) {
     const char *t = i < first.n ? first.text[i] : rest.text[i - first.n];
     cr_assert_str_eq(t, full.text[i], "step %d: %s vs uninterrupted %s", i + 1, t, full.text[i]);
   }
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  test_sh(cmd);
+  remove_tree(dir);
   unlink(log);
 }
 
@@ -238,8 +244,7 @@ Test(train, fp16_resume_is_bit_identical, .timeout = 120) {
     cr_assert_str_eq(scales[a][j], scales[0][i], "step %d: loss scale %s vs uninterrupted %s", i + 1, scales[a][j],
                      scales[0][i]);
   }
-  snprintf(sets, sizeof sets, "rm -rf %s", dir);
-  test_sh(sets);
+  remove_tree(dir);
   unlink(log);
 }
 
@@ -276,8 +281,7 @@ Test(train, checkpoint_dir_reused_with_fewer_stages, .timeout = 120) {
   int rc = train_capture(&out, "%s --set train.steps=4 --resume %s", base, dir);
   cr_assert(rc == 2 && strstr(out, "in more than one rank file"), "exit %d: %s", rc, out);
   free(out);
-  snprintf(sets, sizeof sets, "rm -rf %s", dir);
-  test_sh(sets);
+  remove_tree(dir);
   unlink(log);
 }
 
@@ -300,8 +304,7 @@ Test(train, resumed_run_writes_its_trace, .timeout = 60) {
   cr_assert(rc == 2 && strstr(out, "trace.step 2 is not a step of this run, which resumes after step 2 (--set trace.step)"),
             "exit %d: %s", rc, out);
   free(out);
-  snprintf(sets, sizeof sets, "rm -rf %s", dir);
-  test_sh(sets);
+  remove_tree(dir);
   unlink(log);
 }
 
@@ -309,7 +312,7 @@ Test(train, resumed_run_writes_its_trace, .timeout = 60) {
  * train.steps, checkpoint.interval without checkpoint.dir; train.steps = 0 with a warm-up LR
  * schedule is a run of no step (not an error about scheduler.params.total_num_steps). */
 Test(train, runs_that_do_little_say_so, .timeout = 60) {
-  char dir[] = "/tmp/brigade_ckpt_XXXXXX", cmd[2048], *out = NULL;
+  char dir[] = "/tmp/brigade_ckpt_XXXXXX", *out = NULL;
   cr_assert(mkdtemp(dir));
   int rc = train_capture(&out, "--set train.steps=2 --set train.eval_interval=0 --set checkpoint.dir=%s", dir);
   cr_assert_eq(rc, 0, "%s", out);
@@ -326,8 +329,7 @@ Test(train, runs_that_do_little_say_so, .timeout = 60) {
   rc = train_capture(&out, "--set train.steps=0");
   cr_assert(rc == 0 && !strstr(out, "step     1"), "exit %d: %s", rc, out);
   free(out);
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  test_sh(cmd);
+  remove_tree(dir);
 }
 
 /* A checkpoint that lacks one layer's records (a rank file from another model, or damaged) is
@@ -354,13 +356,12 @@ Test(train, resume_refuses_a_checkpoint_missing_a_layer, .timeout = 60) {
   cr_assert_eq(pipe_ckpt_commit(&w), 0, "%s", core_error_msg());
   pipe_ckpt_close(&r);
   cr_assert_eq(dropped, 3);
-  char cmd[2048], *out = NULL;
+  char *out = NULL;
   int rc = train_capture(&out, "--set train.steps=4 --resume %s", dir);
   cr_assert(rc == 2 && strstr(out, "lacks 1 of this rank's") && strstr(out, "layers (a different model?)"),
             "exit %d: %s", rc, out);
   free(out);
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  test_sh(cmd);
+  remove_tree(dir);
   unlink(log);
 }
 
@@ -390,8 +391,7 @@ Test(train, start_up_error_of_one_rank_ends_the_job, .timeout = 120) {
   cr_assert(rc == 2 && strstr(out, "brigade: error: checkpoint ") && strstr(out, "lacks 6 of this rank's 6 layers") &&
             !strstr(out, "timed out"), "exit %d: %s", rc, out);
   free(out);
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  test_sh(cmd);
+  remove_tree(dir);
 }
 
 /* One bad config: exit 2, one line "brigade: error: ..." containing `needle`. */
@@ -505,8 +505,7 @@ Test(train, sample_from_a_checkpoint, .timeout = 120) {
   cr_assert_str_eq(text, want);
   snprintf(cmd, sizeof cmd, "%s/brigade sample --checkpoint /nonexistent --prompt x 2>/dev/null", test_build_dir());
   cr_assert_eq(test_sh(cmd), 2);
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  test_sh(cmd);
+  remove_tree(dir);
   unlink(out);
 }
 
@@ -572,8 +571,7 @@ Test(train, checkpoints_reshape, .timeout = 300) {
   cr_assert_eq(train(4, sets, log), 0, "%s", sets);
   read_log(log, &rest);
   close_to(&full, &rest, 10, "p=1 d=4 ZeRO-2");
-  snprintf(args, sizeof args, "rm -rf %s", dir);
-  test_sh(args);
+  remove_tree(dir);
   unlink(log);
 }
 
@@ -790,7 +788,7 @@ Test(train, log_json_loss_scale_is_exact, .timeout = 60) {
  * per rank, data parallelism with ZeRO-1 and ZeRO-2 (buckets, overlapped), bf16 with activation
  * checkpointing, and a checkpoint saved and resumed. */
 Test(train, device_memory_backend_matches_cpu, .timeout = 300) {
-  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_fakedev_XXXXXX", sets[1024];
+  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_fakedev_XXXXXX";
   close(mkstemp(log));
   cr_assert(mkdtemp(dir));
   const struct { int np; const char *sets; } layouts[] = {
@@ -814,8 +812,7 @@ Test(train, device_memory_backend_matches_cpu, .timeout = 300) {
     cr_assert_eq(a.n, 4);
     same_bits(&a, &b, "resumed");
   }
-  snprintf(sets, sizeof sets, "rm -rf %s", dir);
-  test_sh(sets);
+  remove_tree(dir);
   unlink(log);
 }
 

@@ -14,9 +14,10 @@ static int stage_at(const pipe_runner *rn, int chunk) {
   return rn->pr->stage_of[rn->topo->stage * rn->pr->v + chunk];
 }
 
-void pipe_runner_use(pipe_runner *rn, const sched_program *pr) {
+void pipe_runner_use(pipe_runner *rn, const sched_program *pr, long mb0) {
   rn->pr = pr;
   rn->m = pr->m;
+  rn->mb0 = mb0;
 }
 
 int pipe_host_memory(const kernels_ops *ops) { return !ops || !ops->device_memory; }
@@ -25,9 +26,10 @@ static int load(pipe_runner *rn, const sched_instr *in) {
   layers_chunk *ch = &rn->chunks[in->chunk];
   size_t N = (size_t)ch->B * ch->T;
   if (!rn->htok) rn->htok = core_malloc(sizeof(int32_t) * N), rn->htgt = core_malloc(sizeof(int32_t) * N);
-  /* micro-batch j of data rank r is micro-batch r*m + j of the step's global batch, so a run
-   * with d replicas draws the same samples as one process with d*m micro-batches */
-  pipe_data_batch(rn->data, rn->split, rn->seed, rn->step, 0, rn->topo->data * rn->m + in->mb, ch->B, ch->T,
+  /* micro-batch j of this replica is micro-batch mb0 + j of the step's global batch (training:
+   * r*m + j on data rank r), so a run with d replicas draws the same samples as one process with
+   * all the global micro-batches */
+  pipe_data_batch(rn->data, rn->split, rn->seed, rn->step, 0, rn->mb0 + in->mb, ch->B, ch->T,
                   rn->htok, rn->htgt);
   layers_chunk_set_batch(ch, in->slot, rn->htok, rn->htgt);
   return CORE_OK;

@@ -31,6 +31,7 @@ typedef struct {
   long step;      /* training step (selects the batches) */
   int split;      /* PIPE_TRAIN or PIPE_VAL */
   int m;          /* micro-batches of the program */
+  long mb0;       /* global index of the program's micro-batch 0 on this replica (pipe_runner_use) */
   int *slot_of;   /* [v * m] current slot of (chunk, micro-batch) */
   double loss_sum; /* sum of per-position losses on this rank (last stage): pipe_runner_loss_sum */
   float grad_scale;
@@ -72,7 +73,8 @@ int pipe_runner_init_master(pipe_runner *rn);
 pipe_exec pipe_runner_exec(pipe_runner *rn);
 /* loss_sum, with the losses of forwards still on the device read back and added first. */
 double pipe_runner_loss_sum(pipe_runner *rn);
-/* Sets the program (and its micro-batch count) the next step will run. */
-void pipe_runner_use(pipe_runner *rn, const sched_program *pr);
+/* Sets the program (and its micro-batch count) the next step will run, and which global
+ * micro-batch its micro-batch 0 is (the data a LOAD draws). */
+void pipe_runner_use(pipe_runner *rn, const sched_program *pr, long mb0);
 
 #endif

@@ -23,8 +23,9 @@ typedef struct {
   pipe_data data;
   layers_model model;
   int *bounds; /* [p*v + 1] layer ranges of the virtual stages */
-  sched_program prog, eval_prog;
+  sched_program prog, eval_prog; /* eval_prog: none (zeroed) when eval_n is 0 */
   pipe_worker worker, eval_worker;
+  int eval_lo, eval_n; /* this replica's share of an evaluation: global micro-batches [lo, lo + n) */
   pipe_runner rn;
   FILE *log_json;
   kernels_coll_comm *pcomm; /* the pipeline's device communicator (NULL: transfers over MPI) */
@@ -76,7 +77,8 @@ static int setup_runner(trainer *tr) {
   rn->tied_emb_chunk = rn->tied_head_chunk = rn->tied_head_layer = -1;
   for (int ch = 0; ch < c->v && !rc; ch++) {
     int s = tr->prog.stage_of[r * c->v + ch];
-    int slots = tr->prog.nslots[r] > tr->eval_prog.nslots[r] ? tr->prog.nslots[r] : tr->eval_prog.nslots[r];
+    int eslots = tr->eval_n ? tr->eval_prog.nslots[r] : 0;
+    int slots = tr->prog.nslots[r] > eslots ? tr->prog.nslots[r] : eslots;
     rc = layers_chunk_init(&rn->chunks[ch], &tr->model, tr->bounds[s], tr->bounds[s + 1], ops, c->B,
                            tr->model.T, slots);
     if (rc) break;
@@ -112,24 +114,29 @@ static int setup_runner(trainer *tr) {
   rn->precision = c->precision, rn->loss_scale = c->loss_scale, rn->dynamic_scale = c->dynamic_scale;
   rn->scale_window = c->scale_window, rn->hysteresis = rn->hyst_left = c->hysteresis, rn->min_scale = c->min_scale;
   if (!rc) rc = pipe_runner_init_master(rn);
-  pipe_runner_use(rn, &tr->prog);
+  pipe_runner_use(rn, &tr->prog, (long)tr->topo.data * c->m);
   return rc;
 }
 
 /* The training program, the one `brigade sim CONFIG` prices (train_compile: every family under
  * the stages' FLOP model), and the forward-only evaluation program on the same placement (every
  * rank's forwards in micro-batch order; nothing predicts it, and its transfers are placed under
- * unit costs). */
+ * unit costs). An evaluation is train.eval_batches global micro-batches, split among the d
+ * replicas in contiguous shares, so its loss is the same whatever d is; a replica whose share is
+ * empty (fewer batches than replicas) has no evaluation program. */
 static int compile_programs(trainer *tr) {
   const train_cfg *c = &tr->cfg;
   int rc = train_compile(c, &tr->model, tr->bounds, &tr->prog), S = c->stages * c->v;
   if (rc) return rc;
+  long E = c->eval_batches, r = tr->topo.data, d = c->d;
+  tr->eval_lo = (int)(r * E / d), tr->eval_n = (int)((r + 1) * E / d - r * E / d);
+  if (!tr->eval_n) return CORE_OK;
   sched_costs unit = sched_costs_unit();
   sched_program ev;
-  rc = sched_program_init(&ev, SCHED_INFERENCE, c->stages, c->v, c->eval_batches, tr->prog.stage_of);
+  rc = sched_program_init(&ev, SCHED_INFERENCE, c->stages, c->v, tr->eval_n, tr->prog.stage_of);
   if (rc) return rc;
   ev.forward_only = 1;
-  for (int j = 0; j < c->eval_batches; j++)
+  for (int j = 0; j < tr->eval_n; j++)
     for (int s = 0; s < S; s++) sched_push_action(&ev, SCHED_FORWARD, s, j);
   rc = sched_lower(&ev, &unit, &tr->eval_prog);
   if (!rc) rc = sched_verify(&tr->eval_prog);
@@ -147,7 +154,7 @@ static int setup_transfers(trainer *tr) {
                              sizeof tr->pipe_why);
   if (rc || !tr->pcomm) return rc;
   rc = pipe_worker_use_device(&tr->worker, ops->coll, tr->pcomm);
-  if (!rc) rc = pipe_worker_use_device(&tr->eval_worker, ops->coll, tr->pcomm);
+  if (!rc && tr->eval_n) rc = pipe_worker_use_device(&tr->eval_worker, ops->coll, tr->pcomm);
   return rc;
 }
 
@@ -175,7 +182,7 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   if (!rc) rc = compile_programs(tr);
   if (!rc) rc = setup_runner(tr);
   if (!rc) rc = pipe_worker_init(&tr->worker, &tr->prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
-  if (!rc) rc = pipe_worker_init(&tr->eval_worker, &tr->eval_prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
+  if (!rc && tr->eval_n) rc = pipe_worker_init(&tr->eval_worker, &tr->eval_prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
   if (!rc) rc = setup_transfers(tr);
   tr->worker.timeout_s = tr->eval_worker.timeout_s = tr->cfg.timeout;
   if (!rc && o->log_json && tr->topo.world_rank == 0 && !(tr->log_json = fopen(o->log_json, "w")))
@@ -183,20 +190,24 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   return rc;
 }
 
-/* Mean loss over the step's micro-batches and replicas, known on every rank. */
-static double mean_loss(trainer *tr, int m) {
+/* Mean loss per position over the global micro-batches of a step (training: m of every
+ * replica; evaluation: eval_batches in all), known on every rank. */
+static double mean_loss(trainer *tr, long global_mb) {
   double s = pipe_runner_loss_sum(&tr->rn), total = 0;
   MPI_Allreduce(&s, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  return total / ((double)m * tr->cfg.B * tr->model.T * tr->cfg.d);
+  return total / ((double)global_mb * tr->cfg.B * tr->model.T);
 }
 
 static int evaluate(trainer *tr, double *val) {
-  pipe_runner_use(&tr->rn, &tr->eval_prog);
   tr->rn.split = PIPE_VAL, tr->rn.step = 0, tr->rn.loss_sum = 0;
-  int rc = pipe_worker_step(&tr->eval_worker);
+  int rc = CORE_OK;
+  if (tr->eval_n) { /* a replica with no share adds nothing to the sum */
+    pipe_runner_use(&tr->rn, &tr->eval_prog, tr->eval_lo);
+    rc = pipe_worker_step(&tr->eval_worker);
+  }
   if (!rc) *val = mean_loss(tr, tr->cfg.eval_batches); /* collective: not after a failed step */
   tr->rn.split = PIPE_TRAIN;
-  pipe_runner_use(&tr->rn, &tr->prog);
+  pipe_runner_use(&tr->rn, &tr->prog, (long)tr->topo.data * tr->cfg.m);
   return rc;
 }
 
@@ -311,7 +322,7 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
   int rc = pipe_worker_step(&tr->worker);
   *ms = (MPI_Wtime() - t0) * 1e3;
   tr->worker.tl = NULL;
-  if (!rc) *loss = mean_loss(tr, tr->cfg.m);
+  if (!rc) *loss = mean_loss(tr, (long)tr->cfg.m * tr->cfg.d);
   if (tracing) {
     if (!rc) rc = write_trace(tr, &tl);
     sched_timeline_free(&tl);

@@ -207,6 +207,24 @@ Test(cli, sim_flags_that_would_be_ignored_are_errors) {
   }
 }
 
+/* --dp is read as a double: one outside int's range (or not whole) is refused before it is
+ * converted to int, which would be undefined behaviour (the sanitizer build stops on it). */
+Test(cli, sim_dp_out_of_range_is_refused_before_conversion) {
+  const char *vals[] = {"1e30", "-1e30", "3e9", "1e300", "2147483648", "1048577", "2.5"};
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+    char args[128], *out;
+    snprintf(args, sizeof args, "sim configs/tiny.cfg --dp %s", vals[i]);
+    int rc = brigade(args, &out);
+    cr_assert_eq(rc, 2, "'%s' exited %d: %s", args, rc, out);
+    cr_assert(strncmp(out, "brigade: error: --dp: '", 23) == 0, "'%s': %s", args, out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", args, out);
+    free(out);
+  }
+  char *out;
+  cr_assert_eq(brigade("sim configs/tiny.cfg --dp 1048576 --json", &out), 0, "%s", out);
+  free(out);
+}
+
 /* backend = "cuda" without a usable GPU (or in a build without CUDA): one clear line, exit 2. */
 Test(cli, cuda_backend_without_a_gpu_is_one_clear_error) {
   char *out;

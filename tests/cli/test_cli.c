@@ -110,6 +110,39 @@ Test(cli, trace_svg_and_plot) {
   remove("/tmp/brigade_cli_t.json"), remove("/tmp/brigade_cli_t.svg"), remove("/tmp/brigade_cli_t2.svg");
 }
 
+/* A trace of 1 KB that claims a million ranks, two of which have events (0 and 999999): plot
+ * draws those two rows and one for the ranks between, not a row per claimed rank (the SVG was
+ * 236 MB, the terminal chart 21 MB). */
+Test(cli, plot_of_a_trace_claiming_huge_rank_count_stays_small) {
+  const char *trace =
+      "{\"otherData\":{\"generator\":\"brigade\",\"version\":1,\"schedule\":\"1f1b\",\"unit\":\"unit\","
+      "\"us_per_unit\":1000,\"p\":1000000,\"v\":1,\"m\":1,\"makespan\":6,\"bubble_rate\":0.5},\"traceEvents\":["
+      "{\"name\":\"F0\",\"cat\":\"FORWARD\",\"ph\":\"X\",\"ts\":0,\"dur\":1000,\"pid\":1,\"tid\":1,"
+      "\"args\":{\"mb\":0,\"chunk\":0,\"stage\":0,\"peer\":-1,\"start\":0,\"end\":1}},"
+      "{\"name\":\"F0\",\"cat\":\"FORWARD\",\"ph\":\"X\",\"ts\":1000,\"dur\":1000,\"pid\":1,\"tid\":1000000,"
+      "\"args\":{\"mb\":0,\"chunk\":0,\"stage\":1,\"peer\":-1,\"start\":1,\"end\":2}},"
+      "{\"name\":\"B0\",\"cat\":\"BACKWARD\",\"ph\":\"X\",\"ts\":2000,\"dur\":2000,\"pid\":1,\"tid\":1000000,"
+      "\"args\":{\"mb\":0,\"chunk\":0,\"stage\":1,\"peer\":-1,\"start\":2,\"end\":4}},"
+      "{\"name\":\"B0\",\"cat\":\"BACKWARD\",\"ph\":\"X\",\"ts\":4000,\"dur\":2000,\"pid\":1,\"tid\":1,"
+      "\"args\":{\"mb\":0,\"chunk\":0,\"stage\":0,\"peer\":-1,\"start\":4,\"end\":6}}]}\n";
+  char json[] = "/tmp/brigade_cli_huge_XXXXXX", svg[64], args[256], *out;
+  FILE *f = fdopen(mkstemp(json), "w");
+  fputs(trace, f);
+  fclose(f);
+  snprintf(svg, sizeof svg, "%s.svg", json);
+  snprintf(args, sizeof args, "plot %s -o %s --ascii", json, svg);
+  int rc = brigade(args, &out);
+  long size = -1;
+  FILE *s = fopen(svg, "r");
+  if (s) fseek(s, 0, SEEK_END), size = ftell(s), fclose(s);
+  remove(json), remove(svg); /* before any assertion: the old SVG took 236 MB */
+  cr_assert_eq(rc, 0, "%.2000s", out);
+  cr_assert(strlen(out) < 4096, "the terminal chart of 4 events is %zu bytes", strlen(out));
+  cr_assert(strstr(out, "rank      0 |F...BB|\nranks 1-999998: no events\nrank 999999 |.FBB..|\n"), "%s", out);
+  free(out);
+  cr_assert(size > 0 && size < 16384, "the SVG of 4 events is %ld bytes", size);
+}
+
 /* Each bad invocation: exit 2 and exactly one line "brigade: error: ...". */
 Test(cli, bad_input_is_one_line_and_exit_2) {
   const char *bad[] = {

@@ -128,9 +128,11 @@ static int read_betas(train_cfg *t) {
     char path[64];
     snprintf(path, sizeof path, "optimizer.params.betas.[%d]", i);
     if (core_config_get_float(t->cfg, path, -1, &b[i])) return core_error_code();
+    if (!(b[i] >= 0 && b[i] < 1)) { /* the element's place: it may come from --set */
+      core_config_where(t->cfg, "optimizer.params.betas", i, w, sizeof w);
+      return core_error_set(CORE_EINPUT, "optimizer.params.betas must be in [0, 1): [%d] is %g (%s)", i, b[i], w);
+    }
   }
-  if (!(b[0] >= 0 && b[0] < 1 && b[1] >= 0 && b[1] < 1))
-    return core_error_set(CORE_EINPUT, "optimizer.params.betas must be in [0, 1) (%s)", w);
   t->opt.beta1 = b[0], t->opt.beta2 = b[1];
   return CORE_OK;
 }

@@ -258,6 +258,35 @@ Test(cli, sim_dp_out_of_range_is_refused_before_conversion) {
   free(out);
 }
 
+/* A bad value given by --set is reported at the --set, not at the config line of the list
+ * element or key it changed (which keeps its file line): members of model.layers elements, an
+ * element of optimizer.params.betas, the keys d_model and n_heads that a layer checks. */
+Test(cli, errors_about_a_set_override_name_the_set) {
+  const char *cases[][2] = {
+      {"--set 'model.layers.[1].repeat=0'", "model.layers.[1].repeat must be in [1, 4096] (--set model.layers.[1].repeat)"},
+      {"--set 'model.layers[1].repeat=5000'", "model.layers.[1].repeat must be in [1, 4096] (--set model.layers.[1].repeat)"},
+      {"--set 'model.layers.[1].mlp_ratio=100'", "model.layers.[1].mlp_ratio must be in [1, 64] (--set model.layers.[1].mlp_ratio)"},
+      {"--set 'model.layers.[2].eps=2'", "model.layers.[2].eps must be in (0, 1) (--set model.layers.[2].eps)"},
+      {"--set 'model.layers.[3].tie=nope'", "layer 'head' (--set model.layers.[3].tie): tie = \"nope\" names no embedding layer"},
+      {"--set 'model.layers.[2].tie=wte'", "layer 'ln_f' (--set model.layers.[2].tie): only an lm_head can be tied"},
+      {"--set model.n_heads=5", "d_model 32 must be a multiple of n_heads 5 (model.d_model: configs/tiny.cfg:15; model.n_heads: --set model.n_heads)"},
+      {"--set 'optimizer.params.betas.[1]=1.5'", "optimizer.params.betas must be in [0, 1): [1] is 1.5 (--set optimizer.params.betas.[1])"},
+      /* not overridden: still the file's line */
+      {"--set 'model.layers.[2].eps=1e-5' --set 'model.layers.[1].repeat=4' --set model.d_model=30",
+       "d_model 30 must be a multiple of n_heads 4 (model.d_model: --set model.d_model; model.n_heads: configs/tiny.cfg:15)"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char args[512], *out;
+    snprintf(args, sizeof args, "train configs/tiny.cfg --set train.steps=1 %s", cases[i][0]);
+    int rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", args, &out); /* train initialises MPI */
+    cr_assert_eq(rc, 2, "'%s' exited %d: %s", args, rc, out);
+    cr_assert(strncmp(out, "brigade: error: ", 16) == 0 && strstr(out, cases[i][1]), "'%s': wanted '%s', got %s", args,
+              cases[i][1], out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", args, out);
+    free(out);
+  }
+}
+
 /* backend = "cuda" without a usable GPU (or in a build without CUDA): one clear line, exit 2. */
 Test(cli, cuda_backend_without_a_gpu_is_one_clear_error) {
   char *out;

@@ -1,5 +1,6 @@
 /* cli/cmd_sched.c: `brigade compile` and `brigade sim`. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -95,9 +96,10 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     } else if (allow_sim && strcmp(a, "--gflops") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 1e-6, &o->gflops);
     } else if (allow_sim && strcmp(a, "--dp") == 0) {
-      double dp;
-      if (!VALUE() && !(rc = cli_parse_double(a, val, 1, &dp))) o->dp = (int)dp;
-      if (!rc && (dp != (int)dp || dp > 1 << 20)) rc = core_error_set(CORE_EINPUT, "--dp: '%s' is not a replica count", val);
+      double dp; /* range and integrality first: a double outside int's range must not be converted */
+      if (!VALUE() && !(rc = cli_parse_double(a, val, 1, &dp)) && (dp > 1 << 20 || dp != floor(dp)))
+        rc = core_error_set(CORE_EINPUT, "--dp: '%s' is not a replica count", val);
+      if (!rc) o->dp = (int)dp;
     } else if (allow_sim && strcmp(a, "--dp-gbps") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 1e-9, &o->dp_gbps);
     } else if (allow_sim && a[0] != '-' && !o->config) {

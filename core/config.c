@@ -256,6 +256,19 @@ int core_config_where(const core_config *c, const char *path, int i, char *buf, 
   return e ? CORE_OK : CORE_EINPUT;
 }
 
+int core_config_elem_where(const core_config *c, const char *list, int i, const char *key,
+                           char *buf, size_t n) {
+  char p[PATH_MAX_LEN + 160];
+  snprintf(p, sizeof p, "%s.[%d].%s", list, i, key);
+  const config_setting_t *s = i >= 0 ? config_lookup(&c->cfg, p) : NULL;
+  if (!s) {
+    core_config_where(c, list, i, buf, n);
+    return CORE_EINPUT;
+  }
+  where_setting(c, s, p, buf, n);
+  return CORE_OK;
+}
+
 /* ---- --set ---- */
 
 /* A parsed key path: names, or list indices (name[0] == 0). */

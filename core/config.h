@@ -96,6 +96,13 @@ int core_config_array_float(const core_config *c, const char *path, int i, doubl
  * nearest place found written (the list's line, else the file name). Leaves the error message
  * alone, so it can be called while reporting another error. */
 int core_config_where(const core_config *c, const char *path, int i, char *buf, size_t n);
+/* Where member `key` of element i of the list at `list` was set, for messages about that member:
+ * "--set model.layers.[1].repeat" when an override gave it, else its line; the element's place
+ * (core_config_where(c, list, i)) when the member is missing, and then CORE_EINPUT. An error
+ * about one member must name the member's place, not the element's: the element keeps its file
+ * line when --set changes a member. */
+int core_config_elem_where(const core_config *c, const char *list, int i, const char *key,
+                           char *buf, size_t n);
 
 /* The effective config (file plus overrides) in libconfig syntax, for checkpoints. */
 int core_config_write(const core_config *c, FILE *f);

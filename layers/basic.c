@@ -36,7 +36,11 @@ static size_t zero(const layer *l, int B, int T) { return 0; }
 static int linear_configure(layer *l, const core_config *c, int i) {
   int64_t out, bias;
   int rc = core_config_elem_int(c, "model.layers", i, "out", l->C, &out);
-  if (!rc && (out < 1 || out > (1 << 24))) rc = core_error_set(CORE_EINPUT, "%s: out must be in [1, 16777216]", l->where);
+  if (!rc && (out < 1 || out > (1 << 24))) {
+    char w[256];
+    core_config_elem_where(c, "model.layers", i, "out", w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "model.layers.[%d].out must be in [1, 16777216] (%s)", i, w);
+  }
   if (rc) return rc;
   int b = 1;
   rc = core_config_elem_bool(c, "model.layers", i, "bias", 1, &b);
@@ -96,7 +100,11 @@ const layer_type layers_gelu = {"gelu", LAYER_IN_HIDDEN, NULL, no_params, act_fl
 static int ln_configure(layer *l, const core_config *c, int i) {
   double eps;
   int rc = core_config_elem_float(c, "model.layers", i, "eps", 1e-5, &eps);
-  if (!rc && !(eps > 0 && eps < 1)) rc = core_error_set(CORE_EINPUT, "%s: eps must be in (0, 1)", l->where);
+  if (!rc && !(eps > 0 && eps < 1)) {
+    char w[256];
+    core_config_elem_where(c, "model.layers", i, "eps", w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "model.layers.[%d].eps must be in (0, 1) (%s)", i, w);
+  }
   l->eps = eps;
   return rc;
 }

@@ -80,16 +80,23 @@ static block_wstash wstash_layout(const layer *l, int B, int T, int full) {
   return w;
 }
 
-static int dims_check(layer *l) {
-  if (l->NH < 1 || l->C % l->NH != 0)
-    return core_error_set(CORE_EINPUT, "%s: d_model %d must be a multiple of n_heads %d", l->where, l->C, l->NH);
+/* The heads split d_model: where the two keys were set (or that a default applies) is named, as
+ * either may be the one to change, from the file or from --set. */
+static int dims_check(layer *l, const core_config *c) {
+  if (l->NH < 1 || l->C % l->NH != 0) {
+    char wc[256], wh[256];
+    if (core_config_where(c, "model.d_model", -1, wc, sizeof wc)) snprintf(wc, sizeof wc, "the default");
+    if (core_config_where(c, "model.n_heads", -1, wh, sizeof wh)) snprintf(wh, sizeof wh, "the default");
+    return core_error_set(CORE_EINPUT, "%s: d_model %d must be a multiple of n_heads %d (model.d_model: %s; "
+                          "model.n_heads: %s)", l->where, l->C, l->NH, wc, wh);
+  }
   l->out_width = l->C;
   return CORE_OK;
 }
 
 /* ---- causal_attention alone: qkv linear, attention, output projection ---- */
 
-static int attn_configure(layer *l, const core_config *c, int i) { return dims_check(l); }
+static int attn_configure(layer *l, const core_config *c, int i) { return dims_check(l, c); }
 static size_t attn_params(const layer *l) { return block_layout(l, 0).total; }
 static double attn_flops(const layer *l) { return 2.0 * 4 * l->C * l->C + 2.0 * l->T * l->C; }
 static size_t attn_stash(const layer *l, int B, int T) { return stash_layout(l, B, T, 0).total; }
@@ -161,11 +168,15 @@ const layer_type layers_attention = {"causal_attention", LAYER_IN_HIDDEN, attn_c
 static int block_configure(layer *l, const core_config *c, int i) {
   int64_t ratio;
   int rc = core_config_elem_int(c, "model.layers", i, "mlp_ratio", 4, &ratio);
-  if (!rc && (ratio < 1 || ratio > 64)) rc = core_error_set(CORE_EINPUT, "%s: mlp_ratio must be in [1, 64]", l->where);
+  if (!rc && (ratio < 1 || ratio > 64)) {
+    char w[256];
+    core_config_elem_where(c, "model.layers", i, "mlp_ratio", w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "model.layers.[%d].mlp_ratio must be in [1, 64] (%s)", i, w);
+  }
   if (rc) return rc;
   l->hidden = (int)ratio * l->C;
   l->eps = 1e-5;
-  return dims_check(l);
+  return dims_check(l, c);
 }
 static size_t block_params_n(const layer *l) { return block_layout(l, 1).total; }
 static double block_flops(const layer *l) {

@@ -42,8 +42,8 @@ static int expand(layers_model *m, const core_config *c, int **elem_out) {
     int64_t rep;
     rc = core_config_elem_int(c, "model.layers", i, "repeat", 1, &rep);
     if (!rc && (rep < 1 || rep > 4096)) {
-      char w[256];
-      core_config_where(c, "model.layers", i, w, sizeof w);
+      char w[256]; /* the member's place: a --set of it leaves the element on its file line */
+      core_config_elem_where(c, "model.layers", i, "repeat", w, sizeof w);
       rc = core_error_set(CORE_EINPUT, "model.layers.[%d].repeat must be in [1, 4096] (%s)", i, w);
     }
     total += (int)rep;
@@ -115,12 +115,14 @@ static int resolve_ties(layers_model *m, const core_config *c, const int *elem) 
     int rc = core_config_elem_string(c, "model.layers", elem[i], "tie", NULL, &tie);
     if (rc) return rc;
     if (!tie) continue;
+    char w[256]; /* where `tie` was set */
+    core_config_elem_where(c, "model.layers", elem[i], "tie", w, sizeof w);
     if (l->type != &layers_lm_head)
-      return core_error_set(CORE_EINPUT, "layer '%s' (%s): only an lm_head can be tied", l->name, l->where);
+      return core_error_set(CORE_EINPUT, "layer '%s' (%s): only an lm_head can be tied", l->name, w);
     for (int k = 0; k < m->n; k++)
       if (strcmp(m->layers[k].name, tie) == 0 && m->layers[k].type == &layers_embedding) l->tied_to = k;
     if (l->tied_to < 0)
-      return core_error_set(CORE_EINPUT, "layer '%s' (%s): tie = \"%s\" names no embedding layer", l->name, l->where, tie);
+      return core_error_set(CORE_EINPUT, "layer '%s' (%s): tie = \"%s\" names no embedding layer", l->name, w, tie);
     if (l->in_width != m->C)
       return core_error_set(CORE_EINPUT, "layer '%s' (%s): a tied head takes width %d, got %d", l->name, l->where, m->C, l->in_width);
   }

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,11 +152,75 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
   return rc;
 }
 
+/* The training counters of one rank file. */
+typedef struct {
+  int64_t step, opt_t, good, hyst;
+  double scale;
+  int scaler; /* the fp16 scaler's records were read */
+} ckpt_counters;
+
+/* Reads the counters of rank file r and refuses values no run writes (a checkpoint is input):
+ * step in [0, PIPE_MAX_STEPS] (train.steps' bound); opt_t in [0, step] (a skipped fp16 step
+ * advances step, not opt_t); under fp16, loss_scale finite and > 0, good_steps (clean steps
+ * since the last overflow) in [0, opt_t] and hysteresis_left in [1, PIPE_MAX_HYSTERESIS]
+ * (fp16.hysteresis' bound; it is reset to fp16.hysteresis before it reaches 0). */
+static int read_counters(const pipe_ckpt_reader *r, int precision, ckpt_counters *k) {
+  memset(k, 0, sizeof *k);
+  int rc = pipe_ckpt_get(r, "step", PIPE_CKPT_I64, &k->step, 1);
+  if (!rc) rc = pipe_ckpt_get(r, "opt_t", PIPE_CKPT_I64, &k->opt_t, 1);
+  if (rc) return rc;
+  if (k->step < 0 || k->step > PIPE_MAX_STEPS)
+    return core_error_set(CORE_EINPUT, "checkpoint %s: step %lld is not in [0, %d]", r->path, (long long)k->step,
+                          PIPE_MAX_STEPS);
+  if (k->opt_t < 0 || k->opt_t > k->step)
+    return core_error_set(CORE_EINPUT, "checkpoint %s: opt_t %lld is not in [0, %lld] (the optimizer steps "
+                          "taken cannot outnumber the steps)", r->path, (long long)k->opt_t, (long long)k->step);
+  /* a checkpoint of a run without fp16 has no scaler: the config's initial state applies */
+  if (precision != 2 || pipe_ckpt_get(r, "loss_scale", PIPE_CKPT_BYTES, &k->scale, sizeof k->scale) ||
+      pipe_ckpt_get(r, "good_steps", PIPE_CKPT_I64, &k->good, 1) ||
+      pipe_ckpt_get(r, "hysteresis_left", PIPE_CKPT_I64, &k->hyst, 1))
+    return CORE_OK;
+  k->scaler = 1;
+  if (!(isfinite(k->scale) && k->scale > 0))
+    return core_error_set(CORE_EINPUT, "checkpoint %s: loss_scale %g is not a finite number > 0", r->path, k->scale);
+  if (k->good < 0 || k->good > k->opt_t)
+    return core_error_set(CORE_EINPUT, "checkpoint %s: good_steps %lld is not in [0, %lld] (clean steps cannot "
+                          "outnumber the optimizer steps, opt_t)", r->path, (long long)k->good, (long long)k->opt_t);
+  if (k->hyst < 1 || k->hyst > PIPE_MAX_HYSTERESIS)
+    return core_error_set(CORE_EINPUT, "checkpoint %s: hysteresis_left %lld is not in [1, %d]", r->path,
+                          (long long)k->hyst, PIPE_MAX_HYSTERESIS);
+  return CORE_OK;
+}
+
+/* Every rank file of one checkpoint was written after the same step, with the same scaler
+ * state: counters that differ mean rank files of different steps or runs were put together. */
+static int same_counters(const char *sub, const char *first, const ckpt_counters *a, const char *name,
+                         const ckpt_counters *b) {
+  const struct {
+    const char *what;
+    double x, y; /* every value checked above is a double exactly */
+  } f[] = {
+      {"step", (double)a->step, (double)b->step},
+      {"opt_t", (double)a->opt_t, (double)b->opt_t},
+      {"fp16 scaler records (1: present)", a->scaler, b->scaler},
+      {"loss_scale", a->scaler ? a->scale : 0, b->scaler ? b->scale : 0},
+      {"good_steps", (double)a->good, (double)b->good},
+      {"hysteresis_left", (double)a->hyst, (double)b->hyst},
+  };
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (f[i].x != f[i].y)
+      return core_error_set(CORE_EINPUT, "checkpoint %s mixes rank files of different steps or runs: %s has %s "
+                            "%.17g, %s has %s %.17g", sub, first, f[i].what, f[i].x, name, f[i].what, f[i].y);
+  return CORE_OK;
+}
+
 /* Copies the records of every layer this rank owns from whichever rank file holds them. */
 static int load_layers(const char *sub, pipe_runner *rn, float **full_p, float **full_m, float **full_v, long *step) {
   DIR *d = opendir(sub);
   if (!d) return core_error_set(CORE_EINPUT, "cannot open checkpoint %s: %s", sub, strerror(errno));
-  int total = 0, found = 0, rc = CORE_OK;
+  int total = 0, found = 0, nfiles = 0, rc = CORE_OK;
+  ckpt_counters first = {0};
+  char first_name[256] = "";
   for (int c = 0; c < rn->v; c++) total += rn->chunks[c].n;
   char *seen = core_calloc((size_t)total + 1, 1); /* each layer from one rank file only */
   struct dirent *e;
@@ -166,13 +231,14 @@ static int load_layers(const char *sub, pipe_runner *rn, float **full_p, float *
     pipe_ckpt_reader r;
     rc = pipe_ckpt_open(&r, path);
     if (rc) break;
-    int64_t st, t, good, hyst;
-    double scale;
-    if (!pipe_ckpt_get(&r, "step", PIPE_CKPT_I64, &st, 1) && !pipe_ckpt_get(&r, "opt_t", PIPE_CKPT_I64, &t, 1))
-      *step = st, rn->opt_t = t;
-    if (rn->precision == 2 && !pipe_ckpt_get(&r, "loss_scale", PIPE_CKPT_BYTES, &scale, sizeof scale) &&
-        !pipe_ckpt_get(&r, "good_steps", PIPE_CKPT_I64, &good, 1) && !pipe_ckpt_get(&r, "hysteresis_left", PIPE_CKPT_I64, &hyst, 1))
-      rn->loss_scale = scale, rn->good_steps = (int)good, rn->hyst_left = (int)hyst;
+    ckpt_counters cnt;
+    rc = read_counters(&r, rn->precision, &cnt);
+    if (!rc && nfiles++ == 0) first = cnt, snprintf(first_name, sizeof first_name, "%s", e->d_name);
+    else if (!rc) rc = same_counters(sub, first_name, &first, e->d_name, &cnt);
+    if (rc) {
+      pipe_ckpt_close(&r);
+      break;
+    }
     for (int c = 0, k = 0; c < rn->v && !rc; c++) {
       layers_chunk *ch = &rn->chunks[c];
       for (int i = 0; i < ch->n && !rc; i++, k++) {
@@ -200,6 +266,10 @@ static int load_layers(const char *sub, pipe_runner *rn, float **full_p, float *
   if (!rc && found < total)
     rc = core_error_set(CORE_EINPUT, "checkpoint %s lacks %d of this rank's %d layers (a different model?)", sub,
                         total - found, total);
+  if (!rc && nfiles > 0) { /* checked above: within [0, PIPE_MAX_STEPS] and int's range */
+    *step = first.step, rn->opt_t = first.opt_t;
+    if (first.scaler) rn->loss_scale = first.scale, rn->good_steps = (int)first.good, rn->hyst_left = (int)first.hyst;
+  }
   return rc;
 }
 

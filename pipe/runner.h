@@ -13,6 +13,10 @@
 #include "schedule/ir.h"
 #include "zero/zero.h"
 
+/* The largest train.steps and fp16.hysteresis a config may give; a checkpoint's step and
+ * hysteresis_left are held to them too (pipe/ckpt_model.c). */
+enum { PIPE_MAX_STEPS = 1 << 30, PIPE_MAX_HYSTERESIS = 1 << 20 };
+
 typedef struct {
   char type[16]; /* "adamw" or "sgd" */
   double lr, beta1, beta2, eps, weight_decay, momentum, clip;

@@ -128,9 +128,11 @@ static int read_betas(train_cfg *t) {
     char path[64];
     snprintf(path, sizeof path, "optimizer.params.betas.[%d]", i);
     if (core_config_get_float(t->cfg, path, -1, &b[i])) return core_error_code();
+    if (!(b[i] >= 0 && b[i] < 1)) { /* the element's place: it may come from --set */
+      core_config_where(t->cfg, "optimizer.params.betas", i, w, sizeof w);
+      return core_error_set(CORE_EINPUT, "optimizer.params.betas must be in [0, 1): [%d] is %g (%s)", i, b[i], w);
+    }
   }
-  if (!(b[0] >= 0 && b[0] < 1 && b[1] >= 0 && b[1] < 1))
-    return core_error_set(CORE_EINPUT, "optimizer.params.betas must be in [0, 1) (%s)", w);
   t->opt.beta1 = b[0], t->opt.beta2 = b[1];
   return CORE_OK;
 }
@@ -164,7 +166,7 @@ static int read_precision(train_cfg *t) {
   if (!rc) rc = core_config_get_float(c, "fp16.loss_scale", 0, &t->loss_scale);
   if (!rc) rc = get_i(c, "fp16.initial_scale_power", 16, 0, 120, &power);
   if (!rc) rc = get_i(c, "fp16.loss_scale_window", 1000, 1, 1 << 30, &t->scale_window);
-  if (!rc) rc = get_i(c, "fp16.hysteresis", 2, 1, 1 << 20, &t->hysteresis);
+  if (!rc) rc = get_i(c, "fp16.hysteresis", 2, 1, PIPE_MAX_HYSTERESIS, &t->hysteresis);
   if (!rc) rc = core_config_get_float(c, "fp16.min_loss_scale", 1, &t->min_scale);
   if (!rc && !(t->loss_scale >= 0 && t->min_scale > 0))
     rc = core_error_set(CORE_EINPUT, "%s: fp16.loss_scale must be >= 0 and fp16.min_loss_scale > 0", core_config_name(c));
@@ -226,7 +228,7 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
     rc = core_error_set(CORE_EINPUT, "train_micro_batch_size_per_gpu %d x gradient_accumulation_steps %d = %lld "
                         "sequences per replica, more than %d (%s)", t->B, t->m, (long long)t->B * t->m, INT_MAX, w);
   }
-  if (!rc) rc = get_i(c, "train.steps", 100, 0, 1 << 30, &t->steps);
+  if (!rc) rc = get_i(c, "train.steps", 100, 0, PIPE_MAX_STEPS, &t->steps);
   if (!rc) rc = get_i(c, "steps_per_print", 10, 1, 1 << 30, &t->print_every);
   if (!rc) rc = get_i(c, "train.eval_interval", 0, 0, 1 << 30, &t->eval_interval);
   if (!rc) rc = get_i(c, "train.eval_batches", 4, 1, 1 << 16, &t->eval_batches);

@@ -97,7 +97,16 @@ void viz_write_ascii(const sched_timeline *tl, FILE *f, int width) {
   char *row = core_malloc((size_t)cols + 1);
   double *best = core_malloc(sizeof *best * (size_t)cols),
          *busy = core_malloc(sizeof *busy * (size_t)cols);
-  for (int r = 0; r < tl->p; r++) {
+  viz_row *rows;
+  int nrows = viz_rows(tl, &rows);
+  for (int ri = 0; ri < nrows; ri++) {
+    int r = rows[ri].first;
+    if (rows[ri].last > r) { /* ranks without events: one line for the run */
+      char text[64];
+      snprintf(text, sizeof text, "ranks %d-%d: no events", r, rows[ri].last);
+      line(f, text, width);
+      continue;
+    }
     memset(row, '.', (size_t)cols);
     row[cols] = 0;
     for (int c = 0; c < cols; c++)
@@ -121,5 +130,5 @@ void viz_write_ascii(const sched_timeline *tl, FILE *f, int width) {
     fprintf(f, "rank %*d |%s|\n", rw, r, row);
   }
   legend(tl, f, width);
-  free(start), free(order), free(fill), free(row), free(best), free(busy);
+  free(start), free(order), free(fill), free(row), free(best), free(busy), free(rows);
 }

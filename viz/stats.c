@@ -36,6 +36,29 @@ int viz_check(const sched_timeline *tl) {
   return CORE_OK;
 }
 
+static int cmp_int(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  return (x > y) - (x < y);
+}
+
+int viz_rows(const sched_timeline *tl, viz_row **rows) {
+  int *ranks = core_malloc(sizeof *ranks * ((size_t)tl->n + 1)), k = 0, next = 0;
+  for (int i = 0; i < tl->n; i++) ranks[i] = tl->ev[i].rank;
+  qsort(ranks, (size_t)tl->n, sizeof *ranks, cmp_int);
+  viz_row *out = core_malloc(sizeof *out * (2 * (size_t)tl->n + 1));
+  for (int i = 0; i < tl->n; i++) { /* next: the first rank not yet in a row */
+    int r = ranks[i];
+    if (r < next) continue; /* another event of the same rank */
+    if (r > next) out[k++] = (viz_row){next, r - 1}; /* the ranks without events before r */
+    out[k++] = (viz_row){r, r};
+    next = r + 1;
+  }
+  if (next < tl->p) out[k++] = (viz_row){next, tl->p - 1};
+  free(ranks);
+  *rows = out;
+  return k;
+}
+
 static int is_transfer(sched_op op) { return op >= SCHED_SEND_ACT && op <= SCHED_RECV_GRAD; }
 
 void viz_event_name(const sched_timeline *tl, const sched_event *e, char *buf, size_t n) {

@@ -1,11 +1,12 @@
 /* viz/svg.c: an SVG Gantt chart of a timeline, made to be put on a slide.
  *
- * Layout, top to bottom: title and subtitle; one row per rank (rank 0 on top) on a light
- * background, so idle time (the bubble) shows as empty background; thin strips for loads and
+ * Layout, top to bottom: title and subtitle; one row per rank (rank 0 on top; a run of ranks
+ * without any event shares one row, viz_rows) on a light background, so idle time (the bubble)
+ * shows as empty background; thin strips for loads and
  * transfers in the gap under each row; the time axis with round ticks and faint grid lines;
  * the legend. Right of each row: the share of the step (first start to last end) that the rank
  * is not computing, what the eye sees as empty row; the title gives the bubble rate as
- * sched_timeline_stats defines it, the subtitle the idle fraction (the mean of the rows). */
+ * sched_timeline_stats defines it, the subtitle the idle fraction (the mean over the ranks). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -19,6 +20,8 @@ static const char *ROW_BG = "#eceff4";
 
 typedef struct {
   const sched_timeline *tl;
+  viz_row *rows; /* viz_rows: the ranks with events, runs of ranks without */
+  int nrows;
   double t0, t1, sx; /* time range drawn and pixels per time unit */
   double row_h, gap; /* row height and the gap under it */
   double scale;      /* axis label = (t - t0) * scale */
@@ -99,7 +102,18 @@ static void xml_text(FILE *f, const char *s) {
   }
 }
 
-static double row_y(const layout *L, int r) { return TOP + r * (L->row_h + L->gap); }
+static double row_y(const layout *L, int k) { return TOP + k * (L->row_h + L->gap); }
+
+/* The row of a rank that has events (its own: rows are in rank order). */
+static int row_of(const layout *L, int rank) {
+  int lo = 0, hi = L->nrows - 1;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (L->rows[mid].last < rank) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
 static double x_of(const layout *L, double t) { return LEFT + (t - L->t0) * L->sx; }
 
 /* A round step (1, 2 or 5 times a power of ten) for about eight ticks at least 56 px apart. */
@@ -204,7 +218,7 @@ static int legend(FILE *f, const layout *L, double y0) {
 static void event_box(FILE *f, const layout *L, const sched_event *e) {
   const sched_timeline *tl = L->tl;
   sched_op op = (sched_op)e->op;
-  double x = x_of(L, e->start), w = (e->end - e->start) * L->sx, y = row_y(L, e->rank);
+  double x = x_of(L, e->start), w = (e->end - e->start) * L->sx, y = row_y(L, row_of(L, e->rank));
   char name[96];
   viz_event_name(tl, e, name, sizeof name);
   if (!sched_op_is_compute(op) && !(e->end > e->start)) return; /* nothing to see */
@@ -255,12 +269,13 @@ static void event_box(FILE *f, const layout *L, const sched_event *e) {
 
 static void make_layout(const sched_timeline *tl, layout *L) {
   *L = (layout){.tl = tl, .t0 = INFINITY, .t1 = -INFINITY};
+  L->nrows = viz_rows(tl, &L->rows);
   for (int i = 0; i < tl->n; i++)
     L->t0 = fmin(L->t0, tl->ev[i].start), L->t1 = fmax(L->t1, tl->ev[i].end);
   if (tl->n == 0) L->t0 = 0, L->t1 = 1;
   if (!(L->t1 > L->t0)) L->t1 = fmax(L->t0 + 1, nextafter(L->t0, INFINITY)); /* t0 + 1 may be t0 */
   L->sx = (WIDTH - LEFT - RIGHT) / (L->t1 - L->t0);
-  L->row_h = fmin(30, fmax(8, 480.0 / tl->p));
+  L->row_h = fmin(30, fmax(8, 480.0 / L->nrows));
   L->gap = fmax(3, round(L->row_h * 0.36));
   double span = L->t1 - L->t0;
   L->scale = 1, L->axis_unit = "cost units";
@@ -290,7 +305,7 @@ int viz_fwrite_svg(const sched_timeline *tl, FILE *f) {
   double drawn = L.t1 - L.t0, idle_sum = 0;
   for (int r = 0; r < tl->p; r++)
     idle_sum += tl->n ? 1 - st[r].busy / drawn : 0;
-  double axis_y = row_y(&L, tl->p) - L.gap + 8, legend_y = axis_y + 54;
+  double axis_y = row_y(&L, L.nrows) - L.gap + 8, legend_y = axis_y + 54;
   int height = (int)ceil(legend_y + 22 * legend(NULL, &L, legend_y) + 8);
   const char *label_unit = strcmp(tl->unit, "s") == 0      ? "s"
                            : strcmp(tl->unit, "unit") == 0 ? "cost units"
@@ -318,15 +333,26 @@ int viz_fwrite_svg(const sched_timeline *tl, FILE *f) {
           strcmp(tl->unit, "s") == 0 ? "measured" : "simulated", 100 * idle_sum / tl->p, tl->n,
           tl->n ? "" : " \xc2\xb7 no events");
 
-  for (int r = 0; r < tl->p; r++) { /* row backgrounds (the bubble shows through), names, idle */
-    double y = row_y(&L, r), fs = fmin(13, L.row_h * 0.75);
-    fprintf(f, "<rect class=\"row\" x=\"%d\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"%s\"/>",
+  for (int k = 0; k < L.nrows; k++) { /* row backgrounds (the bubble shows through), names, idle */
+    int r = L.rows[k].first, many = L.rows[k].last > r;
+    double y = row_y(&L, k), fs = fmin(13, L.row_h * 0.75);
+    char name[48];
+    if (many) snprintf(name, sizeof name, "ranks %d\xe2\x80\x93%d", r, L.rows[k].last); /* en dash */
+    else snprintf(name, sizeof name, "rank %d", r);
+    double name_fs = fmin(fs, (LEFT - 14) / (0.6 * (double)strlen(name))); /* inside the margin */
+    fprintf(f, "<rect class=\"row\" x=\"%d\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" fill=\"%s\"",
             LEFT, y, WIDTH - LEFT - RIGHT, L.row_h, ROW_BG);
-    fprintf(f, "<text x=\"%d\" y=\"%.2f\" class=\"rank\" font-size=\"%.1f\">rank %d</text>",
-            LEFT - 10, y + L.row_h / 2 + fs * 0.36, fs, r);
-    fprintf(f, "<text x=\"%d\" y=\"%.2f\" class=\"idle\" font-size=\"%.1f\">idle %.1f%%</text>\n",
-            WIDTH - RIGHT + 8, y + L.row_h / 2 + fs * 0.36, fmin(12, fs),
-            tl->n ? 100 * (1 - st[r].busy / drawn) : 0.0);
+    if (many) fprintf(f, "><title>ranks %d to %d: no events</title></rect>", r, L.rows[k].last);
+    else fputs("/>", f);
+    fprintf(f, "<text x=\"%d\" y=\"%.2f\" class=\"rank\" font-size=\"%.1f\">%s</text>",
+            LEFT - 10, y + L.row_h / 2 + fs * 0.36, name_fs, name);
+    if (many)
+      fprintf(f, "<text x=\"%d\" y=\"%.2f\" class=\"idle\" font-size=\"%.1f\">no events</text>\n",
+              WIDTH - RIGHT + 8, y + L.row_h / 2 + fs * 0.36, fmin(12, fs));
+    else
+      fprintf(f, "<text x=\"%d\" y=\"%.2f\" class=\"idle\" font-size=\"%.1f\">idle %.1f%%</text>\n",
+              WIDTH - RIGHT + 8, y + L.row_h / 2 + fs * 0.36, fmin(12, fs),
+              tl->n ? 100 * (1 - st[r].busy / drawn) : 0.0);
   }
   axis(f, &L, axis_y);
   /* tail first, then compute, then the strips, so small things are never hidden */
@@ -339,6 +365,7 @@ int viz_fwrite_svg(const sched_timeline *tl, FILE *f) {
   legend(f, &L, legend_y);
   fputs("</svg>\n", f);
   free(st);
+  free(L.rows);
   return CORE_OK;
 }
 

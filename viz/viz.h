@@ -43,7 +43,7 @@ int viz_fwrite_trace(const sched_timeline *tl, FILE *f);
  * types and values out of range (rank >= p, chunk >= v, unknown op, end < start, ...). */
 int viz_read_trace(const char *path, sched_timeline *tl);
 
-/* SVG Gantt chart for a slide: rank 0 on top; a colour per compute kind (F blue, B green, I
+/* SVG Gantt chart for a slide: one row per viz_rows row, rank 0 on top; a colour per compute kind (F blue, B green, I
  * orange, W purple; later chunks lighter when v > 1), micro-batch numbers in the boxes that fit
  * them, tail ops (REDUCE_TIED_GRADS, REDUCE_GRADS, OPTIMIZER_STEP) grey, loads and transfers as
  * thin strips under their row, idle time as the empty row background; a time axis with round
@@ -55,13 +55,25 @@ int viz_write_svg(const sched_timeline *tl, const char *path);
 int viz_fwrite_svg(const sched_timeline *tl, FILE *f);
 
 /* Terminal chart: a header line (schedule, p, v, m, bubble rate, makespan, the time of one
- * column), one line per rank "rank  0 |...|", and a legend line; no line is longer than `width`
+ * column), one line per viz_rows row ("rank  0 |...|", or "ranks 2-999999: no events"), and a
+ * legend line; no line is longer than `width`
  * (at least 10 columns of chart are drawn, whatever width says). A timeline in whole units that
  * fits gets one column per unit; otherwise time is scaled to the width. Each column shows the
  * op covering most of it, idle counting as a candidate: F, B, I, W in upper case for even
  * micro-batches and lower case for odd ones (so neighbours stay apart: "FfFfBBbb"), '#' for a
  * tail op, '.' for idle. Loads and transfers are not drawn. */
 void viz_write_ascii(const sched_timeline *tl, FILE *f, int width);
+
+/* The rows a chart draws, in rank order: one per rank that has events, and one for each run of
+ * consecutive ranks that have none (a run of one rank is that rank's row, as before; a longer
+ * run is one row, "ranks A-B", drawn as having no events). So a chart grows with the events, at
+ * most 2n + 1 rows for n events, not with the rank count a trace claims: a trace of 2 events
+ * that says p = 1000000 draws 3 rows. tl must pass viz_check. Returns the row count; *rows
+ * (caller frees) gets each row's first and last rank. */
+typedef struct {
+  int first, last;
+} viz_row;
+int viz_rows(const sched_timeline *tl, viz_row **rows);
 
 /* Per-rank bubble statistics, with sched_timeline_stats' definitions: busy is compute time, span
  * runs from the rank's first compute start to its last compute end, idle = span - busy (as in

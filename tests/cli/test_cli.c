@@ -110,6 +110,39 @@ Test(cli, trace_svg_and_plot) {
   remove("/tmp/brigade_cli_t.json"), remove("/tmp/brigade_cli_t.svg"), remove("/tmp/brigade_cli_t2.svg");
 }
 
+/* A trace of 1 KB that claims a million ranks, two of which have events (0 and 999999): plot
+ * draws those two rows and one for the ranks between, not a row per claimed rank (the SVG was
+ * 236 MB, the terminal chart 21 MB). */
+Test(cli, plot_of_a_trace_claiming_huge_rank_count_stays_small) {
+  const char *trace =
+      "{\"otherData\":{\"generator\":\"brigade\",\"version\":1,\"schedule\":\"1f1b\",\"unit\":\"unit\","
+      "\"us_per_unit\":1000,\"p\":1000000,\"v\":1,\"m\":1,\"makespan\":6,\"bubble_rate\":0.5},\"traceEvents\":["
+      "{\"name\":\"F0\",\"cat\":\"FORWARD\",\"ph\":\"X\",\"ts\":0,\"dur\":1000,\"pid\":1,\"tid\":1,"
+      "\"args\":{\"mb\":0,\"chunk\":0,\"stage\":0,\"peer\":-1,\"start\":0,\"end\":1}},"
+      "{\"name\":\"F0\",\"cat\":\"FORWARD\",\"ph\":\"X\",\"ts\":1000,\"dur\":1000,\"pid\":1,\"tid\":1000000,"
+      "\"args\":{\"mb\":0,\"chunk\":0,\"stage\":1,\"peer\":-1,\"start\":1,\"end\":2}},"
+      "{\"name\":\"B0\",\"cat\":\"BACKWARD\",\"ph\":\"X\",\"ts\":2000,\"dur\":2000,\"pid\":1,\"tid\":1000000,"
+      "\"args\":{\"mb\":0,\"chunk\":0,\"stage\":1,\"peer\":-1,\"start\":2,\"end\":4}},"
+      "{\"name\":\"B0\",\"cat\":\"BACKWARD\",\"ph\":\"X\",\"ts\":4000,\"dur\":2000,\"pid\":1,\"tid\":1,"
+      "\"args\":{\"mb\":0,\"chunk\":0,\"stage\":0,\"peer\":-1,\"start\":4,\"end\":6}}]}\n";
+  char json[] = "/tmp/brigade_cli_huge_XXXXXX", svg[64], args[256], *out;
+  FILE *f = fdopen(mkstemp(json), "w");
+  fputs(trace, f);
+  fclose(f);
+  snprintf(svg, sizeof svg, "%s.svg", json);
+  snprintf(args, sizeof args, "plot %s -o %s --ascii", json, svg);
+  int rc = brigade(args, &out);
+  long size = -1;
+  FILE *s = fopen(svg, "r");
+  if (s) fseek(s, 0, SEEK_END), size = ftell(s), fclose(s);
+  remove(json), remove(svg); /* before any assertion: the old SVG took 236 MB */
+  cr_assert_eq(rc, 0, "%.2000s", out);
+  cr_assert(strlen(out) < 4096, "the terminal chart of 4 events is %zu bytes", strlen(out));
+  cr_assert(strstr(out, "rank      0 |F...BB|\nranks 1-999998: no events\nrank 999999 |.FBB..|\n"), "%s", out);
+  free(out);
+  cr_assert(size > 0 && size < 16384, "the SVG of 4 events is %ld bytes", size);
+}
+
 /* Each bad invocation: exit 2 and exactly one line "brigade: error: ...". */
 Test(cli, bad_input_is_one_line_and_exit_2) {
   const char *bad[] = {
@@ -203,6 +236,53 @@ Test(cli, sim_flags_that_would_be_ignored_are_errors) {
     cr_assert_eq(rc, 2, "'%s' exited %d: %s", bad[i][0], rc, out);
     cr_assert(strncmp(out, "brigade: error: ", 16) == 0 && strstr(out, bad[i][1]), "'%s': %s", bad[i][0], out);
     cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", bad[i][0], out);
+    free(out);
+  }
+}
+
+/* --dp is read as a double: one outside int's range (or not whole) is refused before it is
+ * converted to int, which would be undefined behaviour (the sanitizer build stops on it). */
+Test(cli, sim_dp_out_of_range_is_refused_before_conversion) {
+  const char *vals[] = {"1e30", "-1e30", "3e9", "1e300", "2147483648", "1048577", "2.5"};
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+    char args[128], *out;
+    snprintf(args, sizeof args, "sim configs/tiny.cfg --dp %s", vals[i]);
+    int rc = brigade(args, &out);
+    cr_assert_eq(rc, 2, "'%s' exited %d: %s", args, rc, out);
+    cr_assert(strncmp(out, "brigade: error: --dp: '", 23) == 0, "'%s': %s", args, out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", args, out);
+    free(out);
+  }
+  char *out;
+  cr_assert_eq(brigade("sim configs/tiny.cfg --dp 1048576 --json", &out), 0, "%s", out);
+  free(out);
+}
+
+/* A bad value given by --set is reported at the --set, not at the config line of the list
+ * element or key it changed (which keeps its file line): members of model.layers elements, an
+ * element of optimizer.params.betas, the keys d_model and n_heads that a layer checks. */
+Test(cli, errors_about_a_set_override_name_the_set) {
+  const char *cases[][2] = {
+      {"--set 'model.layers.[1].repeat=0'", "model.layers.[1].repeat must be in [1, 4096] (--set model.layers.[1].repeat)"},
+      {"--set 'model.layers[1].repeat=5000'", "model.layers.[1].repeat must be in [1, 4096] (--set model.layers.[1].repeat)"},
+      {"--set 'model.layers.[1].mlp_ratio=100'", "model.layers.[1].mlp_ratio must be in [1, 64] (--set model.layers.[1].mlp_ratio)"},
+      {"--set 'model.layers.[2].eps=2'", "model.layers.[2].eps must be in (0, 1) (--set model.layers.[2].eps)"},
+      {"--set 'model.layers.[3].tie=nope'", "layer 'head' (--set model.layers.[3].tie): tie = \"nope\" names no embedding layer"},
+      {"--set 'model.layers.[2].tie=wte'", "layer 'ln_f' (--set model.layers.[2].tie): only an lm_head can be tied"},
+      {"--set model.n_heads=5", "d_model 32 must be a multiple of n_heads 5 (model.d_model: configs/tiny.cfg:15; model.n_heads: --set model.n_heads)"},
+      {"--set 'optimizer.params.betas.[1]=1.5'", "optimizer.params.betas must be in [0, 1): [1] is 1.5 (--set optimizer.params.betas.[1])"},
+      /* not overridden: still the file's line */
+      {"--set 'model.layers.[2].eps=1e-5' --set 'model.layers.[1].repeat=4' --set model.d_model=30",
+       "d_model 30 must be a multiple of n_heads 4 (model.d_model: --set model.d_model; model.n_heads: configs/tiny.cfg:15)"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char args[512], *out;
+    snprintf(args, sizeof args, "train configs/tiny.cfg --set train.steps=1 %s", cases[i][0]);
+    int rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", args, &out); /* train initialises MPI */
+    cr_assert_eq(rc, 2, "'%s' exited %d: %s", args, rc, out);
+    cr_assert(strncmp(out, "brigade: error: ", 16) == 0 && strstr(out, cases[i][1]), "'%s': wanted '%s', got %s", args,
+              cases[i][1], out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", args, out);
     free(out);
   }
 }

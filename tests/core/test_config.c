@@ -194,6 +194,30 @@ Test(config, where_names_file_line_and_elements) {
   core_config_free(c);
 }
 
+/* A member of a list element: its own line, its --set when one gave it (the element keeps its
+ * file line), the element's place when the member is missing. */
+Test(config, elem_where_names_the_member_or_its_override) {
+  core_config *c = load(text);
+  char w[64];
+  cr_assert_eq(core_config_elem_where(c, "model.layers", 0, "out", w, sizeof w), CORE_OK);
+  cr_assert_str_eq(w, "x.cfg:7");
+  cr_assert_eq(core_config_set(c, "model.layers[1].out=8"), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(core_config_set(c, "model.layers.[0].out=16"), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(core_config_elem_where(c, "model.layers", 1, "out", w, sizeof w), CORE_OK);
+  cr_assert_str_eq(w, "--set model.layers.[1].out");
+  cr_assert_eq(core_config_elem_where(c, "model.layers", 0, "out", w, sizeof w), CORE_OK);
+  cr_assert_str_eq(w, "--set model.layers.[0].out");
+  core_config_where(c, "model.layers", 1, w, sizeof w); /* what the layers used to ask */
+  cr_assert_str_eq(w, "x.cfg:8");
+  cr_assert_eq(core_config_elem_where(c, "model.layers", 1, "type", w, sizeof w), CORE_OK);
+  cr_assert_str_eq(w, "x.cfg:8");
+  cr_assert_eq(core_config_elem_where(c, "model.layers", 1, "eps", w, sizeof w), CORE_EINPUT);
+  cr_assert_str_eq(w, "x.cfg:8");
+  cr_assert_eq(core_config_elem_where(c, "model.layers", 7, "out", w, sizeof w), CORE_EINPUT);
+  cr_assert_str_eq(w, "x.cfg:7");
+  core_config_free(c);
+}
+
 Test(config, unknown_keys_and_wrong_types) {
   core_config *c = load("train = {\n  steps = 3;\n  stepz = 4;\n};\n");
   cr_assert_eq(core_config_check(c, schema, NS), CORE_EINPUT);

@@ -377,6 +377,101 @@ Test(train, resume_refuses_a_checkpoint_missing_a_layer, .timeout = 60) {
   unlink(log);
 }
 
+/* Rewrites the rank file `path` with record `name` holding `data` instead (count values of
+ * dtype), every other record as it was; the writer computes the hash, so the file is valid. */
+static void forge_record(const char *path, const char *name, int dtype, const void *data, uint64_t count) {
+  pipe_ckpt_reader r;
+  cr_assert_eq(pipe_ckpt_open(&r, path), 0, "%s", core_error_msg());
+  pipe_ckpt_writer w;
+  cr_assert_eq(pipe_ckpt_create(&w, path), 0, "%s", core_error_msg());
+  int replaced = 0;
+  for (uint32_t i = 0; i < r.nrec; i++) {
+    int mine = strcmp(r.rec[i].name, name) == 0;
+    replaced += mine;
+    cr_assert_eq(pipe_ckpt_put(&w, r.rec[i].name, mine ? dtype : r.rec[i].dtype, mine ? data : r.rec[i].data,
+                               mine ? count : r.rec[i].count), 0);
+  }
+  cr_assert_eq(pipe_ckpt_commit(&w), 0, "%s", core_error_msg());
+  pipe_ckpt_close(&r);
+  cr_assert_eq(replaced, 1, "%s has no record %s", path, name);
+}
+
+/* A checkpoint's counters are input too: a step, opt_t or fp16 scaler state that no run writes
+ * (negative, beyond int, opt_t past the step, a loss scale that is not a finite positive
+ * number) is refused on resume, naming the rank file, the field and the value, rather than
+ * truncated or trained with. */
+Test(train, resume_refuses_out_of_range_counters, .timeout = 120) {
+  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_ckpt_XXXXXX", sets[512], path[700], cmd[2048];
+  close(mkstemp(log));
+  cr_assert(mkdtemp(dir));
+  const char *fp16 = "--set fp16.enabled=true --set train.eval_interval=0";
+  snprintf(sets, sizeof sets, "%s --set train.steps=2 --set checkpoint.dir=%s", fp16, dir);
+  cr_assert_eq(train(0, sets, log), 0);
+  snprintf(path, sizeof path, "%s/step_00000002/rank_00000.ckpt", dir);
+  snprintf(cmd, sizeof cmd, "cp %s %s/good.ckpt", path, dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  char *out = NULL; /* the checkpoint as written resumes */
+  int rc = train_capture(&out, "%s --set train.steps=3 --resume %s", fp16, dir);
+  cr_assert_eq(rc, 0, "%s", out);
+  free(out);
+  const int64_t big = (int64_t)1 << 40; /* what (int) used to truncate */
+  const struct {
+    const char *name;
+    int64_t i;
+    double d;
+    const char *want;
+  } cases[] = {
+      {"step", -1, 0, "step -1 is not in [0, 1073741824]"},
+      {"step", big, 0, "step 1099511627776 is not in [0, 1073741824]"},
+      {"opt_t", -1, 0, "opt_t -1 is not in [0, 2]"},
+      {"opt_t", 3, 0, "opt_t 3 is not in [0, 2]"},
+      {"loss_scale", 0, NAN, "loss_scale nan is not a finite number > 0"},
+      {"loss_scale", 0, INFINITY, "loss_scale inf is not a finite number > 0"},
+      {"loss_scale", 0, 0.0, "loss_scale 0 is not a finite number > 0"},
+      {"loss_scale", 0, -8.0, "loss_scale -8 is not a finite number > 0"},
+      {"good_steps", -1, 0, "good_steps -1 is not in [0, 2]"},
+      {"good_steps", big, 0, "good_steps 1099511627776 is not in [0, 2]"},
+      {"hysteresis_left", 0, 0, "hysteresis_left 0 is not in [1, 1048576]"},
+      {"hysteresis_left", big, 0, "hysteresis_left 1099511627776 is not in [1, 1048576]"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    snprintf(cmd, sizeof cmd, "cp %s/good.ckpt %s", dir, path);
+    cr_assert_eq(test_sh(cmd), 0);
+    if (strcmp(cases[i].name, "loss_scale") == 0)
+      forge_record(path, "loss_scale", PIPE_CKPT_BYTES, &cases[i].d, sizeof(double));
+    else
+      forge_record(path, cases[i].name, PIPE_CKPT_I64, &cases[i].i, 1);
+    rc = train_capture(&out, "%s --set train.steps=4 --resume %s", fp16, dir);
+    cr_assert(rc == 2 && strstr(out, "brigade: error: checkpoint ") && strstr(out, path) && strstr(out, cases[i].want),
+              "%s: exit %d, expected '%s': %s", cases[i].name, rc, cases[i].want, out);
+    free(out);
+  }
+  remove_tree(dir);
+  unlink(log);
+}
+
+/* The rank files of one checkpoint hold the same step, opt_t and scaler state; a step directory
+ * whose rank files come from different steps (stage 1's file of step 4 copied over step 2's)
+ * is refused rather than loaded with the counters of whichever file was read last. */
+Test(train, resume_refuses_rank_files_of_different_steps, .timeout = 120) {
+  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_ckpt_XXXXXX", sets[512], cmd[2048];
+  close(mkstemp(log));
+  cr_assert(mkdtemp(dir));
+  snprintf(sets, sizeof sets, "--set train.eval_interval=0 --set train.steps=4 --set checkpoint.interval=2 "
+           "--set pipeline.stages=2 --set checkpoint.dir=%s", dir);
+  cr_assert_eq(train(2, sets, log), 0, "%s", sets);
+  snprintf(cmd, sizeof cmd, "cp %s/step_00000004/rank_00001.ckpt %s/step_00000002/rank_00001.ckpt", dir, dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  char *out = NULL;
+  int rc = train_capture(&out, "--set train.steps=6 --resume %s/step_00000002", dir);
+  cr_assert(rc == 2 && strstr(out, "brigade: error: checkpoint ") && strstr(out, "step_00000002 mixes rank files of different steps or runs: rank_0000") &&
+                strstr(out, "has step 2") && strstr(out, "has step 4"),
+            "exit %d: %s", rc, out);
+  free(out);
+  remove_tree(dir);
+  unlink(log);
+}
+
 /* Start-up errors of some ranks only end the whole job at once with the error, exit 2: a
  * --log-json that rank 0 (the only rank that opens it) cannot write, under 2 replicas whose
  * first step would wait in a collective; and a checkpoint without stage 1's rank file, resumed

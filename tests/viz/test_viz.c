@@ -680,10 +680,11 @@ Test(viz, svg_chunks_seconds_and_escaping) {
   free(svg);
   sched_timeline_free(&tl);
 
-  sched_timeline_init(&tl, "empty", "unit", 3, 1, 1); /* no events: still a picture */
+  sched_timeline_init(&tl, "empty", "unit", 3, 1, 1); /* no events: still a picture, one row */
   svg = svg_of(&tl, &n);
   assert_well_formed(svg);
-  cr_assert(strstr(svg, "no events") && count(svg, "<rect class=\"row\"") == 3);
+  cr_assert(strstr(svg, "no events") && count(svg, "<rect class=\"row\"") == 1 &&
+            strstr(svg, ">ranks 0\xe2\x80\x93" "2</text>"));
   free(svg);
   sched_timeline_free(&tl);
 
@@ -692,6 +693,55 @@ Test(viz, svg_chunks_seconds_and_escaping) {
   assert_well_formed(svg);
   cr_assert_eq(count(svg, "<rect class=\"op "), 2 * 32 * 32);
   free(svg);
+  sched_timeline_free(&tl);
+}
+
+/* A timeline (a trace read back) may claim far more ranks than have events: the charts draw a
+ * row for each rank with events and one for each run of ranks without, so their size follows
+ * the events. Ranks keep their numbers; a single rank without events keeps its own row. */
+Test(viz, rows_follow_the_events_not_the_rank_count) {
+  sched_timeline tl;
+  sched_timeline_init(&tl, "1f1b", "unit", 1000000, 1, 1);
+  add(&tl, 0, SCHED_FORWARD, 0, 0, 0, -1, 0, 1);
+  add(&tl, 5, SCHED_FORWARD, 0, 0, 1, -1, 1, 2);
+  add(&tl, 7, SCHED_BACKWARD, 0, 0, 1, -1, 2, 4);
+  add(&tl, 999999, SCHED_BACKWARD, 0, 0, 0, -1, 4, 6);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  cr_assert_eq(viz_fwrite_svg(&tl, f), CORE_OK, "%s", core_error_msg());
+  fclose(f);
+  cr_assert(len < 16384, "an SVG of 4 events takes %zu bytes", len);
+  free(buf);
+  size_t n;
+  char *svg = svg_of(&tl, &n);
+  assert_well_formed(svg);
+  cr_assert_eq(count(svg, "<rect class=\"row\""), 7, "%s", svg);
+  const char *rows[] = {">rank 0<", ">ranks 1\xe2\x80\x93" "4<", ">rank 5<", ">rank 6<", ">rank 7<",
+                        ">ranks 8\xe2\x80\x93" "999998<", ">rank 999999<"};
+  const char *at = svg;
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) { /* in rank order */
+    at = strstr(at, rows[i]);
+    cr_assert(at, "no row %s in order", rows[i]);
+  }
+  cr_assert_eq(count(svg, ">no events</text>"), 2);
+  cr_assert_eq(count(svg, "<rect class=\"op "), 4);
+  /* each box on its rank's row: rank 999999's B is on the last row */
+  const char *row = strstr(svg, ">rank 999999<"), *box = strstr(svg, "<title>B0 on rank 999999");
+  cr_assert(row && box);
+  while (row > svg && strncmp(row, "<rect class=\"row\"", 17) != 0) row--;
+  while (box > svg && strncmp(box, "<rect class=\"op ", 16) != 0) box--;
+  cr_assert(atof(strstr(box, " y=\"") + 4) == atof(strstr(row, " y=\"") + 4), "B0 of rank 999999 is off its row");
+  free(svg);
+
+  f = open_memstream(&buf, &len);
+  viz_write_ascii(&tl, f, 100);
+  fclose(f);
+  cr_assert(len < 4096, "a terminal chart of 4 events takes %zu bytes", len);
+  cr_assert(strstr(buf, "\nrank      0 |") && strstr(buf, "\nranks 1-4: no events\n") && strstr(buf, "\nrank      6 |.") &&
+                strstr(buf, "\nranks 8-999998: no events\n") && strstr(buf, "\nrank 999999 |"),
+            "%s", buf);
+  free(buf);
   sched_timeline_free(&tl);
 }
 

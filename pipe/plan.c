@@ -27,7 +27,13 @@ int train_cut_model(const train_cfg *t, const layers_model *m, int **bounds_out)
     for (int i = 0; i < nb && i <= k && !rc; i++) {
       int64_t b;
       rc = core_config_array_int(t->cfg, "pipeline.boundaries", i, &b);
-      given[i] = (int)b;
+      if (!rc && (b < 0 || b > n)) { /* before narrowing to int: 2^32 + 1 must not pass as 1 */
+        char where[256];
+        core_config_where(t->cfg, "pipeline.boundaries", i, where, sizeof where);
+        rc = core_error_set(CORE_EINPUT, "pipeline.boundaries[%d] = %lld is not a layer boundary in [0, %d] (%s)", i,
+                            (long long)b, n, where);
+      }
+      if (!rc) given[i] = (int)b;
     }
   }
   int *bounds = core_malloc(sizeof(int) * (size_t)(k + 1));

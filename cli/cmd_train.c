@@ -51,6 +51,13 @@ int cli_train(int argc, char **argv) {
     return 2;
   }
   if (rc) { /* a runtime failure may leave other ranks waiting: take the job down */
+    int world;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (world == 1) { /* no one waits: the one line and exit 1, without Open MPI's abort banner */
+      fprintf(stderr, "brigade: error: %s\n", core_error_msg());
+      MPI_Finalize();
+      return 1;
+    }
     if (report) fprintf(stderr, "brigade: error: [rank %d] %s\n", rank, core_error_msg());
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);

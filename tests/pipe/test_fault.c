@@ -206,7 +206,8 @@ Test(fault, rank_stuck_in_evaluation_ends_the_job, .timeout = 120) {
 
 /* Under fp16 a diverged loss overflows every step: the dynamic scale backs off to
  * fp16.min_loss_scale, and an overflow there stops the run with a message (as DeepSpeed's
- * scaler does), rather than skipping every remaining step and exiting 0. */
+ * scaler does), rather than skipping every remaining step and exiting 0. A one-process run
+ * ends as a runtime failure: one error line, exit 1. */
 Test(fault, fp16_diverging_loss_stops_at_the_minimum_scale, .timeout = 60) {
   char dir[] = "/tmp/brigade_div_XXXXXX", cmd[1024];
   cr_assert(mkdtemp(dir));
@@ -215,9 +216,12 @@ Test(fault, fp16_diverging_loss_stops_at_the_minimum_scale, .timeout = 60) {
            "--set fp16.initial_scale_power=4 --set fp16.hysteresis=1 --log-json %s/log > %s/out 2>&1",
            test_build_dir(), dir, dir);
   int rc = test_sh(cmd);
-  cr_assert_neq(rc, 0, "a run whose loss diverged under fp16 exited 0");
+  cr_assert_eq(rc, 1, "a run whose loss diverged under fp16 exited %d, not 1 (a runtime failure)", rc);
   snprintf(cmd, sizeof cmd, "grep -q 'overflow at the minimum loss scale' %s/out", dir);
   cr_assert_eq(test_sh(cmd), 0, "no message about the overflow at the minimum scale");
+  /* one process: the error is one line, not followed by Open MPI's MPI_ABORT banner */
+  snprintf(cmd, sizeof cmd, "[ $(grep -c '^brigade: error: ' %s/out) -eq 1 ] && ! grep -q MPI_ABORT %s/out", dir, dir);
+  cr_assert_eq(test_sh(cmd), 0, "not one error line alone");
   snprintf(cmd, sizeof cmd, "n=$(wc -l < %s/log); [ $n -lt 10 ]", dir);
   cr_assert_eq(test_sh(cmd), 0, "the run went on after the scale reached its minimum");
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -543,6 +543,13 @@ Test(train, bad_configs_name_the_line) {
              "--set pipeline.stages=1", "pipeline.boundaries[1] = 4294967298 is not a layer boundary in [0, 2] (/tmp/brigade_bad_");
   bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "train_micro_batch_size_per_gpu = 1048576;\ngradient_accumulation_steps = 4096;\n",
              "", "1048576 x gradient_accumulation_steps 4096 = 4294967296 sequences per replica, more than 2147483647 (/tmp/brigade_bad_");
+  /* B*T positions in one micro-batch are an int in the layers (2^32 wrapped to N = 0); before,
+   * this went on to allocate the activation slots (exit 1 here, out of memory; a wrapped N
+   * where the memory is there) */
+  bad_config("data = { path = \"data/kjv.txt\"; };\nmodel = { seq_len = 65536; layers = ( { type = \"embedding\"; }, "
+             "{ type = \"lm_head\"; }, { type = \"cross_entropy\"; } ); };\ntrain_micro_batch_size_per_gpu = 65536;\n",
+             "", "train_micro_batch_size_per_gpu 65536 x model.seq_len 65536 = 4294967296 positions per micro-batch, "
+             "more than 2147483647 (/tmp/brigade_bad_");
 }
 
 /* Greedy decoding written out here, apart from pipe/sample.c: the whole model, loss included, on

@@ -89,6 +89,9 @@ static int chain(layers_model *m, const core_config *c, const int *elem) {
       return core_error_set(CORE_EINPUT, i == 0 ? "layer '%s' (%s) is first but does not take token ids; "
                             "the first layer must be an embedding" : "layer '%s' (%s) takes token ids, so it "
                             "must be the first layer", l->name, l->where);
+    if (l->type == &layers_cross_entropy && i + 1 < m->n) /* its backward ignores what comes after it */
+      return core_error_set(CORE_EINPUT, "layer '%s' (%s) is a cross_entropy before the last layer: the loss "
+                            "must be the last layer, and only the last", l->name, l->where);
     l->in_width = prev ? prev->out_width : 0;
     l->out_width = l->in_width;
     if (l->type->configure) {

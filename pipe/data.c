@@ -82,6 +82,13 @@ int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double 
       pipe_data_free(d);
       return rc;
     }
+    if (vt != d->is_tokens) { /* one tokenization for both splits */
+      rc = core_error_set(CORE_EINPUT, "data.val_path %s is %s but data.path %s is %s: both must be the same "
+                          "format", val_path, vt ? "an llm.c token file" : "text (bytes)", path,
+                          d->is_tokens ? "an llm.c token file" : "text (bytes)");
+      pipe_data_free(d);
+      return rc;
+    }
     if (vv > d->vocab) d->vocab = vv;
   } else {
     d->n_val = (size_t)(d->n * val_fraction);
@@ -89,11 +96,14 @@ int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double 
     d->val_tok = d->tok + d->n_train;
   }
   size_t need = (size_t)seq_len + 1;
-  if (d->n_train < need || (d->n_val > 0 && d->n_val < need)) {
+  /* a separate validation file must hold a sequence too (an empty one is no split at all) */
+  int val_short = val_path && *val_path ? d->n_val < need : d->n_val > 0 && d->n_val < need;
+  if (d->n_train < need || val_short) {
     size_t got = d->n_train < need ? d->n_train : d->n_val;
+    const char *which = d->n_train >= need && val_path && *val_path ? val_path : path;
     pipe_data_free(d);
     return core_error_set(CORE_EINPUT, "data file %s: a split holds %zu tokens, fewer than one "
-                          "sequence of %d plus its target", path, got, seq_len);
+                          "sequence of %d plus its target", which, got, seq_len);
   }
   return CORE_OK;
 }

@@ -51,6 +51,15 @@ static int generate(const pipe_sample_opts *o, layers_chunk *ch, FILE *out) {
     layers_chunk_set_batch(ch, 0, tok, NULL);
     layers_chunk_forward(ch, 0);
     ch->ops->to_host(logits, layers_chunk_output(ch, 0) + (size_t)(w - 1) * V, sizeof(float) * (size_t)V);
+    int bad = 0;
+    while (bad < V && isfinite(logits[bad])) bad++;
+    if (bad < V) { /* NaN or inf: neither the argmax nor the softmax would mean anything */
+      core_error_set(CORE_ERUNTIME, "checkpoint %s: the model's logit of token %d is %g after %d bytes (its "
+                     "weights have diverged); nothing to sample from", o->checkpoint, bad, (double)logits[bad], len);
+      fputc('\n', out);
+      free(seq), free(tok), free(logits);
+      return CORE_ERUNTIME;
+    }
     seq[len] = pick(logits, V, o->temperature, &r);
     fputc(seq[len], out);
   }

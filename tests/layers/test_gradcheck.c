@@ -297,6 +297,13 @@ Test(model, bad_models_name_the_layers) {
   bad_model("model = { vocab_size = 4; layers = ( { type = \"embedding\"; }, { type = \"lm_head\"; }, { type = \"cross_entropy\"; } ); };", "smaller than the data's vocabulary");
   bad_model("model = { layers = ( { type = \"embedding\"; }, { type = \"transformer_block\"; repeat = 0; } ); };", "repeat must be in");
   bad_model("model = { };", "model.layers is missing");
+  /* a loss in the middle: its backward would drop the gradient of the layers after it */
+  bad_model("model = { layers = ( { type = \"embedding\"; }, { type = \"lm_head\"; },\n{ type = \"cross_entropy\"; name = \"mid\"; },\n"
+            "{ type = \"linear\"; out = 16; }, { type = \"cross_entropy\"; } ); };",
+            "layer 'mid' (bad.cfg:2) is a cross_entropy before the last layer");
+  bad_model("model = { vocab_size = 16; d_model = 16; layers = ( { type = \"embedding\"; },\n"
+            "{ type = \"cross_entropy\"; name = \"a\"; }, { type = \"cross_entropy\"; } ); };",
+            "layer 'a' (bad.cfg:2) is a cross_entropy before the last layer");
 }
 
 Test(model, names_kept_and_built_once) {

@@ -88,3 +88,32 @@ Test(data, missing_or_short_files) {
   unlink(path), free(path);
   cr_assert_eq(pipe_data_open(&d, "/tmp", NULL, 0.1, 8), CORE_EINPUT);
 }
+
+/* A separate validation file: one too short for a sequence (or empty) is an error naming that
+ * file, not the training file, and is never silently dropped; and it must have the training
+ * file's format (bytes vs llm.c tokens), or the two splits would be tokenized differently. */
+Test(data, validation_file) {
+  char text[200];
+  for (int i = 0; i < 200; i++) text[i] = (char)('a' + i % 26);
+  char *train = write_tmp(text, sizeof text), *shortv = write_tmp("abcde", 5), *empty = write_tmp("", 0);
+  pipe_data d;
+  core_error_clear();
+  cr_assert_eq(pipe_data_open(&d, train, shortv, 0.1, 8), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), shortv) && strstr(core_error_msg(), "holds 5 tokens"), "%s", core_error_msg());
+  core_error_clear();
+  cr_assert_eq(pipe_data_open(&d, train, empty, 0.1, 8), CORE_EINPUT, "an empty validation file was accepted");
+  cr_assert(strstr(core_error_msg(), empty) && strstr(core_error_msg(), "holds 0 tokens"), "%s", core_error_msg());
+  unsigned char buf[1024 + 2 * 50] = {0};
+  int32_t hdr[3] = {20240520, 1, 50};
+  memcpy(buf, hdr, sizeof hdr);
+  char *tokens = write_tmp(buf, sizeof buf);
+  core_error_clear();
+  cr_assert_eq(pipe_data_open(&d, train, tokens, 0.1, 8), CORE_EINPUT, "text + token file accepted");
+  cr_assert(strstr(core_error_msg(), tokens) && strstr(core_error_msg(), "same format"), "%s", core_error_msg());
+  cr_assert_eq(pipe_data_open(&d, tokens, train, 0.1, 8), CORE_EINPUT, "token + text file accepted");
+  cr_assert_eq(pipe_data_open(&d, train, train, 0.1, 8), CORE_OK, "%s", core_error_msg()); /* still fine */
+  cr_assert_eq(d.n_val, 200);
+  pipe_data_free(&d);
+  unlink(train), unlink(shortv), unlink(empty), unlink(tokens);
+  free(train), free(shortv), free(empty), free(tokens);
+}

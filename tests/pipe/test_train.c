@@ -543,6 +543,13 @@ Test(train, bad_configs_name_the_line) {
              "--set pipeline.stages=1", "pipeline.boundaries[1] = 4294967298 is not a layer boundary in [0, 2] (/tmp/brigade_bad_");
   bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "train_micro_batch_size_per_gpu = 1048576;\ngradient_accumulation_steps = 4096;\n",
              "", "1048576 x gradient_accumulation_steps 4096 = 4294967296 sequences per replica, more than 2147483647 (/tmp/brigade_bad_");
+  /* B*T positions in one micro-batch are an int in the layers (2^32 wrapped to N = 0); before,
+   * this went on to allocate the activation slots (exit 1 here, out of memory; a wrapped N
+   * where the memory is there) */
+  bad_config("data = { path = \"data/kjv.txt\"; };\nmodel = { seq_len = 65536; layers = ( { type = \"embedding\"; }, "
+             "{ type = \"lm_head\"; }, { type = \"cross_entropy\"; } ); };\ntrain_micro_batch_size_per_gpu = 65536;\n",
+             "", "train_micro_batch_size_per_gpu 65536 x model.seq_len 65536 = 4294967296 positions per micro-batch, "
+             "more than 2147483647 (/tmp/brigade_bad_");
 }
 
 /* Greedy decoding written out here, apart from pipe/sample.c: the whole model, loss included, on
@@ -617,6 +624,30 @@ Test(train, sample_from_a_checkpoint, .timeout = 120) {
   cr_assert_eq(test_sh(cmd), 2);
   remove_tree(dir);
   unlink(out);
+}
+
+/* A checkpoint whose weights give NaN logits (written at step 1 of a run with lr 1e30, which
+ * then stops on its non-finite gradient norm): sampling is an error (exit 1) naming the
+ * checkpoint, greedy or not, where it printed NUL bytes (argmax over NaNs) or byte 255 (a NaN
+ * softmax falls through to the last token) and exited 0. */
+Test(train, sample_from_a_diverged_checkpoint_is_an_error, .timeout = 120) {
+  char dir[] = "/tmp/brigade_sample_XXXXXX", cmd[1024];
+  cr_assert(mkdtemp(dir));
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=3 "
+           "--set optimizer.params.lr=1e30 --set checkpoint.interval=1 --set checkpoint.dir=%s 1>&2", test_build_dir(), dir);
+  cr_assert_eq(test_sh(cmd), 1, "the run was meant to diverge after its first checkpoint");
+  const char *temps[] = {"0", "0.8", "1e300"};
+  for (int i = 0; i < 3; i++) {
+    char *out;
+    snprintf(cmd, sizeof cmd, "{ %s/brigade sample --checkpoint %s --prompt 'In the beginning' --tokens 5 "
+             "--temperature %s 2>&1 1>/dev/null; }", test_build_dir(), dir, temps[i]); /* stderr only */
+    int rc = test_capture(cmd, &out);
+    cr_expect_eq(rc, 1, "temperature %s: exit %d:\n%s", temps[i], rc, out);
+    cr_expect(strncmp(out, "brigade: error: ", 16) == 0 && strstr(out, dir) && strstr(out, "diverged"),
+              "temperature %s: %s", temps[i], out);
+    free(out);
+  }
+  remove_tree(dir);
 }
 
 /* ZeRO 0, 1, 2 with p=2, d=2 and p=1, d=4 give the single-process losses of the same global

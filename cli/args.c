@@ -20,7 +20,9 @@ int cli_parse_double(const char *flag, const char *text, double lo, double *out)
   char *end;
   errno = 0;
   double v = strtod(text, &end);
-  if (errno || end == text || *end || !isfinite(v) || v < lo)
+  /* ERANGE with a finite result is an underflow (1e-320 reads as itself, subnormal, or 0): a
+   * number; an overflow comes back as HUGE_VAL, which isfinite refuses */
+  if ((errno && errno != ERANGE) || end == text || *end || !isfinite(v) || v < lo)
     return core_error_set(CORE_EINPUT, "%s: '%s' is not a number >= %g", flag, text, lo);
   *out = v;
   return CORE_OK;

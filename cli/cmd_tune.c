@@ -33,7 +33,7 @@ static int parse_bytes(const char *flag, const char *text, double *out) {
       end++;
     }
   }
-  if (end == text || *end || !(v > 0) || v * mult > 1e18)
+  if (end == text || *end || !(v * mult >= 1) || v * mult > 1e18) /* whole bytes: 0.5 is no limit */
     return core_error_set(CORE_EINPUT, "%s: '%s' is not a positive byte count (e.g. 1000000, 512M, 80G)", flag, text);
   *out = v * mult;
   return CORE_OK;

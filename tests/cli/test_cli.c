@@ -186,6 +186,26 @@ Test(cli, bad_input_is_one_line_and_exit_2) {
   remove(csv);
 }
 
+/* Numbers at the ends of their range: an underflowing value (1e-320) is a number, as strtod
+ * reads it, not an error; a byte limit below one byte is refused as one, not rounded to 0. */
+Test(cli, numbers_at_the_ends_of_their_range) {
+  char *out;
+  int rc = brigade("sim --schedule 1f1b --stages 2 --microbatches 2 --comm 1e-320", &out);
+  cr_assert_eq(rc, 0, "--comm 1e-320 exited %d: %s", rc, out);
+  free(out);
+  rc = brigade("sim --schedule 1f1b --stages 2 --microbatches 2 --comm 1e999", &out);
+  cr_assert_eq(rc, 2, "--comm 1e999 (inf) exited %d: %s", rc, out);
+  free(out);
+  rc = brigade("tune configs/tiny.cfg --memory 0.5", &out);
+  cr_assert_eq(rc, 2);
+  cr_assert(strstr(out, "--memory: '0.5' is not a positive byte count"), "%s", out);
+  free(out);
+  rc = brigade("tune configs/tiny.cfg --memory 0.5K --top 1", &out); /* 512 bytes: a limit */
+  cr_assert_eq(rc, 2);
+  cr_assert(strstr(out, "no candidate fits in --memory 512 bytes"), "%s", out);
+  free(out);
+}
+
 /* `train` takes at most 256 --set options, in either spelling: the 257th --set=key=value is an
  * error, not a write past the end of the list. */
 Test(cli, train_too_many_set_equals_options) {

@@ -176,7 +176,8 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
     return core_error_prefix("data (%s)", w);
   }
   if (tr->cfg.eval_interval > 0 && tr->data.n_val == 0)
-    return core_error_set(CORE_EINPUT, "train.eval_interval is set but the data has no validation split (data.val_fraction = 0 and no data.val_path)");
+    return core_error_set(CORE_EINPUT, "train.eval_interval is set but the data has no validation split (data.val_fraction "
+                          "= %g leaves it no token of the %zu, and there is no data.val_path)", tr->cfg.val_fraction, tr->data.n);
   rc = layers_model_build(&tr->model, tr->cfg.cfg, tr->data.vocab);
   if (!rc) rc = cut_model(tr);
   if (!rc) rc = compile_programs(tr);

@@ -538,6 +538,9 @@ Test(train, bad_configs_name_the_line) {
   bad_config("data = {\n path = ; };\n", "", ":2: syntax error");
   bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "pipeline = {\n  boundaries = [0, 1, 2]; };\n",
              "--set pipeline.stages=1", "pipeline.boundaries are given, but pipeline.partition_method is 'parameters'");
+  /* a fraction too small for one token: the error says which fraction, not 0 */
+  bad_config("data = { path = \"data/kjv.txt\"; val_fraction = 1e-300; };\n" MODEL "train = { eval_interval = 1; };\n", "",
+             "data.val_fraction = 1e-300 leaves it no token of the 4404412");
   /* a 64-bit boundary that an int would read as 2, a valid cut */
   bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "pipeline = { partition_method = \"explicit\";\n  boundaries = [0L, 4294967298L]; };\n",
              "--set pipeline.stages=1", "pipeline.boundaries[1] = 4294967298 is not a layer boundary in [0, 2] (/tmp/brigade_bad_");

@@ -75,7 +75,8 @@ int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double 
   int rc = load_tokens(path, &d->tok, &d->n, &d->is_tokens, &d->vocab);
   if (rc) return rc;
   d->n_train = d->n;
-  if (val_path && *val_path) {
+  int val_file = val_path && *val_path; /* a separate validation file, else a fraction of path's */
+  if (val_file) {
     int vt, vv;
     rc = load_tokens(val_path, &d->val_tok, &d->n_val, &vt, &vv);
     if (rc) {
@@ -97,10 +98,10 @@ int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double 
   }
   size_t need = (size_t)seq_len + 1;
   /* a separate validation file must hold a sequence too (an empty one is no split at all) */
-  int val_short = val_path && *val_path ? d->n_val < need : d->n_val > 0 && d->n_val < need;
+  int val_short = val_file ? d->n_val < need : d->n_val > 0 && d->n_val < need;
   if (d->n_train < need || val_short) {
     size_t got = d->n_train < need ? d->n_train : d->n_val;
-    const char *which = d->n_train >= need && val_path && *val_path ? val_path : path;
+    const char *which = d->n_train >= need && val_file ? val_path : path;
     pipe_data_free(d);
     return core_error_set(CORE_EINPUT, "data file %s: a split holds %zu tokens, fewer than one "
                           "sequence of %d plus its target", which, got, seq_len);

@@ -32,6 +32,10 @@ typedef struct {
   char pipe_why[160];       /* why the transfers go through host copies over MPI */
 } trainer;
 
+/* The training program's micro-batch 0 on this replica, as a global micro-batch: data rank r
+ * draws micro-batches r*m .. r*m + m - 1 of the step's global batch. */
+static long train_mb0(const trainer *tr) { return (long)tr->topo.data * tr->cfg.m; }
+
 static int cut_model(trainer *tr) { return train_cut_model(&tr->cfg, &tr->model, &tr->bounds); }
 
 static float *grad_dest(void *z, size_t off, size_t n) { return zero_grad_dest(z, off, n); }
@@ -114,7 +118,7 @@ static int setup_runner(trainer *tr) {
   rn->precision = c->precision, rn->loss_scale = c->loss_scale, rn->dynamic_scale = c->dynamic_scale;
   rn->scale_window = c->scale_window, rn->hysteresis = rn->hyst_left = c->hysteresis, rn->min_scale = c->min_scale;
   if (!rc) rc = pipe_runner_init_master(rn);
-  pipe_runner_use(rn, &tr->prog, (long)tr->topo.data * c->m);
+  pipe_runner_use(rn, &tr->prog, train_mb0(tr));
   return rc;
 }
 
@@ -166,10 +170,7 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   if (rc) return rc;
   core_log_set_rank(world > 1 ? tr->topo.world_rank : -1);
   kernels_cpu_init(tr->cfg.threads);
-  int64_t T;
-  rc = core_config_get_int_range(tr->cfg.cfg, "model.seq_len", 64, 1, 1 << 16, &T);
-  if (rc) return rc;
-  rc = pipe_data_open(&tr->data, tr->cfg.data_path, tr->cfg.val_path, tr->cfg.val_fraction, (int)T);
+  rc = pipe_data_open(&tr->data, tr->cfg.data_path, tr->cfg.val_path, tr->cfg.val_fraction, tr->cfg.T);
   if (rc) {
     char w[256];
     core_config_where(tr->cfg.cfg, "data", -1, w, sizeof w);
@@ -208,7 +209,7 @@ static int evaluate(trainer *tr, double *val) {
   }
   if (!rc) *val = mean_loss(tr, tr->cfg.eval_batches); /* collective: not after a failed step */
   tr->rn.split = PIPE_TRAIN;
-  pipe_runner_use(&tr->rn, &tr->prog, (long)tr->topo.data * tr->cfg.m);
+  pipe_runner_use(&tr->rn, &tr->prog, train_mb0(tr));
   return rc;
 }
 

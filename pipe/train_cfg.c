@@ -228,13 +228,12 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
     rc = core_error_set(CORE_EINPUT, "train_micro_batch_size_per_gpu %d x gradient_accumulation_steps %d = %lld "
                         "sequences per replica, more than %d (%s)", t->B, t->m, (long long)t->B * t->m, INT_MAX, w);
   }
-  int T = 0;
-  if (!rc) rc = get_i(c, "model.seq_len", 64, 1, 1 << 16, &T);
-  if (!rc && (int64_t)t->B * T > INT_MAX) { /* a micro-batch's positions N = B*T are an int in every layer */
+  if (!rc) rc = get_i(c, "model.seq_len", 64, 1, 1 << 16, &t->T);
+  if (!rc && (int64_t)t->B * t->T > INT_MAX) { /* a micro-batch's positions N = B*T are an int in every layer */
     char w[256];
     core_config_where(c, "train_micro_batch_size_per_gpu", -1, w, sizeof w);
     rc = core_error_set(CORE_EINPUT, "train_micro_batch_size_per_gpu %d x model.seq_len %d = %lld positions per "
-                        "micro-batch, more than %d (%s)", t->B, T, (long long)t->B * T, INT_MAX, w);
+                        "micro-batch, more than %d (%s)", t->B, t->T, (long long)t->B * t->T, INT_MAX, w);
   }
   if (!rc) rc = get_i(c, "train.steps", 100, 0, PIPE_MAX_STEPS, &t->steps);
   if (!rc) rc = get_i(c, "steps_per_print", 10, 1, 1 << 30, &t->print_every);

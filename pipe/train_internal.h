@@ -12,6 +12,7 @@
 typedef struct {
   core_config *cfg;
   int B, m, d, steps, print_every, eval_interval, eval_batches, threads;
+  int T; /* model.seq_len, read here once: B*T is bounded with the batch keys */
   uint64_t seed;
   const char *data_path, *val_path, *backend;
   double val_fraction;

@@ -43,8 +43,8 @@ int viz_fwrite_trace(const sched_timeline *tl, FILE *f);
  * types and values out of range (rank >= p, chunk >= v, unknown op, end < start, ...). */
 int viz_read_trace(const char *path, sched_timeline *tl);
 
-/* SVG Gantt chart for a slide: one row per viz_rows row, rank 0 on top; a colour per compute kind (F blue, B green, I
- * orange, W purple; later chunks lighter when v > 1), micro-batch numbers in the boxes that fit
+/* SVG Gantt chart for a slide: one row per viz_rows row, rank 0 on top; a colour per compute
+ * kind (F blue, B green, I orange, W purple; later chunks lighter when v > 1), micro-batch numbers in the boxes that fit
  * them, tail ops (REDUCE_TIED_GRADS, REDUCE_GRADS, OPTIMIZER_STEP) grey, loads and transfers as
  * thin strips under their row, idle time as the empty row background; a time axis with round
  * ticks, a legend, a title with the schedule, p, v, m and the bubble rate in percent, and a
@@ -65,8 +65,8 @@ int viz_fwrite_svg(const sched_timeline *tl, FILE *f);
 void viz_write_ascii(const sched_timeline *tl, FILE *f, int width);
 
 /* The rows a chart draws, in rank order: one per rank that has events, and one for each run of
- * consecutive ranks that have none (a run of one rank is that rank's row, as before; a longer
- * run is one row, "ranks A-B", drawn as having no events). So a chart grows with the events, at
+ * consecutive ranks that have none (a run of one rank is that rank's own row; a longer run is
+ * one row, "ranks A-B", drawn as having no events). So a chart grows with the events, at
  * most 2n + 1 rows for n events, not with the rank count a trace claims: a trace of 2 events
  * that says p = 1000000 draws 3 rows. tl must pass viz_check. Returns the row count; *rows
  * (caller frees) gets each row's first and last rank. */

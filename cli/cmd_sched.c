@@ -13,7 +13,7 @@
 
 typedef struct {
   sched_shape shape;
-  int have_schedule, have_stages, have_mb, have_virtual, have_wlimit;
+  int have_schedule, have_stages, have_mb, have_virtual, have_wlimit, have_mem;
   const char *shape_flag, *cost_flag, *config_flag; /* the first given of each kind, for errors */
   const char *schedule_file;
   sched_costs costs;
@@ -58,6 +58,13 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     } else if (strcmp(a, "--max-pending-w") == 0) {
       if (!VALUE()) rc = cli_parse_int(a, val, 1, 1 << 20, &o->shape.max_pending_w);
       o->have_wlimit = 1;
+    } else if (strcmp(a, "--mem-limit") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 1, &o->shape.mem_limit);
+      o->have_mem = 1;
+    } else if (strcmp(a, "--w-stash") == 0) { /* compile too: zb-auto's budget counts it */
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.w_stash);
+      if (!rc && !(o->costs.w_stash > 0 && o->costs.w_stash <= 1))
+        rc = core_error_set(CORE_EINPUT, "--w-stash: '%s' is not a fraction in (0, 1]", val);
     } else if (strcmp(a, "--tied") == 0) {
       o->shape.tied = 1;
     } else if (strcmp(a, "--format") == 0 && !allow_sim) {
@@ -111,9 +118,11 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     if (rc) return rc;
     /* which way of running sim the flag belongs to: a shape, costs of a shape or file, a config */
     if (!o->shape_flag && (!strcmp(a, "--schedule") || !strcmp(a, "--stages") || !strcmp(a, "--virtual") ||
-                           !strcmp(a, "--microbatches") || !strcmp(a, "--max-pending-w") || !strcmp(a, "--tied")))
+                           !strcmp(a, "--microbatches") || !strcmp(a, "--max-pending-w") || !strcmp(a, "--tied") ||
+                           !strcmp(a, "--mem-limit")))
       o->shape_flag = a;
-    if (!o->cost_flag && (!strncmp(a, "--cost-", 7) || !strcmp(a, "--comm") || !strcmp(a, "--act-bytes")))
+    if (!o->cost_flag && (!strncmp(a, "--cost-", 7) || !strcmp(a, "--comm") || !strcmp(a, "--act-bytes") ||
+                           !strcmp(a, "--w-stash")))
       o->cost_flag = a;
     if (!o->config_flag && (!strcmp(a, "--set") || !strcmp(a, "--gflops") || !strcmp(a, "--dp") ||
                             !strcmp(a, "--dp-gbps")))
@@ -134,14 +143,13 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     return core_error_set(CORE_EINPUT, "%s applies to sim CONFIG (a training config), not to shape flags "
                                        "or a schedule file", o->config_flag);
   if (o->schedule_file) {
-    if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit || o->have_virtual)
+    if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit || o->have_virtual || o->have_mem)
       return core_error_set(CORE_EINPUT, "give either --schedule-file or the shape flags (--schedule, "
-                                         "--stages, --virtual, --microbatches, --max-pending-w), not both");
+                                         "--stages, --virtual, --microbatches, --max-pending-w, --mem-limit), not both");
     return CORE_OK;
   }
   /* a V has two chunks; interleaved needs at least two: default to 2 unless --virtual says */
-  if ((o->shape.family == SCHED_ZB_V || o->shape.family == SCHED_DUALPIPE_V || o->shape.family == SCHED_INTERLEAVED) &&
-      !o->have_virtual)
+  if ((sched_family_is_v(o->shape.family) || o->shape.family == SCHED_INTERLEAVED) && !o->have_virtual)
     o->shape.v = 2;
   if (!o->have_schedule || !o->have_stages || !o->have_mb)
     return core_error_set(CORE_EINPUT, "%s needs --schedule, --stages and --microbatches%s", argv[0],
@@ -192,30 +200,41 @@ int cli_compile(int argc, char **argv) {
   return rc ? fail() : 0;
 }
 
-static void print_json(const sched_program *pr, const sched_sim_result *res) {
+/* The family's memory cap in stage activations, or -1 where it has none (interleaved, files). */
+static double family_cap(const sched_program *pr, const sched_opts *o) {
+  sched_shape sh = o->shape;
+  sh.family = pr->family, sh.p = pr->p, sh.v = pr->v, sh.m = pr->m;
+  double cap = sched_memory_cap(&sh);
+  return cap < INFINITY ? cap : -1;
+}
+
+static void print_json(const sched_program *pr, const sched_sim_result *res, double cap) {
   printf("{\"schedule\":\"%s\",\"stages\":%d,\"virtual\":%d,\"microbatches\":%d,", 
          sched_family_name(pr->family), pr->p, pr->v, pr->m);
   printf("\"instructions\":%zu,\"makespan\":%.17g,\"bubble_rate\":%.17g,\"idle_fraction\":%.17g,",
          sched_program_count(pr), res->makespan, res->bubble_rate, res->idle_fraction);
+  if (cap >= 0) printf("\"memory_cap\":%.17g,", cap);
   printf("\"ranks\":[");
   for (int r = 0; r < res->p; r++) {
     const sched_rank_stats *s = &res->ranks[r];
     printf("%s{\"rank\":%d,\"busy\":%.17g,\"span\":%.17g,\"idle\":%.17g,\"peak_activations\":%d,"
-           "\"peak_activation_bytes\":%.17g,\"slots\":%d}",
-           r ? "," : "", r, s->busy, s->span, s->idle, s->peak_activations, s->peak_bytes,
+           "\"peak_memory\":%.17g,\"peak_activation_bytes\":%.17g,\"slots\":%d}",
+           r ? "," : "", r, s->busy, s->span, s->idle, s->peak_activations, s->peak_memory, s->peak_bytes,
            pr->nslots[r]);
   }
   printf("]}\n");
 }
 
-static void print_table(const sched_program *pr, const sched_sim_result *res) {
+static void print_table(const sched_program *pr, const sched_sim_result *res, double cap) {
   printf("%s  p=%d v=%d m=%d  makespan %.6g  bubble rate %.2f%%  idle fraction %.2f%%\n",
          sched_family_name(pr->family), pr->p, pr->v, pr->m, res->makespan,
          100 * res->bubble_rate, 100 * res->idle_fraction);
-  printf("%6s %12s %12s %12s %8s\n", "rank", "busy", "span", "idle", "peak_act");
+  if (cap >= 0) printf("memory cap %.4g stage activations per rank (peak_mem below is in the same unit)\n", cap);
+  printf("%6s %12s %12s %12s %8s %9s\n", "rank", "busy", "span", "idle", "peak_act", "peak_mem");
   for (int r = 0; r < res->p; r++) {
     const sched_rank_stats *s = &res->ranks[r];
-    printf("%6d %12.6g %12.6g %12.6g %8d\n", r, s->busy, s->span, s->idle, s->peak_activations);
+    printf("%6d %12.6g %12.6g %12.6g %8d %9.4g\n", r, s->busy, s->span, s->idle, s->peak_activations,
+           s->peak_memory);
   }
 }
 
@@ -248,8 +267,9 @@ int cli_sim(int argc, char **argv) {
   sched_sim_result res;
   int rc = sched_simulate(&pr, &o.costs, &res, &tl);
   if (!rc) {
-    if (o.json) print_json(&pr, &res);
-    else print_table(&pr, &res);
+    double cap = o.config || o.schedule_file ? -1 : family_cap(&pr, &o);
+    if (o.json) print_json(&pr, &res, cap);
+    else print_table(&pr, &res, cap);
     if (o.ascii) viz_write_ascii(&tl, o.json ? stderr : stdout, 100);
     if (o.trace) rc = viz_write_trace(&tl, o.trace);
     if (!rc && o.svg) rc = viz_write_svg(&tl, o.svg);

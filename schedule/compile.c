@@ -1,5 +1,6 @@
 /* schedule/compile.c: compute orders (which F and B each rank runs, in which order).
  * Transfers, loads and buffer slots are added by schedule/lower.c. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "core/error.h"
@@ -144,9 +145,19 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
   if (sh->v < 1) return core_error_set(CORE_EINPUT, "--virtual must be >= 1 (got %d)", sh->v);
   if (sh->max_pending_w < 0)
     return core_error_set(CORE_EINPUT, "--max-pending-w must be >= 1, or 0 for the default (got %d)", sh->max_pending_w);
-  if (sh->max_pending_w > 0 && sh->family != SCHED_ZB_H1 && sh->family != SCHED_ZB_H2 && sh->family != SCHED_ZB_V)
-    return core_error_set(CORE_EINPUT, "--max-pending-w applies to zb-h1, zb-h2 and zb-v (not %s)",
-                          sched_family_name(sh->family));
+  if (sh->max_pending_w > 0 && !sched_family_is_zb(sh->family))
+    return core_error_set(CORE_EINPUT, "--max-pending-w applies to zb-h1, zb-h2, zb-auto, zb-v and the v-* "
+                          "schedules (not %s)", sched_family_name(sh->family));
+  if (!(sh->mem_limit >= 0) || sh->mem_limit > 1e9)
+    return core_error_set(CORE_EINPUT, "--mem-limit must be a number of stage activations >= 1 (got %g)", sh->mem_limit);
+  if (sh->mem_limit > 0 && sh->family != SCHED_ZB_AUTO)
+    return core_error_set(CORE_EINPUT, "--mem-limit applies to zb-auto (not %s, whose memory is fixed: %g "
+                          "stage activations)", sched_family_name(sh->family), sched_memory_cap(sh));
+  if (sh->family == SCHED_ZB_AUTO && sh->mem_limit > 0 && sh->mem_limit < 1)
+    return core_error_set(CORE_EINPUT, "--mem-limit %g holds less than one micro-batch's activations (give >= 1)",
+                          sh->mem_limit);
+  if (!(costs->w_stash >= 0 && costs->w_stash <= 1))
+    return core_error_set(CORE_EINPUT, "--w-stash must be a fraction in (0, 1] (got %g)", costs->w_stash);
   switch (sh->family) {
   case SCHED_GPIPE:
   case SCHED_1F1B:
@@ -158,14 +169,18 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
     break;
   case SCHED_ZB_H1:
   case SCHED_ZB_H2:
+  case SCHED_ZB_AUTO:
     if (sh->v != 1)
       return core_error_set(CORE_EINPUT, "schedule %s runs one chunk per rank (got --virtual %d)",
                             sched_family_name(sh->family), sh->v);
     break;
   case SCHED_ZB_V:
+  case SCHED_V_ZB:
+  case SCHED_V_HALF:
+  case SCHED_V_MIN:
     if (sh->v != 2)
-      return core_error_set(CORE_EINPUT, "schedule zb-v runs two chunks per rank in a V (give "
-                            "--virtual 2, got %d)", sh->v);
+      return core_error_set(CORE_EINPUT, "schedule %s runs two chunks per rank in a V (give "
+                            "--virtual 2, got %d)", sched_family_name(sh->family), sh->v);
     break;
   case SCHED_DUALPIPE_V:
     if (sh->v != 2)
@@ -188,7 +203,7 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
   if (rc) return rc;
   /* the V placement: chunk 0 of rank r is stage r, chunk 1 is stage 2p-1-r */
   int *vshape = NULL;
-  if (sh->family == SCHED_ZB_V || sh->family == SCHED_DUALPIPE_V) {
+  if (sched_family_is_v(sh->family)) {
     vshape = core_malloc(sizeof(int) * 2 * (size_t)sh->p);
     for (int r = 0; r < sh->p; r++) vshape[2 * r] = r, vshape[2 * r + 1] = 2 * sh->p - 1 - r;
   }
@@ -196,13 +211,15 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
   free(vshape);
   if (rc) return rc;
   out->tied = sh->tied;
+  double cap = sched_memory_cap(sh);
+  out->mem_cap = cap < INFINITY ? cap : 0;
   switch (sh->family) {
   case SCHED_GPIPE: compile_gpipe(out); break;
   case SCHED_1F1B: compile_1f1b(out); break;
   case SCHED_INTERLEAVED: compile_interleaved(out); break;
   case SCHED_INFERENCE: compile_inference(out); break;
   case SCHED_DUALPIPE_V: compile_dualpipev(out); break;
-  default: rc = sched_compile_zb(out, costs, sh->max_pending_w); break; /* zb-h1, zb-h2, zb-v */
+  default: rc = sched_compile_zb(out, sh, costs); break; /* zb-h1, zb-h2, zb-auto, zb-v, v-* */
   }
   if (rc) sched_program_free(out);
   return rc;

@@ -23,8 +23,13 @@ int sched_check_compute(const sched_program *pr);
 /* Readable excerpt of rank r's stream around instruction i (multi-line, into buf). */
 void sched_excerpt(const sched_program *pr, int r, int i, char *buf, size_t n);
 
-/* Zero-bubble families (zb.c): fills pr's streams by list scheduling under the costs;
- * max_pending_w > 0 replaces the default limit on pending W's per rank. */
-int sched_compile_zb(sched_program *pr, const sched_costs *costs, int max_pending_w);
+/* Zero-bubble and V families (zb.c): fills pr's streams by list scheduling under the costs and
+ * the family's memory cap; sh->max_pending_w > 0 also bounds the pending W's per rank. */
+int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs);
+
+/* Memory of rank r's stream, in stages' activations: the peak (sim's peak_memory) and the slot
+ * count (peak_activations), by the rule of sched_rank_stats.peak_memory. Works on compute-only and
+ * full programs. */
+void sched_stream_memory(const sched_program *pr, int r, double w_stash, double *peak_mem, int *peak_slots);
 
 #endif

@@ -13,7 +13,8 @@ static const char *const op_names[SCHED_OP_COUNT] = {
 };
 
 static const char *const family_names[SCHED_FAMILY_COUNT] = {"gpipe", "1f1b", "interleaved",
-                                                             "zb-h1", "zb-h2", "zb-v", "dualpipev", "inference", "custom"};
+                                                             "zb-h1", "zb-h2", "zb-v", "dualpipev", "zb-auto", "v-min", "v-half", "v-zb",
+                                                             "inference", "custom"};
 
 const char *sched_op_name(sched_op op) { return op < SCHED_OP_COUNT ? op_names[op] : "?"; }
 
@@ -33,13 +34,23 @@ const char *sched_family_name(sched_family f) {
   return f < SCHED_FAMILY_COUNT ? family_names[f] : "?";
 }
 
+int sched_family_is_v(sched_family f) {
+  return f == SCHED_ZB_V || f == SCHED_DUALPIPE_V || f == SCHED_V_MIN || f == SCHED_V_HALF || f == SCHED_V_ZB;
+}
+
+int sched_family_is_zb(sched_family f) {
+  return f == SCHED_ZB_H1 || f == SCHED_ZB_H2 || f == SCHED_ZB_AUTO || f == SCHED_ZB_V || f == SCHED_V_MIN ||
+         f == SCHED_V_HALF || f == SCHED_V_ZB;
+}
+
 int sched_family_parse(const char *name, sched_family *out) {
   for (int f = 0; f < SCHED_CUSTOM; f++)
     if (strcmp(name, family_names[f]) == 0) {
       *out = (sched_family)f;
       return CORE_OK;
     }
-  return core_error_set(CORE_EINPUT, "unknown schedule '%s' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev or inference)",
+  return core_error_set(CORE_EINPUT, "unknown schedule '%s' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-auto, zb-v, v-zb, "
+                        "v-half, v-min, dualpipev or inference)",
                         name);
 }
 

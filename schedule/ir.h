@@ -43,6 +43,10 @@ typedef enum {
   SCHED_ZB_H2, /* zero-bubble, about twice 1F1B's memory */
   SCHED_ZB_V,  /* zero-bubble, two chunks per rank in a V, 1F1B's memory */
   SCHED_DUALPIPE_V, /* DeepSeek's DualPipe cut in half (DualPipeV): the V of zb-v, a fixed order */
+  SCHED_ZB_AUTO,    /* zero-bubble under a memory limit (the paper's automatic scheduler) */
+  SCHED_V_MIN,      /* V shape, memory floor((p+4)/3) stages' activations */
+  SCHED_V_HALF,     /* V shape, memory floor((p+2)/2) */
+  SCHED_V_ZB,       /* V shape, memory p, zero bubble at equal costs (zb-v's algorithm) */
   SCHED_INFERENCE, /* forward only (evaluation): every rank runs its F's in micro-batch order */
   SCHED_CUSTOM, /* imported from a schedule file */
   SCHED_FAMILY_COUNT
@@ -62,6 +66,9 @@ typedef struct {
   int *rank_of;      /* [p*v]: rank of virtual stage s */
   int *chunk_of;     /* [p*v]: chunk of virtual stage s on its rank */
   int *nslots;       /* [p]: activation slots each rank allocates (0 until lowered) */
+  /* the family's memory promise per rank, in stages' activations (sched_memory_cap), which
+   * lowering keeps; 0 = none (interleaved, dualpipev, inference, imported orders) */
+  double mem_cap;
   sched_stream *streams; /* [p] */
 } sched_program;
 
@@ -69,6 +76,10 @@ const char *sched_op_name(sched_op op);        /* "FORWARD", ... */
 char sched_op_letter(sched_op op);             /* 'F', 'B', 'I', 'W' for compute, 0 otherwise */
 int sched_op_is_compute(sched_op op);          /* F, B, I, W */
 const char *sched_family_name(sched_family f); /* "gpipe", "1f1b", "interleaved", "custom" */
+/* zb-v, dualpipev, v-min, v-half, v-zb: two chunks per rank, chunk 1 of rank r is stage 2p-1-r */
+int sched_family_is_v(sched_family f);
+/* the families zb.c list-schedules: zb-h1, zb-h2, zb-auto, zb-v and the v-* ones */
+int sched_family_is_zb(sched_family f);
 int sched_family_parse(const char *name, sched_family *out); /* CORE_EINPUT on unknown name */
 
 /* A program with empty streams and the given placement (NULL stage_of: c*p + r). */

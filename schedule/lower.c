@@ -235,6 +235,7 @@ typedef struct {
   double clock;          /* when the simulator gets to that end */
   int *pend, npend, cap; /* produced transfers this rank sends or receives (some done) */
   int held, held_slot;   /* produced, not sent: all, and those whose SEND frees a slot */
+  int *early, nearly, capearly; /* consumers (compute indices >= g) of activations received early */
 } lrank;
 
 typedef struct {
@@ -254,6 +255,14 @@ typedef struct {
   lrank *rk;
   int *queue, *queued, qh, qt;
   double tol; /* times closer than this are equal (rounding) */
+  /* memory (see mem_fits): [rank][compute index] what the compute order holds at each op, in
+   * chunk slots weighted (mem) and counted (slots); [rank] its peaks; [rank][compute index] the
+   * index of the last compute op of that op's (chunk, micro-batch) */
+  double **amem, *pmem, ws, meps;
+  int **aslot, *pslot, **lastc;
+  int guard;            /* the family promises a memory cap: the bounds below hold */
+  double *bmem;         /* [rank] what the full program may hold: the larger of the compute */
+  int *bslot;           /* order's peak and the family's cap */
 } build;
 
 static void wake(build *bd, int r) {
@@ -412,6 +421,58 @@ static int early_activation(const build *bd, const xfer *x) {
   return x->kind == 1 && (bd->rk[x->b].held_slot > 0 || bd->rk[x->b].g < x->ic);
 }
 
+/* ---- memory: lowering never raises a rank's peak above its compute order's ----
+ * The compute order holds, at each of its ops, the (chunk, micro-batch) pairs from their F to
+ * their last backward op (weighted 1 until I, w_stash after, by sched_stream_memory's rule). The
+ * full program holds more in two ways only: an activation received before its consumer's gap
+ * (live from its RECV on), and a pair whose last compute op has run but whose SEND (a gradient,
+ * or an activation in a forward-only program) has not. An activation's commit and a compute op's
+ * append are allowed only while what the rank then holds stays within its compute order's peak,
+ * in weighted memory and in slots. Neither guard can stop the build: a held send can always be
+ * committed (its receiver cannot have passed its consumer) and then an activation received at its
+ * consumer's gap holds exactly what the compute order holds at that F. */
+
+/* What rank r holds beyond the compute order at its gap: sends of pairs it has finished. */
+static void held_extra(const build *bd, int r, double *mem, int *slots) {
+  const lrank *k = &bd->rk[r];
+  const sched_program *pr = bd->fl->pr;
+  *mem = 0, *slots = 0;
+  for (int i = 0; i < k->npend; i++) {
+    const xfer *z = &bd->x[k->pend[i]];
+    if (z->done || z->a != r) continue;
+    int last = bd->lastc[r][z->ip];
+    if (last >= k->g) continue; /* its pair is live in the compute order too */
+    int w = pr->streams[r].ins[last].op == SCHED_BACKWARD_WEIGHT;
+    *mem += w ? bd->ws : 1, *slots += 1;
+  }
+}
+
+/* Whether rank r, holding `add` more pairs from its gap up to compute op `upto` (inclusive; the
+ * pairs' consumers come later), stays within its peak at each op from its gap to `upto`. */
+static int mem_fits(const build *bd, int r, int upto, int add) {
+  const lrank *k = &bd->rk[r];
+  double hm;
+  int hs;
+  held_extra(bd, r, &hm, &hs);
+  for (int i = k->g; i <= upto; i++) {
+    int e = 0;
+    for (int q = 0; q < k->nearly; q++) e += k->early[q] > i;
+    if (i > k->g) hm = 0, hs = 0; /* held sends go before the rank gets there, or advance waits */
+    double m = bd->amem[r][i] + e + hm + (i < upto ? add : 0);
+    int sl = bd->aslot[r][i] + e + hs + (i < upto ? add : 0);
+    if (m > bd->bmem[r] + bd->meps || sl > bd->bslot[r]) return 0;
+  }
+  return 1;
+}
+
+/* Whether committing x keeps its receiver within its peak (a gradient's slot is live anyway). */
+static int commit_fits(const build *bd, const xfer *x) {
+  if (x->kind == 0 || !bd->guard) return 1;
+  return mem_fits(bd, x->b, x->ic, 1);
+}
+
+static int advance_fits(const build *bd, int r) { return !bd->guard || mem_fits(bd, r, bd->rk[r].g, 0); }
+
 static void commit(build *bd, xfer *x) {
   const sched_program *pr = bd->fl->pr;
   lrank *B = &bd->rk[x->b];
@@ -424,6 +485,13 @@ static void commit(build *bd, xfer *x) {
   x->arr = bd->rk[x->a].clock + bd->fl->costs.comm;
   if (x->arr > B->clock) B->clock = x->arr;
   x->done = 1;
+  if (x->kind == 1 && x->ic > B->g) {
+    if (B->nearly == B->capearly) {
+      B->capearly = B->capearly ? 2 * B->capearly : 8;
+      B->early = core_realloc(B->early, sizeof(int) * (size_t)B->capearly);
+    }
+    B->early[B->nearly++] = x->ic;
+  }
   bd->rk[x->a].held--, bd->rk[x->a].held_slot -= frees_slot(bd, x);
   wake(bd, x->a), wake(bd, x->b);
 }
@@ -443,6 +511,8 @@ static void advance(build *bd, int r) {
     sched_push(bd->out, r, ld);
   }
   sched_push(bd->out, r, in);
+  for (int q = 0; q < k->nearly; q++)
+    if (k->early[q] <= k->g) k->early[q--] = k->early[--k->nearly];
   bd->start[r][k->g] = k->clock;
   k->clock += op_cost_at(bd, r, k->g);
   int x = bd->prod[r][k->g++];
@@ -476,11 +546,11 @@ static void settle(build *bd, int r) {
     moved = 0;
     for (int i = 0; i < k->npend; i++) {
       xfer *x = &bd->x[k->pend[i]];
-      if (x->done || (early_activation(bd, x) && !mutual_wait(bd, x))) continue;
+      if (x->done || (early_activation(bd, x) && !mutual_wait(bd, x)) || !commit_fits(bd, x)) continue;
       if (commit_delay(bd, x) <= bd->tol) commit(bd, x), moved = 1;
     }
     pend_compact(bd, k);
-    if (!k->held && can_advance(bd, r)) advance(bd, r), moved = 1;
+    if (!k->held && can_advance(bd, r) && advance_fits(bd, r)) advance(bd, r), moved = 1;
   }
 }
 
@@ -497,14 +567,14 @@ static double force(build *bd) {
   for (int r = 0; r < pr->p; r++)
     for (int i = 0; i < bd->rk[r].npend; i++) {
       const xfer *x = &bd->x[bd->rk[r].pend[i]];
-      if (x->done || x->a != r) continue;
+      if (x->done || x->a != r || !commit_fits(bd, x)) continue;
       h = commit_delay(bd, x);
       int ext = early_activation(bd, x) ? x->ic - bd->rk[x->b].g + 1 : 0; /* ops its slot gets */
       if (h < best - bd->tol || (h < best + bd->tol && ext < bext))
         best = h, bx = bd->rk[r].pend[i], bext = ext;
     }
   for (int r = 0; r < pr->p; r++)
-    if (can_advance(bd, r) && (h = advance_delay(bd, r)) < best - bd->tol)
+    if (can_advance(bd, r) && advance_fits(bd, r) && (h = advance_delay(bd, r)) < best - bd->tol)
       best = h, br = r, bx = -1;
   if (bx >= 0) commit(bd, &bd->x[bx]);
   else if (br >= 0) advance(bd, br);
@@ -601,6 +671,48 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
     if (len > 0 && fl->end[r][len - 1] > span) span = fl->end[r][len - 1];
   }
   bd->tol = 1e-12 * (1 + span);
+  bd->ws = sched_w_stash(&fl->costs);
+  bd->meps = 1e-9 * (1 + pr->v * (double)pr->m);
+  bd->amem = core_calloc(p, sizeof(double *)), bd->aslot = core_calloc(p, sizeof(int *));
+  bd->lastc = core_calloc(p, sizeof(int *));
+  bd->pmem = core_calloc(p, sizeof(double)), bd->pslot = core_calloc(p, sizeof(int));
+  int keys = pr->v * pr->m;
+  int *lastk = core_malloc(sizeof(int) * (size_t)keys);
+  unsigned char *state = core_malloc((size_t)keys);
+  for (int r = 0; r < pr->p; r++) {
+    const sched_stream *st = &pr->streams[r];
+    size_t len = (size_t)st->len;
+    bd->amem[r] = core_malloc(sizeof(double) * (len + 1));
+    bd->aslot[r] = core_malloc(sizeof(int) * (len + 1));
+    bd->lastc[r] = core_malloc(sizeof(int) * (len + 1));
+    memset(state, 0, (size_t)keys);
+    for (int i = 0; i < st->len; i++) lastk[st->ins[i].chunk * pr->m + st->ins[i].mb] = i;
+    double mem = 0;
+    int slots = 0;
+    for (int i = 0; i < st->len; i++) { /* sched_stream_memory's rule, at each op */
+      const sched_instr *in = &st->ins[i];
+      int k = in->chunk * pr->m + in->mb;
+      bd->lastc[r][i] = lastk[k];
+      if (state[k] == 0) state[k] = 1, mem += 1, slots++;
+      bd->amem[r][i] = mem, bd->aslot[r][i] = slots;
+      if (mem > bd->pmem[r]) bd->pmem[r] = mem;
+      if (slots > bd->pslot[r]) bd->pslot[r] = slots;
+      if (in->op == SCHED_BACKWARD_INPUT && state[k] == 1) state[k] = 2, mem -= 1 - bd->ws;
+      if (lastk[k] == i) mem -= state[k] == 1 ? 1 : bd->ws, slots--, state[k] = 3;
+    }
+  }
+  free(lastk), free(state);
+  /* The bound: a program with a memory promise (mem_cap, set by the compiler) holds it; where
+   * the compute order stays below the promise (1f1b's ranks after the first, zb-v's), an
+   * activation may be received early up to it, which hides the latency. Programs without one
+   * (interleaved, dualpipev, inference, imported orders) are lowered for time alone. */
+  bd->guard = pr->mem_cap > 0;
+  bd->bmem = core_calloc(p, sizeof(double)), bd->bslot = core_calloc(p, sizeof(int));
+  double cap = pr->mem_cap * pr->v; /* chunk slots */
+  for (int r = 0; r < pr->p; r++) {
+    bd->bmem[r] = bd->pmem[r] > cap ? bd->pmem[r] : cap;
+    bd->bslot[r] = bd->pslot[r] > (int)(cap + 1e-9) ? bd->pslot[r] : (int)(cap + 1e-9);
+  }
   bd->rk = core_calloc(p, sizeof(lrank));
   bd->queue = core_malloc(sizeof(int) * p);
   bd->queued = core_calloc(p, sizeof(int));
@@ -610,8 +722,10 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
 static void build_free(build *bd) {
   for (int r = 0; r < bd->out->p; r++) {
     free(bd->prod[r]), free(bd->cons[r]), free(bd->local[r]);
-    free(bd->start[r]), free(bd->stamp[r]), free(bd->rk[r].pend);
+    free(bd->start[r]), free(bd->stamp[r]), free(bd->rk[r].pend), free(bd->rk[r].early);
+    free(bd->amem[r]), free(bd->aslot[r]), free(bd->lastc[r]);
   }
+  free(bd->amem), free(bd->aslot), free(bd->lastc), free(bd->pmem), free(bd->pslot), free(bd->bmem), free(bd->bslot);
   free(bd->prod), free(bd->cons), free(bd->local), free(bd->start), free(bd->stamp), free(bd->rk);
   free(bd->x), free(bd->stack), free(bd->queue), free(bd->queued);
 }
@@ -677,6 +791,7 @@ int sched_lower(const sched_program *compute, const sched_costs *costs, sched_pr
   }
   out->tied = compute->tied;
   out->forward_only = compute->forward_only;
+  out->mem_cap = compute->mem_cap;
   build bd;
   build_init(&bd, &fl, out);
   rc = build_run(&bd);

@@ -21,6 +21,9 @@ typedef struct {
   /* zero-bubble families: at most this many W's pending (I done, W not yet) per rank, which
    * bounds the slots a rank holds; 0 = the family's default (zb.c). Other families: must be 0. */
   int max_pending_w;
+  /* zb-auto: memory limit per rank in units of one stage's full activations (M_B: a chunk's open
+   * forward counts 1/v, a pending W w_stash/v); 0 = p, 1F1B's. Other families: must be 0. */
+  double mem_limit;
 } sched_shape;
 
 /* Cost model: times of one op of one chunk (one virtual stage) on one micro-batch. A full
@@ -32,11 +35,21 @@ typedef struct {
   double reduce;    /* REDUCE_GRADS */
   double step;      /* OPTIMIZER_STEP */
   double act_bytes; /* bytes of one activation slot (memory model); 0 = not known */
+  /* memory model: the part of a chunk's activations a pending W still holds once its I has run
+   * (each linear's input and output gradient), as a fraction in (0, 1]; 0 = the whole slot */
+  double w_stash;
   /* data-parallel gradient traffic a weight gradient waits for, added to each BACKWARD and
    * BACKWARD_WEIGHT: ZeRO-2's per-micro-batch reduce-scatter when it is not overlapped */
   double dp_w;
   const double *stage_f, *stage_b, *stage_w, *stage_dp_w;
 } sched_costs;
+
+/* A family's memory cap per rank in stages' activations (M_B), what sim's peak_memory stays
+ * within: gpipe m, 1f1b and zb-h1 p, zb-h2 2p - 1, zb-v and v-zb p, v-half floor((p+2)/2),
+ * v-min floor((p+4)/3), zb-auto its mem_limit; INFINITY for the others. */
+double sched_memory_cap(const sched_shape *sh);
+/* costs->w_stash, or 1 when it is 0 */
+double sched_w_stash(const sched_costs *c);
 
 /* Unit costs F = B = W = 1, everything else 0. */
 sched_costs sched_costs_unit(void);
@@ -54,6 +67,9 @@ typedef struct {
   double start, end;
   int peak_activations; /* live (chunk, micro-batch) activation slots at once */
   double peak_bytes;    /* peak_activations * act_bytes */
+  /* peak activation memory in stages' full activations (M_B): a (chunk, micro-batch) counts 1/v
+   * from its first instruction to its I or B, w_stash/v from its I to its last instruction */
+  double peak_memory;
 } sched_rank_stats;
 
 typedef struct {

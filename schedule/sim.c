@@ -116,24 +116,27 @@ static int run(simstate *sm) {
   return CORE_OK;
 }
 
-/* Peak number of (chunk, micro-batch) pairs live at once on rank r. */
-static int peak_live(const sched_program *pr, int r) {
+void sched_stream_memory(const sched_program *pr, int r, double w_stash, double *peak_mem, int *peak_slots) {
   const sched_stream *st = &pr->streams[r];
-  int keys = pr->v * pr->m, live = 0, peak = 0;
+  int keys = pr->v * pr->m, slots = 0;
+  double mem = 0, unit = 1.0 / pr->v;
   int *last = core_malloc(sizeof(int) * (size_t)keys);
-  unsigned char *seen = core_calloc((size_t)keys, 1);
+  unsigned char *state = core_calloc((size_t)keys, 1); /* 0 not yet, 1 whole, 2 W stash, 3 gone */
   for (int k = 0; k < keys; k++) last[k] = -1;
   for (int i = 0; i < st->len; i++)
     if (st->ins[i].op <= SCHED_RECV_GRAD) last[st->ins[i].chunk * pr->m + st->ins[i].mb] = i;
+  *peak_mem = 0, *peak_slots = 0;
   for (int i = 0; i < st->len; i++) {
-    if (st->ins[i].op > SCHED_RECV_GRAD) continue;
-    int k = st->ins[i].chunk * pr->m + st->ins[i].mb;
-    if (!seen[k]) seen[k] = 1, live++;
-    if (live > peak) peak = live;
-    if (last[k] == i) live--;
+    const sched_instr *in = &st->ins[i];
+    if (in->op > SCHED_RECV_GRAD) continue;
+    int k = in->chunk * pr->m + in->mb;
+    if (state[k] == 0) state[k] = 1, slots++, mem += unit;
+    if (mem > *peak_mem) *peak_mem = mem;
+    if (slots > *peak_slots) *peak_slots = slots;
+    if (in->op == SCHED_BACKWARD_INPUT && state[k] == 1) state[k] = 2, mem -= unit * (1 - w_stash);
+    if (last[k] == i) mem -= state[k] == 1 ? unit : unit * w_stash, slots--, state[k] = 3;
   }
-  free(last), free(seen);
-  return peak;
+  free(last), free(state);
 }
 
 static void compute_stats(simstate *sm, sched_sim_result *res) {
@@ -148,7 +151,7 @@ static void compute_stats(simstate *sm, sched_sim_result *res) {
     rs->end = sm->lo[r] <= sm->hi[r] ? sm->hi[r] : 0;
     rs->span = rs->end - rs->start;
     rs->idle = rs->span - rs->busy;
-    rs->peak_activations = peak_live(pr, r);
+    sched_stream_memory(pr, r, sched_w_stash(sm->c), &rs->peak_memory, &rs->peak_activations);
     rs->peak_bytes = rs->peak_activations * sm->c->act_bytes;
     sumbusy += rs->busy;
     if (rs->span > maxspan) maxspan = rs->span;

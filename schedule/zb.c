@@ -1,26 +1,41 @@
-/* schedule/zb.c: zero-bubble compute orders (Qi et al., arXiv 2401.10241).
+/* schedule/zb.c: list-scheduled compute orders with split backward (Qi et al., "Zero Bubble
+ * Pipeline Parallelism", arXiv 2401.10241, and "Pipeline Parallelism with Controllable Memory",
+ * arXiv 2405.15362): zb-h1, zb-h2, zb-auto (one chunk per rank), zb-v / v-zb, v-half, v-min (two
+ * chunks per rank in a V).
  *
- * Backward is split into I (input gradient, on the critical path) and W (weight gradient, free
- * to wait). The order is built by list scheduling under the cost model: whenever a rank is
- * free it runs, in this priority,
- *   1. an I whose output gradient has arrived (keeps the critical path moving),
- *   2. an F whose input has arrived, if the rank's memory allows another micro-batch,
- *   3. the oldest pending W (fills what would be a bubble, and frees memory),
- * and otherwise waits for the next arrival; a W goes first when too many are pending. Within a
- * chunk, F's and I's run in micro-batch order; between chunks the later virtual stage goes
- * first (it finishes micro-batches sooner and frees their memory).
+ * Backward is split into I (input gradient, on the critical path) and W (weight gradient, free to
+ * wait). Each rank has ONE memory budget, in units of one chunk's activations (a chunk slot; a
+ * stage's full activations M_B are v chunk slots): its open forwards (F run, I not yet) count 1
+ * each, its pending W's (I run, W not yet) count w_stash each, the part of a slot that W still
+ * needs (sched_costs.w_stash, 1 unless the memory model says less). The budget is the family's
+ * cap (sched_memory_cap): zb-h1 p M_B with at most 1F1B's p - r open forwards on rank r (so rank r
+ * may keep r W's pending beside them), zb-h2 2p - 1 M_B with at most 2(p - r) - 1 open forwards,
+ * zb-auto the user's --mem-limit, zb-v / v-zb p, v-half floor((p+2)/2), v-min floor((p+4)/3).
  *
- * Two limits set the memory, counted in chunk-stashes. Between F and I a micro-batch holds its
- * whole stash: zb-h1 allows 1F1B's min(p-r, m), zb-h2 2(p-r)-1, zb-v 2p (two half-size chunks
- * per rank: 1F1B's memory, the same on every rank). Between I and W it holds only what W needs
- * (layer inputs and output gradients of the matmuls): up to the first limit plus p-1 (zb-h1,
- * enough to fill the p-1 gaps of the drain) or 2(p-1) (zb-h2, zb-v) more. Under a latency,
- * zb-v's chunk 0 keeps r + 1 of rank r's 2p for chunk 1 (f_limit): chunk 0's forwards are ready
- * first and would otherwise fill every rank, leaving the chunk-1 forwards that carry the V on to
- * its backwards stuck at the limit (p=16, m=64, unit costs, comm 0.25: a step of 931.5 where
- * comm 0 gives 399, and a rank with 62 stashes open once the limit gave way; now 413.75, 32).
- * With F = B = W this gives the paper's bubbles: zb-h1 (p-1)(F+B-W), a third of 1F1B's, and
- * zb-h2 (p-1)(F+B-2W) = 0 once m fills the warm-up; see tests/schedule/test_zb.c. */
+ * Whenever a rank is free it takes, in this order:
+ *   1. its oldest W, if it holds the user's --max-pending-w of them;
+ *   2. an I whose output gradient has arrived (the critical path; later stage first);
+ *   3. an F whose input has arrived and that fits the budget (later stage first: in a V, chunk 1
+ *      carries micro-batches on to their backward and frees memory sooner);
+ *   4. its oldest W, if an F is ready but only fits once W's have freed their memory (at the cap
+ *      the oldest W runs first);
+ *   5. its oldest W, to fill a gap: only when it ends before the next I or F can start (a W that
+ *      overruns it would delay the critical path), unless the variant fills every gap;
+ * else it waits for the next arrival. Decisions are made in time order over all ranks (a heap of
+ * each rank's next choice), so a rank decides knowing everything that started before.
+ *
+ * Deadlock-freedom under the budget: a W can always run (it needs only its own I), so pending W's
+ * never block for long; with one chunk per rank the open forwards of rank r+1 are a subset of rank
+ * r's, and the caps do not grow with r, so the last rank can always run its F then I and the
+ * pipeline drains from the end. In a V a chunk-0 forward (which admits a micro-batch deeper into
+ * the rank) must leave room for one chunk-1 forward, so a micro-batch coming back up the V always
+ * finds a slot: rank 0's chunk-1 stage is the last one, whose F is followed by its I at once.
+ *
+ * Variants (whether W fills every gap or only gaps it fits; in a V, how much room chunk 0 leaves
+ * for chunk 1; for zb-auto, how many forwards a rank may open) are each scheduled in full, and the
+ * one with the shortest longest span (then makespan) is kept: the paper's "best of the heuristic's
+ * variants". With F = B = W this gives the paper's bubbles: zb-h1 (p-1)(F+B-W), a third of
+ * 1F1B's, zb-h2 and zb-v none once m fills the warm-up; tests/schedule/test_zb.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,150 +44,537 @@
 #include "schedule/internal.h"
 
 typedef struct {
-  int *nf, *ni;  /* per chunk: next F, next I (micro-batch order) */
-  int f_open;    /* stashes between F and I */
-  int open1;     /* of which chunk 1's (zb-v) */
-  int w_pending; /* stashes between I and W */
-  int *wq, wq_head, wq_tail; /* pending W's as (chunk, mb) codes, oldest first */
-  double free_at;
-  int limit, wlimit;
-  int hard_w; /* the user's limit: at wlimit pending, a W runs before anything else */
+  int *nf, *ni;     /* per chunk: next F, next I (micro-batch order) */
+  int open, open1;  /* chunk slots between F and I; of which chunk 1's */
+  int *wq, wh, wt;  /* pending W's as chunk * m + micro-batch, oldest first */
+  double free_at;   /* when the rank's last op ends */
+  double first, last; /* first compute start, last end */
+  double cap;       /* budget in chunk slots: open + w_stash * pending */
+  int fcap;         /* open forwards at most */
+  int heap_at;      /* position in the heap, -1 when not in it */
+  double t;         /* its next choice: time, op, chunk, mb */
+  int op, chunk, mb;
 } zb_rank;
 
 typedef struct {
-  const sched_program *pr;
+  int fill_all; /* W fills every gap (1) or only gaps it fits (0) */
+  int reserve;  /* V: chunk slots a chunk-0 forward leaves free for chunk 1 (>= 1); -1: r + 1 */
+  int fcap;     /* zb-auto: open forwards at most on rank r: 0 none, 1 p - r, 2 2(p-r) - 1 */
+  int f_first;  /* an F ready with an I goes first (1F1B's order) rather than the I */
+} zb_variant;
+
+typedef struct {
+  sched_program *pr;
   const sched_costs *c;
-  int S, m;
+  zb_variant var;
+  int S, m, max_w;
+  double ws, eps;
   double *f_end, *i_end; /* [S*m], < 0 until done */
-  int relax;             /* ignore the memory limits (only when nothing else can move) */
+  zb_rank *rk;
+  int *heap, nheap;
+  int *order;           /* the chosen ops in time order: (rank, op, chunk, mb) */
+  size_t norder;
 } zb_state;
 
-/* Earliest start of the F (or I) of stage s, micro-batch j given what has finished. */
-static double f_ready(const zb_state *z, int s, int j) {
-  if (s == 0) return 0;
-  double e = z->f_end[(size_t)(s - 1) * z->m + j];
-  if (e < 0) return INFINITY;
-  return e + (z->pr->rank_of[s - 1] != z->pr->rank_of[s] ? z->c->comm : 0);
+static double cost(const zb_state *z, sched_op op, int s) { return sched_op_cost(z->c, op, s); }
+static double hop(const zb_state *z, int s1, int s2) {
+  return z->pr->rank_of[s1] != z->pr->rank_of[s2] ? z->c->comm : 0;
 }
 
-static double i_ready(const zb_state *z, int s, int j) {
+/* When the input of the F of stage s, micro-batch j arrives; INFINITY while its producer has not
+ * run. With est, a producer not yet run counts as starting when its rank is free (a lower bound):
+ * used only to judge whether a W fits in a gap. */
+static double f_ready(const zb_state *z, int s, int j, int est) {
+  if (s == 0) return 0;
+  double e = z->f_end[(size_t)(s - 1) * z->m + j];
+  if (e >= 0) return e + hop(z, s - 1, s);
+  if (!est) return INFINITY;
+  const zb_rank *q = &z->rk[z->pr->rank_of[s - 1]];
+  int c = z->pr->chunk_of[s - 1];
+  if (q->nf[c] != j) return INFINITY; /* not its next F: later than its next one */
+  double in = f_ready(z, s - 1, j, 0);
+  double t0 = in > q->free_at ? in : q->free_at;
+  if (in == INFINITY) t0 = q->free_at;
+  return t0 + cost(z, SCHED_FORWARD, s - 1) + hop(z, s - 1, s);
+}
+
+static double i_ready(const zb_state *z, int s, int j, int est) {
   double t = z->f_end[(size_t)s * z->m + j];
   if (t < 0) return INFINITY;
   if (s == z->S - 1) return t;
   double e = z->i_end[(size_t)(s + 1) * z->m + j];
-  if (e < 0) return INFINITY;
-  e += z->pr->rank_of[s + 1] != z->pr->rank_of[s] ? z->c->comm : 0;
+  if (e >= 0) {
+    e += hop(z, s + 1, s);
+  } else {
+    if (!est) return INFINITY;
+    const zb_rank *q = &z->rk[z->pr->rank_of[s + 1]];
+    int c = z->pr->chunk_of[s + 1];
+    if (q->ni[c] != j) return INFINITY;
+    double in = i_ready(z, s + 1, j, 0);
+    double t0 = in > q->free_at && in < INFINITY ? in : q->free_at;
+    e = t0 + cost(z, SCHED_BACKWARD_INPUT, s + 1) + hop(z, s + 1, s);
+  }
   return e > t ? e : t;
 }
 
-typedef struct {
-  double t;
-  int op, chunk, mb;
-} zb_choice;
+static int pending(const zb_rank *k) { return k->wt - k->wh; }
+static double mem(const zb_state *z, const zb_rank *k) { return k->open + z->ws * pending(k); }
 
-/* How many stashes may be open when a forward of chunk c starts on rank r. In a V, chunk 0 keeps
- * room for the chunk-1 stashes the rank will hold: r + 1 (a chunk-1 stash of rank r lives while
- * the r stages after it run that micro-batch's F and I; the comm-0 order holds exactly r + 1 on
- * every rank once m >= 2p), or fewer if fewer micro-batches are left. Under a latency chunk 0's
- * forwards are ready before chunk 1's, and without the room they fill the rank: the chunk-1
- * forwards that carry micro-batches on to their backwards then wait on the limit, every rank at
- * once, until the limit gives way (the relaxed pass). At comm = 0 the V never got stuck that
- * way, and the orders there stay as they were; on one rank there is no latency. */
-static int f_limit(const zb_state *z, const zb_rank *k, int r, int c) {
-  const sched_program *pr = z->pr;
-  if (pr->v != 2 || c != 0 || k->nf[1] >= z->m || z->c->comm <= 0 || pr->p == 1) return k->limit;
-  int room = r + 1 < z->m - k->ni[1] ? r + 1 : z->m - k->ni[1];
-  return room > k->open1 ? k->limit - (room - k->open1) : k->limit;
+/* Room a forward of chunk c needs beyond its own slot: in a V, chunk 0 leaves room for chunk 1
+ * while chunk-1 forwards remain (and fewer are open than that room). */
+static int reserve(const zb_state *z, const zb_rank *k, int r, int c) {
+  if (z->pr->v != 2 || c != 0 || k->nf[1] >= z->m) return 0;
+  int want = z->var.reserve < 0 ? r + 1 : z->var.reserve;
+  int left = z->m - k->nf[1]; /* chunk-1 forwards still to come */
+  if (want > left) want = left;
+  return want > k->open1 ? want - k->open1 : 0;
 }
 
-/* What rank r would run next and when: the highest-priority op ready when the rank is free,
- * else the op that becomes ready first. */
-static zb_choice zb_next(const zb_state *z, const zb_rank *k, int r) {
+/* Whether a forward of chunk c fits: with the pending W's as they are (now), or once they have
+ * all run (after_w). */
+static int f_fits(const zb_state *z, const zb_rank *k, int r, int c, int after_w) {
+  if (k->open >= k->fcap) return 0;
+  double used = after_w ? k->open : mem(z, k);
+  return used + 1 + reserve(z, k, r, c) <= k->cap + z->eps;
+}
+
+/* Rank r's next op and when it starts. */
+static void choose(zb_state *z, int r) {
   const sched_program *pr = z->pr;
-  zb_choice best_i = {INFINITY, SCHED_BACKWARD_INPUT, -1, -1}, best_f = {INFINITY, SCHED_FORWARD, -1, -1};
-  int w_full = !z->relax && k->w_pending >= k->wlimit;
+  zb_rank *k = &z->rk[r];
+  double t0 = k->free_at;
+  double ti = INFINITY, tf = INFINITY, tb = INFINITY, ei = INFINITY, ef = INFINITY;
+  int ci = -1, cf = -1;
   for (int c = pr->v - 1; c >= 0; c--) { /* later stages first on ties */
     int s = pr->stage_of[r * pr->v + c];
     if (k->ni[c] < z->m) {
-      double t = i_ready(z, s, k->ni[c]);
-      t = t > k->free_at ? t : k->free_at;
-      if (t < best_i.t) best_i = (zb_choice){t, SCHED_BACKWARD_INPUT, c, k->ni[c]};
+      double t = i_ready(z, s, k->ni[c], 0);
+      if (t < ti) ti = t, ci = c;
+      double e = i_ready(z, s, k->ni[c], 1);
+      if (e < ei) ei = e;
     }
-    if (k->nf[c] < z->m && (z->relax || k->f_open < f_limit(z, k, r, c)) && !w_full) {
-      double t = f_ready(z, s, k->nf[c]);
-      t = t > k->free_at ? t : k->free_at;
-      if (t < best_f.t) best_f = (zb_choice){t, SCHED_FORWARD, c, k->nf[c]};
+    if (k->nf[c] < z->m) {
+      double t = f_ready(z, s, k->nf[c], 0);
+      if (f_fits(z, k, r, c, 0)) {
+        if (t < tf) tf = t, cf = c;
+        double e = f_ready(z, s, k->nf[c], 1);
+        if (e < ef) ef = e;
+      } else if (f_fits(z, k, r, c, 1) && t < tb) {
+        tb = t;
+      }
     }
   }
-  zb_choice w = {INFINITY, SCHED_BACKWARD_WEIGHT, -1, -1};
-  if (k->wq_head < k->wq_tail) {
-    int code = k->wq[k->wq_head];
-    w = (zb_choice){k->free_at, SCHED_BACKWARD_WEIGHT, code / z->m, code % z->m};
+  int w = pending(k) > 0;
+  k->t = INFINITY, k->op = -1;
+  if (w && z->max_w > 0 && pending(k) >= z->max_w) {
+    k->t = t0, k->op = SCHED_BACKWARD_WEIGHT;
+  } else if (ti <= t0 && !(z->var.f_first && tf <= t0)) {
+    k->t = t0, k->op = SCHED_BACKWARD_INPUT, k->chunk = ci;
+  } else if (tf <= t0) {
+    k->t = t0, k->op = SCHED_FORWARD, k->chunk = cf;
+  } else if (w && tb <= t0) {
+    k->t = t0, k->op = SCHED_BACKWARD_WEIGHT;
+  } else {
+    double next = ei < ef ? ei : ef;
+    int s = w ? pr->stage_of[r * pr->v + k->wq[k->wh] / z->m] : 0;
+    if (w && (z->var.fill_all || t0 + cost(z, SCHED_BACKWARD_WEIGHT, s) <= next + z->eps)) {
+      k->t = t0, k->op = SCHED_BACKWARD_WEIGHT;
+    } else { /* wait for the first arrival */
+      double tw = w ? tb : INFINITY;
+      if (ti <= tf && ti <= tw && ti < INFINITY) k->t = ti, k->op = SCHED_BACKWARD_INPUT, k->chunk = ci;
+      else if (tf <= tw && tf < INFINITY) k->t = tf, k->op = SCHED_FORWARD, k->chunk = cf;
+      else if (tw < INFINITY) k->t = tw, k->op = SCHED_BACKWARD_WEIGHT;
+      else if (w && ti == INFINITY && tf == INFINITY) k->t = t0, k->op = SCHED_BACKWARD_WEIGHT; /* nothing else left to wait for */
+    }
   }
-  if (w.t <= k->free_at && k->hard_w && !z->relax && k->w_pending >= k->wlimit) return w;
-  if (best_i.t <= k->free_at) return best_i;
-  if (best_f.t <= k->free_at) return best_f;
-  if (w.t <= k->free_at) return w;
-  return best_i.t <= best_f.t ? best_i : best_f;
+  if (k->op == SCHED_BACKWARD_WEIGHT) {
+    int code = k->wq[k->wh];
+    k->chunk = code / z->m, k->mb = code % z->m;
+  } else if (k->op == SCHED_FORWARD) {
+    k->mb = k->nf[k->chunk];
+  } else if (k->op == SCHED_BACKWARD_INPUT) {
+    k->mb = k->ni[k->chunk];
+  }
 }
 
-/* max_pending_w > 0 (the user's --max-pending-w) replaces the default W limit and makes it hard:
- * a rank with that many W's pending runs its oldest W before any I or F (the default limit only
- * holds back forwards). Fewer pending W's hold fewer slots (lower peak memory) at the price of
- * bubbles the W's no longer fill. A rank at a hard limit always has a W to run, so the limit
- * never stalls the scheduler. */
-static void zb_limits(sched_family f, int p, int r, int m, int max_pending_w, zb_rank *k) {
-  int lim = f == SCHED_ZB_H1 ? p - r : f == SCHED_ZB_H2 ? 2 * (p - r) - 1 : 2 * p;
-  int cap = f == SCHED_ZB_V ? 2 * m : m;
-  k->limit = lim < cap ? lim : cap;
-  k->wlimit = max_pending_w > 0 ? max_pending_w : k->limit + (f == SCHED_ZB_H1 ? 1 : 2) * (p - 1);
-  k->hard_w = max_pending_w > 0;
+/* ---- a binary heap of ranks by (next choice's time, rank) ---- */
+static int before(const zb_state *z, int a, int b) {
+  const zb_rank *x = &z->rk[a], *y = &z->rk[b];
+  return x->t < y->t || (x->t == y->t && a < b);
+}
+static void heap_swap(zb_state *z, int i, int j) {
+  int a = z->heap[i], b = z->heap[j];
+  z->heap[i] = b, z->heap[j] = a;
+  z->rk[b].heap_at = i, z->rk[a].heap_at = j;
+}
+static void heap_fix(zb_state *z, int i) {
+  while (i > 0 && before(z, z->heap[i], z->heap[(i - 1) / 2])) heap_swap(z, i, (i - 1) / 2), i = (i - 1) / 2;
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, b = i;
+    if (l < z->nheap && before(z, z->heap[l], z->heap[b])) b = l;
+    if (r < z->nheap && before(z, z->heap[r], z->heap[b])) b = r;
+    if (b == i) return;
+    heap_swap(z, i, b), i = b;
+  }
+}
+static void update(zb_state *z, int r) {
+  choose(z, r);
+  heap_fix(z, z->rk[r].heap_at);
 }
 
-int sched_compile_zb(sched_program *pr, const sched_costs *costs, int max_pending_w) {
+/* Ranks whose choice may depend on rank q's state: q and the ranks of its stages' neighbours. */
+static void update_around(zb_state *z, int q) {
+  const sched_program *pr = z->pr;
+  update(z, q);
+  for (int c = 0; c < pr->v; c++) {
+    int s = pr->stage_of[q * pr->v + c];
+    if (s + 1 < z->S && pr->rank_of[s + 1] != q) update(z, pr->rank_of[s + 1]);
+    if (s > 0 && pr->rank_of[s - 1] != q) update(z, pr->rank_of[s - 1]);
+  }
+}
+
+static void run_op(zb_state *z, int r) {
+  const sched_program *pr = z->pr;
+  zb_rank *k = &z->rk[r];
+  int c = k->chunk, j = k->mb, s = pr->stage_of[r * pr->v + c];
+  double end = k->t + cost(z, (sched_op)k->op, s);
+  size_t key = (size_t)s * z->m + j;
+  if (k->op == SCHED_FORWARD) {
+    k->nf[c]++, k->open++, k->open1 += c == 1;
+    z->f_end[key] = end;
+  } else if (k->op == SCHED_BACKWARD_INPUT) {
+    k->ni[c]++, k->open--, k->open1 -= c == 1;
+    k->wq[k->wt++] = c * z->m + j;
+    z->i_end[key] = end;
+  } else {
+    k->wh++;
+  }
+  if (k->first > k->t) k->first = k->t;
+  k->last = end;
+  k->free_at = end;
+  int *o = &z->order[4 * z->norder++];
+  o[0] = r, o[1] = k->op, o[2] = s, o[3] = j;
+}
+
+/* Schedules every op under one variant; fills z->order. CORE_ERUNTIME if every rank waits. */
+static int zb_run(zb_state *z) {
+  const sched_program *pr = z->pr;
+  size_t n = (size_t)z->S * (size_t)z->m;
+  for (size_t i = 0; i < n; i++) z->f_end[i] = z->i_end[i] = -1;
+  z->norder = 0;
+  for (int r = 0; r < pr->p; r++) {
+    zb_rank *k = &z->rk[r];
+    memset(k->nf, 0, sizeof(int) * (size_t)pr->v), memset(k->ni, 0, sizeof(int) * (size_t)pr->v);
+    k->open = k->open1 = k->wh = k->wt = 0;
+    k->free_at = 0, k->first = INFINITY, k->last = 0;
+    z->heap[r] = r, k->heap_at = r;
+  }
+  z->nheap = pr->p;
+  int p = pr->p;
+  for (int r = 0; r < p; r++) {
+    zb_rank *k = &z->rk[r];
+    int fc = z->var.fcap == 1 ? p - r : z->var.fcap == 2 ? 2 * (p - r) - 1 : 0;
+    if (pr->family == SCHED_ZB_H1) fc = p - r;
+    if (pr->family == SCHED_ZB_H2) fc = 2 * (p - r) - 1;
+    k->fcap = fc > 0 ? fc : pr->v * z->m;
+    choose(z, r);
+  }
+  for (int i = p / 2 - 1; i >= 0; i--) heap_fix(z, i);
+  for (size_t done = 0; done < 3 * n; done++) {
+    int r = z->heap[0];
+    if (z->rk[r].op < 0 || z->rk[r].t == INFINITY)
+      return core_error_set(CORE_ERUNTIME, "%s: every rank waits with %zu of %zu ops scheduled (a bug)",
+                            sched_family_name(pr->family), done, 3 * n);
+    run_op(z, r);
+    update_around(z, r);
+  }
+  return CORE_OK;
+}
+
+/* ---- the V in rounds (two chunks per rank) ----
+ * The list scheduler above decides op by op; in a V it leaves a bubble that grows with p, since a
+ * rank cannot see that the micro-batch coming back up the V needs it soon. This second constructor
+ * builds the V as the zero-bubble V schedules are drawn: a warm-up wave of chunk-0 forwards sized
+ * by when the first chunk-1 forward comes back, then 2m rounds in which every rank runs one input
+ * gradient then one forward, each rank's W's filling the gaps in front of them. A rank whose gap
+ * would push its idle time above the worst rank's (or above what an earlier pass allowed it: the
+ * "approved" bubbles) fills it with a W even if the W overruns, so the idle time evens out over the
+ * ranks; passes repeat with each pass's bubbles approved while the worst one shrinks. Every op
+ * starts at max(its rank free, its input arrived): the times are the simulator's. The memory budget
+ * is the same (open forwards plus w_stash per pending W, at most cap chunk slots): a forward that
+ * would overrun it runs the oldest W's first, and a pass that cannot keep it, or finds an input not
+ * yet produced, is dropped (the list scheduler's variants stay). */
+typedef struct {
+  int fill_f, fill_b;       /* a W fills an over-long gap before an F / before a chunk-1 I */
+  const double *approved;   /* per rank, or NULL */
+  double max_approved;
+} zbv_pass;
+
+typedef struct {
+  double cur, mem, bubble;
+} zbv_rank;
+
+/* Places op (chunk c, its next micro-batch) on rank r; 0 if its input is not there or memory
+ * would overrun. */
+static int zbv_put(zb_state *z, zbv_rank *vr, int r, int op, int c) {
+  const sched_program *pr = z->pr;
+  zb_rank *k = &z->rk[r];
+  zbv_rank *q = &vr[r];
+  int j, s;
+  double ready = 0, dm;
+  if (op == SCHED_BACKWARD_WEIGHT) {
+    if (pending(k) == 0) return 0;
+    int code = k->wq[k->wh];
+    c = code / z->m, j = code % z->m, s = pr->stage_of[r * pr->v + c];
+    dm = -z->ws;
+  } else if (op == SCHED_FORWARD) {
+    j = k->nf[c], s = pr->stage_of[r * pr->v + c];
+    if (j >= z->m) return 0;
+    ready = f_ready(z, s, j, 0);
+    dm = 1;
+  } else {
+    j = k->ni[c], s = pr->stage_of[r * pr->v + c];
+    if (j >= z->m) return 0;
+    while (z->max_w > 0 && pending(k) >= z->max_w) /* the user's limit on pending W's */
+      zbv_put(z, vr, r, SCHED_BACKWARD_WEIGHT, 0);
+    ready = i_ready(z, s, j, 0);
+    dm = z->ws - 1;
+  }
+  if (ready == INFINITY || q->mem + dm > k->cap + z->eps) return 0;
+  double t = ready > q->cur ? ready : q->cur;
+  if (k->nf[0] > 0) {
+    q->bubble += t - q->cur;
+    if (q->bubble > vr[z->pr->p].bubble) vr[z->pr->p].bubble = q->bubble; /* the worst so far */
+  }
+  k->t = t, k->op = op, k->chunk = c, k->mb = j;
+  run_op(z, r); /* counts, f_end / i_end, order, first / last */
+  q->cur = k->free_at, q->mem += dm;
+  return 1;
+}
+
+/* When the input of rank r's next op (chunk c) arrives; -INFINITY with none to wait for. */
+static double zbv_arrival(const zb_state *z, int r, int op, int c) {
+  const sched_program *pr = z->pr;
+  const zb_rank *k = &z->rk[r];
+  int s = pr->stage_of[r * pr->v + c];
+  if (op == SCHED_FORWARD) return s == 0 ? -INFINITY : f_ready(z, s, k->nf[c], 0);
+  return s == z->S - 1 ? -INFINITY : i_ready(z, s, k->ni[c], 0);
+}
+
+/* Before rank r's next op: W's that end before its input arrives, then one more if the gap would
+ * leave the rank idle beyond what it is allowed (fill: whether this op's gaps take such a W). */
+static void zbv_fill(zb_state *z, zbv_rank *vr, const zbv_pass *ps, int r, int op, int c, int fill) {
+  double arr = zbv_arrival(z, r, op, c);
+  if (arr == -INFINITY || arr == INFINITY) return;
+  while (pending(&z->rk[r]) > 0 && arr >= vr[r].cur + cost(z, SCHED_BACKWARD_WEIGHT, z->pr->stage_of[r * z->pr->v + z->rk[r].wq[z->rk[r].wh] / z->m]))
+    zbv_put(z, vr, r, SCHED_BACKWARD_WEIGHT, 0);
+  if (!fill || pending(&z->rk[r]) == 0) return;
+  double worst = vr[z->pr->p].bubble;
+  if (ps->approved && ps->max_approved - ps->approved[r] > worst) worst = ps->max_approved - ps->approved[r];
+  if (arr - vr[r].cur > worst - vr[r].bubble) zbv_put(z, vr, r, SCHED_BACKWARD_WEIGHT, 0);
+}
+
+static int zbv_forward(zb_state *z, zbv_rank *vr, const zbv_pass *ps, int r, int c) {
+  while (vr[r].mem + 1 > z->rk[r].cap + z->eps)
+    if (!zbv_put(z, vr, r, SCHED_BACKWARD_WEIGHT, 0)) return 0;
+  zbv_fill(z, vr, ps, r, SCHED_FORWARD, c, ps->fill_f);
+  return zbv_put(z, vr, r, SCHED_FORWARD, c);
+}
+
+/* One pass; CORE_OK with z->order filled and bubble[] the ranks' idle times, else nonzero. */
+static int zbv_run(zb_state *z, zbv_rank *vr, const zbv_pass *ps) {
+  const sched_program *pr = z->pr;
+  int p = pr->p, m = z->m;
+  size_t n = (size_t)z->S * (size_t)m;
+  for (size_t i = 0; i < n; i++) z->f_end[i] = z->i_end[i] = -1;
+  z->norder = 0;
+  for (int r = 0; r < p; r++) {
+    zb_rank *k = &z->rk[r];
+    k->nf[0] = k->nf[1] = k->ni[0] = k->ni[1] = 0;
+    k->open = k->open1 = k->wh = k->wt = 0;
+    k->free_at = 0, k->first = INFINITY, k->last = 0;
+    vr[r] = (zbv_rank){0, 0, 0};
+  }
+  vr[p] = (zbv_rank){0, 0, 0};
+  /* warm-up: one chunk-0 forward per rank; then from the last rank up, chunk-0 forwards on ranks
+   * 0..r while they fit before rank r's first chunk-1 forward comes back (leaving room for the
+   * 2 + 2r forwards of the micro-batches still in flight below), then that chunk-1 forward */
+  for (int r = 0; r < p; r++)
+    if (!zbv_put(z, vr, r, SCHED_FORWARD, 0)) return CORE_ERUNTIME;
+  for (int r = p - 1; r >= 0; r--) {
+    if (r < p - 1) {
+      double back = f_ready(z, pr->stage_of[r * 2 + 1], 0, 0);
+      while (vr[r].mem + 2 + 2 * r <= z->rk[r].cap + z->eps && vr[r].cur + cost(z, SCHED_FORWARD, r) <= back &&
+             z->rk[r].nf[0] < m)
+        for (int q = 0; q <= r; q++)
+          if (!zbv_put(z, vr, q, SCHED_FORWARD, 0)) return CORE_ERUNTIME;
+    }
+    if (!zbv_put(z, vr, r, SCHED_FORWARD, 1)) return CORE_ERUNTIME;
+  }
+  /* every rank as far ahead in forwards as the one above it, chunk 1 at least level with it */
+  int it = 0;
+  for (int i = 1; i < p; i++) {
+    for (int guard = 0;; guard++) {
+      const zb_rank *a = &z->rk[i], *b = &z->rk[i - 1];
+      if (!(a->nf[0] + a->nf[1] < b->nf[0] + b->nf[1] || (a->nf[1] <= b->nf[1] && b->nf[1] < m))) break;
+      if (guard > 4 * m) return CORE_ERUNTIME;
+      for (int q = p - 1; q >= i; q--)
+        if (z->rk[q].nf[it] < m && !zbv_put(z, vr, q, SCHED_FORWARD, it)) return CORE_ERUNTIME;
+      it ^= 1;
+    }
+  }
+  /* rounds: one input gradient per rank (chunk 0's, which flow up the ranks, from the last rank
+   * up; then chunk 1's, which flow down, from rank 0 down), then one forward per rank */
+  int *ic = core_malloc(sizeof(int) * (size_t)p);
+  int rc = CORE_OK;
+  for (int round = 0; round < 2 * m && rc == CORE_OK; round++) {
+    for (int r = 0; r < p; r++) {
+      const zb_rank *k = &z->rk[r];
+      if (k->ni[0] >= k->ni[1]) ic[r] = 1;
+      else if (r == p - 1 || k->ni[1] >= m || i_ready(z, r, k->ni[0], 0) < INFINITY) ic[r] = 0;
+      else ic[r] = 1;
+    }
+    for (int pass = 0; pass < 2 && rc == CORE_OK; pass++)
+      for (int i = 0; i < p; i++) {
+        int r = pass == 0 ? p - 1 - i : i, want = pass == 0 ? 0 : 1;
+        if (ic[r] != want || z->rk[r].ni[want] >= m) continue;
+        zbv_fill(z, vr, ps, r, SCHED_BACKWARD_INPUT, want, want == 0 ? 1 : ps->fill_b);
+        if (!zbv_put(z, vr, r, SCHED_BACKWARD_INPUT, want)) rc = CORE_ERUNTIME;
+      }
+    for (int r = 0; r < p && rc == CORE_OK; r++) {
+      const zb_rank *k = &z->rk[r];
+      if (k->nf[1] >= m) continue;
+      int c = -1;
+      if (k->nf[1] >= k->nf[0]) c = 0;
+      else if (r == p - 1 || f_ready(z, pr->stage_of[r * 2 + 1], k->nf[1], 0) < INFINITY) c = 1;
+      else if (k->nf[0] < m && f_ready(z, r, k->nf[0], 0) < INFINITY) c = 0;
+      if (c >= 0 && !zbv_forward(z, vr, ps, r, c)) rc = CORE_ERUNTIME;
+    }
+  }
+  free(ic);
+  if (rc) return rc;
+  for (int r = 0; r < p; r++)
+    while (pending(&z->rk[r]) > 0) zbv_put(z, vr, r, SCHED_BACKWARD_WEIGHT, 0);
+  return z->norder == 3 * n ? CORE_OK : CORE_ERUNTIME;
+}
+
+static double zbv_worst(const zbv_rank *vr, int p) {
+  double w = 0;
+  for (int r = 0; r < p; r++) w = vr[r].bubble > w ? vr[r].bubble : w;
+  return w;
+}
+
+/* Longest span over the ranks, then the latest end: what the variants are compared by. */
+static void zb_score(const zb_state *z, double *span, double *end) {
+  *span = 0, *end = 0;
+  for (int r = 0; r < z->pr->p; r++) {
+    const zb_rank *k = &z->rk[r];
+    double s = k->last - (k->first < INFINITY ? k->first : 0);
+    if (s > *span) *span = s;
+    if (k->last > *end) *end = k->last;
+  }
+}
+
+/* Keeps z's order in best if it scores better; 1 if it did. */
+static int zb_keep(const zb_state *z, int *best, double *best_span, double *best_end) {
+  double span, end;
+  zb_score(z, &span, &end);
+  if (span < *best_span - z->eps * span || (span <= *best_span + z->eps * span && end < *best_end - z->eps * end)) {
+    *best_span = span, *best_end = end;
+    memcpy(best, z->order, sizeof(int) * 4 * z->norder);
+    return 1;
+  }
+  return 0;
+}
+
+double sched_memory_cap(const sched_shape *sh) {
+  int p = sh->p;
+  switch (sh->family) {
+  case SCHED_GPIPE: return sh->m;
+  case SCHED_1F1B:
+  case SCHED_ZB_H1: return p < sh->m ? p : sh->m;
+  case SCHED_ZB_H2: return 2 * p - 1 < sh->m ? 2 * p - 1 : sh->m;
+  case SCHED_ZB_V:
+  case SCHED_V_ZB: return p;
+  case SCHED_V_HALF: return (p + 2) / 2;
+  case SCHED_V_MIN: return (p + 4) / 3;
+  case SCHED_ZB_AUTO: return sh->mem_limit > 0 ? sh->mem_limit : p;
+  default: return INFINITY;
+  }
+}
+
+double sched_w_stash(const sched_costs *c) { return c->w_stash > 0 ? c->w_stash : 1; }
+
+int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs) {
   int p = pr->p, v = pr->v, m = pr->m;
-  zb_state z = {.pr = pr, .c = costs, .S = p * v, .m = m};
+  zb_state z = {.pr = pr, .c = costs, .S = p * v, .m = m, .max_w = sh->max_pending_w, .ws = sched_w_stash(costs)};
+  double cap = sched_memory_cap(sh) * v; /* chunk slots */
+  z.eps = 1e-9 * (1 + cap);
+  if (cap < (v == 2 ? 2 : 1) - z.eps)
+    return core_error_set(CORE_EINPUT, "schedule %s: a memory limit of %g stage activations holds no micro-batch "
+                          "(at least %d needed)", sched_family_name(pr->family), cap / v, v == 2 ? 1 : 1);
   size_t n = (size_t)z.S * (size_t)m;
   z.f_end = core_malloc(sizeof(double) * n);
   z.i_end = core_malloc(sizeof(double) * n);
-  for (size_t i = 0; i < n; i++) z.f_end[i] = z.i_end[i] = -1;
-  zb_rank *rk = core_calloc((size_t)p, sizeof(zb_rank));
+  z.rk = core_calloc((size_t)p, sizeof(zb_rank));
+  z.heap = core_malloc(sizeof(int) * (size_t)p);
+  z.order = core_malloc(sizeof(int) * 4 * 3 * n);
+  int *best = core_malloc(sizeof(int) * 4 * 3 * n);
   for (int r = 0; r < p; r++) {
-    rk[r].nf = core_calloc((size_t)v, sizeof(int));
-    rk[r].ni = core_calloc((size_t)v, sizeof(int));
-    rk[r].wq = core_malloc(sizeof(int) * (size_t)v * (size_t)m);
-    zb_limits(pr->family, p, r, m, max_pending_w, &rk[r]);
+    z.rk[r].nf = core_calloc((size_t)v, sizeof(int));
+    z.rk[r].ni = core_calloc((size_t)v, sizeof(int));
+    z.rk[r].wq = core_malloc(sizeof(int) * (size_t)v * (size_t)m);
+    z.rk[r].cap = cap;
   }
-  for (size_t done = 0; done < 3 * n; done++) {
-    int best_r = -1;
-    zb_choice best = {INFINITY, 0, 0, 0};
-    for (z.relax = 0; best_r < 0 && z.relax < 2; z.relax++)
-      for (int r = 0; r < p; r++) {
-        zb_choice ch = zb_next(&z, &rk[r], r);
-        if (ch.t < best.t) best = ch, best_r = r;
+  /* the variants: W fills gaps it fits / every gap; V: chunk 0 leaves 1 or r + 1 slots for chunk
+   * 1; zb-auto: no limit on open forwards, 1F1B's, zb-h2's */
+  zb_variant vars[32];
+  int nv = 0;
+  for (int ff = 0; ff < 2; ff++)
+    for (int fill = 0; fill < 2; fill++) {
+      if (v == 2) {
+        vars[nv++] = (zb_variant){fill, 0, 0, ff};
+        vars[nv++] = (zb_variant){fill, 1, 0, ff};
+        vars[nv++] = (zb_variant){fill, -1, 0, ff};
+      } else if (pr->family == SCHED_ZB_AUTO) {
+        for (int fc = 0; fc < 3; fc++) vars[nv++] = (zb_variant){fill, 1, fc, ff};
+      } else {
+        vars[nv++] = (zb_variant){fill, 1, 0, ff};
       }
-    /* Should the limits ever leave every rank waiting on another's forward, one forward beyond
-     * them (on the rank that can start soonest) breaks the wait. Unit costs at comm up to 1.5
-     * never need it (tests/schedule/test_zb.c); zb-v did before f_limit. */
-    CORE_ASSERT(best_r >= 0);
-    zb_rank *k = &rk[best_r];
-    int s = pr->stage_of[best_r * v + best.chunk];
-    double end = best.t + sched_op_cost(costs, (sched_op)best.op, s);
-    size_t key = (size_t)s * m + best.mb;
-    if (best.op == SCHED_FORWARD) {
-      k->nf[best.chunk]++, k->f_open++, k->open1 += best.chunk == 1;
-      z.f_end[key] = end;
-    } else if (best.op == SCHED_BACKWARD_INPUT) {
-      k->ni[best.chunk]++, k->f_open--, k->w_pending++, k->open1 -= best.chunk == 1;
-      k->wq[k->wq_tail++] = best.chunk * m + best.mb;
-      z.i_end[key] = end;
-    } else {
-      k->wq_head++, k->w_pending--;
     }
-    k->free_at = end;
-    sched_push_action(pr, (sched_op)best.op, s, best.mb);
+  double best_span = INFINITY, best_end = INFINITY;
+  int rc = CORE_OK, ok = 0;
+  for (int i = 0; i < nv; i++) {
+    z.var = vars[i];
+    if (zb_run(&z)) {
+      rc = CORE_ERUNTIME;
+      continue;
+    }
+    ok |= zb_keep(&z, best, &best_span, &best_end);
   }
-  for (int r = 0; r < p; r++) free(rk[r].nf), free(rk[r].ni), free(rk[r].wq);
-  free(rk), free(z.f_end), free(z.i_end);
-  return CORE_OK;
+  if (v == 2) { /* the V in rounds: four variants, each refined with its own bubbles approved */
+    zbv_rank *vr = core_malloc(sizeof(zbv_rank) * (size_t)(p + 1)); /* vr[p].bubble: the worst rank's */
+    double *appr = core_malloc(sizeof(double) * (size_t)p);
+    for (int fb = 1; fb >= 0; fb--)
+      for (int ffl = 1; ffl >= 0; ffl--) {
+        zbv_pass ps = {ffl, fb, NULL, 0};
+        double prev = INFINITY;
+        for (int iter = 0; iter < 16 && zbv_run(&z, vr, &ps) == CORE_OK; iter++) {
+          double w = zbv_worst(vr, p);
+          ok |= zb_keep(&z, best, &best_span, &best_end);
+          if (!(w < prev - z.eps * (1 + w))) break;
+          prev = w;
+          for (int r = 0; r < p; r++) appr[r] = vr[r].bubble;
+          ps.approved = appr, ps.max_approved = w;
+        }
+      }
+    free(vr), free(appr);
+  }
+  if (ok) {
+    rc = CORE_OK;
+    for (size_t i = 0; i < 3 * n; i++) sched_push_action(pr, (sched_op)best[4 * i + 1], best[4 * i + 2], best[4 * i + 3]);
+  }
+  for (int r = 0; r < p; r++) free(z.rk[r].nf), free(z.rk[r].ni), free(z.rk[r].wq);
+  free(z.rk), free(z.f_end), free(z.i_end), free(z.heap), free(z.order), free(best);
+  return rc;
 }

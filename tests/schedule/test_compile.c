@@ -88,8 +88,8 @@ Test(compile, bad_shapes_are_input_errors) {
   sched_program pr;
   sched_costs c = sched_costs_unit();
   sched_shape bad[] = {
-      {SCHED_1F1B, 0, 1, 4, 0, 0},        {SCHED_1F1B, 4, 1, 0, 0, 0}, {SCHED_GPIPE, 4, 1, -3, 0, 0},
-      {SCHED_INTERLEAVED, 4, 1, 8, 0, 0}, {SCHED_1F1B, 4, 2, 8, 0, 0}, {SCHED_GPIPE, 2, 0, 8, 0, 0},
+      {SCHED_1F1B, 0, 1, 4, 0, 0, 0},        {SCHED_1F1B, 4, 1, 0, 0, 0, 0}, {SCHED_GPIPE, 4, 1, -3, 0, 0, 0},
+      {SCHED_INTERLEAVED, 4, 1, 8, 0, 0, 0}, {SCHED_1F1B, 4, 2, 8, 0, 0, 0}, {SCHED_GPIPE, 2, 0, 8, 0, 0, 0},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     core_error_clear();
@@ -184,7 +184,7 @@ Test(compile, every_family_allocates_its_peak) {
   for (int f = SCHED_GPIPE; f < SCHED_CUSTOM; f++)
     for (int p = 1; p <= 6; p++)
       for (int m = 1; m <= 16; m++) {
-        int v = f == SCHED_INTERLEAVED || f == SCHED_ZB_V || f == SCHED_DUALPIPE_V ? 2 : 1;
+        int v = f == SCHED_INTERLEAVED || sched_family_is_v((sched_family)f) ? 2 : 1;
         if (f == SCHED_DUALPIPE_V && m < 2 * p) continue;
         sched_program pr;
         compile_ok((sched_family)f, p, v, m, &c, &pr);

@@ -18,9 +18,9 @@ static char *to_csv(const sched_program *pr) {
 
 Test(csv, round_trip_every_family) {
   sched_costs c = sched_costs_unit();
-  sched_shape shapes[] = {{SCHED_GPIPE, 4, 1, 6, 0, 0}, {SCHED_1F1B, 4, 1, 3, 0, 0},
-                          {SCHED_1F1B, 8, 1, 17, 1, 0}, {SCHED_INTERLEAVED, 4, 2, 6, 0, 0},
-                          {SCHED_INTERLEAVED, 3, 4, 8, 1, 0}, {SCHED_1F1B, 1, 1, 2, 0, 0}};
+  sched_shape shapes[] = {{SCHED_GPIPE, 4, 1, 6, 0, 0, 0}, {SCHED_1F1B, 4, 1, 3, 0, 0, 0},
+                          {SCHED_1F1B, 8, 1, 17, 1, 0, 0}, {SCHED_INTERLEAVED, 4, 2, 6, 0, 0, 0},
+                          {SCHED_INTERLEAVED, 3, 4, 8, 1, 0, 0}, {SCHED_1F1B, 1, 1, 2, 0, 0, 0}};
   for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
     sched_program a, compute, b;
     cr_assert_eq(sched_compile(&shapes[k], &c, &a), CORE_OK, "%s", core_error_msg());

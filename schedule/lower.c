@@ -227,6 +227,7 @@ typedef struct {
   int src, dst, mb; /* producing and consuming virtual stage, micro-batch */
   double arr;       /* committed: when the data arrives */
   int done;         /* committed: in both streams */
+  int fit_ver, fit; /* commit_fits' answer while the receiver's mver is fit_ver */
 } xfer;
 
 /* A rank's stream while it is built: it ends in the gap before compute op g. */
@@ -236,6 +237,11 @@ typedef struct {
   int *pend, npend, cap; /* produced transfers this rank sends or receives (some done) */
   int held, held_slot;   /* produced, not sent: all, and those whose SEND frees a slot */
   int *early, nearly, capearly; /* consumers (compute indices >= g) of activations received early */
+  int hx_ok;             /* hx_mem, hx_slots (held_extra) are up to date: cleared when g moves */
+  double hx_mem;         /* or one of its sends is committed */
+  int hx_slots;
+  int mver;              /* bumped whenever what mem_fits reads of this rank changes */
+  int adv_ver, adv_fit;  /* advance_fits' answer while mver is adv_ver */
 } lrank;
 
 typedef struct {
@@ -261,6 +267,8 @@ typedef struct {
   double **amem, *pmem, ws, meps;
   int **aslot, *pslot, **lastc;
   int guard;            /* the family promises a memory cap: the bounds below hold */
+  double **slack;       /* [rank] a min segment tree (2 len) over compute ops of the room left
+                         * under the bounds, in weighted memory or slots, whichever is less */
   double *bmem;         /* [rank] what the full program may hold: the larger of the compute */
   int *bslot;           /* order's peak and the family's cap */
 } build;
@@ -434,8 +442,12 @@ static int early_activation(const build *bd, const xfer *x) {
 
 /* What rank r holds beyond the compute order at its gap: sends of pairs it has finished. */
 static void held_extra(const build *bd, int r, double *mem, int *slots) {
-  const lrank *k = &bd->rk[r];
+  lrank *k = &bd->rk[r];
   const sched_program *pr = bd->fl->pr;
+  if (k->hx_ok) {
+    *mem = k->hx_mem, *slots = k->hx_slots;
+    return;
+  }
   *mem = 0, *slots = 0;
   for (int i = 0; i < k->npend; i++) {
     const xfer *z = &bd->x[k->pend[i]];
@@ -445,6 +457,7 @@ static void held_extra(const build *bd, int r, double *mem, int *slots) {
     int w = pr->streams[r].ins[last].op == SCHED_BACKWARD_WEIGHT;
     *mem += w ? bd->ws : 1, *slots += 1;
   }
+  k->hx_ok = 1, k->hx_mem = *mem, k->hx_slots = *slots;
 }
 
 /* Whether rank r, holding `add` more pairs from its gap up to compute op `upto` (inclusive; the
@@ -454,6 +467,15 @@ static int mem_fits(const build *bd, int r, int upto, int add) {
   double hm;
   int hs;
   held_extra(bd, r, &hm, &hs);
+  /* at once when the least room over the range takes every early activation, the held sends
+   * and add (hs >= hm: a held pair counts 1 slot, at most 1 in memory) */
+  size_t n = (size_t)bd->fl->pr->streams[r].len, lo = (size_t)k->g + n, hi = (size_t)upto + n + 1;
+  double room = INFINITY;
+  for (const double *t = bd->slack[r]; lo < hi; lo >>= 1, hi >>= 1) {
+    if (lo & 1) room = t[lo] < room ? t[lo] : room, lo++;
+    if (hi & 1) hi--, room = t[hi] < room ? t[hi] : room;
+  }
+  if (room >= k->nearly + hs + add) return 1;
   for (int i = k->g; i <= upto; i++) {
     int e = 0;
     for (int q = 0; q < k->nearly; q++) e += k->early[q] > i;
@@ -468,10 +490,18 @@ static int mem_fits(const build *bd, int r, int upto, int add) {
 /* Whether committing x keeps its receiver within its peak (a gradient's slot is live anyway). */
 static int commit_fits(const build *bd, const xfer *x) {
   if (x->kind == 0 || !bd->guard) return 1;
-  return mem_fits(bd, x->b, x->ic, 1);
+  xfer *w = (xfer *)x; /* the cached answer only */
+  int ver = bd->rk[x->b].mver + 1; /* + 1: a zeroed xfer has no answer */
+  if (w->fit_ver != ver) w->fit_ver = ver, w->fit = mem_fits(bd, x->b, x->ic, 1);
+  return w->fit;
 }
 
-static int advance_fits(const build *bd, int r) { return !bd->guard || mem_fits(bd, r, bd->rk[r].g, 0); }
+static int advance_fits(const build *bd, int r) {
+  if (!bd->guard) return 1;
+  lrank *k = (lrank *)&bd->rk[r]; /* the cached answer only */
+  if (k->adv_ver != k->mver + 1) k->adv_ver = k->mver + 1, k->adv_fit = mem_fits(bd, r, k->g, 0);
+  return k->adv_fit;
+}
 
 static void commit(build *bd, xfer *x) {
   const sched_program *pr = bd->fl->pr;
@@ -493,6 +523,7 @@ static void commit(build *bd, xfer *x) {
     B->early[B->nearly++] = x->ic;
   }
   bd->rk[x->a].held--, bd->rk[x->a].held_slot -= frees_slot(bd, x);
+  bd->rk[x->a].hx_ok = 0, bd->rk[x->a].mver++, B->mver++;
   wake(bd, x->a), wake(bd, x->b);
 }
 
@@ -516,6 +547,7 @@ static void advance(build *bd, int r) {
   bd->start[r][k->g] = k->clock;
   k->clock += op_cost_at(bd, r, k->g);
   int x = bd->prod[r][k->g++];
+  k->hx_ok = 0, k->mver++;
   if (x >= 0) {
     pend_add(k, x), pend_add(&bd->rk[bd->x[x].b], x), wake(bd, bd->x[x].b);
     k->held++, k->held_slot += frees_slot(bd, &bd->x[x]);
@@ -713,6 +745,16 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
     bd->bmem[r] = bd->pmem[r] > cap ? bd->pmem[r] : cap;
     bd->bslot[r] = bd->pslot[r] > (int)(cap + 1e-9) ? bd->pslot[r] : (int)(cap + 1e-9);
   }
+  bd->slack = core_calloc(p, sizeof(double *));
+  for (int r = 0; r < pr->p; r++) {
+    size_t n = (size_t)pr->streams[r].len;
+    double *t = bd->slack[r] = core_malloc(sizeof(double) * (2 * n + 1));
+    for (size_t i = 0; i < n; i++) {
+      double a = bd->bmem[r] + bd->meps - bd->amem[r][i], b = bd->bslot[r] - bd->aslot[r][i];
+      t[n + i] = a < b ? a : b;
+    }
+    for (size_t i = n - 1; i >= 1 && i < n; i--) t[i] = t[2 * i] < t[2 * i + 1] ? t[2 * i] : t[2 * i + 1];
+  }
   bd->rk = core_calloc(p, sizeof(lrank));
   bd->queue = core_malloc(sizeof(int) * p);
   bd->queued = core_calloc(p, sizeof(int));
@@ -723,8 +765,9 @@ static void build_free(build *bd) {
   for (int r = 0; r < bd->out->p; r++) {
     free(bd->prod[r]), free(bd->cons[r]), free(bd->local[r]);
     free(bd->start[r]), free(bd->stamp[r]), free(bd->rk[r].pend), free(bd->rk[r].early);
-    free(bd->amem[r]), free(bd->aslot[r]), free(bd->lastc[r]);
+    free(bd->amem[r]), free(bd->aslot[r]), free(bd->lastc[r]), free(bd->slack[r]);
   }
+  free(bd->slack);
   free(bd->amem), free(bd->aslot), free(bd->lastc), free(bd->pmem), free(bd->pslot), free(bd->bmem), free(bd->bslot);
   free(bd->prod), free(bd->cons), free(bd->local), free(bd->start), free(bd->stamp), free(bd->rk);
   free(bd->x), free(bd->stack), free(bd->queue), free(bd->queued);

@@ -138,27 +138,43 @@ static int f_fits(const zb_state *z, const zb_rank *k, int r, int c, int after_w
   return used + 1 + reserve(z, k, r, c) <= k->cap + z->eps;
 }
 
+/* The earliest rank r's next I or (fitting) F could start, producers not yet run counted as
+ * starting when their rank is free: what a W filling a gap must end by. */
+static double next_start(const zb_state *z, int r, const int *fits) {
+  const sched_program *pr = z->pr;
+  const zb_rank *k = &z->rk[r];
+  double e = INFINITY;
+  for (int c = 0; c < pr->v; c++) {
+    int s = pr->stage_of[r * pr->v + c];
+    if (k->ni[c] < z->m) {
+      double t = i_ready(z, s, k->ni[c], 1);
+      if (t < e) e = t;
+    }
+    if (k->nf[c] < z->m && fits[c]) {
+      double t = f_ready(z, s, k->nf[c], 1);
+      if (t < e) e = t;
+    }
+  }
+  return e;
+}
+
 /* Rank r's next op and when it starts. */
 static void choose(zb_state *z, int r) {
   const sched_program *pr = z->pr;
   zb_rank *k = &z->rk[r];
   double t0 = k->free_at;
-  double ti = INFINITY, tf = INFINITY, tb = INFINITY, ei = INFINITY, ef = INFINITY;
-  int ci = -1, cf = -1;
+  double ti = INFINITY, tf = INFINITY, tb = INFINITY;
+  int ci = -1, cf = -1, fits[2] = {0, 0};
   for (int c = pr->v - 1; c >= 0; c--) { /* later stages first on ties */
     int s = pr->stage_of[r * pr->v + c];
     if (k->ni[c] < z->m) {
       double t = i_ready(z, s, k->ni[c], 0);
       if (t < ti) ti = t, ci = c;
-      double e = i_ready(z, s, k->ni[c], 1);
-      if (e < ei) ei = e;
     }
     if (k->nf[c] < z->m) {
       double t = f_ready(z, s, k->nf[c], 0);
-      if (f_fits(z, k, r, c, 0)) {
+      if ((fits[c] = f_fits(z, k, r, c, 0))) {
         if (t < tf) tf = t, cf = c;
-        double e = f_ready(z, s, k->nf[c], 1);
-        if (e < ef) ef = e;
       } else if (f_fits(z, k, r, c, 1) && t < tb) {
         tb = t;
       }
@@ -175,9 +191,8 @@ static void choose(zb_state *z, int r) {
   } else if (w && tb <= t0) {
     k->t = t0, k->op = SCHED_BACKWARD_WEIGHT;
   } else {
-    double next = ei < ef ? ei : ef;
     int s = w ? pr->stage_of[r * pr->v + k->wq[k->wh] / z->m] : 0;
-    if (w && (z->var.fill_all || t0 + cost(z, SCHED_BACKWARD_WEIGHT, s) <= next + z->eps)) {
+    if (w && (z->var.fill_all || t0 + cost(z, SCHED_BACKWARD_WEIGHT, s) <= next_start(z, r, fits) + z->eps)) {
       k->t = t0, k->op = SCHED_BACKWARD_WEIGHT;
     } else { /* wait for the first arrival */
       double tw = w ? tb : INFINITY;
@@ -225,11 +240,16 @@ static void update(zb_state *z, int r) {
 /* Ranks whose choice may depend on rank q's state: q and the ranks of its stages' neighbours. */
 static void update_around(zb_state *z, int q) {
   const sched_program *pr = z->pr;
+  int done[4], nd = 0; /* each neighbour once: in a V both chunks have the same two */
   update(z, q);
   for (int c = 0; c < pr->v; c++) {
     int s = pr->stage_of[q * pr->v + c];
-    if (s + 1 < z->S && pr->rank_of[s + 1] != q) update(z, pr->rank_of[s + 1]);
-    if (s > 0 && pr->rank_of[s - 1] != q) update(z, pr->rank_of[s - 1]);
+    for (int d = -1; d <= 1; d += 2) {
+      if (s + d < 0 || s + d >= z->S) continue;
+      int r = pr->rank_of[s + d], seen = r == q;
+      for (int i = 0; i < nd; i++) seen |= done[i] == r;
+      if (!seen) update(z, r), done[nd++] = r;
+    }
   }
 }
 
@@ -542,34 +562,51 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
         vars[nv++] = (zb_variant){fill, 1, 0, ff};
       }
     }
+  /* On large programs (65536 stage micro-batches or more) the variants are compared on the
+   * first 2S micro-batches (warm-up, a steady state as long, cool-down: what tells them apart)
+   * and only the winner is scheduled in full; that keeps p=64, m=1024 compiling in well under a
+   * second, at the price of a winner that may not be the best one in full. */
+  int mp = (size_t)z.S * (size_t)m >= 65536 && m > 2 * z.S ? 2 * z.S : m;
+  int won = -1, won_iter = 0; /* list variant index, or nv + (V in rounds variant) */
   double best_span = INFINITY, best_end = INFINITY;
   int rc = CORE_OK, ok = 0;
-  for (int i = 0; i < nv; i++) {
-    z.var = vars[i];
-    if (zb_run(&z)) {
-      rc = CORE_ERUNTIME;
-      continue;
-    }
-    ok |= zb_keep(&z, best, &best_span, &best_end);
-  }
-  if (v == 2) { /* the V in rounds: four variants, each refined with its own bubbles approved */
-    zbv_rank *vr = core_malloc(sizeof(zbv_rank) * (size_t)(p + 1)); /* vr[p].bubble: the worst rank's */
-    double *appr = core_malloc(sizeof(double) * (size_t)p);
-    for (int fb = 1; fb >= 0; fb--)
-      for (int ffl = 1; ffl >= 0; ffl--) {
-        zbv_pass ps = {ffl, fb, NULL, 0};
-        double prev = INFINITY;
-        for (int iter = 0; iter < 16 && zbv_run(&z, vr, &ps) == CORE_OK; iter++) {
-          double w = zbv_worst(vr, p);
-          ok |= zb_keep(&z, best, &best_span, &best_end);
-          if (!(w < prev - z.eps * (1 + w))) break;
-          prev = w;
-          for (int r = 0; r < p; r++) appr[r] = vr[r].bubble;
-          ps.approved = appr, ps.max_approved = w;
-        }
+  zbv_rank *vr = core_malloc(sizeof(zbv_rank) * (size_t)(p + 1)); /* vr[p].bubble: the worst rank's */
+  double *appr = core_malloc(sizeof(double) * (size_t)p);
+  for (int probe = mp < m; probe >= 0; probe--) {
+    z.m = probe ? mp : m;
+    best_span = best_end = INFINITY;
+    int only = probe ? -1 : won, only_iter = won_iter; /* the full pass after a probe: its winner */
+    for (int i = 0; i < nv; i++) {
+      if (only >= 0 && i != only) continue;
+      z.var = vars[i];
+      if (zb_run(&z)) {
+        rc = CORE_ERUNTIME;
+        continue;
       }
-    free(vr), free(appr);
+      if (zb_keep(&z, best, &best_span, &best_end)) ok = 1, won = i;
+    }
+    /* the V in rounds: four variants, each refined with its own bubbles approved */
+    for (int k = 0; v == 2 && k < 4; k++) {
+      if (only >= 0 && only != nv + k) continue;
+      zbv_pass ps = {k & 1, k >> 1, NULL, 0};
+      double prev = INFINITY;
+      for (int iter = 0; iter < 16 && (only < 0 || iter <= only_iter) && zbv_run(&z, vr, &ps) == CORE_OK; iter++) {
+        double w = zbv_worst(vr, p);
+        if (zb_keep(&z, best, &best_span, &best_end)) ok = 1, won = nv + k, won_iter = iter;
+        if (!(w < prev - z.eps * (1 + w))) break;
+        prev = w;
+        for (int r = 0; r < p; r++) appr[r] = vr[r].bubble;
+        ps.approved = appr, ps.max_approved = w;
+      }
+    }
+    if (probe) {
+      if (!ok) won = -1; /* nothing scheduled the probe: all of them in full */
+      ok = 0;
+    } else if (!ok && won >= 0) {
+      won = -1, probe = 1; /* the winner failed in full: all of them in full */
+    }
   }
+  free(vr), free(appr);
   if (ok) {
     rc = CORE_OK;
     for (size_t i = 0; i < 3 * n; i++) sched_push_action(pr, (sched_op)best[4 * i + 1], best[4 * i + 2], best[4 * i + 3]);

@@ -92,7 +92,8 @@ void train_stage_costs(const train_cfg *t, const layers_model *m, const int *bou
 }
 
 int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, sched_program *out) {
-  sched_shape sh = {.family = t->family, .p = t->stages, .v = t->v, .m = t->m, .max_pending_w = t->max_pending_w};
+  sched_shape sh = {.family = t->family, .p = t->stages, .v = t->v, .m = t->m, .max_pending_w = t->max_pending_w,
+                    .mem_limit = t->mem_limit};
   for (int i = 0; i < m->n; i++) sh.tied |= m->layers[i].tied_to >= 0;
   int S = t->stages * t->v;
   double *fbw = core_calloc(3 * (size_t)S, sizeof(double));
@@ -203,7 +204,8 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
       rc = core_error_set(CORE_EINPUT, "%d micro-batches do not divide the per-replica batch of %d sequences",
                           shape->m, batch);
     t.family = shape->family, t.v = shape->v, t.part = shape->part;
-    if (t.family != SCHED_ZB_H1 && t.family != SCHED_ZB_H2 && t.family != SCHED_ZB_V) t.max_pending_w = 0;
+    if (!sched_family_is_zb(t.family)) t.max_pending_w = 0;
+    if (t.family != SCHED_ZB_AUTO) t.mem_limit = 0;
     if (!rc) t.m = shape->m, t.B = batch / shape->m;
   }
   if (rc) {

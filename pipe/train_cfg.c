@@ -35,7 +35,7 @@ static const core_config_key keys[] = {
     {"pipeline", CORE_CFG_GROUP}, {"pipeline.stages", CORE_CFG_INT}, {"pipeline.schedule", CORE_CFG_STRING},
     {"pipeline.virtual_stages", CORE_CFG_INT}, {"pipeline.partition_method", CORE_CFG_STRING},
     {"pipeline.boundaries", CORE_CFG_LIST}, {"pipeline.boundaries.[]", CORE_CFG_INT},
-    {"pipeline.max_pending_w", CORE_CFG_INT},
+    {"pipeline.max_pending_w", CORE_CFG_INT}, {"pipeline.mem_limit", CORE_CFG_FLOAT},
     {"checkpoint", CORE_CFG_GROUP}, {"checkpoint.dir", CORE_CFG_STRING}, {"checkpoint.interval", CORE_CFG_INT},
     {"trace", CORE_CFG_GROUP}, {"trace.path", CORE_CFG_STRING}, {"trace.step", CORE_CFG_INT},
     {"zero_optimization", CORE_CFG_GROUP}, {"zero_optimization.stage", CORE_CFG_INT},
@@ -188,7 +188,7 @@ static int read_pipeline(train_cfg *t, int world) {
     core_config_where(c, "pipeline.schedule", -1, w, sizeof w);
     return core_error_prefix("pipeline.schedule (%s)", w);
   }
-  int defv = t->family == SCHED_INTERLEAVED || t->family == SCHED_ZB_V || t->family == SCHED_DUALPIPE_V ? 2 : 1;
+  int defv = t->family == SCHED_INTERLEAVED || sched_family_is_v(t->family) ? 2 : 1;
   rc = get_i(c, "pipeline.virtual_stages", defv, 1, 64, &t->v);
   if (!rc) rc = core_config_get_string(c, "pipeline.partition_method", "parameters", &part);
   if (!rc) rc = sched_part_parse(part, &t->part);
@@ -199,11 +199,22 @@ static int read_pipeline(train_cfg *t, int world) {
                         "set it to \"explicit\" to cut there (%s)", part, w);
   }
   if (!rc) rc = get_i(c, "pipeline.max_pending_w", 0, 0, 1 << 20, &t->max_pending_w);
-  if (!rc && t->max_pending_w && t->family != SCHED_ZB_H1 && t->family != SCHED_ZB_H2 && t->family != SCHED_ZB_V) {
+  if (!rc && t->max_pending_w && !sched_family_is_zb(t->family)) {
     char w[256];
     core_config_where(c, "pipeline.max_pending_w", -1, w, sizeof w);
     rc = core_error_set(CORE_EINPUT, "pipeline.max_pending_w limits the pending weight gradients of the zb-* "
                         "families; schedule %s has none (%s)", sched_family_name(t->family), w);
+  }
+  if (!rc) rc = core_config_get_float(c, "pipeline.mem_limit", 0.0, &t->mem_limit);
+  if (!rc && (t->mem_limit != 0 && (t->family != SCHED_ZB_AUTO || !(t->mem_limit >= 1)))) {
+    char w[256];
+    core_config_where(c, "pipeline.mem_limit", -1, w, sizeof w);
+    if (t->family != SCHED_ZB_AUTO)
+      rc = core_error_set(CORE_EINPUT, "pipeline.mem_limit is zb-auto's memory limit; schedule %s has its own (%s)",
+                          sched_family_name(t->family), w);
+    else
+      rc = core_error_set(CORE_EINPUT, "pipeline.mem_limit = %g: give at least 1 stage's activations per rank, or 0 "
+                          "for p (%s)", t->mem_limit, w);
   }
   if (!rc && world % t->stages != 0) {
     char w[256];
@@ -261,7 +272,7 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   if (!rc) rc = core_config_get_bool(c, "activation_checkpointing.enabled", 0, &t->ckpt_act);
   if (!rc) rc = read_precision(t);
   if (!rc && t->ckpt_act &&
-      (t->family == SCHED_ZB_H1 || t->family == SCHED_ZB_H2 || t->family == SCHED_ZB_V || t->family == SCHED_DUALPIPE_V)) {
+      (sched_family_is_zb(t->family) || t->family == SCHED_DUALPIPE_V)) {
     char w[256];
     core_config_where(c, "activation_checkpointing.enabled", -1, w, sizeof w);
     rc = core_error_set(CORE_EINPUT, "activation checkpointing recomputes a chunk inside its full backward; "

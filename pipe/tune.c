@@ -17,15 +17,17 @@ const char *pipe_part_name(sched_part_method part) {
   }
 }
 
-/* Family and chunk counts searched: one chunk for gpipe, 1f1b, zb-h1 and zb-h2, 2..4 for
- * interleaved, 2 (the V) for zb-v and dualpipev (m >= 2p only: smaller m cannot be built). */
+/* Family and chunk counts searched: one chunk for gpipe, 1f1b, zb-h1, zb-h2 and zb-auto (at
+ * its default limit, p stages' activations, or the config's pipeline.mem_limit), 2..4 for
+ * interleaved, 2 (the V) for zb-v, v-half, v-min and dualpipev (m >= 2p only: smaller m cannot
+ * be built). v-zb is zb-v's algorithm and is not searched twice. */
 static const struct {
   sched_family family;
   int v;
 } families[] = {
     {SCHED_GPIPE, 1},       {SCHED_1F1B, 1},  {SCHED_INTERLEAVED, 2}, {SCHED_INTERLEAVED, 3},
     {SCHED_INTERLEAVED, 4}, {SCHED_ZB_H1, 1}, {SCHED_ZB_H2, 1},       {SCHED_ZB_V, 2},
-    {SCHED_DUALPIPE_V, 2},
+    {SCHED_DUALPIPE_V, 2},  {SCHED_ZB_AUTO, 1}, {SCHED_V_HALF, 2},      {SCHED_V_MIN, 2},
 };
 static const sched_part_method parts[] = {SCHED_PART_PARAMETERS, SCHED_PART_COST, SCHED_PART_UNIFORM};
 

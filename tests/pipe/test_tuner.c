@@ -233,3 +233,29 @@ Test(tune, max_pending_w_from_the_config) {
   cr_assert_eq(pipe_plan_build(cfg, bad, 2, &hw, &a), CORE_EINPUT);
   cr_assert(strstr(core_error_msg(), "pipeline.max_pending_w"), "%s", core_error_msg());
 }
+
+/* pipeline.mem_limit reaches zb-auto's program (its cap, and what the simulator counts, within
+ * it); other families and limits below one stage's activations are refused by name. */
+Test(tune, mem_limit_from_the_config) {
+  pipe_plan_hw hw = {.gflops = 50, .d = 1};
+  for (int lim = 4; lim <= 7; lim += 3) {
+    char l[64];
+    snprintf(l, sizeof l, "pipeline.mem_limit=%d", lim);
+    const char *sets[] = {"pipeline.stages=4", "pipeline.schedule=zb-auto", "gradient_accumulation_steps=8", l};
+    pipe_plan a;
+    cr_assert_eq(pipe_plan_build(cfg, sets, 4, &hw, &a), CORE_OK, "%s", core_error_msg());
+    cr_assert_eq(a.prog.mem_cap, lim);
+    sched_sim_result res;
+    cr_assert_eq(sched_simulate(&a.prog, &a.costs, &res, NULL), CORE_OK);
+    for (int r = 0; r < 4; r++) cr_assert_leq(res.ranks[r].peak_memory, lim + 1e-9);
+    sched_sim_result_free(&res);
+    pipe_plan_free(&a);
+  }
+  const char *other[] = {"pipeline.stages=4", "pipeline.schedule=zb-h1", "pipeline.mem_limit=6"};
+  pipe_plan a;
+  cr_assert_eq(pipe_plan_build(cfg, other, 3, &hw, &a), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "pipeline.mem_limit is zb-auto's"), "%s", core_error_msg());
+  const char *low[] = {"pipeline.stages=4", "pipeline.schedule=zb-auto", "pipeline.mem_limit=0.5"};
+  cr_assert_eq(pipe_plan_build(cfg, low, 3, &hw, &a), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "pipeline.mem_limit = 0.5"), "%s", core_error_msg());
+}

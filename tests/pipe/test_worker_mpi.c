@@ -46,4 +46,9 @@ Test(worker_mpi, zero_bubble, .timeout = 240) {
   run("zb-h2", 4, 1, 7);
   run("zb-v", 4, 2, 8); /* the V turn hands activations over inside a rank */
   run("zb-v", 3, 2, 2);
+  run("zb-auto", 4, 1, 8);
+  run("v-zb", 4, 2, 8);
+  run("v-half", 4, 2, 8);
+  run("v-min", 4, 2, 8);
+  run("v-min", 3, 2, 2);
 }

@@ -180,8 +180,9 @@ int cli_compile(int argc, char **argv) {
   sched_opts o;
   sched_program pr;
   if (parse_opts(argc, argv, 0, &o)) return fail();
-  if (strcmp(o.format, "actions") && strcmp(o.format, "instructions") && strcmp(o.format, "csv")) {
-    core_error_set(CORE_EINPUT, "--format: '%s' is not one of actions, instructions, csv", o.format);
+  if (strcmp(o.format, "actions") && strcmp(o.format, "instructions") && strcmp(o.format, "csv") &&
+      strcmp(o.format, "csv-comm")) {
+    core_error_set(CORE_EINPUT, "--format: '%s' is not one of actions, instructions, csv, csv-comm", o.format);
     return fail(); /* before -o truncates anything */
   }
   if (build_program(&o, &pr)) return fail();
@@ -194,7 +195,8 @@ int cli_compile(int argc, char **argv) {
   int rc = CORE_OK;
   if (strcmp(o.format, "actions") == 0) sched_write_actions(&pr, f);
   else if (strcmp(o.format, "instructions") == 0) sched_write_listing(&pr, f);
-  else rc = sched_csv_write(&pr, f);
+  else if (strcmp(o.format, "csv") == 0) rc = sched_csv_write(&pr, f);
+  else rc = sched_csv_write_comm(&pr, f);
   if (f != stdout && fclose(f) != 0 && !rc) rc = core_error_set(CORE_ERUNTIME, "writing %s failed", o.out);
   sched_program_free(&pr);
   return rc ? fail() : 0;

@@ -13,7 +13,7 @@ static const char usage[] =
     "            --schedule gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-auto|zb-v|v-zb|v-half|v-min|\n"
     "                       dualpipev|inference\n"
     "            --stages P [--virtual V] --microbatches M [--mem-limit X (zb-auto)]\n"
-    "            [--max-pending-w N] [--tied] [--format actions|instructions|csv] [-o FILE]\n"
+    "            [--max-pending-w N] [--tied] [--format actions|instructions|csv|csv-comm] [-o FILE]\n"
     "            [--cost-f T] [--cost-b T] [--cost-w T] [--comm T] [--w-stash F]: the costs it is\n"
     "            compiled under (F: the part of a slot a pending W holds, default 1)\n"
     "  sim       simulate a schedule under a cost model (no MPI, no model)\n"

@@ -1,7 +1,10 @@
 /* schedule/csv.c: schedule files and listings.
  *
- * The CSV format is PyTorch pipelining's: one row per rank, one compute action per cell, written
- * {stage}{F|I|W|B}{microbatch} with the *virtual* stage index ("0F0", "5B3"). Empty cells are
+ * The CSV format is PyTorch pipelining's: one row per rank, one action per cell, written
+ * {stage}{F|I|W|B}{microbatch} with the *virtual* stage index ("0F0", "5B3"); also its
+ * overlapped pairs ("(0F7;7B3)OVERLAP_F_B", the two compute actions in order) and its lowered
+ * format's transfers ("0SEND_F0", "1RECV_F0", "1SEND_B0", "0RECV_B0"; checked, then replaced by
+ * brigade's own lowering) and UNSHARD / RESHARD / REDUCE_GRAD (no compute: skipped). Empty cells are
  * skipped; lines starting with '#' are comments; a UTF-8 byte order mark at the start (as
  * spreadsheets save) is skipped. The placement is read off the file: a rank's chunks are its
  * stages in increasing order (so c*p + r for interleaved files, and the V shape for zb-v
@@ -54,34 +57,80 @@ static void actions_push(actions *as, action x) {
 /* Limits of sched_program_init: S = p*v <= 2^20 virtual stages, m <= 2^24 micro-batches. */
 enum { MAX_STAGES = 1 << 20, MAX_MB = 1 << 24 };
 
-/* Parses one cell [b, e) into x; returns CORE_OK or an error naming line and column. */
-static int parse_cell(const char *name, int line, int col, const char *b, const char *e, action *x) {
-  const char *q = b;
-  long stage = 0, mb = 0;
-  int nd = 0;
-  while (q < e && isdigit((unsigned char)*q) && nd < 9) stage = stage * 10 + (*q++ - '0'), nd++;
-  int ok = nd > 0 && q < e && strchr("FBIW", *q) && *q;
-  char op = ok ? *q++ : 0;
-  int nm = 0;
-  while (ok && q < e && isdigit((unsigned char)*q) && nm < 9) mb = mb * 10 + (*q++ - '0'), nm++;
-  if (ok && nm > 0 && q == e) {
-    if (stage >= MAX_STAGES || mb >= MAX_MB)
-      return core_error_set(CORE_EINPUT, "%s:%d:%d: %s index too large in '%.*s' (at most %d)", name,
-                            line, col, stage >= MAX_STAGES ? "stage" : "micro-batch", (int)(e - b), b,
-                            (stage >= MAX_STAGES ? MAX_STAGES : MAX_MB) - 1);
-    *x = (action){.rank = x->rank, .stage = (int)stage, .mb = (int)mb, .line = line, .col = col, .op = op};
-    return CORE_OK;
-  }
+/* The action names a cell may hold after its stage index: compute ops (op = the letter; "BW" is
+ * an older name of W), PyTorch's communication actions (checked against the compute order they
+ * imply, then replaced by brigade's own lowering: op s / r / S / R for SEND_F / RECV_F / SEND_B /
+ * RECV_B), and the actions with no compute in them (op 'x': UNSHARD, RESHARD, REDUCE_GRAD). */
+static const struct {
+  const char *name;
+  char op;
+} names[] = {{"SEND_F", 's'},  {"RECV_F", 'r'},  {"SEND_B", 'S'},      {"RECV_B", 'R'}, {"UNSHARD", 'x'},
+             {"RESHARD", 'x'}, {"REDUCE_GRAD", 'x'}, {"BW", 'W'}, {"F", 'F'},      {"I", 'I'},
+             {"W", 'W'},       {"B", 'B'}};
+
+static int bad_cell(const char *name, int line, int col, const char *b, const char *e) {
   /* the cell as printable text: a binary file must not put control bytes on the terminal */
   char shown[41];
   int len = (int)(e - b) > 40 ? 40 : (int)(e - b);
   for (int i = 0; i < len; i++) shown[i] = isprint((unsigned char)b[i]) ? b[i] : '?';
   shown[len] = 0;
-  if (nd > 0 && q < e && (strncmp(q, "SEND", 4) == 0 || strncmp(q, "RECV", 4) == 0))
-    return core_error_set(CORE_EINPUT, "%s:%d:%d: transfer action '%s': give the compute-only "
-                          "form (brigade inserts the transfers itself)", name, line, col, shown);
-  return core_error_set(CORE_EINPUT, "%s:%d:%d: bad action '%s' (expected {stage}{F|I|W|B}"
-                        "{microbatch}, e.g. 0F3)", name, line, col, shown);
+  return core_error_set(CORE_EINPUT, "%s:%d:%d: bad action '%s' (expected {stage}{F|I|W|B}{microbatch}, "
+                        "e.g. 0F3; PyTorch's SEND_F, RECV_F, SEND_B, RECV_B; or (0F7;7B3)OVERLAP_F_B)",
+                        name, line, col, shown);
+}
+
+/* Parses one action [b, e) into x; returns CORE_OK or an error naming line and column. */
+static int parse_action(const char *name, int line, int col, const char *b, const char *e, action *x) {
+  const char *q = b;
+  long stage = 0, mb = 0;
+  int nd = 0;
+  while (q < e && isdigit((unsigned char)*q) && nd < 9) stage = stage * 10 + (*q++ - '0'), nd++;
+  char op = 0;
+  for (size_t k = 0; nd > 0 && !op && k < sizeof names / sizeof names[0]; k++) {
+    size_t l = strlen(names[k].name);
+    if ((size_t)(e - q) >= l && strncmp(q, names[k].name, l) == 0 && (q + l == e || isdigit((unsigned char)q[l])))
+      op = names[k].op, q += l;
+  }
+  int nm = 0;
+  while (op && q < e && isdigit((unsigned char)*q) && nm < 9) mb = mb * 10 + (*q++ - '0'), nm++;
+  if (!op || q != e || (nm == 0 && op != 'x')) return bad_cell(name, line, col, b, e);
+  if (stage >= MAX_STAGES || mb >= MAX_MB)
+    return core_error_set(CORE_EINPUT, "%s:%d:%d: %s index too large in '%.*s' (at most %d)", name, line, col,
+                          stage >= MAX_STAGES ? "stage" : "micro-batch", (int)(e - b), b,
+                          (stage >= MAX_STAGES ? MAX_STAGES : MAX_MB) - 1);
+  *x = (action){.rank = x->rank, .stage = (int)stage, .mb = (int)mb, .line = line, .col = col, .op = op};
+  return CORE_OK;
+}
+
+/* One cell: an action, or PyTorch's overlapped pair "(0F7;7B3)OVERLAP_F_B", whose compute actions
+ * run one after the other in the order written. */
+static int parse_cell(const char *name, int line, int col, const char *b, const char *e, actions *as, int rank) {
+  static const char ov[] = ")OVERLAP_F_B";
+  size_t lo = sizeof ov - 1;
+  if (*b != '(') {
+    action x = {.rank = rank};
+    int rc = parse_action(name, line, col, b, e, &x);
+    if (!rc && x.op != 'x') actions_push(as, x);
+    return rc;
+  }
+  if ((size_t)(e - b) < lo + 2 || strncmp(e - lo, ov, lo) != 0) return bad_cell(name, line, col, b, e);
+  int n = 0;
+  for (const char *c = b + 1, *end = e - lo; c < end;) {
+    const char *ce = c;
+    while (ce < end && *ce != ';') ce++;
+    const char *ab = c, *ae = ce;
+    while (ab < ae && isspace((unsigned char)*ab)) ab++;
+    while (ae > ab && isspace((unsigned char)ae[-1])) ae--;
+    action x = {.rank = rank};
+    int rc = parse_action(name, line, col + (int)(ab - b), ab, ae, &x);
+    if (rc) return rc;
+    if (!strchr("FIWB", x.op))
+      return core_error_set(CORE_EINPUT, "%s:%d:%d: an OVERLAP_F_B pair holds compute actions only", name, line,
+                            col);
+    actions_push(as, x), n++;
+    c = ce + 1;
+  }
+  return n > 0 ? CORE_OK : bad_cell(name, line, col, b, e);
 }
 
 static int parse_rows(const char *text, const char *name, actions *as, int *nranks) {
@@ -102,10 +151,8 @@ static int parse_rows(const char *text, const char *name, actions *as, int *nran
         while (b < e && isspace((unsigned char)*b)) b++;
         while (e > b && isspace((unsigned char)e[-1])) e--;
         if (e > b) {
-          action x = {.rank = rank};
-          int rc = parse_cell(name, line, (int)(b - s) + 1, b, e, &x);
+          int rc = parse_cell(name, line, (int)(b - s) + 1, b, e, as, rank);
           if (rc) return rc;
-          actions_push(as, x);
         }
         c = ce + 1;
       }
@@ -180,6 +227,113 @@ static int build_placement(const char *name, const actions *as, int p, int *v_ou
   return CORE_OK;
 }
 
+static int is_compute(char op) { return op == 'F' || op == 'I' || op == 'W' || op == 'B'; }
+
+/* A file in PyTorch's lowered format (with SEND_F / RECV_F / SEND_B / RECV_B) is checked against
+ * the compute order it implies: every cross-rank hop of every micro-batch has exactly one send,
+ * on the producing stage's rank after the op that produces the data, and one receive, on the
+ * consuming stage's rank before the op that consumes it (a forward's output goes from stage s
+ * to s + 1, SEND_F naming s and RECV_F s + 1; an input gradient from s + 1 to s, SEND_B naming
+ * s + 1 and RECV_B s); none where both stages share a rank. brigade then lowers the compute order
+ * itself (its transfers are placed by the cost model and verified deadlock-free). A file with no
+ * communication actions is not checked here. */
+static int check_comm(const char *name, const actions *as, const sched_program *pr) {
+  int S = pr->p * pr->v, m = pr->m, any = 0;
+  for (int i = 0; i < as->n && !any; i++) any = !is_compute(as->a[i].op);
+  if (!any) return CORE_OK;
+  size_t n = (size_t)S * (size_t)m;
+  /* per (stage, mb): index in the file of its F, its gradient-producing op (B or I), and of each
+   * kind of transfer action (-1: none) */
+  int *at = core_malloc(sizeof(int) * 6 * n);
+  for (size_t i = 0; i < 6 * n; i++) at[i] = -1;
+  const char kinds[] = "FGsrSR"; /* G: B or I */
+  int rc = CORE_OK;
+  for (int i = 0; i < as->n && !rc; i++) {
+    const action *a = &as->a[i];
+    char k = a->op == 'B' || a->op == 'I' ? 'G' : a->op;
+    const char *w = strchr(kinds, k);
+    if (!w || a->op == 'W') continue;
+    if (a->stage >= S || a->mb >= m) {
+      rc = core_error_set(CORE_EINPUT, "%s:%d:%d: stage %d, micro-batch %d: no such compute action in the file",
+                          name, a->line, a->col, a->stage, a->mb);
+      break;
+    }
+    int *slot = &at[(size_t)(w - kinds) * n + (size_t)a->stage * m + a->mb];
+    if (*slot >= 0)
+      rc = core_error_set(CORE_EINPUT, "%s:%d:%d: a second %c action for stage %d, micro-batch %d", name,
+                          a->line, a->col, a->op, a->stage, a->mb);
+    *slot = i;
+  }
+  /* hop h of micro-batch j: data from stage `from` to `to`; the send names `from`, the receive `to` */
+  for (int s = 0; s < S && !rc; s++)
+    for (int dir = 0; dir < 2 && !rc; dir++) {
+      int from = dir ? s + 1 : s, to = dir ? s : s + 1;
+      if (s + 1 >= S || (dir && pr->forward_only)) continue;
+      int cross = pr->rank_of[from] != pr->rank_of[to];
+      for (int j = 0; j < m && !rc; j++) {
+        int prod = at[(size_t)(dir ? 1 : 0) * n + (size_t)from * m + j];
+        int cons = at[(size_t)(dir ? 1 : 0) * n + (size_t)to * m + j];
+        int snd = at[(size_t)(dir ? 4 : 2) * n + (size_t)from * m + j];
+        int rcv = at[(size_t)(dir ? 5 : 3) * n + (size_t)to * m + j];
+        const char *sn = dir ? "SEND_B" : "SEND_F", *rn = dir ? "RECV_B" : "RECV_F";
+        const action *pa = &as->a[prod], *ca = &as->a[cons];
+        if (!cross && (snd >= 0 || rcv >= 0)) {
+          const action *x = &as->a[snd >= 0 ? snd : rcv];
+          rc = core_error_set(CORE_EINPUT, "%s:%d:%d: stages %d and %d are both on rank %d: no transfer between "
+                              "them", name, x->line, x->col, from, to, pr->rank_of[from]);
+        } else if (cross && snd < 0) {
+          rc = core_error_set(CORE_EINPUT, "%s:%d:%d: %d%s%d missing on rank %d after this action", name, pa->line,
+                              pa->col, from, sn, j, pr->rank_of[from]);
+        } else if (cross && rcv < 0) {
+          rc = core_error_set(CORE_EINPUT, "%s:%d:%d: %d%s%d missing on rank %d before this action", name, ca->line,
+                              ca->col, to, rn, j, pr->rank_of[to]);
+        } else if (cross && (as->a[snd].rank != pa->rank || snd < prod)) {
+          rc = core_error_set(CORE_EINPUT, "%s:%d:%d: %d%s%d must come after %d%c%d on rank %d", name,
+                              as->a[snd].line, as->a[snd].col, from, sn, j, from, pa->op, j, pa->rank);
+        } else if (cross && (as->a[rcv].rank != ca->rank || rcv > cons)) {
+          rc = core_error_set(CORE_EINPUT, "%s:%d:%d: %d%s%d must come before %d%c%d on rank %d", name,
+                              as->a[rcv].line, as->a[rcv].col, to, rn, j, to, ca->op, j, ca->rank);
+        }
+      }
+    }
+  /* a transfer action naming a hop that does not exist (off the ends of the pipeline) */
+  for (int i = 0; i < as->n && !rc; i++) {
+    const action *a = &as->a[i];
+    int bad = (a->op == 's' && a->stage == S - 1) || (a->op == 'r' && a->stage == 0) ||
+              (a->op == 'S' && a->stage == 0) || (a->op == 'R' && a->stage == S - 1) ||
+              (pr->forward_only && (a->op == 'S' || a->op == 'R'));
+    if (bad) rc = core_error_set(CORE_EINPUT, "%s:%d:%d: no stage to transfer to or from here", name, a->line, a->col);
+  }
+  free(at);
+  return rc;
+}
+
+/* PyTorch's lowered format: each rank's compute actions with its transfers where the program
+ * has them (SEND_F / RECV_F / SEND_B / RECV_B), loads and the step's tail left out. */
+int sched_csv_write_comm(const sched_program *pr, FILE *f) {
+  for (int r = 0; r < pr->p; r++) {
+    int first = 1;
+    for (int i = 0; i < pr->streams[r].len; i++) {
+      const sched_instr *in = &pr->streams[r].ins[i];
+      char a[48];
+      int s = in->chunk >= 0 && in->chunk < pr->v ? pr->stage_of[r * pr->v + in->chunk] : -1;
+      switch ((sched_op)in->op) {
+      case SCHED_SEND_ACT: snprintf(a, sizeof a, "%dSEND_F%d", s, in->mb); break;
+      case SCHED_RECV_ACT: snprintf(a, sizeof a, "%dRECV_F%d", s, in->mb); break;
+      case SCHED_SEND_GRAD: snprintf(a, sizeof a, "%dSEND_B%d", s, in->mb); break;
+      case SCHED_RECV_GRAD: snprintf(a, sizeof a, "%dRECV_B%d", s, in->mb); break;
+      default:
+        if (!sched_op_is_compute((sched_op)in->op)) continue;
+        sched_action_str(pr, r, in, a, sizeof a);
+      }
+      fprintf(f, "%s%s", first ? "" : ",", a);
+      first = 0;
+    }
+    fputc('\n', f);
+  }
+  return ferror(f) ? core_error_set(CORE_ERUNTIME, "writing schedule CSV: %s", strerror(errno)) : CORE_OK;
+}
+
 int sched_csv_parse(const char *text, const char *name, sched_program *out) {
   actions as = {0};
   int p = 0, v = 0, m = 0, *stage_of = NULL;
@@ -190,8 +344,9 @@ int sched_csv_parse(const char *text, const char *name, sched_program *out) {
   if (!rc) rc = sched_program_init(out, SCHED_CUSTOM, p, v, m, stage_of);
   if (!rc) {
     out->forward_only = 1; /* a file of forwards only is an evaluation schedule */
-    for (int i = 0; i < as.n; i++) out->forward_only &= as.a[i].op == 'F';
+    for (int i = 0; i < as.n; i++) out->forward_only &= as.a[i].op == 'F' || !is_compute(as.a[i].op);
     for (int i = 0; i < as.n; i++) {
+      if (!is_compute(as.a[i].op)) continue;
       sched_op op = as.a[i].op == 'F'   ? SCHED_FORWARD
                     : as.a[i].op == 'B' ? SCHED_BACKWARD
                     : as.a[i].op == 'I' ? SCHED_BACKWARD_INPUT
@@ -199,10 +354,9 @@ int sched_csv_parse(const char *text, const char *name, sched_program *out) {
       sched_push_action(out, op, as.a[i].stage, as.a[i].mb);
     }
     rc = sched_check_compute(out);
-    if (rc) {
-      core_error_prefix("%s", name);
-      sched_program_free(out);
-    }
+    if (rc) core_error_prefix("%s", name);
+    if (!rc) rc = check_comm(name, &as, out);
+    if (rc) sched_program_free(out);
   }
   free(as.a), free(stage_of);
   return rc;

@@ -87,6 +87,8 @@ void sched_sim_result_free(sched_sim_result *res);
 
 /* PyTorch pipelining's schedule CSV: one row per rank, one compute action per cell ("0F3"). */
 int sched_csv_write(const sched_program *pr, FILE *f);
+/* The same with the full program's transfers as PyTorch's lowered format writes them. */
+int sched_csv_write_comm(const sched_program *pr, FILE *f);
 int sched_csv_read(const char *path, sched_program *compute_out);
 int sched_csv_parse(const char *text, const char *name, sched_program *compute_out);
 /* A text listing of the full instruction streams, one instruction per line. */

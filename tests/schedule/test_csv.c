@@ -7,6 +7,15 @@
 #include "core/error.h"
 #include "schedule/schedule.h"
 
+static char *to_csv_comm(const sched_program *pr) {
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  cr_assert_eq(sched_csv_write_comm(pr, f), CORE_OK);
+  fclose(f);
+  return buf;
+}
+
 static char *to_csv(const sched_program *pr) {
   char *buf = NULL;
   size_t n = 0;
@@ -77,7 +86,12 @@ Test(csv, malformed_files) {
   bad("", "no rows");
   bad("0F0,0X0\n", "bad.csv:1:5: bad action '0X0'");
   bad("0F0,0B0\nF1\n", "bad.csv:2:1");
-  bad("0F0,1SEND_F0\n", "compute-only");
+  bad("0F0,0B0,0SEND_F0\n", "no stage to transfer to or from here");
+  bad("0F0,0SEND_F0,0B0\n1F0,1B0,1SEND_B0\n", "1RECV_F0 missing on rank 1 before this action");
+  bad("0F0,0B0,0SEND_F0,0RECV_B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "0RECV_B0 must come before 0B0");
+  bad("0F0,(0F1;0X1)OVERLAP_F_B\n", "bad action '0X1'");
+  bad("0F0,(0F1;0SEND_F1)OVERLAP_F_B\n", "compute actions only");
+  bad("0F0,(0F1;0B0)OVERLAP\n", "bad action");
   bad("0F0,0B0\n0F1,0B1\n", "appears on rank 0 and on rank 1");
   bad("0F0,0B0\n2F0,2B0\n", "stage 1 has no actions");
   bad("0F0,2F0,2B0,0B0\n1F0,1B0\n", "cannot be split evenly");
@@ -114,4 +128,47 @@ Test(csv, byte_order_mark_and_crlf) {
   cr_assert(sched_program_equal(&plain, &marked));
   sched_program_free(&plain), sched_program_free(&marked);
   bad("\xef\xbb\xbf" "0F0,0X0\r\n", "bad.csv:1:5: bad action '0X0'");
+}
+
+/* PyTorch's lowered format: compile --format csv-comm writes a program's transfers beside its
+ * compute actions; reading it back checks them against the compute order and gives that same
+ * compute order, which lowers to a program that verifies and writes the same file again. */
+Test(csv, communication_actions_round_trip) {
+  sched_costs c = sched_costs_unit();
+  c.comm = 0.25;
+  sched_shape shapes[] = {{.family = SCHED_1F1B, .p = 4, .v = 1, .m = 6}, {.family = SCHED_ZB_H1, .p = 3, .v = 1, .m = 5},
+                          {.family = SCHED_ZB_V, .p = 3, .v = 2, .m = 6}, {.family = SCHED_INTERLEAVED, .p = 2, .v = 2, .m = 4},
+                          {.family = SCHED_DUALPIPE_V, .p = 2, .v = 2, .m = 4}, {.family = SCHED_V_HALF, .p = 4, .v = 2, .m = 8}};
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+    sched_program a, want, got, b;
+    cr_assert_eq(sched_compile(&shapes[k], &c, &a), CORE_OK, "%s", core_error_msg());
+    cr_assert_eq(sched_compile_compute(&shapes[k], &c, &want), CORE_OK, "%s", core_error_msg());
+    char *text = to_csv_comm(&a);
+    cr_assert(strstr(text, "SEND_F") && strstr(text, "RECV_B"), "%s", text);
+    cr_assert_eq(sched_csv_parse(text, "comm.csv", &got), CORE_OK, "%s", core_error_msg());
+    got.family = want.family, got.mem_cap = want.mem_cap;
+    cr_assert(sched_program_equal(&want, &got), "%s: the compute order differs after a round trip",
+              sched_family_name(shapes[k].family));
+    cr_assert_eq(sched_lower(&got, &c, &b), CORE_OK, "%s", core_error_msg());
+    cr_assert_eq(sched_verify(&b), CORE_OK, "%s", core_error_msg());
+    char *again = to_csv_comm(&b);
+    cr_assert_str_eq(text, again, "%s", sched_family_name(shapes[k].family));
+    free(text), free(again);
+    sched_program_free(&a), sched_program_free(&b), sched_program_free(&want), sched_program_free(&got);
+  }
+}
+
+/* PyTorch's DualPipeV files overlap one micro-batch's forward with another's backward in one
+ * cell; brigade runs the pair's two actions one after the other, in the order written. */
+Test(csv, overlapped_pairs_run_in_order) {
+  const char *pair = "0F0,0F1,(0F2;0I0)OVERLAP_F_B,0W0,(0I1;0W1),0I2,0W2\n1F0,1I0,1F1,1I1,1F2,1I2,1W0,1W1,1W2\n";
+  sched_program pr;
+  cr_assert_eq(sched_csv_parse(pair, "pair.csv", &pr), CORE_EINPUT); /* a pair needs OVERLAP_F_B */
+  const char *text = "0F0,0F1,(0F2;0I0)OVERLAP_F_B,0W0,0I1,0W1,0I2,0W2\n1F0,1I0,1F1,1I1,1F2,1I2,1W0,1W1,1W2\n";
+  const char *flat = "0F0,0F1,0F2,0I0,0W0,0I1,0W1,0I2,0W2\n1F0,1I0,1F1,1I1,1F2,1I2,1W0,1W1,1W2\n";
+  sched_program a, b;
+  cr_assert_eq(sched_csv_parse(text, "pair.csv", &a), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_csv_parse(flat, "flat.csv", &b), CORE_OK, "%s", core_error_msg());
+  cr_assert(sched_program_equal(&a, &b));
+  sched_program_free(&a), sched_program_free(&b);
 }

@@ -202,14 +202,6 @@ int cli_compile(int argc, char **argv) {
   return rc ? fail() : 0;
 }
 
-/* The family's memory cap in stage activations, or -1 where it has none (interleaved, files). */
-static double family_cap(const sched_program *pr, const sched_opts *o) {
-  sched_shape sh = o->shape;
-  sh.family = pr->family, sh.p = pr->p, sh.v = pr->v, sh.m = pr->m;
-  double cap = sched_memory_cap(&sh);
-  return cap < INFINITY ? cap : -1;
-}
-
 static void print_json(const sched_program *pr, const sched_sim_result *res, double cap) {
   printf("{\"schedule\":\"%s\",\"stages\":%d,\"virtual\":%d,\"microbatches\":%d,", 
          sched_family_name(pr->family), pr->p, pr->v, pr->m);
@@ -269,7 +261,7 @@ int cli_sim(int argc, char **argv) {
   sched_sim_result res;
   int rc = sched_simulate(&pr, &o.costs, &res, &tl);
   if (!rc) {
-    double cap = o.config || o.schedule_file ? -1 : family_cap(&pr, &o);
+    double cap = o.config || pr.mem_cap <= 0 ? -1 : pr.mem_cap; /* the compiler's promise; none for files */
     if (o.json) print_json(&pr, &res, cap);
     else print_table(&pr, &res, cap);
     if (o.ascii) viz_write_ascii(&tl, o.json ? stderr : stdout, 100);

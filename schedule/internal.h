@@ -27,9 +27,12 @@ void sched_excerpt(const sched_program *pr, int r, int i, char *buf, size_t n);
  * the family's memory cap; sh->max_pending_w > 0 also bounds the pending W's per rank. */
 int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs);
 
-/* Memory of rank r's stream, in stages' activations: the peak (sim's peak_memory) and the slot
- * count (peak_activations), by the rule of sched_rank_stats.peak_memory. Works on compute-only and
- * full programs. */
-void sched_stream_memory(const sched_program *pr, int r, double w_stash, double *peak_mem, int *peak_slots);
+/* Memory of rank r's stream by the rule of sched_rank_stats.peak_memory, a whole pair counting
+ * `unit` (1/v: stages' activations, sim's peak_memory; 1: chunk slots): the peak and the peak
+ * slot count (peak_activations). When not NULL, at_mem / at_slots receive what the stream holds
+ * at each instruction and at_last the index of the last instruction of that instruction's
+ * (chunk, micro-batch). Works on compute-only and full programs. */
+void sched_stream_memory(const sched_program *pr, int r, double w_stash, double unit, double *peak_mem,
+                         int *peak_slots, double *at_mem, int *at_slots, int *at_last);
 
 #endif

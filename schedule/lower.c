@@ -708,32 +708,13 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
   bd->amem = core_calloc(p, sizeof(double *)), bd->aslot = core_calloc(p, sizeof(int *));
   bd->lastc = core_calloc(p, sizeof(int *));
   bd->pmem = core_calloc(p, sizeof(double)), bd->pslot = core_calloc(p, sizeof(int));
-  int keys = pr->v * pr->m;
-  int *lastk = core_malloc(sizeof(int) * (size_t)keys);
-  unsigned char *state = core_malloc((size_t)keys);
-  for (int r = 0; r < pr->p; r++) {
-    const sched_stream *st = &pr->streams[r];
-    size_t len = (size_t)st->len;
+  for (int r = 0; r < pr->p; r++) { /* in chunk slots, at each compute op */
+    size_t len = (size_t)pr->streams[r].len;
     bd->amem[r] = core_malloc(sizeof(double) * (len + 1));
     bd->aslot[r] = core_malloc(sizeof(int) * (len + 1));
     bd->lastc[r] = core_malloc(sizeof(int) * (len + 1));
-    memset(state, 0, (size_t)keys);
-    for (int i = 0; i < st->len; i++) lastk[st->ins[i].chunk * pr->m + st->ins[i].mb] = i;
-    double mem = 0;
-    int slots = 0;
-    for (int i = 0; i < st->len; i++) { /* sched_stream_memory's rule, at each op */
-      const sched_instr *in = &st->ins[i];
-      int k = in->chunk * pr->m + in->mb;
-      bd->lastc[r][i] = lastk[k];
-      if (state[k] == 0) state[k] = 1, mem += 1, slots++;
-      bd->amem[r][i] = mem, bd->aslot[r][i] = slots;
-      if (mem > bd->pmem[r]) bd->pmem[r] = mem;
-      if (slots > bd->pslot[r]) bd->pslot[r] = slots;
-      if (in->op == SCHED_BACKWARD_INPUT && state[k] == 1) state[k] = 2, mem -= 1 - bd->ws;
-      if (lastk[k] == i) mem -= state[k] == 1 ? 1 : bd->ws, slots--, state[k] = 3;
-    }
+    sched_stream_memory(pr, r, bd->ws, 1, &bd->pmem[r], &bd->pslot[r], bd->amem[r], bd->aslot[r], bd->lastc[r]);
   }
-  free(lastk), free(state);
   /* The bound: a program with a memory promise (mem_cap, set by the compiler) holds it; where
    * the compute order stays below the promise (1f1b's ranks after the first, zb-v's), an
    * activation may be received early up to it, which hides the latency. Programs without one

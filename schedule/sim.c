@@ -116,10 +116,11 @@ static int run(simstate *sm) {
   return CORE_OK;
 }
 
-void sched_stream_memory(const sched_program *pr, int r, double w_stash, double *peak_mem, int *peak_slots) {
+void sched_stream_memory(const sched_program *pr, int r, double w_stash, double unit, double *peak_mem,
+                         int *peak_slots, double *at_mem, int *at_slots, int *at_last) {
   const sched_stream *st = &pr->streams[r];
   int keys = pr->v * pr->m, slots = 0;
-  double mem = 0, unit = 1.0 / pr->v;
+  double mem = 0;
   int *last = core_malloc(sizeof(int) * (size_t)keys);
   unsigned char *state = core_calloc((size_t)keys, 1); /* 0 not yet, 1 whole, 2 W stash, 3 gone */
   for (int k = 0; k < keys; k++) last[k] = -1;
@@ -131,6 +132,7 @@ void sched_stream_memory(const sched_program *pr, int r, double w_stash, double 
     if (in->op > SCHED_RECV_GRAD) continue;
     int k = in->chunk * pr->m + in->mb;
     if (state[k] == 0) state[k] = 1, slots++, mem += unit;
+    if (at_mem) at_mem[i] = mem, at_slots[i] = slots, at_last[i] = last[k];
     if (mem > *peak_mem) *peak_mem = mem;
     if (slots > *peak_slots) *peak_slots = slots;
     if (in->op == SCHED_BACKWARD_INPUT && state[k] == 1) state[k] = 2, mem -= unit * (1 - w_stash);
@@ -151,7 +153,8 @@ static void compute_stats(simstate *sm, sched_sim_result *res) {
     rs->end = sm->lo[r] <= sm->hi[r] ? sm->hi[r] : 0;
     rs->span = rs->end - rs->start;
     rs->idle = rs->span - rs->busy;
-    sched_stream_memory(pr, r, sched_w_stash(sm->c), &rs->peak_memory, &rs->peak_activations);
+    sched_stream_memory(pr, r, sched_w_stash(sm->c), 1.0 / pr->v, &rs->peak_memory, &rs->peak_activations, NULL,
+                        NULL, NULL);
     rs->peak_bytes = rs->peak_activations * sm->c->act_bytes;
     sumbusy += rs->busy;
     if (rs->span > maxspan) maxspan = rs->span;

@@ -276,8 +276,8 @@ static void run_op(zb_state *z, int r) {
   o[0] = r, o[1] = k->op, o[2] = s, o[3] = j;
 }
 
-/* Schedules every op under one variant; fills z->order. CORE_ERUNTIME if every rank waits. */
-static int zb_run(zb_state *z) {
+/* Nothing scheduled yet: every op not run, every rank empty and free at 0. */
+static void zb_reset(zb_state *z) {
   const sched_program *pr = z->pr;
   size_t n = (size_t)z->S * (size_t)z->m;
   for (size_t i = 0; i < n; i++) z->f_end[i] = z->i_end[i] = -1;
@@ -287,8 +287,15 @@ static int zb_run(zb_state *z) {
     memset(k->nf, 0, sizeof(int) * (size_t)pr->v), memset(k->ni, 0, sizeof(int) * (size_t)pr->v);
     k->open = k->open1 = k->wh = k->wt = 0;
     k->free_at = 0, k->first = INFINITY, k->last = 0;
-    z->heap[r] = r, k->heap_at = r;
   }
+}
+
+/* Schedules every op under one variant; fills z->order. CORE_ERUNTIME if every rank waits. */
+static int zb_run(zb_state *z) {
+  const sched_program *pr = z->pr;
+  size_t n = (size_t)z->S * (size_t)z->m;
+  zb_reset(z);
+  for (int r = 0; r < pr->p; r++) z->heap[r] = r, z->rk[r].heap_at = r;
   z->nheap = pr->p;
   int p = pr->p;
   for (int r = 0; r < p; r++) {
@@ -406,16 +413,8 @@ static int zbv_run(zb_state *z, zbv_rank *vr, const zbv_pass *ps) {
   const sched_program *pr = z->pr;
   int p = pr->p, m = z->m;
   size_t n = (size_t)z->S * (size_t)m;
-  for (size_t i = 0; i < n; i++) z->f_end[i] = z->i_end[i] = -1;
-  z->norder = 0;
-  for (int r = 0; r < p; r++) {
-    zb_rank *k = &z->rk[r];
-    k->nf[0] = k->nf[1] = k->ni[0] = k->ni[1] = 0;
-    k->open = k->open1 = k->wh = k->wt = 0;
-    k->free_at = 0, k->first = INFINITY, k->last = 0;
-    vr[r] = (zbv_rank){0, 0, 0};
-  }
-  vr[p] = (zbv_rank){0, 0, 0};
+  zb_reset(z);
+  for (int r = 0; r <= p; r++) vr[r] = (zbv_rank){0, 0, 0};
   /* warm-up: one chunk-0 forward per rank; then from the last rank up, chunk-0 forwards on ranks
    * 0..r while they fit before rank r's first chunk-1 forward comes back (leaving room for the
    * 2 + 2r forwards of the micro-batches still in flight below), then that chunk-1 forward */

@@ -7,23 +7,17 @@
 #include "core/error.h"
 #include "schedule/schedule.h"
 
-static char *to_csv_comm(const sched_program *pr) {
+/* The file a writer (sched_csv_write or sched_csv_write_comm) makes of pr, as a string. */
+static char *write_with(int (*writer)(const sched_program *, FILE *), const sched_program *pr) {
   char *buf = NULL;
   size_t n = 0;
   FILE *f = open_memstream(&buf, &n);
-  cr_assert_eq(sched_csv_write_comm(pr, f), CORE_OK);
+  cr_assert_eq(writer(pr, f), CORE_OK);
   fclose(f);
   return buf;
 }
-
-static char *to_csv(const sched_program *pr) {
-  char *buf = NULL;
-  size_t n = 0;
-  FILE *f = open_memstream(&buf, &n);
-  cr_assert_eq(sched_csv_write(pr, f), CORE_OK);
-  fclose(f);
-  return buf;
-}
+static char *to_csv(const sched_program *pr) { return write_with(sched_csv_write, pr); }
+static char *to_csv_comm(const sched_program *pr) { return write_with(sched_csv_write_comm, pr); }
 
 Test(csv, round_trip_every_family) {
   sched_costs c = sched_costs_unit();

@@ -298,3 +298,56 @@ Test(zb, zb_v_latency_adds_a_small_multiple_per_hop) {
       }
     }
 }
+
+/* v-half and v-min from their building block (arXiv 2405.15362): the bubbles of the block,
+ * squeezed as the paper's greedy reordering does, were computed independently from the block's
+ * offsets (a separate implementation of the same construction) for these shapes, with unit
+ * costs and with the zero-bubble paper's measured ones. Each holds its memory cap, and with
+ * unit costs and m >= 2p both beat 1F1B's bubble at a third (v-min) or half (v-half) of its
+ * memory. */
+Test(zb, v_half_and_v_min_from_their_building_block) {
+  struct {
+    sched_family f;
+    int p, m;
+    double unit, paper;
+  } want[] = {
+      {SCHED_V_HALF, 4, 8, 0.0943, 0.1707},  {SCHED_V_HALF, 8, 24, 0.1056, 0.1610},
+      {SCHED_V_HALF, 8, 16, 0.1504, 0.2236}, {SCHED_V_HALF, 16, 64, 0.0965, 0.1423},
+      {SCHED_V_MIN, 4, 8, 0.1864, 0.3319},   {SCHED_V_MIN, 8, 24, 0.1579, 0.3175},
+      {SCHED_V_MIN, 8, 16, 0.2195, 0.3657},  {SCHED_V_MIN, 16, 64, 0.1332, 0.3011},
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    for (int paper = 0; paper < 2; paper++) {
+      sched_costs c = sched_costs_unit();
+      if (paper) c.f = 18.522, c.b = 18.086, c.w = 9.337, c.comm = 0.601;
+      sched_shape sh = {.family = want[i].f, .p = want[i].p, .v = 2, .m = want[i].m};
+      sched_program pr;
+      sched_sim_result res;
+      cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+      cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK);
+      double w = paper ? want[i].paper : want[i].unit;
+      cr_assert(fabs(res.bubble_rate - w) < 5e-5, "%s p=%d m=%d %s costs: bubble %.4f, the block gives %.4f",
+                sched_family_name(want[i].f), want[i].p, want[i].m, paper ? "paper" : "unit", res.bubble_rate, w);
+      for (int r = 0; r < want[i].p; r++)
+        cr_assert_leq(res.ranks[r].peak_memory, sched_memory_cap(&sh) + 1e-9);
+      sched_sim_result_free(&res);
+      sched_program_free(&pr);
+    }
+  for (int p = 2; p <= 12; p++) {
+    int m = 3 * p;
+    sched_costs c = sched_costs_unit();
+    double b[3];
+    sched_family fam[3] = {SCHED_1F1B, SCHED_V_HALF, SCHED_V_MIN};
+    for (int k = 0; k < 3; k++) {
+      sched_shape sh = {.family = fam[k], .p = p, .v = k ? 2 : 1, .m = m};
+      sched_program pr;
+      sched_sim_result res;
+      cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+      cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK);
+      b[k] = res.bubble_rate;
+      sched_sim_result_free(&res);
+      sched_program_free(&pr);
+    }
+    cr_assert(b[1] < b[0] && b[2] < b[0], "p=%d m=%d: 1f1b %.4f, v-half %.4f, v-min %.4f", p, m, b[0], b[1], b[2]);
+  }
+}

@@ -20,7 +20,9 @@
  *   4. its oldest W, if an F is ready but only fits once W's have freed their memory (at the cap
  *      the oldest W runs first);
  *   5. its oldest W, to fill a gap: only when it ends before the next I or F can start (a W that
- *      overruns it would delay the critical path), unless the variant fills every gap;
+ *      overruns it would delay the critical path), unless the variant fills every gap, or (the
+ *      zero-bubble paper's rule) a gap that would make the rank's idle time so far the largest
+ *      of all ranks' (or larger than the largest by a quarter);
  * else it waits for the next arrival. Decisions are made in time order over all ranks (a heap of
  * each rank's next choice), so a rank decides knowing everything that started before.
  *
@@ -54,6 +56,7 @@ typedef struct {
   double free_at;   /* when the rank's last op ends */
   double first, last; /* first compute start, last end */
   double left;        /* compute time of its ops not yet run */
+  double idle;        /* idle time since its first op */
   double cap;       /* budget in chunk slots: open + w_stash * pending */
   int fcap;         /* open forwards at most */
   int heap_at;      /* position in the heap, -1 when not in it */
@@ -62,7 +65,9 @@ typedef struct {
 } zb_rank;
 
 typedef struct {
-  int fill_all; /* W fills every gap (1) or only gaps it fits (0) */
+  int fill_all; /* W fills every gap (1), only gaps it fits (0), or also a gap that would make
+                 * the rank's idle time the largest of all ranks (2: the paper's rule), or larger
+                 * than the largest by a quarter (3) */
   int reserve;  /* V: chunk slots a chunk-0 forward leaves free for chunk 1 (>= 1); -1: r + 1 */
   int fcap;     /* zb-auto: open forwards at most on rank r: 0 none, 1 p - r, 2 2(p-r) - 1 */
   int f_first;  /* an F ready with an I goes first (1F1B's order) rather than the I */
@@ -80,6 +85,7 @@ typedef struct {
   int *order;           /* the chosen ops in time order: (rank, op, chunk, mb) */
   size_t norder;
   double bound;         /* a variant whose longest span must exceed this is given up */
+  double max_idle;      /* the largest idle time of a rank so far */
 } zb_state;
 
 static double cost(const zb_state *z, sched_op op, int s) { return sched_op_cost(z->c, op, s); }
@@ -198,7 +204,10 @@ static void choose(zb_state *z, int r) {
     k->t = t0, k->op = SCHED_BACKWARD_WEIGHT;
   } else {
     int s = w ? pr->stage_of[r * pr->v + k->wq[k->wh] / z->m] : 0;
-    if (w && (z->var.fill_all || t0 + cost(z, SCHED_BACKWARD_WEIGHT, s) <= next_start(z, r, fits) + z->eps)) {
+    double ns = w && z->var.fill_all != 1 ? next_start(z, r, fits) : 0;
+    if (w && (z->var.fill_all == 1 || t0 + cost(z, SCHED_BACKWARD_WEIGHT, s) <= ns + z->eps ||
+              (z->var.fill_all >= 2 && k->first < INFINITY && ns < INFINITY &&
+               k->idle + (ns - t0) > z->max_idle * (z->var.fill_all == 3 ? 1.25 : 1) + z->eps))) {
       k->t = t0, k->op = SCHED_BACKWARD_WEIGHT;
     } else { /* wait for the first arrival */
       double tw = w ? tb : INFINITY;
@@ -276,6 +285,7 @@ static void run_op(zb_state *z, int r) {
     k->wh++;
   }
   if (k->first > k->t) k->first = k->t;
+  else if ((k->idle += k->t - k->free_at) > z->max_idle) z->max_idle = k->idle;
   k->last = end;
   k->left -= end - k->t;
   k->free_at = end;
@@ -288,12 +298,12 @@ static void zb_reset(zb_state *z) {
   const sched_program *pr = z->pr;
   size_t n = (size_t)z->S * (size_t)z->m;
   for (size_t i = 0; i < n; i++) z->f_end[i] = z->i_end[i] = -1;
-  z->norder = 0;
+  z->norder = 0, z->max_idle = 0;
   for (int r = 0; r < pr->p; r++) {
     zb_rank *k = &z->rk[r];
     memset(k->nf, 0, sizeof(int) * (size_t)pr->v), memset(k->ni, 0, sizeof(int) * (size_t)pr->v);
     k->open = k->open1 = k->wh = k->wt = 0;
-    k->free_at = 0, k->first = INFINITY, k->last = 0, k->left = 0;
+    k->free_at = 0, k->first = INFINITY, k->last = 0, k->left = 0, k->idle = 0;
     for (int c = 0; c < pr->v; c++) {
       int s = pr->stage_of[r * pr->v + c];
       k->left += z->m * (cost(z, SCHED_FORWARD, s) + cost(z, SCHED_BACKWARD_INPUT, s) + cost(z, SCHED_BACKWARD_WEIGHT, s));
@@ -762,7 +772,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
   zb_variant vars[32];
   int nv = 0;
   for (int ff = 0; ff < 2; ff++)
-    for (int fill = 0; fill < 2; fill++) {
+    for (int fill = 0; fill < 4; fill++) {
       if (v == 2) {
         vars[nv++] = (zb_variant){fill, 0, 0, ff};
         vars[nv++] = (zb_variant){fill, 1, 0, ff};

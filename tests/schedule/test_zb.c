@@ -351,3 +351,36 @@ Test(zb, v_half_and_v_min_from_their_building_block) {
     cr_assert(b[1] < b[0] && b[2] < b[0], "p=%d m=%d: 1f1b %.4f, v-half %.4f, v-min %.4f", p, m, b[0], b[1], b[2]);
   }
 }
+
+static double paper_bubble(sched_family f, double mem_limit, double w_stash, double *peak) {
+  sched_costs c = sched_costs_unit();
+  c.f = 18.522, c.b = 18.086, c.w = 9.337, c.comm = 0.601, c.w_stash = w_stash;
+  sched_shape sh = {.family = f, .p = 8, .v = sched_family_is_v(f) ? 2 : 1, .m = 24, .mem_limit = mem_limit};
+  sched_program pr;
+  sched_sim_result res;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK);
+  *peak = 0;
+  for (int r = 0; r < 8; r++) *peak = res.ranks[r].peak_memory > *peak ? res.ranks[r].peak_memory : *peak;
+  double b = res.bubble_rate;
+  sched_sim_result_free(&res);
+  sched_program_free(&pr);
+  return b;
+}
+
+/* The zero-bubble paper's 1.5B model (p=8, m=24, its measured F, B, W and comm), against the
+ * bubbles it reports to four digits: zb-h1 0.1585 within 1F1B's 8 M_B, zb-h2 0.1083 within 15,
+ * its automatic ZB-2p 0.0433 at 16 M_B with a pending W holding M_W / M_B = 0.366 of a slot;
+ * zb-auto at 8 M_B no worse than zb-h1, zb-v within 8 no worse than zb-h2. */
+Test(zb, the_zero_bubble_papers_bubbles_at_its_measured_costs) {
+  double pk, h1 = paper_bubble(SCHED_ZB_H1, 0, 0, &pk);
+  cr_assert(h1 < 0.15855 && pk <= 8 + 1e-9, "zb-h1 %.5f at %g", h1, pk);
+  double h2 = paper_bubble(SCHED_ZB_H2, 0, 0, &pk);
+  cr_assert(h2 < 0.10835 && pk <= 15 + 1e-9, "zb-h2 %.5f at %g", h2, pk);
+  double a16 = paper_bubble(SCHED_ZB_AUTO, 16, 0.366, &pk);
+  cr_assert(a16 < 0.04335 && pk <= 16 + 1e-9, "zb-auto 16 %.5f at %g", a16, pk);
+  double a8 = paper_bubble(SCHED_ZB_AUTO, 8, 0, &pk);
+  cr_assert(a8 <= h1 + 1e-12 && pk <= 8 + 1e-9, "zb-auto 8 %.5f at %g, zb-h1 %.5f", a8, pk, h1);
+  double zv = paper_bubble(SCHED_ZB_V, 0, 0, &pk);
+  cr_assert(zv <= h2 && pk <= 8 + 1e-9, "zb-v %.5f at %g, zb-h2 %.5f", zv, pk, h2);
+}

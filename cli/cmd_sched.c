@@ -157,23 +157,12 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
   return CORE_OK;
 }
 
-/* The program the options describe: compiled from the shape, or read from a CSV and lowered.
- * Either way it is verified before anything uses it. */
+/* The program the options describe: compiled from the shape, or read from a CSV (lowered by
+ * brigade, or in the file's own order where it has transfers). Either way it is verified before
+ * anything uses it. */
 static int build_program(const sched_opts *o, sched_program *pr) {
   if (!o->schedule_file) return sched_compile(&o->shape, &o->costs, pr);
-  sched_program compute;
-  int rc = sched_csv_read(o->schedule_file, &compute);
-  if (rc) return rc;
-  compute.tied = o->shape.tied;
-  rc = sched_lower(&compute, &o->costs, pr);
-  sched_program_free(&compute);
-  if (rc) return core_error_prefix("%s", o->schedule_file);
-  rc = sched_verify(pr);
-  if (rc) {
-    sched_program_free(pr);
-    return core_error_prefix("%s failed verification", o->schedule_file);
-  }
-  return CORE_OK;
+  return sched_csv_read_program(o->schedule_file, o->shape.tied, &o->costs, pr);
 }
 
 int cli_compile(int argc, char **argv) {

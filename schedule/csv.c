@@ -334,7 +334,8 @@ int sched_csv_write_comm(const sched_program *pr, FILE *f) {
   return ferror(f) ? core_error_set(CORE_ERUNTIME, "writing schedule CSV: %s", strerror(errno)) : CORE_OK;
 }
 
-int sched_csv_parse(const char *text, const char *name, sched_program *out) {
+/* The compute program of a file; keep (may be NULL) receives its actions in file order. */
+static int csv_parse(const char *text, const char *name, sched_program *out, actions *keep) {
   actions as = {0};
   int p = 0, v = 0, m = 0, *stage_of = NULL;
   if (strncmp(text, "\xef\xbb\xbf", 3) == 0) text += 3; /* UTF-8 byte order mark (spreadsheets) */
@@ -358,11 +359,75 @@ int sched_csv_parse(const char *text, const char *name, sched_program *out) {
     if (!rc) rc = check_comm(name, &as, out);
     if (rc) sched_program_free(out);
   }
-  free(as.a), free(stage_of);
+  free(stage_of);
+  if (!rc && keep) *keep = as;
+  else free(as.a);
   return rc;
 }
 
-int sched_csv_read(const char *path, sched_program *out) {
+int sched_csv_parse(const char *text, const char *name, sched_program *out) {
+  return csv_parse(text, name, out, NULL);
+}
+
+/* The full program of a file with transfers (checked by check_comm): each rank's actions in file
+ * order, a transfer going to or coming from the rank of the neighbouring stage it implies. */
+static void build_full(const actions *as, const sched_program *compute, sched_program *out) {
+  int S = compute->p * compute->v;
+  for (int i = 0; i < as->n; i++) {
+    const action *a = &as->a[i];
+    int s = a->stage, r = compute->rank_of[s];
+    sched_instr in = {.mb = a->mb, .chunk = compute->chunk_of[s], .peer = -1, .slot = -1};
+    switch (a->op) {
+    case 's': in.op = SCHED_SEND_ACT, in.peer = compute->rank_of[s + 1]; break;
+    case 'r': in.op = SCHED_RECV_ACT, in.peer = compute->rank_of[s - 1]; break;
+    case 'S': in.op = SCHED_SEND_GRAD, in.peer = compute->rank_of[s - 1]; break;
+    case 'R': in.op = SCHED_RECV_GRAD, in.peer = compute->rank_of[s + 1]; break;
+    case 'F': in.op = SCHED_FORWARD; break;
+    case 'B': in.op = SCHED_BACKWARD; break;
+    case 'I': in.op = SCHED_BACKWARD_INPUT; break;
+    case 'W': in.op = SCHED_BACKWARD_WEIGHT; break;
+    default: continue; /* UNSHARD, RESHARD, REDUCE_GRAD */
+    }
+    if (in.op == SCHED_FORWARD && (s == 0 || s == S - 1)) {
+      sched_instr ld = in;
+      ld.op = SCHED_LOAD_MICROBATCH;
+      sched_push(out, r, ld);
+    }
+    sched_push(out, r, in);
+  }
+  if (!out->forward_only) sched_append_tail(out);
+  for (int r = 0; r < out->p; r++) sched_assign_slots(out, r);
+}
+
+int sched_csv_parse_program(const char *text, const char *name, int tied, const sched_costs *costs,
+                            sched_program *out) {
+  sched_program compute;
+  actions as = {0};
+  int rc = csv_parse(text, name, &compute, &as), comm = 0;
+  if (rc) return rc;
+  compute.tied = tied;
+  for (int i = 0; i < as.n && !comm; i++) comm = !is_compute(as.a[i].op) && as.a[i].op != 'x';
+  if (!comm) {
+    rc = sched_lower(&compute, costs, out);
+    if (rc) core_error_prefix("%s", name);
+  } else {
+    rc = sched_program_init(out, compute.family, compute.p, compute.v, compute.m, compute.stage_of);
+    if (!rc) {
+      out->tied = tied, out->forward_only = compute.forward_only;
+      build_full(&as, &compute, out);
+    }
+  }
+  sched_program_free(&compute);
+  free(as.a);
+  if (!rc && (rc = sched_verify(out)) != CORE_OK) {
+    sched_program_free(out);
+    core_error_prefix("%s failed verification", name);
+  }
+  return rc;
+}
+
+/* The whole file, NUL-terminated, into *text (to free). */
+static int read_text(const char *path, char **text) {
   FILE *f = fopen(path, "rb");
   if (!f) return core_error_set(CORE_EINPUT, "cannot open schedule file %s: %s", path, strerror(errno));
   size_t cap = 1 << 16, n = 0;
@@ -380,9 +445,25 @@ int sched_csv_read(const char *path, sched_program *out) {
   }
   fclose(f);
   buf[n] = 0;
-  int rc = memchr(buf, 0, n) ? core_error_set(CORE_EINPUT, "%s: binary data in a schedule file", path)
-                             : sched_csv_parse(buf, path, out);
-  free(buf);
+  if (memchr(buf, 0, n)) {
+    free(buf);
+    return core_error_set(CORE_EINPUT, "%s: binary data in a schedule file", path);
+  }
+  *text = buf;
+  return CORE_OK;
+}
+
+int sched_csv_read(const char *path, sched_program *out) {
+  char *text;
+  int rc = read_text(path, &text);
+  if (!rc) rc = sched_csv_parse(text, path, out), free(text);
+  return rc;
+}
+
+int sched_csv_read_program(const char *path, int tied, const sched_costs *costs, sched_program *out) {
+  char *text;
+  int rc = read_text(path, &text);
+  if (!rc) rc = sched_csv_parse_program(text, path, tied, costs, out), free(text);
   return rc;
 }
 

@@ -35,4 +35,9 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
 void sched_stream_memory(const sched_program *pr, int r, double w_stash, double unit, double *peak_mem,
                          int *peak_slots, double *at_mem, int *at_slots, int *at_last);
 
+/* Lowering's last steps (lower.c): the step's tail (REDUCE_TIED_GRADS where tied, REDUCE_GRADS,
+ * OPTIMIZER_STEP) appended to every rank, and rank r's activation slots assigned by liveness. */
+void sched_append_tail(sched_program *out);
+void sched_assign_slots(sched_program *out, int r);
+
 #endif

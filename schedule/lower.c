@@ -767,7 +767,7 @@ static void build_free(build *bd) {
 }
 
 /* Greedy slot assignment over each (chunk, micro-batch)'s live range in stream order. */
-static void assign_slots(sched_program *out, int r) {
+void sched_assign_slots(sched_program *out, int r) {
   sched_stream *st = &out->streams[r];
   int keys = out->v * out->m;
   int *last = core_malloc(sizeof(int) * (size_t)keys), *slot_of = core_malloc(sizeof(int) * (size_t)keys);
@@ -788,7 +788,7 @@ static void assign_slots(sched_program *out, int r) {
   free(last), free(slot_of), free(free_stack);
 }
 
-static void append_tail(sched_program *out) {
+void sched_append_tail(sched_program *out) {
   int S = out->p * out->v;
   int a = out->rank_of[0], b = out->rank_of[S - 1];
   for (int r = 0; r < out->p; r++) {
@@ -837,8 +837,8 @@ int sched_lower(const sched_program *compute, const sched_costs *costs, sched_pr
     sched_program_free(out);
     return rc;
   }
-  if (!out->forward_only) append_tail(out);
-  for (int r = 0; r < out->p; r++) assign_slots(out, r);
+  if (!out->forward_only) sched_append_tail(out);
+  for (int r = 0; r < out->p; r++) sched_assign_slots(out, r);
   flow_free(&fl);
   return CORE_OK;
 }

@@ -91,6 +91,14 @@ int sched_csv_write(const sched_program *pr, FILE *f);
 int sched_csv_write_comm(const sched_program *pr, FILE *f);
 int sched_csv_read(const char *path, sched_program *compute_out);
 int sched_csv_parse(const char *text, const char *name, sched_program *compute_out);
+/* A schedule file as a full, verified program. Compute actions only: lowered under the costs
+ * (sched_lower). With PyTorch's communication actions: built in the file's own order, each
+ * transfer where the file puts it, loads before the first and last stage's forwards and the
+ * step's tail added, so what `compile --format csv-comm` writes reads back as the same program.
+ * tied: the first and last virtual stage share a weight. */
+int sched_csv_read_program(const char *path, int tied, const sched_costs *costs, sched_program *out);
+int sched_csv_parse_program(const char *text, const char *name, int tied, const sched_costs *costs,
+                            sched_program *out);
 /* A text listing of the full instruction streams, one instruction per line. */
 void sched_write_listing(const sched_program *pr, FILE *f);
 /* Compute actions only, one rank per line ("rank 0: 0F0 0F1 0B0 ..."). */

@@ -166,3 +166,50 @@ Test(csv, overlapped_pairs_run_in_order) {
   cr_assert(sched_program_equal(&a, &b));
   sched_program_free(&a), sched_program_free(&b);
 }
+
+/* A file with transfers is the program, instruction for instruction: what compile --format
+ * csv-comm writes reads back (sched_csv_parse_program) as the very program it was written from,
+ * whatever family and latency placed its transfers; a file whose transfers are in another valid
+ * order keeps that order, and one whose order deadlocks under blocking send/recv is refused by
+ * the verifier. */
+Test(csv, communication_actions_are_the_program) {
+  sched_costs c = sched_costs_unit();
+  sched_shape shapes[] = {{.family = SCHED_1F1B, .p = 4, .v = 1, .m = 6}, {.family = SCHED_ZB_H2, .p = 3, .v = 1, .m = 7},
+                          {.family = SCHED_ZB_V, .p = 3, .v = 2, .m = 6}, {.family = SCHED_INTERLEAVED, .p = 3, .v = 2, .m = 5},
+                          {.family = SCHED_DUALPIPE_V, .p = 2, .v = 2, .m = 4}, {.family = SCHED_V_MIN, .p = 4, .v = 2, .m = 8},
+                          {.family = SCHED_1F1B, .p = 3, .v = 1, .m = 4, .tied = 1}};
+  const double comms[] = {0, 0.4, 1.5};
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+    for (int ci = 0; ci < 3; ci++) {
+      c.comm = comms[ci];
+      sched_program a, got;
+      cr_assert_eq(sched_compile(&shapes[k], &c, &a), CORE_OK, "%s", core_error_msg());
+      char *text = to_csv_comm(&a);
+      cr_assert_eq(sched_csv_parse_program(text, "comm.csv", shapes[k].tied, &c, &got), CORE_OK, "%s", core_error_msg());
+      got.family = a.family, got.mem_cap = a.mem_cap;
+      cr_assert(sched_program_equal(&a, &got), "%s comm %g: the program differs after a round trip",
+                sched_family_name(shapes[k].family), c.comm);
+      free(text);
+      sched_program_free(&a), sched_program_free(&got);
+    }
+  /* GPipe on 2 ranks, rank 0 sending both activations before receiving any gradient: brigade's
+   * own lowering would interleave differently at comm 0; the file's order is what runs */
+  const char *mine = "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+                     "1RECV_F0,1F0,1RECV_F1,1F1,1B0,1SEND_B0,1B1,1SEND_B1\n";
+  sched_program pr;
+  cr_assert_eq(sched_csv_parse_program(mine, "mine.csv", 0, &c, &pr), CORE_OK, "%s", core_error_msg());
+  const sched_op want1[] = {SCHED_RECV_ACT, SCHED_FORWARD, SCHED_RECV_ACT, SCHED_FORWARD, SCHED_BACKWARD,
+                            SCHED_SEND_GRAD, SCHED_BACKWARD, SCHED_SEND_GRAD, SCHED_REDUCE_GRADS, SCHED_OPTIMIZER_STEP};
+  cr_assert_eq(pr.streams[1].len, 12, "rank 1 holds %d instructions", pr.streams[1].len); /* + 2 loads */
+  for (int i = 0, j = 0; i < pr.streams[1].len; i++) {
+    if (pr.streams[1].ins[i].op == SCHED_LOAD_MICROBATCH) continue;
+    cr_assert_eq(pr.streams[1].ins[i].op, want1[j], "rank 1 #%d", i);
+    j++;
+  }
+  sched_program_free(&pr);
+  /* both ranks receive before they send: each waits for the other */
+  const char *stuck = "0F0,0RECV_B0,0SEND_F0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n";
+  core_error_clear();
+  cr_assert_eq(sched_csv_parse_program(stuck, "stuck.csv", 0, &c, &pr), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "stuck.csv"), "%s", core_error_msg());
+}

@@ -372,7 +372,6 @@ int sched_csv_parse(const char *text, const char *name, sched_program *out) {
 /* The full program of a file with transfers (checked by check_comm): each rank's actions in file
  * order, a transfer going to or coming from the rank of the neighbouring stage it implies. */
 static void build_full(const actions *as, const sched_program *compute, sched_program *out) {
-  int S = compute->p * compute->v;
   for (int i = 0; i < as->n; i++) {
     const action *a = &as->a[i];
     int s = a->stage, r = compute->rank_of[s];
@@ -388,12 +387,8 @@ static void build_full(const actions *as, const sched_program *compute, sched_pr
     case 'W': in.op = SCHED_BACKWARD_WEIGHT; break;
     default: continue; /* UNSHARD, RESHARD, REDUCE_GRAD */
     }
-    if (in.op == SCHED_FORWARD && (s == 0 || s == S - 1)) {
-      sched_instr ld = in;
-      ld.op = SCHED_LOAD_MICROBATCH;
-      sched_push(out, r, ld);
-    }
-    sched_push(out, r, in);
+    if (sched_op_is_compute((sched_op)in.op)) sched_push_compute(out, r, in);
+    else sched_push(out, r, in);
   }
   if (!out->forward_only) sched_append_tail(out);
   for (int r = 0; r < out->p; r++) sched_assign_slots(out, r);

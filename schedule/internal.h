@@ -35,6 +35,16 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
 void sched_stream_memory(const sched_program *pr, int r, double w_stash, double unit, double *peak_mem,
                          int *peak_slots, double *at_mem, int *at_slots, int *at_last);
 
+/* v-half (half = 1) or v-min's building block (vblock.c) for p ranks and m micro-batches, as
+ * slots of one op: [r * *T + x] is 0 where rank r is free, else the op's kind: 1 F of chunk 0,
+ * 2 F of chunk 1, 3 I of chunk 1, 4 I of chunk 0, 5 W (the oldest pending). Taken in slot order
+ * (every rank at slot x before any at x + 1), every op comes after its inputs. free() it. */
+int *sched_vblock_slots(int p, int m, int half, int *T);
+
+/* Appends compute instruction in to rank r's stream, after the LOAD_MICROBATCH it needs when it
+ * is a forward of the first or last virtual stage (tokens / targets). */
+void sched_push_compute(sched_program *out, int r, sched_instr in);
+
 /* Lowering's last steps (lower.c): the step's tail (REDUCE_TIED_GRADS where tied, REDUCE_GRADS,
  * OPTIMIZER_STEP) appended to every rank, and rank r's activation slots assigned by liveness. */
 void sched_append_tail(sched_program *out);

@@ -527,6 +527,16 @@ static void commit(build *bd, xfer *x) {
   wake(bd, x->a), wake(bd, x->b);
 }
 
+void sched_push_compute(sched_program *out, int r, sched_instr in) {
+  int s = sched_stage_at(out, r, &in);
+  if (in.op == SCHED_FORWARD && (s == 0 || s == out->p * out->v - 1)) {
+    sched_instr ld = in;
+    ld.op = SCHED_LOAD_MICROBATCH;
+    sched_push(out, r, ld);
+  }
+  sched_push(out, r, in);
+}
+
 /* Appends rank r's next compute op (after its load, if it has one), records when it runs and
  * offers what it produces. */
 static void advance(build *bd, int r) {
@@ -534,14 +544,8 @@ static void advance(build *bd, int r) {
   const sched_program *pr = fl->pr;
   lrank *k = &bd->rk[r];
   sched_instr in = pr->streams[r].ins[k->g];
-  int s = sched_stage_at(pr, r, &in);
   in.peer = -1, in.slot = -1;
-  if (in.op == SCHED_FORWARD && (s == 0 || s == fl->S - 1)) {
-    sched_instr ld = in;
-    ld.op = SCHED_LOAD_MICROBATCH;
-    sched_push(bd->out, r, ld);
-  }
-  sched_push(bd->out, r, in);
+  sched_push_compute(bd->out, r, in);
   for (int q = 0; q < k->nearly; q++)
     if (k->early[q] <= k->g) k->early[q--] = k->early[--k->nearly];
   bd->start[r][k->g] = k->clock;

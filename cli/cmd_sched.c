@@ -201,9 +201,9 @@ static void print_json(const sched_program *pr, const sched_sim_result *res, dou
   for (int r = 0; r < res->p; r++) {
     const sched_rank_stats *s = &res->ranks[r];
     printf("%s{\"rank\":%d,\"busy\":%.17g,\"span\":%.17g,\"idle\":%.17g,\"peak_activations\":%d,"
-           "\"peak_memory\":%.17g,\"peak_activation_bytes\":%.17g,\"slots\":%d}",
+           "\"peak_memory\":%.17g,\"peak_activation_bytes\":%.17g,\"slots\":%d,\"aside_parts\":%d}",
            r ? "," : "", r, s->busy, s->span, s->idle, s->peak_activations, s->peak_memory, s->peak_bytes,
-           pr->nslots[r]);
+           pr->nslots[r], pr->naslots[r]);
   }
   printf("]}\n");
 }

@@ -87,9 +87,10 @@ int cli_tune(int argc, char **argv) {
          "step (ms)", "bubble", "peak memory (worst rank)");
   for (int i = 0; i < res.nfits && i < top; i++) {
     const pipe_tune_cand *c = &res.fits[i];
+    char fam[32];
+    pipe_shape_name(&c->shape, fam, sizeof fam);
     print_mib(c->peak_bytes, peak, sizeof peak);
-    printf("%3d  %-12s %2d %5d %5d  %-10s %14.6g %7.2f%%  %s (rank %d)\n", i + 1,
-           sched_family_name(c->shape.family), c->shape.v, c->shape.m, c->B, pipe_part_name(c->shape.part),
+    printf("%3d  %-12s %2d %5d %5d  %-10s %14.6g %7.2f%%  %s (rank %d)\n", i + 1, fam, c->shape.v, c->shape.m, c->B, pipe_part_name(c->shape.part),
            1e3 * c->time, 100 * c->bubble_rate, peak, c->worst_rank);
   }
   /* the winner's timeline: rebuilt and simulated once more, with events this time */

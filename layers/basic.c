@@ -72,7 +72,7 @@ static void linear_backward_weight(const layer *l, const kernels_ops *ops, const
   layers_linear_backward_weight(ops, l->grads, l->bias ? l->grads + nw : NULL, io->dout, io->in,
                                 io->B * io->T, l->in_width, l->out_width);
 }
-const layer_type layers_linear = {"linear", LAYER_IN_HIDDEN, linear_configure, linear_params, linear_flops, zero, zero, linear_init, linear_forward, linear_backward_input, linear_backward_weight, 0, zero};
+const layer_type layers_linear = {"linear", LAYER_IN_HIDDEN, linear_configure, linear_params, linear_flops, zero, zero, linear_init, linear_forward, linear_backward_input, linear_backward_weight, 0, zero, NULL};
 
 /* ---- relu and gelu: no weights ---- */
 
@@ -92,8 +92,8 @@ static void gelu_forward(const layer *l, const kernels_ops *ops, const layer_io 
 static void gelu_backward(const layer *l, const kernels_ops *ops, const layer_io *io) {
   ops->gelu_backward(io->din, io->in, io->dout, (size_t)io->B * io->T * l->in_width);
 }
-const layer_type layers_relu = {"relu", LAYER_IN_HIDDEN, NULL, no_params, act_flops, zero, zero, no_init, relu_forward, relu_backward, no_weight, 0, zero};
-const layer_type layers_gelu = {"gelu", LAYER_IN_HIDDEN, NULL, no_params, act_flops, zero, zero, no_init, gelu_forward, gelu_backward, no_weight, 0, zero};
+const layer_type layers_relu = {"relu", LAYER_IN_HIDDEN, NULL, no_params, act_flops, zero, zero, no_init, relu_forward, relu_backward, no_weight, 0, zero, NULL};
+const layer_type layers_gelu = {"gelu", LAYER_IN_HIDDEN, NULL, no_params, act_flops, zero, zero, no_init, gelu_forward, gelu_backward, no_weight, 0, zero, NULL};
 
 /* ---- layernorm: w, b [C]; stash mean, rstd [N] ---- */
 
@@ -128,7 +128,7 @@ static void ln_backward_weight(const layer *l, const kernels_ops *ops, const lay
   ops->layernorm_backward_weight(l->grads, l->grads + l->in_width, io->dout, io->in, io->stash,
                                  io->stash + N, N, l->in_width);
 }
-const layer_type layers_layernorm = {"layernorm", LAYER_IN_HIDDEN, ln_configure, ln_params, ln_flops, ln_stash, zero, ln_init, ln_forward, ln_backward_input, ln_backward_weight, 0, zero};
+const layer_type layers_layernorm = {"layernorm", LAYER_IN_HIDDEN, ln_configure, ln_params, ln_flops, ln_stash, zero, ln_init, ln_forward, ln_backward_input, ln_backward_weight, 0, zero, NULL};
 
 /* ---- embedding: wte [V, C], wpe [T, C]; tokens in, hidden out ---- */
 
@@ -151,7 +151,7 @@ static void emb_backward_input(const layer *l, const kernels_ops *ops, const lay
 static void emb_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
   ops->embedding_backward(l->grads, l->grads + (size_t)l->V * l->C, io->dout, io->tokens, io->B, io->T, l->C);
 }
-const layer_type layers_embedding = {"embedding", LAYER_IN_TOKENS, emb_configure, emb_params, emb_flops, zero, zero, emb_init, emb_forward, emb_backward_input, emb_backward_weight, 0, zero};
+const layer_type layers_embedding = {"embedding", LAYER_IN_TOKENS, emb_configure, emb_params, emb_flops, zero, zero, emb_init, emb_forward, emb_backward_input, emb_backward_weight, 0, zero, NULL};
 
 /* ---- lm_head: logits = in W^T, W [V, C]; tied: its own copy of the embedding's wte, kept equal
  * by REDUCE_TIED_GRADS (gradients summed across the two copies) ---- */
@@ -176,7 +176,7 @@ static void head_backward_input(const layer *l, const kernels_ops *ops, const la
 static void head_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
   layers_linear_backward_weight(ops, l->grads, NULL, io->dout, io->in, io->B * io->T, l->in_width, l->V);
 }
-const layer_type layers_lm_head = {"lm_head", LAYER_IN_HIDDEN, head_configure, head_params, head_flops, zero, zero, head_init, head_forward, head_backward_input, head_backward_weight, 0, zero};
+const layer_type layers_lm_head = {"lm_head", LAYER_IN_HIDDEN, head_configure, head_params, head_flops, zero, zero, head_init, head_forward, head_backward_input, head_backward_weight, 0, zero, NULL};
 
 /* ---- cross_entropy: logits [N, V] + targets -> per-position losses [N]. Its stash is its input:
  * forward turns the logits into probabilities in place, backward turns those into the logits'
@@ -193,4 +193,4 @@ static void xent_forward(const layer *l, const kernels_ops *ops, const layer_io 
 static void xent_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
   ops->xent_backward(io->din, io->stash, io->targets, io->grad_scale, io->B * io->T, l->in_width);
 }
-const layer_type layers_cross_entropy = {"cross_entropy", LAYER_IN_HIDDEN, xent_configure, no_params, xent_flops, zero, zero, no_init, xent_forward, xent_backward_input, no_weight, 1, zero};
+const layer_type layers_cross_entropy = {"cross_entropy", LAYER_IN_HIDDEN, xent_configure, no_params, xent_flops, zero, zero, no_init, xent_forward, xent_backward_input, no_weight, 1, zero, NULL};

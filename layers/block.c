@@ -37,12 +37,16 @@ static block_params block_layout(const layer *l, int full) {
 
 /* ---- stash layout, per micro-batch of N = B*T positions ---- */
 
-/* What forward keeps for the backward (the stash), and, apart, what backward_input keeps for
- * backward_weight (the W stash: output gradients of the inner matmuls and norms), each with its
- * own offsets */
+/* What forward keeps for the backward: what the weight gradient reads too (the stash), and what
+ * only backward_input reads (the I stash: q, k, v, the attention probabilities, the MLP's
+ * pre-activation), which a split backward frees at I; apart, what backward_input keeps for
+ * backward_weight (the W stash: output gradients of the inner matmuls and norms). Offsets of
+ * qkv, att and fch are into the I stash, the others into the stash. */
 typedef struct {
-  size_t ln1, mean1, rstd1, qkv, att, atty, res2, ln2, mean2, rstd2, fch, fchg;
+  size_t ln1, mean1, rstd1, atty, res2, ln2, mean2, rstd2, fchg;
   size_t total;
+  size_t qkv, att, fch;
+  size_t itotal;
 } block_stash;
 typedef struct {
   size_t g_fch, g_ln2, g_res2, g_qkv, g_ln1;
@@ -55,16 +59,17 @@ static block_stash stash_layout(const layer *l, int B, int T, int full) {
   s.ln1 = at, at += full ? N * C : 0;
   s.mean1 = at, at += full ? N : 0;
   s.rstd1 = at, at += full ? N : 0;
-  s.qkv = at, at += N * 3 * C;
-  s.att = at, at += l->att_floats ? l->att_floats : (size_t)B * l->NH * T * T;
   s.atty = at, at += N * C;
   s.res2 = at, at += full ? N * C : 0;
   s.ln2 = at, at += full ? N * C : 0;
   s.mean2 = at, at += full ? N : 0;
   s.rstd2 = at, at += full ? N : 0;
-  s.fch = at, at += full ? N * H : 0;
   s.fchg = at, at += full ? N * H : 0;
-  s.total = at;
+  s.total = at, at = 0;
+  s.qkv = at, at += N * 3 * C;
+  s.att = at, at += l->att_floats ? l->att_floats : (size_t)B * l->NH * T * T;
+  s.fch = at, at += full ? N * H : 0;
+  s.itotal = at;
   return s;
 }
 
@@ -100,6 +105,7 @@ static int attn_configure(layer *l, const core_config *c, int i) { return dims_c
 static size_t attn_params(const layer *l) { return block_layout(l, 0).total; }
 static double attn_flops(const layer *l) { return 2.0 * 4 * l->C * l->C + 2.0 * l->T * l->C; }
 static size_t attn_stash(const layer *l, int B, int T) { return stash_layout(l, B, T, 0).total; }
+static size_t attn_istash(const layer *l, int B, int T) { return stash_layout(l, B, T, 0).itotal; }
 static size_t attn_wstash(const layer *l, int B, int T) { return wstash_layout(l, B, T, 0).total; }
 static size_t attn_scratch(const layer *l, int B, int T) { return (size_t)B * T * l->C + kernels_attention_scratch_floats(T); }
 
@@ -121,21 +127,21 @@ static void attn_init(const layer *l, float *p, uint64_t seed) { init_common(l, 
 
 /* attention core forward from `x` (the input of the qkv projection) into `y` */
 static void attn_core_forward(const layer *l, const kernels_ops *ops, float *y, const float *x,
-                              float *st, block_stash s, block_params o, const float *p, int B, int T) {
+                              float *st, float *ist, block_stash s, block_params o, const float *p, int B, int T) {
   int N = B * T, C = l->C;
-  layers_linear_forward(ops, st + s.qkv, x, p + o.wqkv, p + o.bqkv, N, C, 3 * C);
-  ops->attention_forward(st + s.atty, st + s.att, st + s.qkv, B, T, C, l->NH);
+  layers_linear_forward(ops, ist + s.qkv, x, p + o.wqkv, p + o.bqkv, N, C, 3 * C);
+  ops->attention_forward(st + s.atty, ist + s.att, ist + s.qkv, B, T, C, l->NH);
   layers_linear_forward(ops, y, st + s.atty, p + o.wproj, p + o.bproj, N, C, C);
 }
 
 /* gradient dy of the projection's output -> dx of the qkv projection's input; stores g_qkv */
 static void attn_core_backward_input(const layer *l, const kernels_ops *ops, float *dx, const float *dy,
-                                     const float *st, float *wst, float *scratch, block_stash s,
+                                     const float *ist, float *wst, float *scratch, block_stash s,
                                      block_wstash w, block_params o, const float *p, int B, int T) {
   int N = B * T, C = l->C;
   float *datty = scratch, *sc = scratch + (size_t)N * C;
   layers_linear_backward_input(ops, datty, dy, p + o.wproj, N, C, C);
-  ops->attention_backward(wst + w.g_qkv, sc, datty, st + s.qkv, st + s.att, B, T, C, l->NH);
+  ops->attention_backward(wst + w.g_qkv, sc, datty, ist + s.qkv, ist + s.att, B, T, C, l->NH);
   layers_linear_backward_input(ops, dx, wst + w.g_qkv, p + o.wqkv, N, C, 3 * C);
 }
 
@@ -148,12 +154,12 @@ static void attn_core_backward_weight(const layer *l, const kernels_ops *ops, co
 }
 
 static void attn_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
-  attn_core_forward(l, ops, io->out, io->in, io->stash, stash_layout(l, io->B, io->T, 0),
+  attn_core_forward(l, ops, io->out, io->in, io->stash, io->istash, stash_layout(l, io->B, io->T, 0),
                     block_layout(l, 0), l->params, io->B, io->T);
 }
 static void attn_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
   block_wstash w = wstash_layout(l, io->B, io->T, 0);
-  attn_core_backward_input(l, ops, io->din, io->dout, io->stash, io->wstash, io->scratch,
+  attn_core_backward_input(l, ops, io->din, io->dout, io->istash, io->wstash, io->scratch,
                            stash_layout(l, io->B, io->T, 0), w, block_layout(l, 0), l->params, io->B, io->T);
 }
 static void attn_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
@@ -161,7 +167,7 @@ static void attn_backward_weight(const layer *l, const kernels_ops *ops, const l
   attn_core_backward_weight(l, ops, io->dout, io->in, io->stash, io->wstash,
                             stash_layout(l, io->B, io->T, 0), w, block_layout(l, 0), l->grads, io->B, io->T);
 }
-const layer_type layers_attention = {"causal_attention", LAYER_IN_HIDDEN, attn_configure, attn_params, attn_flops, attn_stash, attn_scratch, attn_init, attn_forward, attn_backward_input, attn_backward_weight, 0, attn_wstash};
+const layer_type layers_attention = {"causal_attention", LAYER_IN_HIDDEN, attn_configure, attn_params, attn_flops, attn_stash, attn_scratch, attn_init, attn_forward, attn_backward_input, attn_backward_weight, 0, attn_wstash, attn_istash};
 
 /* ---- transformer_block ---- */
 
@@ -183,6 +189,7 @@ static double block_flops(const layer *l) {
   return 2.0 * (4.0 * l->C * l->C + 2.0 * l->C * l->hidden) + 2.0 * l->T * l->C;
 }
 static size_t block_stash_n(const layer *l, int B, int T) { return stash_layout(l, B, T, 1).total; }
+static size_t block_istash_n(const layer *l, int B, int T) { return stash_layout(l, B, T, 1).itotal; }
 static size_t block_wstash_n(const layer *l, int B, int T) { return wstash_layout(l, B, T, 1).total; }
 static size_t block_scratch(const layer *l, int B, int T) {
   return (size_t)B * T * (l->hidden + l->C) + kernels_attention_scratch_floats(T);
@@ -194,13 +201,13 @@ static void block_forward(const layer *l, const kernels_ops *ops, const layer_io
   block_stash s = stash_layout(l, B, T, 1);
   block_params o = block_layout(l, 1);
   const float *p = l->params;
-  float *st = io->stash;
+  float *st = io->stash, *ist = io->istash;
   ops->layernorm_forward(st + s.ln1, st + s.mean1, st + s.rstd1, io->in, p + o.ln1w, p + o.ln1b, N, C, (float)l->eps);
-  attn_core_forward(l, ops, st + s.res2, st + s.ln1, st, s, o, p, B, T); /* res2 = attn(ln1) ... */
+  attn_core_forward(l, ops, st + s.res2, st + s.ln1, st, ist, s, o, p, B, T); /* res2 = attn(ln1) ... */
   ops->axpy(st + s.res2, 1.0f, io->in, (size_t)N * C);                     /* ... + x */
   ops->layernorm_forward(st + s.ln2, st + s.mean2, st + s.rstd2, st + s.res2, p + o.ln2w, p + o.ln2b, N, C, (float)l->eps);
-  layers_linear_forward(ops, st + s.fch, st + s.ln2, p + o.wfc, p + o.bfc, N, C, H);
-  ops->gelu_forward(st + s.fchg, st + s.fch, (size_t)N * H);
+  layers_linear_forward(ops, ist + s.fch, st + s.ln2, p + o.wfc, p + o.bfc, N, C, H);
+  ops->gelu_forward(st + s.fchg, ist + s.fch, (size_t)N * H);
   layers_linear_forward(ops, io->out, st + s.fchg, p + o.wfp, p + o.bfp, N, H, C);
   ops->axpy(io->out, 1.0f, st + s.res2, (size_t)N * C);
 }
@@ -211,14 +218,14 @@ static void block_backward_input(const layer *l, const kernels_ops *ops, const l
   block_wstash w = wstash_layout(l, B, T, 1);
   block_params o = block_layout(l, 1);
   const float *p = l->params;
-  float *st = io->stash, *ws = io->wstash, *tmp = io->scratch; /* tmp: N*H, then N*C + 2T for the attention core */
+  float *st = io->stash, *ist = io->istash, *ws = io->wstash, *tmp = io->scratch; /* tmp: N*H, then N*C + 2T for the attention core */
   size_t NC = (size_t)N * C;
   layers_linear_backward_input(ops, tmp, io->dout, p + o.wfp, N, H, C);      /* d gelu out */
-  ops->gelu_backward(ws + w.g_fch, st + s.fch, tmp, (size_t)N * H);          /* d fc out */
+  ops->gelu_backward(ws + w.g_fch, ist + s.fch, tmp, (size_t)N * H);         /* d fc out */
   layers_linear_backward_input(ops, ws + w.g_ln2, ws + w.g_fch, p + o.wfc, N, C, H);
   ops->layernorm_backward_input(ws + w.g_res2, ws + w.g_ln2, st + s.res2, p + o.ln2w, st + s.mean2, st + s.rstd2, N, C);
   ops->axpy(ws + w.g_res2, 1.0f, io->dout, NC);                              /* residual */
-  attn_core_backward_input(l, ops, ws + w.g_ln1, ws + w.g_res2, st, ws, tmp, s, w, o, p, B, T);
+  attn_core_backward_input(l, ops, ws + w.g_ln1, ws + w.g_res2, ist, ws, tmp, s, w, o, p, B, T);
   ops->layernorm_backward_input(io->din, ws + w.g_ln1, io->in, p + o.ln1w, st + s.mean1, st + s.rstd1, N, C);
   ops->axpy(io->din, 1.0f, ws + w.g_res2, NC);                               /* residual */
 }
@@ -235,4 +242,4 @@ static void block_backward_weight(const layer *l, const kernels_ops *ops, const 
   attn_core_backward_weight(l, ops, ws + w.g_res2, st + s.ln1, st, ws, s, w, o, g, B, T);
   ops->layernorm_backward_weight(g + o.ln1w, g + o.ln1b, ws + w.g_ln1, io->in, st + s.mean1, st + s.rstd1, N, C);
 }
-const layer_type layers_block = {"transformer_block", LAYER_IN_HIDDEN, block_configure, block_params_n, block_flops, block_stash_n, block_scratch, block_init, block_forward, block_backward_input, block_backward_weight, 0, block_wstash_n};
+const layer_type layers_block = {"transformer_block", LAYER_IN_HIDDEN, block_configure, block_params_n, block_flops, block_stash_n, block_scratch, block_init, block_forward, block_backward_input, block_backward_weight, 0, block_wstash_n, block_istash_n};

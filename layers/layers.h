@@ -52,6 +52,7 @@ typedef struct {
   const int32_t *targets; /* loss targets [B*T] */
   float *out;             /* [B*T*out_width]; loss layer: per-position losses */
   float *stash;           /* [stash_floats]: what backward needs, kept between F and B/W */
+  float *istash;          /* [istash_floats]: what only backward_input needs, kept between F and I */
   float *wstash;          /* [wstash_floats]: what backward_weight needs from backward_input */
   const float *dout;      /* gradient of out (unchanged from backward_input to backward_weight
                            * of the slot); NULL for the loss layer */
@@ -81,6 +82,9 @@ struct layer_type {
   /* Floats backward_input leaves for backward_weight (the W stash): kept per slot from I to W
    * when the schedule splits the backward, shared by the slots of a chunk when it never does. */
   size_t (*wstash_floats)(const layer *l, int B, int T);
+  /* Floats of what forward keeps for backward_input alone (io->istash), which a split backward
+   * frees at I; NULL: none. backward_weight must not read it. */
+  size_t (*istash_floats)(const layer *l, int B, int T);
 };
 
 const layer_type *layers_find_type(const char *name);
@@ -100,6 +104,14 @@ int layers_model_build(layers_model *m, const core_config *c, int vocab_from_dat
 void layers_model_free(layers_model *m);
 size_t layers_model_params(const layers_model *m);
 
+/* Where one buffer of a slot lives: in the slot's home part, its aside part, or the region the
+ * slots of a chunk share (LAYERS_BWD), at off floats. */
+enum { LAYERS_HOME = 0, LAYERS_ASIDE = 1, LAYERS_BWD = 2 };
+typedef struct {
+  size_t off;
+  uint8_t part;
+} layers_buf;
+
 /* ---- a chunk: the contiguous layers [lo, hi) of one virtual stage, with its own flat
  * parameter and gradient buffers and `nslots` activation slots (one per in-flight micro-batch,
  * as the compiled schedule says). Every buffer below that the ops work on (params, grads,
@@ -114,25 +126,37 @@ typedef struct {
   float *params, *grads;
   size_t nparams;
   size_t *param_off; /* [n] offsets into params/grads */
-  /* slot layout (floats): in | din | per layer: out, stash, dout, wstash; a layer whose stash
-   * is its input (stash_in_input) has no stash of its own, and the layer before it in the chunk
-   * no separate dout: the three N x V buffers of logits, probabilities and their gradient are
-   * one. A chunk whose backwards are never split (layers_chunk_share_backward) keeps the W
-   * stashes and the inner layers' douts (those of all but its last layer) once, in `bwd`, for
-   * all its slots: they live only within one full backward. */
-  size_t in_floats, slot_floats, bwd_floats;
-  size_t *out_off, *stash_off, *dout_off, *wstash_off; /* [n]; wstash_off into bwd when shared */
-  uint8_t *dout_in_bwd;                                /* [n] 1: dout_off[i] is into bwd */
-  float *slots;                           /* [nslots * slot_floats] */
+  /* A slot is two parts (slot_layout in model.c). Its home part (one per slot) holds what a
+   * weight gradient reads: weighted layers' inputs and output gradients, stashes, W stashes. Its
+   * aside part holds what only the forward and backward_input use (I stashes such as attention
+   * probabilities, outputs no W reads, the chunk's output and input gradient); a slot borrows
+   * one of naside such parts (layers_chunk_bind), which a split backward gives back at I, so a
+   * rank keeps as many as it has forwards open, not as many as it has W's pending. A layer whose
+   * stash is its input (stash_in_input) has no stash of its own, and the layer before it no
+   * separate dout: the three N x V buffers of logits, probabilities and their gradient are one.
+   * A chunk whose backwards are never split (layers_chunk_share_backward) keeps the W stashes
+   * and the inner layers' douts (those of all but its last layer) once, in `bwd`, for all its
+   * slots: they live only within one full backward. */
+  size_t in_floats;                       /* the chunk's input (0 when it takes token ids) */
+  size_t home_floats, aside_floats, bwd_floats;
+  size_t slot_floats;                     /* home + aside: one slot's activations */
+  layers_buf in, din;                     /* the chunk's input and its gradient */
+  layers_buf *out, *stash, *istash, *dout, *wstash; /* [n] */
+  float *slots;                           /* [nslots * home_floats] */
+  float *aside;                           /* [naside * aside_floats] */
+  int naside;
+  int *bound;                             /* [nslots]: the aside part slot s uses, -1 none */
   float *bwd;                             /* [bwd_floats], or NULL */
   int32_t *tokens, *targets;              /* [nslots * B*T] */
   float *scratch;
   int first_takes_tokens, last_is_loss;
-  /* activation checkpointing: a slot keeps only the chunk's input, output and their gradients
-   * (in | din | out | dout); the layers' outputs and stashes live in one workspace, recomputed
-   * by the backward. Needs the weight gradient right after the input gradient (full B). */
+  /* activation checkpointing: a slot keeps only the chunk's input and its output's gradient
+   * (home), its input's gradient and its output (aside); the layers' outputs and stashes live in
+   * one workspace (the full layout, home part then aside part at ws_aside), recomputed by the
+   * backward. Needs the weight gradient right after the input gradient (full B). */
   int ckpt;
   float *ws;
+  size_t ws_aside;
   /* mixed precision, emulated: every layer output and input gradient is rounded to bf16 (1) or
    * fp16 (2) as it is stored; 0 keeps fp32 */
   int act_round;
@@ -168,10 +192,23 @@ double layers_chunk_loss_sum(const layers_chunk *ch, int slot); /* sum of per-po
 void layers_chunk_set_batch(layers_chunk *ch, int slot, const int32_t *tokens, const int32_t *targets);
 /* bytes of one slot (the memory model's act_bytes) */
 size_t layers_chunk_slot_bytes(const layers_chunk *ch);
+/* bytes of one aside part (a slot's share that a split backward frees at I) */
+size_t layers_chunk_aside_bytes(const layers_chunk *ch);
+/* output of the chunk's layer i (0-based in the chunk) for a slot; not under checkpointing */
+float *layers_chunk_layer_output(const layers_chunk *ch, int slot, int i);
+/* The aside pool: naside parts instead of one per slot (before first use; the bindings restart
+ * as slot s -> part s for s < naside); CORE_ERUNTIME when the backend runs out of memory. */
+int layers_chunk_aside_pool(layers_chunk *ch, int naside);
+/* Slot `slot` uses aside part `aside` from now on (a pair's first instruction binds it); -1: none
+ * (the pair gave it back), and the layers then see NULL for what lived there. */
+void layers_chunk_bind(layers_chunk *ch, int slot, int aside);
 /* floats of one slot of the model's layers [lo, hi) with micro-batch B, without building the
  * chunk: the same layout layers_chunk_init allocates (no checkpointing); shared: the layout of
  * layers_chunk_share_backward, whose one shared region's floats go to *bwd (may be NULL) */
 size_t layers_slot_floats(const layers_model *m, int lo, int hi, int B, int shared, size_t *bwd);
+/* The same, and the floats of its two parts (home, aside; any may be NULL). */
+size_t layers_slot_parts(const layers_model *m, int lo, int hi, int B, int shared, size_t *home, size_t *aside,
+                         size_t *bwd);
 /* Drops the chunk's gradient buffer: from now on weight gradients go where dest says (see
  * grad_dest above). Before the first backward. */
 void layers_chunk_external_grads(layers_chunk *ch, float *(*dest)(void *ctx, size_t off, size_t n), void *ctx);

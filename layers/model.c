@@ -177,48 +177,91 @@ static void *balloc(layers_chunk *ch, size_t bytes, const char *what, int *rc) {
   return p;
 }
 
-/* Where a chunk's per-layer buffers go (arrays of n, or all NULL to only count). */
-typedef struct {
-  size_t *out, *stash, *dout, *wstash;
-  uint8_t *dout_in_bwd;
-} slot_offsets;
+/* Whether layer l's weight gradient reads its input (then the input is kept to its W). */
+static int w_reads_input(const layer *l) { return l->nparams > 0 && l->type->input == LAYER_IN_HIDDEN; }
 
-/* The activation layout of the n layers ls (a chunk): one slot holds the chunk's input and its
- * gradient (unless the first layer takes token ids), then per layer its output, its stash, its
- * output's gradient and its W stash. A layer whose stash is its input (stash_in_input) gets no
- * stash: its stash is the previous layer's output, or the slot's input when it is first; and the
- * layer before it gets no dout of its own, since backward_input writes din over the stash.
- * shared: the W stashes, and the douts of all but the last layer that have their own, go into
- * one region for all slots instead (*bwd floats; offsets into it). Returns a slot's floats. */
-static size_t slot_layout(const layer *ls, int n, int B, int T, int shared, slot_offsets o, size_t *bwd) {
-  size_t N = (size_t)B * T, at = ls[0].type->input == LAYER_IN_TOKENS ? 0 : 2 * N * (size_t)ls[0].in_width;
-  size_t prev = 0, bat = 0; /* prev: the previous layer's output, the slot's input for the first */
-  for (int i = 0; i < n; i++) {
-    const layer *l = &ls[i];
-    size_t out = N * (size_t)l->out_width, wst = l->type->wstash_floats(l, B, T), oo = at, so, d, w;
-    int d_bwd = 0;
-    at += out;
-    if (l->type->stash_in_input) so = prev;
-    else so = at, at += l->type->stash_floats(l, B, T);
-    if (i + 1 < n && ls[i + 1].type->stash_in_input) d = oo; /* the gradient lands on the output */
-    else if (shared && i + 1 < n) d = bat, bat += out, d_bwd = 1;
-    else d = at, at += out;
-    if (shared) w = bat, bat += wst;
-    else w = at, at += wst;
-    if (o.out) o.out[i] = oo, o.stash[i] = so, o.dout[i] = d, o.wstash[i] = w, o.dout_in_bwd[i] = (uint8_t)d_bwd;
-    prev = oo;
+static layers_buf put(size_t *sz, int part, size_t n) {
+  layers_buf b = {sz[part], (uint8_t)part};
+  sz[part] += n;
+  return b;
+}
+
+/* Where a chunk's buffers go (o NULL: only count). */
+typedef struct {
+  layers_buf *in, *din, *out, *stash, *istash, *dout, *wstash; /* in, din: one; the others [n] */
+} slot_places;
+
+/* The activation layout of the n layers ls (a chunk), as two parts of a slot and sz[part] floats
+ * each (sz[LAYERS_BWD]: the shared region). The home part holds what a weight gradient reads:
+ * each weighted layer's input (a layer's output when the next layer's W reads it, the chunk's
+ * input when the first layer's does) and output gradient, the stashes, the W stashes. The aside
+ * part holds the rest: the I stashes (attention probabilities and the like), outputs no W reads
+ * (the chunk's own output among them), gradients of layers without weights, the gradient of the
+ * chunk's input. A layer whose stash is its input (stash_in_input) gets no stash: its stash is
+ * the previous layer's output, or the slot's input when it is first; and the layer before it gets
+ * no dout of its own, since backward_input writes din over the stash. shared: the W stashes, and
+ * the douts of all but the last layer that have their own, go into one region for all slots. */
+static void slot_layout(const layer *ls, int n, int B, int T, int shared, slot_places o, size_t sz[3]) {
+  size_t N = (size_t)B * T;
+  sz[0] = sz[1] = sz[2] = 0;
+  layers_buf in = {0, LAYERS_HOME}, din = {0, LAYERS_ASIDE};
+  if (ls[0].type->input != LAYER_IN_TOKENS) {
+    size_t w = N * (size_t)ls[0].in_width;
+    in = put(sz, w_reads_input(&ls[0]) ? LAYERS_HOME : LAYERS_ASIDE, w);
+    din = put(sz, LAYERS_ASIDE, w);
   }
-  if (bwd) *bwd = bat;
-  return at;
+  if (o.in) *o.in = in, *o.din = din;
+  layers_buf prev = in; /* the previous layer's output, the slot's input for the first */
+  for (int i = 0; i < n; i++) {
+    const layer *l = &ls[i], *nx = i + 1 < n ? &ls[i + 1] : NULL;
+    size_t out_n = N * (size_t)l->out_width;
+    int into_stash = nx && nx->type->stash_in_input; /* the next layer's stash, and our dout */
+    layers_buf out = put(sz, nx && (w_reads_input(nx) || (into_stash && l->nparams)) ? LAYERS_HOME : LAYERS_ASIDE, out_n);
+    layers_buf st = l->type->stash_in_input ? prev : put(sz, LAYERS_HOME, l->type->stash_floats(l, B, T));
+    layers_buf ist = put(sz, LAYERS_ASIDE, l->type->istash_floats ? l->type->istash_floats(l, B, T) : 0);
+    layers_buf d = into_stash ? out : shared && nx ? put(sz, LAYERS_BWD, out_n)
+                 : put(sz, l->nparams ? LAYERS_HOME : LAYERS_ASIDE, out_n);
+    layers_buf w = put(sz, shared ? LAYERS_BWD : LAYERS_HOME, l->type->wstash_floats(l, B, T));
+    if (o.out) o.out[i] = out, o.stash[i] = st, o.istash[i] = ist, o.dout[i] = d, o.wstash[i] = w;
+    prev = out;
+  }
+}
+
+size_t layers_slot_parts(const layers_model *m, int lo, int hi, int B, int shared, size_t *home, size_t *aside,
+                         size_t *bwd) {
+  slot_places none = {0};
+  size_t sz[3];
+  slot_layout(m->layers + lo, hi - lo, B, m->T, shared, none, sz);
+  if (home) *home = sz[LAYERS_HOME];
+  if (aside) *aside = sz[LAYERS_ASIDE];
+  if (bwd) *bwd = sz[LAYERS_BWD];
+  return sz[LAYERS_HOME] + sz[LAYERS_ASIDE];
 }
 
 size_t layers_slot_floats(const layers_model *m, int lo, int hi, int B, int shared, size_t *bwd) {
-  slot_offsets none = {0};
-  return slot_layout(m->layers + lo, hi - lo, B, m->T, shared, none, bwd);
+  return layers_slot_parts(m, lo, hi, B, shared, NULL, NULL, bwd);
 }
 
-static slot_offsets chunk_offsets(layers_chunk *ch) {
-  return (slot_offsets){ch->out_off, ch->stash_off, ch->dout_off, ch->wstash_off, ch->dout_in_bwd};
+static slot_places chunk_places(layers_chunk *ch) {
+  return (slot_places){&ch->in, &ch->din, ch->out, ch->stash, ch->istash, ch->dout, ch->wstash};
+}
+
+/* (Re)allocates the slots' two pools: nslots home parts, naside aside parts, slot s using aside
+ * part s while there are as many. */
+static void alloc_pools(layers_chunk *ch, int naside, int *rc) {
+  mem(ch)->free(ch->slots), mem(ch)->free(ch->aside);
+  ch->slots = ch->aside = NULL;
+  ch->naside = naside;
+  ch->slots = balloc(ch, sizeof(float) * (size_t)ch->nslots * ch->home_floats, "activation slots", rc);
+  ch->aside = balloc(ch, sizeof(float) * (size_t)naside * ch->aside_floats, "activation slots' aside parts", rc);
+  for (int s = 0; s < ch->nslots; s++) ch->bound[s] = s < naside ? s : -1;
+}
+
+static void set_layout(layers_chunk *ch, int shared) {
+  size_t sz[3];
+  slot_layout(ch->layers, ch->n, ch->B, ch->T, shared, chunk_places(ch), sz);
+  ch->home_floats = sz[LAYERS_HOME], ch->aside_floats = sz[LAYERS_ASIDE], ch->bwd_floats = sz[LAYERS_BWD];
+  ch->slot_floats = ch->home_floats + ch->aside_floats;
 }
 
 int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
@@ -252,18 +295,17 @@ int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
     layer *l = &ch->layers[i];
     l->params = ch->params + ch->param_off[i], l->grads = ch->grads + ch->param_off[i];
   }
-  ch->out_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
-  ch->stash_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
-  ch->dout_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
-  ch->wstash_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
-  ch->dout_in_bwd = core_malloc((size_t)ch->n);
-  ch->slot_floats = slot_layout(ch->layers, ch->n, B, T, 0, chunk_offsets(ch), NULL);
+  size_t nb = sizeof(layers_buf) * (size_t)ch->n;
+  ch->out = core_malloc(nb), ch->stash = core_malloc(nb), ch->istash = core_malloc(nb);
+  ch->dout = core_malloc(nb), ch->wstash = core_malloc(nb);
+  ch->bound = core_malloc(sizeof(int) * (size_t)ch->nslots);
+  set_layout(ch, 0);
   ch->in_floats = ch->first_takes_tokens ? 0 : N * (size_t)ch->layers[0].in_width;
   for (int i = 0; i < ch->n; i++) {
     size_t s = ch->layers[i].type->scratch_floats(&ch->layers[i], B, T);
     scratch = s > scratch ? s : scratch;
   }
-  ch->slots = balloc(ch, sizeof(float) * (size_t)ch->nslots * ch->slot_floats, "activation slots", &rc);
+  alloc_pools(ch, ch->nslots, &rc);
   ch->tokens = balloc(ch, sizeof(int32_t) * (size_t)ch->nslots * N, "tokens", &rc);
   ch->targets = balloc(ch, sizeof(int32_t) * (size_t)ch->nslots * N, "targets", &rc);
   ch->scratch = balloc(ch, sizeof(float) * (scratch ? scratch : 1), "scratch", &rc);
@@ -274,11 +316,11 @@ int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
 
 void layers_chunk_free(layers_chunk *ch) {
   const kernels_ops *o = mem(ch);
-  free(ch->layers), free(ch->param_off), free(ch->out_off), free(ch->stash_off), free(ch->dout_off);
-  free(ch->wstash_off), free(ch->dout_in_bwd);
+  free(ch->layers), free(ch->param_off), free(ch->out), free(ch->stash), free(ch->istash), free(ch->dout);
+  free(ch->wstash), free(ch->bound);
   free(ch->host_losses);
-  o->free(ch->params), o->free(ch->grads), o->free(ch->slots), o->free(ch->tokens), o->free(ch->targets);
-  o->free(ch->scratch), o->free(ch->ws), o->free(ch->bwd);
+  o->free(ch->params), o->free(ch->grads), o->free(ch->slots), o->free(ch->aside), o->free(ch->tokens);
+  o->free(ch->targets), o->free(ch->scratch), o->free(ch->ws), o->free(ch->bwd);
   memset(ch, 0, sizeof *ch);
 }
 
@@ -294,10 +336,13 @@ int layers_chunk_checkpoint(layers_chunk *ch) {
   if (ch->bwd) return core_error_set(CORE_EINPUT, "a chunk that shares its backward buffers cannot be checkpointed");
   int rc = CORE_OK;
   ch->ckpt = 1;
-  ch->ws = balloc(ch, sizeof(float) * ch->slot_floats, "checkpointing workspace", &rc); /* one full layout, shared */
-  mem(ch)->free(ch->slots);
-  ch->slot_floats = 2 * ch->in_floats + 2 * layers_chunk_out_floats(ch);
-  ch->slots = balloc(ch, sizeof(float) * (size_t)ch->nslots * ch->slot_floats, "activation slots", &rc);
+  /* one full layout, shared: its home part first, then its aside part */
+  ch->ws = balloc(ch, sizeof(float) * ch->slot_floats, "checkpointing workspace", &rc);
+  ch->ws_aside = ch->home_floats;
+  /* a slot: the input and the output's gradient (home), the input's gradient and the output */
+  ch->home_floats = ch->aside_floats = ch->in_floats + layers_chunk_out_floats(ch);
+  ch->slot_floats = ch->home_floats + ch->aside_floats;
+  alloc_pools(ch, ch->naside, &rc);
   return rc;
 }
 
@@ -305,21 +350,52 @@ int layers_chunk_share_backward(layers_chunk *ch) {
   if (ch->ckpt) return core_error_set(CORE_EINPUT, "a checkpointed chunk shares its workspace already");
   if (ch->bwd) return CORE_OK;
   int rc = CORE_OK;
-  mem(ch)->free(ch->slots);
-  ch->slot_floats = slot_layout(ch->layers, ch->n, ch->B, ch->T, 1, chunk_offsets(ch), &ch->bwd_floats);
-  ch->slots = balloc(ch, sizeof(float) * (size_t)ch->nslots * ch->slot_floats, "activation slots", &rc);
+  set_layout(ch, 1);
+  alloc_pools(ch, ch->naside, &rc);
   ch->bwd = balloc(ch, sizeof(float) * ch->bwd_floats, "shared backward buffers", &rc);
   return rc;
 }
 
-static float *slot_base(const layers_chunk *ch, int slot) { return ch->slots + (size_t)slot * ch->slot_floats; }
-float *layers_chunk_input(const layers_chunk *ch, int slot) { return slot_base(ch, slot); }
-float *layers_chunk_grad_input(const layers_chunk *ch, int slot) { return slot_base(ch, slot) + ch->in_floats; }
+int layers_chunk_aside_pool(layers_chunk *ch, int naside) {
+  if (naside == ch->naside) return CORE_OK;
+  if (naside < 1) naside = 1;
+  int rc = CORE_OK;
+  alloc_pools(ch, naside, &rc);
+  return rc;
+}
+
+void layers_chunk_bind(layers_chunk *ch, int slot, int aside) {
+  CORE_ASSERT(slot >= 0 && slot < ch->nslots && aside >= -1 && aside < ch->naside);
+  ch->bound[slot] = aside;
+}
+
+static float *home_of(const layers_chunk *ch, int slot) { return ch->slots + (size_t)slot * ch->home_floats; }
+/* NULL while the slot has no aside part: what only I reads is gone (a W must not look). */
+static float *aside_of(const layers_chunk *ch, int slot) {
+  return ch->bound[slot] < 0 ? NULL : ch->aside + (size_t)ch->bound[slot] * ch->aside_floats;
+}
+/* A buffer of the slot's layout (or, checkpointing, of the workspace's); NULL in a missing part. */
+static float *at(const layers_chunk *ch, int slot, layers_buf b) {
+  if (b.part == LAYERS_BWD) return ch->bwd + b.off;
+  if (ch->ckpt) return ch->ws + (b.part == LAYERS_ASIDE ? ch->ws_aside : 0) + b.off;
+  float *base = b.part == LAYERS_HOME ? home_of(ch, slot) : aside_of(ch, slot);
+  return base ? base + b.off : NULL;
+}
+float *layers_chunk_input(const layers_chunk *ch, int slot) {
+  return ch->ckpt ? home_of(ch, slot) : at(ch, slot, ch->in);
+}
+float *layers_chunk_grad_input(const layers_chunk *ch, int slot) {
+  return ch->ckpt ? aside_of(ch, slot) : at(ch, slot, ch->din);
+}
 float *layers_chunk_output(const layers_chunk *ch, int slot) {
-  return slot_base(ch, slot) + (ch->ckpt ? 2 * ch->in_floats : ch->out_off[ch->n - 1]);
+  return ch->ckpt ? aside_of(ch, slot) + ch->in_floats : at(ch, slot, ch->out[ch->n - 1]);
 }
 float *layers_chunk_grad_output(const layers_chunk *ch, int slot) {
-  return slot_base(ch, slot) + (ch->ckpt ? 2 * ch->in_floats + layers_chunk_out_floats(ch) : ch->dout_off[ch->n - 1]);
+  return ch->ckpt ? home_of(ch, slot) + ch->in_floats : at(ch, slot, ch->dout[ch->n - 1]);
+}
+float *layers_chunk_layer_output(const layers_chunk *ch, int slot, int i) {
+  CORE_ASSERT(!ch->ckpt && i >= 0 && i < ch->n);
+  return at(ch, slot, ch->out[i]);
 }
 int32_t *layers_chunk_tokens(const layers_chunk *ch, int slot) { return ch->tokens + (size_t)slot * ch->B * ch->T; }
 int32_t *layers_chunk_targets(const layers_chunk *ch, int slot) { return ch->targets + (size_t)slot * ch->B * ch->T; }
@@ -328,19 +404,20 @@ size_t layers_chunk_out_floats(const layers_chunk *ch) {
   return (size_t)ch->B * ch->T * (size_t)ch->layers[ch->n - 1].out_width;
 }
 size_t layers_chunk_slot_bytes(const layers_chunk *ch) { return ch->slot_floats * sizeof(float); }
+size_t layers_chunk_aside_bytes(const layers_chunk *ch) { return ch->aside_floats * sizeof(float); }
 
 /* The io of layer i for a slot: inputs are the previous layer's output (or the slot's input).
  * With checkpointing the layers work in the workspace, which has the full layout. */
 static layer_io io_of(const layers_chunk *ch, int slot, int i) {
-  float *base = ch->ckpt ? ch->ws : slot_base(ch, slot);
   layer_io io = {.B = ch->B, .T = ch->T, .tokens = layers_chunk_tokens(ch, slot),
                  .targets = layers_chunk_targets(ch, slot), .scratch = ch->scratch};
-  io.in = i ? base + ch->out_off[i - 1] : (ch->first_takes_tokens ? NULL : base);
-  io.out = base + ch->out_off[i];
-  io.stash = base + ch->stash_off[i];
-  io.dout = (ch->dout_in_bwd[i] ? ch->bwd : base) + ch->dout_off[i];
-  io.din = i ? (ch->dout_in_bwd[i - 1] ? ch->bwd : base) + ch->dout_off[i - 1] : base + ch->in_floats;
-  io.wstash = (ch->bwd ? ch->bwd : base) + ch->wstash_off[i];
+  io.in = i ? at(ch, slot, ch->out[i - 1]) : (ch->first_takes_tokens ? NULL : at(ch, slot, ch->in));
+  io.out = at(ch, slot, ch->out[i]);
+  io.stash = at(ch, slot, ch->stash[i]);
+  io.istash = at(ch, slot, ch->istash[i]);
+  io.dout = at(ch, slot, ch->dout[i]);
+  io.din = i ? at(ch, slot, ch->dout[i - 1]) : at(ch, slot, ch->din);
+  io.wstash = at(ch, slot, ch->wstash[i]);
   return io;
 }
 
@@ -350,7 +427,7 @@ static void round_store(const layers_chunk *ch, float *x, size_t n) {
 }
 
 static void run_forward(layers_chunk *ch, int slot) {
-  if (ch->ckpt) ch->ops->copy(ch->ws, slot_base(ch, slot), ch->in_floats);
+  if (ch->ckpt) ch->ops->copy(at(ch, slot, ch->in), layers_chunk_input(ch, slot), ch->in_floats);
   for (int i = 0; i < ch->n; i++) {
     layer_io io = io_of(ch, slot, i);
     ch->layers[i].type->forward(&ch->layers[i], ch->ops, &io);
@@ -362,13 +439,13 @@ static void run_forward(layers_chunk *ch, int slot) {
 void layers_chunk_forward(layers_chunk *ch, int slot) {
   run_forward(ch, slot);
   if (ch->ckpt) /* keep only the output */
-    ch->ops->copy(layers_chunk_output(ch, slot), ch->ws + ch->out_off[ch->n - 1], layers_chunk_out_floats(ch));
+    ch->ops->copy(layers_chunk_output(ch, slot), at(ch, slot, ch->out[ch->n - 1]), layers_chunk_out_floats(ch));
 }
 
 void layers_chunk_backward_input(layers_chunk *ch, int slot, float grad_scale) {
   if (ch->ckpt) { /* recompute the forward (same bits), then take the received gradient */
     run_forward(ch, slot);
-    ch->ops->copy(ch->ws + ch->dout_off[ch->n - 1], layers_chunk_grad_output(ch, slot), layers_chunk_out_floats(ch));
+    ch->ops->copy(at(ch, slot, ch->dout[ch->n - 1]), layers_chunk_grad_output(ch, slot), layers_chunk_out_floats(ch));
   }
   for (int i = ch->n - 1; i >= 0; i--) {
     layer_io io = io_of(ch, slot, i);
@@ -377,7 +454,7 @@ void layers_chunk_backward_input(layers_chunk *ch, int slot, float grad_scale) {
     ch->layers[i].type->backward_input(&ch->layers[i], ch->ops, &io);
     if (ch->act_round) round_store(ch, io.din, (size_t)ch->B * ch->T * (size_t)ch->layers[i].in_width);
   }
-  if (ch->ckpt) ch->ops->copy(layers_chunk_grad_input(ch, slot), ch->ws + ch->in_floats, ch->in_floats);
+  if (ch->ckpt) ch->ops->copy(layers_chunk_grad_input(ch, slot), at(ch, slot, ch->din), ch->in_floats);
 }
 
 void layers_chunk_backward_weight(layers_chunk *ch, int slot) {

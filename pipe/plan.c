@@ -72,7 +72,8 @@ int pipe_plan_config_shape(const char *config, const char **sets, int nsets, pip
   int64_t vocab;
   int rc = plan_read(config, sets, nsets, &t, &vocab);
   if (!rc) {
-    *shape = (pipe_plan_shape){.family = t.family, .v = t.v, .m = t.m, .part = t.part};
+    *shape = (pipe_plan_shape){.family = t.family, .v = t.v, .m = t.m, .part = t.part,
+                               .mem_limit = t.family == SCHED_ZB_AUTO ? (t.mem_limit > 0 ? t.mem_limit : t.stages) : 0};
     *stages = t.stages, *batch = t.B * t.m;
   }
   core_config_free(t.cfg);
@@ -91,6 +92,34 @@ void train_stage_costs(const train_cfg *t, const layers_model *m, const int *bou
   }
 }
 
+/* One slot of virtual stage s as the trainer lays it out: its bytes (both parts) and the
+ * fraction a pending W keeps (the home part; checkpointing keeps no W pending: 1). */
+static void stage_slot(const train_cfg *t, const layers_model *m, const int *bounds, int s, int shared, double *bytes,
+                       double *w_stash) {
+  int lo = bounds[s], hi = bounds[s + 1];
+  if (t->ckpt_act) {
+    double N = (double)t->B * m->T, in = m->layers[lo].type->input != LAYER_IN_TOKENS ? N * m->layers[lo].in_width : 0;
+    *bytes = 4 * (2 * in + 2 * N * m->layers[hi - 1].out_width), *w_stash = 1;
+    return;
+  }
+  size_t home, aside;
+  layers_slot_parts(m, lo, hi, t->B, shared, &home, &aside, NULL);
+  *bytes = 4.0 * (double)(home + aside);
+  *w_stash = home + aside ? (double)home / (double)(home + aside) : 1;
+}
+
+/* The W stash fraction the compilers budget with: the largest of the stages' (a split backward
+ * never shares its buffers). */
+static double compile_w_stash(const train_cfg *t, const layers_model *m, const int *bounds) {
+  double ws = 0;
+  for (int s = 0; s < t->stages * t->v; s++) {
+    double bytes, w;
+    stage_slot(t, m, bounds, s, 0, &bytes, &w);
+    ws = w > ws ? w : ws;
+  }
+  return ws > 0 ? ws : 1;
+}
+
 int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, sched_program *out) {
   sched_shape sh = {.family = t->family, .p = t->stages, .v = t->v, .m = t->m, .max_pending_w = t->max_pending_w,
                     .mem_limit = t->mem_limit};
@@ -98,7 +127,8 @@ int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, 
   int S = t->stages * t->v;
   double *fbw = core_calloc(3 * (size_t)S, sizeof(double));
   train_stage_costs(t, m, bounds, 1.0, fbw, fbw + S, fbw + 2 * S);
-  sched_costs costs = {.stage_f = fbw, .stage_b = fbw + S, .stage_w = fbw + 2 * S};
+  sched_costs costs = {.stage_f = fbw, .stage_b = fbw + S, .stage_w = fbw + 2 * S,
+                       .w_stash = compile_w_stash(t, m, bounds)};
   int rc = sched_compile(&sh, &costs, out);
   free(fbw);
   return rc ? core_error_prefix("%s: pipeline", core_config_name(t->cfg)) : CORE_OK;
@@ -114,14 +144,6 @@ static double slot_floats(const layers_model *m, int lo, int hi, int B, int shar
  * backward of the program is split and there is no checkpointing. */
 static int shares_backward(const train_cfg *t, const sched_program *prog) {
   return !t->ckpt_act && !sched_program_splits_backward(prog);
-}
-
-/* The same under activation checkpointing: a slot keeps the chunk's input, output and their
- * gradients (in | din | out | dout); the full layout is one workspace per chunk. */
-static double ckpt_slot_floats(const layers_model *m, int lo, int hi, int B, int shared /* unused: the workspace is shared */) {
-  double N = (double)B * m->T, in = 0;
-  if (m->layers[lo].type->input != LAYER_IN_TOKENS) in = N * m->layers[lo].in_width;
-  return 2 * in + 2 * N * m->layers[hi - 1].out_width;
 }
 
 /* Parameters of virtual stage s, and those of its layers that hold a tied weight (ZeRO-2 keeps
@@ -206,6 +228,7 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
     t.family = shape->family, t.v = shape->v, t.part = shape->part;
     if (!sched_family_is_zb(t.family)) t.max_pending_w = 0;
     if (t.family != SCHED_ZB_AUTO) t.mem_limit = 0;
+    else if (shape->mem_limit > 0) t.mem_limit = shape->mem_limit;
     if (!rc) t.m = shape->m, t.B = batch / shape->m;
   }
   if (rc) {
@@ -227,13 +250,16 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
   }
   if (!rc) {
     int shared = shares_backward(&t, &out->prog);
+    out->slot_bytes = core_calloc((size_t)S, sizeof(double));
+    out->w_stash = core_calloc((size_t)S, sizeof(double));
     for (int s = 0; s < S; s++) {
-      double slot = (t.ckpt_act ? ckpt_slot_floats : slot_floats)(&m, bounds[s], bounds[s + 1], t.B, shared) * sizeof(float);
-      out->act_bytes = slot > out->act_bytes ? slot : out->act_bytes;
+      stage_slot(&t, &m, bounds, s, shared, &out->slot_bytes[s], &out->w_stash[s]);
+      out->act_bytes = out->slot_bytes[s] > out->act_bytes ? out->slot_bytes[s] : out->act_bytes;
     }
     plan_dp_w(&t, &m, bounds, tied, hw, out);
     out->costs = (sched_costs){.stage_f = out->f, .stage_b = out->b, .stage_w = out->w, .stage_dp_w = out->dp_w,
-                               .act_bytes = out->act_bytes};
+                               .act_bytes = out->act_bytes, .w_stash = compile_w_stash(&t, &m, bounds),
+                               .stage_act_bytes = out->slot_bytes, .stage_w_stash = out->w_stash};
   }
   if (!rc) {
     out->stages = t.stages, out->v = t.v, out->m = t.m, out->B = t.B;
@@ -245,7 +271,7 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
   if (m.built) layers_model_free(&m);
   core_config_free(t.cfg);
   if (rc) { /* the program is not ours to free: sched_compile cleans up after itself */
-    free(out->f), free(out->b), free(out->w), free(out->dp_w);
+    free(out->f), free(out->b), free(out->w), free(out->dp_w), free(out->slot_bytes), free(out->w_stash);
     memset(out, 0, sizeof *out);
   }
   return rc;
@@ -267,6 +293,6 @@ double pipe_plan_rank_peak(const pipe_plan *p, const sched_sim_result *res, int 
 
 void pipe_plan_free(pipe_plan *p) {
   sched_program_free(&p->prog);
-  free(p->f), free(p->b), free(p->w), free(p->dp_w), free(p->state_bytes);
+  free(p->f), free(p->b), free(p->w), free(p->dp_w), free(p->state_bytes), free(p->slot_bytes), free(p->w_stash);
   memset(p, 0, sizeof *p);
 }

@@ -16,6 +16,8 @@ typedef struct {
   sched_part_method part;
   size_t params;
   double act_bytes;    /* bytes of one activation slot of the largest chunk (as layers_chunk_slot_bytes) */
+  double *slot_bytes, *w_stash; /* [stages * v]: each chunk's slot bytes, and the part a pending W keeps
+                                 * (costs.stage_act_bytes, stage_w_stash: the memory model) */
   double *state_bytes; /* [stages]: parameters, gradients (ZeRO-2: shard, buckets, kept layers),
                           AdamW's two moments and the fp32 master (sharded by ZeRO 1, 2) */
 } pipe_plan;
@@ -28,6 +30,7 @@ typedef struct {
   sched_family family;
   int v, m;
   sched_part_method part;
+  double mem_limit; /* zb-auto: its memory limit in stages' activations per rank (0: the config's, or p) */
 } pipe_plan_shape;
 
 /* The machine a plan is priced for: compute speed of a rank, data-parallel replicas of each

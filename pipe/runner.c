@@ -18,6 +18,16 @@ void pipe_runner_use(pipe_runner *rn, const sched_program *pr, long mb0) {
   rn->pr = pr;
   rn->m = pr->m;
   rn->mb0 = mb0;
+  size_t keys = (size_t)pr->v * (size_t)pr->m;
+  if (keys > rn->pcap) {
+    rn->pfirst = core_realloc(rn->pfirst, sizeof(int) * keys);
+    rn->plast = core_realloc(rn->plast, sizeof(int) * keys);
+    rn->palast = core_realloc(rn->palast, sizeof(int) * keys);
+    rn->pcap = keys;
+  }
+  sched_pair_ranges(pr, rn->topo->stage, rn->pfirst, rn->plast, rn->palast);
+  if (!rn->act_pr) rn->act_pr = pr;
+  rn->act_live = 0;
 }
 
 int pipe_host_memory(const kernels_ops *ops) { return !ops || !ops->device_memory; }
@@ -35,18 +45,21 @@ static int load(pipe_runner *rn, const sched_instr *in) {
   return CORE_OK;
 }
 
-/* When the neighbouring stage sits on this rank (several chunks per rank), its output (or
- * input gradient) is copied over instead of sent. */
+/* When the neighbouring stage sits on this rank (several chunks per rank), its output is copied
+ * over instead of sent, by the forward that takes it (the producer's I, which gives its aside
+ * part back, comes later); an input gradient by the I that makes it, into the slot of the
+ * previous stage's pair (live since its forward), since the producer may give its aside part
+ * back before the consumer's I runs. */
 static void local_handoff(pipe_runner *rn, const sched_instr *in, int forward) {
   const sched_program *pr = rn->pr;
-  int s = stage_at(rn, in->chunk), nb = forward ? s - 1 : s + 1;
-  if (nb < 0 || nb >= pr->p * pr->v || pr->rank_of[nb] != rn->topo->stage) return;
-  int c = pr->chunk_of[nb], src = rn->slot_of[c * rn->m + in->mb];
-  layers_chunk *from = &rn->chunks[c], *to = &rn->chunks[in->chunk];
+  int s = stage_at(rn, in->chunk), nb = s - 1;
+  if (nb < 0 || pr->rank_of[nb] != rn->topo->stage) return;
+  int c = pr->chunk_of[nb], other = rn->slot_of[c * rn->m + in->mb];
+  layers_chunk *nbc = &rn->chunks[c], *me = &rn->chunks[in->chunk];
   if (forward)
-    to->ops->copy(layers_chunk_input(to, in->slot), layers_chunk_output(from, src), layers_chunk_io_floats(to));
+    me->ops->copy(layers_chunk_input(me, in->slot), layers_chunk_output(nbc, other), layers_chunk_io_floats(me));
   else
-    to->ops->copy(layers_chunk_grad_output(to, in->slot), layers_chunk_grad_input(from, src), layers_chunk_out_floats(to));
+    me->ops->copy(layers_chunk_grad_output(nbc, other), layers_chunk_grad_input(me, in->slot), layers_chunk_io_floats(me));
 }
 
 /* The last stage's per-position losses of a forward. In host memory they are summed at once; in
@@ -97,8 +110,8 @@ static int compute(pipe_runner *rn, const sched_instr *in) {
     return CORE_OK;
   case SCHED_BACKWARD:
   case SCHED_BACKWARD_INPUT:
-    local_handoff(rn, in, 0);
     layers_chunk_backward_input(ch, in->slot, rn->grad_scale);
+    local_handoff(rn, in, 0);
     if (in->op == SCHED_BACKWARD) {
       layers_chunk_backward_weight(ch, in->slot);
       return zero_after_backward(&rn->zb[in->chunk]); /* ZeRO-2: this micro-batch's share */
@@ -166,6 +179,8 @@ void pipe_runner_free(pipe_runner *rn) {
   for (int k = 0; k < 4 * rn->nstage; k++) free(rn->stage[k]);
   free(rn->stage), free(rn->htok), free(rn->htgt);
   rn->stage = NULL, rn->htok = rn->htgt = NULL, rn->nstage = 0;
+  free(rn->pfirst), free(rn->plast), free(rn->palast);
+  rn->pfirst = rn->plast = rn->palast = NULL, rn->pcap = 0;
 }
 
 /* Each chunk's gradients summed over the data-parallel group: all of them (ZeRO-0) or the
@@ -330,9 +345,34 @@ static int optimizer_step(pipe_runner *rn) {
   return CORE_OK;
 }
 
+/* The pair an instruction names: its slot, and the aside part the slot uses while it has one. */
+static void pair_at(pipe_runner *rn, const sched_instr *in) {
+  if (in->chunk < 0 || in->mb < 0) return;
+  rn->slot_of[in->chunk * rn->m + in->mb] = in->slot;
+  if (in->aslot >= 0) layers_chunk_bind(&rn->chunks[in->chunk], in->slot, in->aslot);
+}
+
+/* After instruction i: the pair's memory comes into use at its first instruction; its aside part
+ * goes back after its last instruction but a W, its slot after its last. */
+static void retired(void *ctx, int i, const sched_instr *in) {
+  pipe_runner *rn = ctx;
+  if (in->chunk < 0 || in->mb < 0) return;
+  int k = in->chunk * rn->m + in->mb, kp = sched_local_input(rn->pr, rn->topo->stage, in);
+  if (rn->pfirst[k] == i) rn->act_live += (double)layers_chunk_slot_bytes(&rn->chunks[in->chunk]);
+  if (rn->pr == rn->act_pr && rn->act_live > rn->act_peak) rn->act_peak = rn->act_live;
+  for (int q = 0; q < 2; q++) { /* the pair named, and the one whose output a local forward took */
+    int x = q ? kp : k, c = x / rn->m;
+    if (x < 0 || (q && x == k)) continue;
+    layers_chunk *ch = &rn->chunks[c];
+    double aside = (double)layers_chunk_aside_bytes(ch), home = (double)layers_chunk_slot_bytes(ch) - aside;
+    if (rn->palast[x] == i) rn->act_live -= aside, layers_chunk_bind(ch, rn->slot_of[x], -1);
+    if (rn->plast[x] == i) rn->act_live -= home;
+  }
+}
+
 static int run(void *ctx, const sched_instr *in) {
   pipe_runner *rn = ctx;
-  if (in->chunk >= 0 && in->mb >= 0) rn->slot_of[in->chunk * rn->m + in->mb] = in->slot;
+  pair_at(rn, in);
   switch (in->op) {
   case SCHED_LOAD_MICROBATCH: return load(rn, in);
   case SCHED_FORWARD:
@@ -364,18 +404,18 @@ static float *staging(pipe_runner *rn, const sched_instr *in) {
       size_t a = layers_chunk_io_floats(&rn->chunks[c]), b = layers_chunk_out_floats(&rn->chunks[c]);
       if (a > rn->stage_floats) rn->stage_floats = a;
       if (b > rn->stage_floats) rn->stage_floats = b;
-      if (rn->chunks[c].nslots > rn->nstage) rn->nstage = rn->chunks[c].nslots;
+      if (rn->chunks[c].naside > rn->nstage) rn->nstage = rn->chunks[c].naside;
     }
     rn->stage = core_calloc((size_t)rn->nstage * 4, sizeof(float *));
   }
-  float **s = &rn->stage[(size_t)in->slot * 4 + (in->op - SCHED_SEND_ACT)];
+  float **s = &rn->stage[(size_t)in->aslot * 4 + (in->op - SCHED_SEND_ACT)];
   if (!*s) *s = core_malloc(sizeof(float) * (rn->stage_floats ? rn->stage_floats : 1));
   return *s;
 }
 
 static float *buffer(void *ctx, const sched_instr *in, size_t *n) {
   pipe_runner *rn = ctx;
-  rn->slot_of[in->chunk * rn->m + in->mb] = in->slot;
+  pair_at(rn, in);
   const kernels_ops *ops = rn->chunks[in->chunk].ops;
   float *b = chunk_buffer(rn, in, n);
   if (pipe_host_memory(ops)) return b;
@@ -386,7 +426,7 @@ static float *buffer(void *ctx, const sched_instr *in, size_t *n) {
 
 static float *device_buffer(void *ctx, const sched_instr *in, size_t *n) {
   pipe_runner *rn = ctx;
-  rn->slot_of[in->chunk * rn->m + in->mb] = in->slot;
+  pair_at(rn, in);
   return chunk_buffer(rn, in, n);
 }
 
@@ -408,6 +448,6 @@ static void sync_device(void *ctx) {
 
 pipe_exec pipe_runner_exec(pipe_runner *rn) {
   pipe_exec ex = {.ctx = rn, .run = run, .buffer = buffer, .received = received, .device_buffer = device_buffer,
-                  .sync = sync_device};
+                  .sync = sync_device, .retired = retired};
   return ex;
 }

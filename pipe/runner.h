@@ -64,6 +64,15 @@ typedef struct {
   int nloss, loss_cap;
   size_t loss_bt;
   const kernels_ops *loss_ops;
+  /* the program's (chunk, micro-batch) pairs, [v * m]: first, last, and last instruction but
+   * its W (sched_pair_ranges), set by pipe_runner_use */
+  int *pfirst, *plast, *palast;
+  size_t pcap;
+  /* activation memory in use on this rank, in bytes: the slots of live pairs (both parts), less
+   * the aside parts given back (a split backward's I); act_peak is its largest value over the
+   * steps run with act_pr (the training program: pipe_runner_use sets it on first use) */
+  double act_live, act_peak;
+  const sched_program *act_pr;
 } pipe_runner;
 
 /* Whether a table's buffers are host memory the runner may hand to MPI directly. */
@@ -78,7 +87,8 @@ pipe_exec pipe_runner_exec(pipe_runner *rn);
 /* loss_sum, with the losses of forwards still on the device read back and added first. */
 double pipe_runner_loss_sum(pipe_runner *rn);
 /* Sets the program (and its micro-batch count) the next step will run, and which global
- * micro-batch its micro-batch 0 is (the data a LOAD draws). */
+ * micro-batch its micro-batch 0 is (the data a LOAD draws). A pair's slot borrows its aside part
+ * (aslot) at the instructions naming it and gives it back after the last that is not its W. */
 void pipe_runner_use(pipe_runner *rn, const sched_program *pr, long mb0);
 
 #endif

@@ -28,6 +28,8 @@ typedef struct {
   int eval_lo, eval_n; /* this replica's share of an evaluation: global micro-batches [lo, lo + n) */
   pipe_runner rn;
   FILE *log_json;
+  double *act_report; /* world rank 0: [3p] per rank measured peak, prediction, allocated (report_activations),
+                       * until the next --log-json record carries them */
   kernels_coll_comm *pcomm; /* the pipeline's device communicator (NULL: transfers over MPI) */
   char pipe_why[160];       /* why the transfers go through host copies over MPI */
 } trainer;
@@ -81,12 +83,15 @@ static int setup_runner(trainer *tr) {
   rn->tied_emb_chunk = rn->tied_head_chunk = rn->tied_head_layer = -1;
   for (int ch = 0; ch < c->v && !rc; ch++) {
     int s = tr->prog.stage_of[r * c->v + ch];
-    int eslots = tr->eval_n ? tr->eval_prog.nslots[r] : 0;
+    int eslots = tr->eval_n ? tr->eval_prog.nslots[r] : 0, easide = tr->eval_n ? tr->eval_prog.naslots[r] : 0;
     int slots = tr->prog.nslots[r] > eslots ? tr->prog.nslots[r] : eslots;
+    int aside = tr->prog.naslots[r] > easide ? tr->prog.naslots[r] : easide;
     rc = layers_chunk_init(&rn->chunks[ch], &tr->model, tr->bounds[s], tr->bounds[s + 1], ops, c->B,
                            tr->model.T, slots);
     if (rc) break;
     layers_chunk *k = &rn->chunks[ch];
+    rc = layers_chunk_aside_pool(k, aside);
+    if (rc) break;
     if (c->ckpt_act) rc = layers_chunk_checkpoint(k);
     else if (!sched_program_splits_backward(&tr->prog)) rc = layers_chunk_share_backward(k);
     k->act_round = c->precision;
@@ -226,6 +231,16 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
     fprintf(tr->log_json, "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f",
             step, loss, tr->rn.lr, tr->rn.grad_norm, ms, toks);
     if (has_val) fprintf(tr->log_json, ",\"val_loss\":%.9g", val);
+    if (tr->act_report) { /* once: the activation memory of every rank (report_activations) */
+      static const char *const keys[3] = {"activation_peak_bytes", "activation_predicted_bytes", "activation_allocated_bytes"};
+      for (int k = 0; k < 3; k++) {
+        fprintf(tr->log_json, ",\"%s\":[", keys[k]);
+        for (int q = 0; q < tr->topo.p; q++) fprintf(tr->log_json, "%s%.0f", q ? "," : "", tr->act_report[3 * q + k]);
+        fprintf(tr->log_json, "]");
+      }
+      free(tr->act_report);
+      tr->act_report = NULL;
+    }
     if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%.17g,\"skipped\":%d", tr->rn.loss_scale, tr->rn.skipped);
     /* rank 0's ZeRO accounting: bytes this step moved, bytes it keeps */
     double red = 0, gat = 0, state = 0, master = 0, grads = 0;
@@ -332,7 +347,45 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
   return rc;
 }
 
+/* Activation memory per rank after the first step this run takes: the peak the runner measured
+ * (the slots of live pairs, less the aside parts given back), the simulator's peak_bytes for the
+ * same program from this rank's own slot sizes, and what the slot pools hold. */
+static void report_activations(trainer *tr) {
+  int S = tr->cfg.stages * tr->cfg.v, r = tr->topo.stage, p = tr->topo.p;
+  double *bytes = core_calloc((size_t)S, sizeof(double)), *ws = core_malloc(sizeof(double) * (size_t)S);
+  double mine[3] = {tr->rn.act_peak, 0, 0};
+  for (int s = 0; s < S; s++) ws[s] = 1;
+  for (int c = 0; c < tr->cfg.v; c++) {
+    const layers_chunk *ck = &tr->rn.chunks[c];
+    double slot = (double)layers_chunk_slot_bytes(ck), aside = (double)layers_chunk_aside_bytes(ck);
+    int s = tr->prog.stage_of[r * tr->cfg.v + c];
+    bytes[s] = slot, ws[s] = slot > 0 ? (slot - aside) / slot : 1;
+    mine[2] += (slot - aside) * ck->nslots + aside * ck->naside + 4.0 * (double)ck->bwd_floats;
+  }
+  sched_costs c = sched_costs_unit();
+  c.stage_act_bytes = bytes, c.stage_w_stash = ws;
+  sched_sim_result res;
+  if (sched_simulate(&tr->prog, &c, &res, NULL) == CORE_OK) {
+    mine[1] = res.ranks[r].peak_bytes;
+    sched_sim_result_free(&res);
+  }
+  double *all = core_malloc(sizeof(double) * 3 * (size_t)p);
+  MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, tr->topo.pipe);
+  if (tr->topo.world_rank == 0) {
+    core_log(CORE_LOG_INFO, "activation memory per rank: peak in use (measured) | the simulator's prediction for "
+             "this program | allocated in slots");
+    for (int q = 0; q < p; q++)
+      core_log(CORE_LOG_INFO, "  rank %d: %.0f bytes | %.0f bytes | %.0f bytes", q, all[3 * q], all[3 * q + 1],
+               all[3 * q + 2]);
+    free(tr->act_report);
+    tr->act_report = all, all = NULL;
+  }
+  free(bytes), free(ws), free(all);
+}
+
 static void teardown(trainer *tr) {
+  free(tr->act_report);
+  tr->act_report = NULL;
   pipe_worker_free(&tr->worker);
   pipe_worker_free(&tr->eval_worker);
   /* the table the buffers came from (none allocated yet when the first chunk failed) */
@@ -378,8 +431,10 @@ static void announce(trainer *tr) {
     double n = (double)tr->rn.chunks[c].nparams;
     const zero_buffer *z = &tr->rn.zb[c];
     params += 4 * n, state += 2 * 4.0 * zero_state_len(z), grads += zero_grad_bytes(z);
-    acts += (double)layers_chunk_slot_bytes(&tr->rn.chunks[c]) * tr->rn.chunks[c].nslots +
-            4.0 * (double)tr->rn.chunks[c].bwd_floats; /* the slots' shared backward buffers */
+    const layers_chunk *ck = &tr->rn.chunks[c];
+    acts += (double)(layers_chunk_slot_bytes(ck) - layers_chunk_aside_bytes(ck)) * ck->nslots +
+            (double)layers_chunk_aside_bytes(ck) * ck->naside +
+            4.0 * (double)ck->bwd_floats; /* the slots' shared backward buffers */
     double shard = 4.0 * tr->rn.zb[c].shard * (d - 1);
     double kept = 0;
     for (int k = 0; k < z->nkept; k++) kept += (double)(z->kp_hi[k] - z->kp_lo[k]);
@@ -476,6 +531,7 @@ int pipe_train(const pipe_train_opts *o) {
   for (long step = start; step < tr.cfg.steps && !rc && !stopped; step++) {
     double loss = 0, ms = 0, val = 0;
     rc = train_step(&tr, step, &loss, &ms);
+    if (!rc && step == start) report_activations(&tr);
     int ev = !rc && tr.cfg.eval_interval > 0 && ((step + 1) % tr.cfg.eval_interval == 0 || step + 1 == tr.cfg.steps);
     if (ev) rc = evaluate(&tr, &val);
     if (!rc) log_step(&tr, step + 1, loss, ms, ev, val);

@@ -3,10 +3,16 @@
  * predictions are the simulator's. */
 #include "pipe/tune.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+
+void pipe_shape_name(const pipe_plan_shape *sh, char *buf, size_t n) {
+  if (sh->family == SCHED_ZB_AUTO && sh->mem_limit > 0) snprintf(buf, n, "zb-auto@%g", sh->mem_limit);
+  else snprintf(buf, n, "%s", sched_family_name(sh->family));
+}
 
 const char *pipe_part_name(sched_part_method part) {
   switch (part) {
@@ -17,17 +23,21 @@ const char *pipe_part_name(sched_part_method part) {
   }
 }
 
-/* Family and chunk counts searched: one chunk for gpipe, 1f1b, zb-h1, zb-h2 and zb-auto (at
- * its default limit, p stages' activations, or the config's pipeline.mem_limit), 2..4 for
- * interleaved, 2 (the V) for zb-v, v-half, v-min and dualpipev (m >= 2p only: smaller m cannot
- * be built). v-zb is zb-v's algorithm and is not searched twice. */
+/* Family and chunk counts searched: one chunk for gpipe, 1f1b, zb-h1, zb-h2 and zb-auto, 2..4
+ * for interleaved, 2 (the V) for zb-v, v-half, v-min and dualpipev (m >= 2p only: smaller m
+ * cannot be built). zb-auto is tried at three memory limits, p, 1.5p and 2p stages'
+ * activations per rank (lim, times p), so one family spans 1F1B's memory to twice it and the
+ * --memory limit picks; its memory model counts a pending W at the W stash the runtime keeps.
+ * v-zb is zb-v's algorithm and is not searched twice. */
 static const struct {
   sched_family family;
   int v;
+  double lim;
 } families[] = {
-    {SCHED_GPIPE, 1},       {SCHED_1F1B, 1},  {SCHED_INTERLEAVED, 2}, {SCHED_INTERLEAVED, 3},
-    {SCHED_INTERLEAVED, 4}, {SCHED_ZB_H1, 1}, {SCHED_ZB_H2, 1},       {SCHED_ZB_V, 2},
-    {SCHED_DUALPIPE_V, 2},  {SCHED_ZB_AUTO, 1}, {SCHED_V_HALF, 2},      {SCHED_V_MIN, 2},
+    {SCHED_GPIPE, 1, 0},       {SCHED_1F1B, 1, 0},  {SCHED_INTERLEAVED, 2, 0}, {SCHED_INTERLEAVED, 3, 0},
+    {SCHED_INTERLEAVED, 4, 0}, {SCHED_ZB_H1, 1, 0}, {SCHED_ZB_H2, 1, 0},       {SCHED_ZB_V, 2, 0},
+    {SCHED_DUALPIPE_V, 2, 0},  {SCHED_ZB_AUTO, 1, 1}, {SCHED_ZB_AUTO, 1, 1.5},  {SCHED_ZB_AUTO, 1, 2},
+    {SCHED_V_HALF, 2, 0},      {SCHED_V_MIN, 2, 0},
 };
 static const sched_part_method parts[] = {SCHED_PART_PARAMETERS, SCHED_PART_COST, SCHED_PART_UNIFORM};
 
@@ -58,7 +68,7 @@ static int same_as_before(const pipe_tune_result *res, const pipe_tune_cand *c) 
     const pipe_tune_cand *o = &res->fits[i];
     if (o->shape.m != c->shape.m) return 0; /* candidates come grouped by m */
     if (o->shape.family == c->shape.family && o->shape.v == c->shape.v && o->time == c->time &&
-        o->peak_bytes == c->peak_bytes)
+        o->peak_bytes == c->peak_bytes && o->shape.mem_limit == c->shape.mem_limit)
       return 1;
   }
   return 0;
@@ -82,7 +92,8 @@ int pipe_tune(const char *config, const char **sets, int nsets, double gflops, d
     if (res->batch % m) continue;
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
       for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
-        pipe_plan_shape sh = {.family = families[f].family, .v = families[f].v, .m = m, .part = parts[k]};
+        pipe_plan_shape sh = {.family = families[f].family, .v = families[f].v, .m = m, .part = parts[k],
+                              .mem_limit = families[f].lim * res->stages};
         pipe_tune_cand c;
         rc = try_one(config, sets, nsets, gflops, &sh, &c);
         if (rc == CORE_EINPUT) { /* e.g. more pieces than layers: not a candidate */

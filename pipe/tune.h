@@ -5,6 +5,8 @@
 #ifndef BRIGADE_PIPE_TUNE_H
 #define BRIGADE_PIPE_TUNE_H
 
+#include <stddef.h>
+
 #include "pipe/plan.h"
 
 typedef struct {
@@ -34,5 +36,7 @@ int pipe_tune(const char *config, const char **sets, int nsets, double gflops, d
               pipe_tune_result *res);
 void pipe_tune_result_free(pipe_tune_result *res);
 const char *pipe_part_name(sched_part_method part);
+/* The family as tune prints it: zb-auto with its memory limit ("zb-auto@12"). */
+void pipe_shape_name(const pipe_plan_shape *sh, char *buf, size_t n);
 
 #endif

@@ -25,14 +25,16 @@ int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm
   long max_tag = ((long)pr->m * pr->p * pr->v) * 2 + 1; /* past the transfers' 2mS - 1: the tied exchange's 2mS */
   if (max_tag > w->tag_ub)
     return core_error_set(CORE_EINPUT, "m * stages too large for MPI tags (%ld > %d)", max_tag, w->tag_ub);
-  int ns = pr->nslots[rank] > 0 ? pr->nslots[rank] : 1;
+  int ns = pr->naslots[rank] > 0 ? pr->naslots[rank] : 1;
   w->slot_req = core_malloc(sizeof(MPI_Request) * 2 * (size_t)ns);
   w->slot_peer = core_calloc(2 * (size_t)ns, sizeof(int));
   for (int i = 0; i < 2 * ns; i++) w->slot_req[i] = MPI_REQUEST_NULL;
   return CORE_OK;
 }
 
-static int nslots(const pipe_worker *w) { return w->pr->nslots[w->rank] > 0 ? w->pr->nslots[w->rank] : 1; }
+/* Transfers read and fill only the parts of slots named by aslot (a pair's transfers all fall in
+ * its aslot range), so sends in flight, receives and tickets are kept per aslot. */
+static int nslots(const pipe_worker *w) { return w->pr->naslots[w->rank] > 0 ? w->pr->naslots[w->rank] : 1; }
 
 int pipe_worker_use_device(pipe_worker *w, const kernels_coll *dc, kernels_coll_comm *comm) {
   if ((long)nslots(w) * 4 > KERNELS_COLL_TICKETS)
@@ -134,7 +136,7 @@ static int dev_wait_slot(pipe_worker *w, int slot, int i, const sched_instr *in)
 }
 
 static int dev_transfer(pipe_worker *w, int i, const sched_instr *in) {
-  int t = in->slot * 4 + (in->op - SCHED_SEND_ACT);
+  int t = in->aslot * 4 + (in->op - SCHED_SEND_ACT);
   int rc = dev_wait(w, t, i, in); /* the ticket's last transfer, before it is used again */
   if (rc) return rc;
   size_t n = 0;
@@ -167,12 +169,12 @@ static int op_send(pipe_worker *w, int i, const sched_instr *in) {
   int grad = in->op == SCHED_SEND_GRAD;
   int dst = stage_of(w, in) + (grad ? -1 : 1);
   int tag = pipe_tag(w->pr, dst, in->mb, grad);
-  MPI_Request *r = &w->slot_req[2 * in->slot + grad];
+  MPI_Request *r = &w->slot_req[2 * in->aslot + grad];
   if (*r != MPI_REQUEST_NULL) { /* before the executor refills the buffer (staging) */
-    int rc = wait_req(w, r, MPI_STATUS_IGNORE, i, in, w->slot_peer[2 * in->slot + grad]);
+    int rc = wait_req(w, r, MPI_STATUS_IGNORE, i, in, w->slot_peer[2 * in->aslot + grad]);
     if (rc) return rc;
   }
-  w->slot_peer[2 * in->slot + grad] = in->peer;
+  w->slot_peer[2 * in->aslot + grad] = in->peer;
   size_t n = 0;
   float *buf = w->ex.buffer(w->ex.ctx, in, &n);
   int err = w->synchronous ? MPI_Issend(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, r)
@@ -182,7 +184,7 @@ static int op_send(pipe_worker *w, int i, const sched_instr *in) {
 
 static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
   if (w->dc) return dev_transfer(w, i, in);
-  int rc = drain_slot(w, in->slot, i, in);
+  int rc = drain_slot(w, in->aslot, i, in);
   if (rc) return rc;
   size_t n = 0;
   float *buf = w->ex.buffer(w->ex.ctx, in, &n);
@@ -206,16 +208,16 @@ static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
 }
 
 static int op_exec(pipe_worker *w, int i, const sched_instr *in) {
-  if (w->dc && in->slot >= 0) { /* the slot's transfers land (receives) or leave (sends) first */
-    int rc = dev_wait_slot(w, in->slot, i, in);
+  if (w->dc && in->aslot >= 0) { /* the slot's transfers land (receives) or leave (sends) first */
+    int rc = dev_wait_slot(w, in->aslot, i, in);
     if (rc) return rc;
   }
   if (w->dc && in->chunk < 0 && !w->dsynced) { /* the tail: every transfer of the step is issued */
     int rc = dev_finish(w, i, in);
     if (rc) return rc;
   }
-  if (in->slot >= 0 && (in->op == SCHED_LOAD_MICROBATCH || in->op == SCHED_FORWARD)) {
-    int rc = drain_slot(w, in->slot, i, in); /* about to overwrite the slot */
+  if (in->aslot >= 0 && (in->op == SCHED_LOAD_MICROBATCH || in->op == SCHED_FORWARD)) {
+    int rc = drain_slot(w, in->aslot, i, in); /* about to overwrite the slot */
     if (rc) return rc;
   }
   int rc = w->ex.run(w->ex.ctx, in);
@@ -270,6 +272,7 @@ int pipe_worker_step(pipe_worker *w) {
     int rc = op_table[in->op](w, i, in);
     if (!rc && w->tl) rc = trace_wait(w, i, in);
     if (rc) return rc;
+    if (w->ex.retired) w->ex.retired(w->ex.ctx, i, in);
     if (w->tl) {
       sched_event e = {.rank = w->rank, .op = in->op, .mb = in->mb, .chunk = in->chunk,
                        .stage = in->chunk >= 0 ? stage_of(w, in) : -1, .peer = in->peer,

@@ -9,7 +9,7 @@
  * The device path (pipe_worker_use_device): transfers go through a device communicator
  * (kernels/coll.h: NCCL send/recv) on the executor's own buffers in the backend's memory, with
  * no host copies. They run on the backend's communication queue in program order; the worker
- * names each in-flight transfer by a ticket, slot * 4 + (op - SCHED_SEND_ACT), and makes the
+ * names each in-flight transfer by a ticket, aslot * 4 + (op - SCHED_SEND_ACT), and makes the
  * compute queue wait for a slot's transfers before the next op on that slot (a receive's
  * consumer, or whoever writes a sent buffer next), and waits on the host, with the timeout, for
  * all of them before the step's tail (REDUCE_*, OPTIMIZER_STEP) or at its end. The
@@ -40,6 +40,9 @@ typedef struct {
    * memory, where ops are done when they return). Only a traced step calls it, around each
    * instruction, so that the timeline holds the device's times and not the host's issue times. */
   void (*sync)(void *ctx);
+  /* After instruction i of the stream has been issued (may be NULL): where an executor gives
+   * back what the instruction was the last to use (a pair's aside part, its slot). */
+  void (*retired)(void *ctx, int i, const sched_instr *in);
 } pipe_exec;
 
 struct kernels_coll;
@@ -55,12 +58,12 @@ typedef struct {
   sched_timeline *tl; /* when not NULL, one event per instruction (seconds from t0) */
   double t0;
   /* internal */
-  MPI_Request *slot_req; /* [nslots * 2] outstanding sends per slot (activation, gradient) */
-  int *slot_peer;        /* [nslots * 2] the rank each of them goes to */
+  MPI_Request *slot_req; /* [naslots * 2] outstanding sends per aslot (activation, gradient) */
+  int *slot_peer;        /* [naslots * 2] the rank each of them goes to */
   int tag_ub;
   const struct kernels_coll *dc; /* the device path (NULL: MPI) */
   struct kernels_coll_comm *dcomm;
-  unsigned char *tpend;          /* [nslots * 4] device path: ticket in flight */
+  unsigned char *tpend;          /* [naslots * 4] device path: ticket in flight */
   int dsynced;                   /* device path: this step's transfers are done (the tail began) */
 } pipe_worker;
 

@@ -375,7 +375,7 @@ static void build_full(const actions *as, const sched_program *compute, sched_pr
   for (int i = 0; i < as->n; i++) {
     const action *a = &as->a[i];
     int s = a->stage, r = compute->rank_of[s];
-    sched_instr in = {.mb = a->mb, .chunk = compute->chunk_of[s], .peer = -1, .slot = -1};
+    sched_instr in = {.mb = a->mb, .chunk = compute->chunk_of[s], .peer = -1, .slot = -1, .aslot = -1};
     switch (a->op) {
     case 's': in.op = SCHED_SEND_ACT, in.peer = compute->rank_of[s + 1]; break;
     case 'r': in.op = SCHED_RECV_ACT, in.peer = compute->rank_of[s - 1]; break;

@@ -34,6 +34,10 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
  * (chunk, micro-batch). Works on compute-only and full programs. */
 void sched_stream_memory(const sched_program *pr, int r, double w_stash, double unit, double *peak_mem,
                          int *peak_slots, double *at_mem, int *at_slots, int *at_last);
+/* The same with weights per chunk of the rank: a pair counts full[c] from its first instruction
+ * to the last that is not its W (its aslot part ends there), wpart[c] from then to its last. */
+void sched_stream_memory_of(const sched_program *pr, int r, const double *full, const double *wpart,
+                            double *peak_mem, int *peak_slots, double *at_mem, int *at_slots, int *at_last);
 
 /* v-half (half = 1) or v-min's building block (vblock.c) for p ranks and m micro-batches, as
  * slots of one op: [r * *T + x] is 0 where rank r is free, else the op's kind: 1 F of chunk 0,

@@ -69,6 +69,7 @@ int sched_program_init(sched_program *pr, sched_family f, int p, int v, int m, c
   pr->rank_of = core_malloc(sizeof(int) * S);
   pr->chunk_of = core_malloc(sizeof(int) * S);
   pr->nslots = core_calloc(p, sizeof(int));
+  pr->naslots = core_calloc(p, sizeof(int));
   pr->streams = core_calloc(p, sizeof(sched_stream));
   for (int s = 0; s < S; s++) pr->rank_of[s] = -1;
   for (int r = 0; r < p; r++)
@@ -94,6 +95,7 @@ void sched_program_free(sched_program *pr) {
   free(pr->rank_of);
   free(pr->chunk_of);
   free(pr->nslots);
+  free(pr->naslots);
   memset(pr, 0, sizeof *pr);
 }
 
@@ -109,7 +111,7 @@ void sched_push(sched_program *pr, int rank, sched_instr in) {
 
 void sched_push_action(sched_program *pr, sched_op op, int s, int mb) {
   CORE_ASSERT(s >= 0 && s < pr->p * pr->v);
-  sched_instr in = {.op = (uint8_t)op, .mb = mb, .chunk = pr->chunk_of[s], .peer = -1, .slot = -1};
+  sched_instr in = {.op = (uint8_t)op, .mb = mb, .chunk = pr->chunk_of[s], .peer = -1, .slot = -1, .aslot = -1};
   sched_push(pr, pr->rank_of[s], in);
 }
 
@@ -120,11 +122,11 @@ int sched_program_equal(const sched_program *a, const sched_program *b) {
   if (memcmp(a->stage_of, b->stage_of, sizeof(int) * (size_t)(a->p * a->v)) != 0) return 0;
   for (int r = 0; r < a->p; r++) {
     const sched_stream *x = &a->streams[r], *y = &b->streams[r];
-    if (x->len != y->len || a->nslots[r] != b->nslots[r]) return 0;
+    if (x->len != y->len || a->nslots[r] != b->nslots[r] || a->naslots[r] != b->naslots[r]) return 0;
     for (int i = 0; i < x->len; i++) {
       const sched_instr *u = &x->ins[i], *w = &y->ins[i];
       if (u->op != w->op || u->mb != w->mb || u->chunk != w->chunk || u->peer != w->peer ||
-          u->slot != w->slot)
+          u->slot != w->slot || u->aslot != w->aslot)
         return 0;
     }
   }
@@ -146,6 +148,27 @@ int sched_program_splits_backward(const sched_program *pr) {
 
 int sched_nstages(const sched_program *pr) { return pr->p * pr->v; }
 
+int sched_local_input(const sched_program *pr, int r, const sched_instr *in) {
+  if (in->op != SCHED_FORWARD || in->chunk < 0 || in->chunk >= pr->v || in->mb < 0 || in->mb >= pr->m) return -1;
+  int s = pr->stage_of[r * pr->v + in->chunk];
+  if (s == 0 || pr->rank_of[s - 1] != r) return -1;
+  return pr->chunk_of[s - 1] * pr->m + in->mb;
+}
+
+void sched_pair_ranges(const sched_program *pr, int r, int *first, int *last, int *alast) {
+  const sched_stream *st = &pr->streams[r];
+  for (int k = 0; k < pr->v * pr->m; k++) first[k] = last[k] = alast[k] = -1;
+  for (int i = 0; i < st->len; i++) {
+    const sched_instr *in = &st->ins[i];
+    if (in->chunk < 0 || in->mb < 0 || in->chunk >= pr->v || in->mb >= pr->m) continue;
+    int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+    if (first[k] < 0) first[k] = i;
+    last[k] = i;
+    if (in->op != SCHED_BACKWARD_WEIGHT) alast[k] = i;
+    if (kp >= 0 && first[kp] >= 0) last[kp] = alast[kp] = i; /* a later op of the pair raises them again */
+  }
+}
+
 void sched_action_str(const sched_program *pr, int rank, const sched_instr *in, char *buf,
                       size_t n) {
   char l = sched_op_letter((sched_op)in->op);
@@ -163,5 +186,7 @@ void sched_instr_str(const sched_instr *in, char *buf, size_t n) {
   if (in->peer >= 0 && k >= 0 && (size_t)k < n)
     k += snprintf(buf + k, n - (size_t)k, " peer=%d", in->peer);
   if (in->slot >= 0 && k >= 0 && (size_t)k < n)
-    snprintf(buf + k, n - (size_t)k, " slot=%d", in->slot);
+    k += snprintf(buf + k, n - (size_t)k, " slot=%d", in->slot);
+  if (in->aslot >= 0 && k >= 0 && (size_t)k < n)
+    snprintf(buf + k, n - (size_t)k, " aslot=%d", in->aslot);
 }

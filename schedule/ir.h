@@ -33,7 +33,17 @@ typedef struct {
   int32_t chunk; /* chunk on this rank (0..v-1), -1 when none */
   int32_t peer;  /* other rank for transfers and tied reduction, -1 otherwise */
   int32_t slot;  /* activation buffer slot of (chunk, mb) on this rank, -1 when none */
+  int32_t aslot; /* the slot's other part (see below), -1 when none */
 } sched_instr;
+
+/* A (chunk, micro-batch) pair's activations are two parts. Its slot (`slot`, one of nslots) is
+ * live from the first instruction naming the pair to the last: what the weight gradient needs
+ * (each weighted layer's input and output gradient, the W stash, tokens, targets). Its other
+ * part (`aslot`, one of naslots) holds what only the forward and the input gradient use
+ * (attention scores, the MLP's pre-activation, the chunk's output and input gradient), live
+ * from the same first instruction to the pair's last instruction that is not its
+ * BACKWARD_WEIGHT: a split backward frees it once its I (and the SEND_GRAD after it) are done.
+ * Instructions of the pair after that carry aslot -1. sched_pair_ranges gives both ranges. */
 
 typedef enum {
   SCHED_GPIPE = 0,
@@ -66,6 +76,7 @@ typedef struct {
   int *rank_of;      /* [p*v]: rank of virtual stage s */
   int *chunk_of;     /* [p*v]: chunk of virtual stage s on its rank */
   int *nslots;       /* [p]: activation slots each rank allocates (0 until lowered) */
+  int *naslots;      /* [p]: their other parts (aslot) each rank allocates (0 until lowered) */
   /* the family's memory promise per rank, in stages' activations (sched_memory_cap), which
    * lowering keeps; 0 = none (interleaved, dualpipev, inference, imported orders) */
   double mem_cap;
@@ -94,6 +105,15 @@ size_t sched_program_count(const sched_program *pr); /* instructions over all ra
  * a micro-batch may then run long after its input gradient */
 int sched_program_splits_backward(const sched_program *pr);
 int sched_nstages(const sched_program *pr);           /* p*v */
+/* Rank r's (chunk, micro-batch) pairs, index chunk * m + mb, arrays of v*m: the first and last
+ * instruction using each and the last that is not a BACKWARD_WEIGHT (where its aslot part
+ * ends), -1 for a pair the stream does not name. A pair is used by the instructions naming it,
+ * and by the FORWARD of the next virtual stage when that stage is on the same rank (it takes the
+ * pair's output in place of a transfer: sched_local_input). */
+void sched_pair_ranges(const sched_program *pr, int r, int *first, int *last, int *alast);
+/* The pair (index as above) whose output instruction `in` of rank r takes without a transfer: a
+ * FORWARD whose previous virtual stage is on rank r; -1 otherwise. */
+int sched_local_input(const sched_program *pr, int r, const sched_instr *in);
 
 /* "0F3" style action text of a compute instruction on rank r (stage index is virtual). */
 void sched_action_str(const sched_program *pr, int rank, const sched_instr *in, char *buf, size_t n);

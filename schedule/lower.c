@@ -87,6 +87,12 @@ int sched_costs_check(const sched_costs *c, int S, int m) {
     if (!(t <= op)) op = t; /* and a nan */
     if (!c->stage_f && !c->stage_b && !c->stage_w && !c->stage_dp_w) break;
   }
+  for (int s = 0; s < S && (c->stage_w_stash || c->stage_act_bytes); s++) {
+    if (c->stage_w_stash && !(c->stage_w_stash[s] >= 0 && c->stage_w_stash[s] <= 1))
+      return core_error_set(CORE_EINPUT, "virtual stage %d: W stash fraction %g is not in [0, 1]", s, c->stage_w_stash[s]);
+    if (c->stage_act_bytes && !(c->stage_act_bytes[s] >= 0 && c->stage_act_bytes[s] < INFINITY))
+      return core_error_set(CORE_EINPUT, "virtual stage %d: slot bytes %g are not a size", s, c->stage_act_bytes[s]);
+  }
   double bound = (double)S * m * (op + 2 * c->comm) + c->tied + c->reduce + c->step;
   if (!(bound < INFINITY))
     return core_error_set(CORE_EINPUT, "costs too large: a step of %d virtual stages x %d micro-batches "
@@ -432,18 +438,20 @@ static int early_activation(const build *bd, const xfer *x) {
 /* ---- memory: lowering never raises a rank's peak above its compute order's ----
  * The compute order holds, at each of its ops, the (chunk, micro-batch) pairs from their F to
  * their last backward op (weighted 1 until I, w_stash after, by sched_stream_memory's rule). The
- * full program holds more in two ways only: an activation received before its consumer's gap
- * (live from its RECV on), and a pair whose last compute op has run but whose SEND (a gradient,
- * or an activation in a forward-only program) has not. An activation's commit and a compute op's
- * append are allowed only while what the rank then holds stays within its compute order's peak,
- * in weighted memory and in slots. Neither guard can stop the build: a held send can always be
- * committed (its receiver cannot have passed its consumer) and then an activation received at its
- * consumer's gap holds exactly what the compute order holds at that F. */
+ * full program holds more in three ways only: an activation received before its consumer's gap
+ * (live from its RECV on); a pair whose last compute op has run but whose SEND (a gradient, or an
+ * activation in a forward-only program) has not (the whole pair: its slot lives to its last
+ * instruction); and a pair whose I has run but whose gradient SEND has not, while its W is still
+ * to come (the slot's other part, 1 - w_stash, lives to that SEND). An activation's commit and a
+ * compute op's append are allowed only while what the rank then holds stays within its compute
+ * order's peak, in weighted memory and in slots. Neither guard can stop the build: a held send
+ * can always be committed (its receiver cannot have passed its consumer) and then an activation
+ * received at its consumer's gap holds exactly what the compute order holds at that F. */
 
-/* What rank r holds beyond the compute order at its gap: sends of pairs it has finished. */
+/* What rank r holds beyond the compute order at its gap: sends of pairs it has finished, or
+ * whose W is all that is left. */
 static void held_extra(const build *bd, int r, double *mem, int *slots) {
   lrank *k = &bd->rk[r];
-  const sched_program *pr = bd->fl->pr;
   if (k->hx_ok) {
     *mem = k->hx_mem, *slots = k->hx_slots;
     return;
@@ -453,9 +461,8 @@ static void held_extra(const build *bd, int r, double *mem, int *slots) {
     const xfer *z = &bd->x[k->pend[i]];
     if (z->done || z->a != r) continue;
     int last = bd->lastc[r][z->ip];
-    if (last >= k->g) continue; /* its pair is live in the compute order too */
-    int w = pr->streams[r].ins[last].op == SCHED_BACKWARD_WEIGHT;
-    *mem += w ? bd->ws : 1, *slots += 1;
+    if (last < k->g) *mem += 1, *slots += 1;   /* nothing of the pair left in the compute order */
+    else if (z->kind == 0) *mem += 1 - bd->ws; /* its W to come: the compute order counts w_stash */
   }
   k->hx_ok = 1, k->hx_mem = *mem, k->hx_slots = *slots;
 }
@@ -468,14 +475,14 @@ static int mem_fits(const build *bd, int r, int upto, int add) {
   int hs;
   held_extra(bd, r, &hm, &hs);
   /* at once when the least room over the range takes every early activation, the held sends
-   * and add (hs >= hm: a held pair counts 1 slot, at most 1 in memory) */
+   * and add in memory and in slots alike */
   size_t n = (size_t)bd->fl->pr->streams[r].len, lo = (size_t)k->g + n, hi = (size_t)upto + n + 1;
   double room = INFINITY;
   for (const double *t = bd->slack[r]; lo < hi; lo >>= 1, hi >>= 1) {
     if (lo & 1) room = t[lo] < room ? t[lo] : room, lo++;
     if (hi & 1) hi--, room = t[hi] < room ? t[hi] : room;
   }
-  if (room >= k->nearly + hs + add) return 1;
+  if (room >= k->nearly + (hm > hs ? hm : hs) + add) return 1;
   for (int i = k->g; i <= upto; i++) {
     int e = 0;
     for (int q = 0; q < k->nearly; q++) e += k->early[q] > i;
@@ -507,9 +514,9 @@ static void commit(build *bd, xfer *x) {
   const sched_program *pr = bd->fl->pr;
   lrank *B = &bd->rk[x->b];
   sched_instr snd = {.op = (uint8_t)(x->kind ? SCHED_SEND_ACT : SCHED_SEND_GRAD), .mb = x->mb,
-                     .chunk = pr->chunk_of[x->src], .peer = x->b, .slot = -1};
+                     .chunk = pr->chunk_of[x->src], .peer = x->b, .slot = -1, .aslot = -1};
   sched_instr rcv = {.op = (uint8_t)(x->kind ? SCHED_RECV_ACT : SCHED_RECV_GRAD), .mb = x->mb,
-                     .chunk = pr->chunk_of[x->dst], .peer = x->a, .slot = -1};
+                     .chunk = pr->chunk_of[x->dst], .peer = x->a, .slot = -1, .aslot = -1};
   sched_push(bd->out, x->a, snd);
   sched_push(bd->out, x->b, rcv);
   x->arr = bd->rk[x->a].clock + bd->fl->costs.comm;
@@ -544,7 +551,7 @@ static void advance(build *bd, int r) {
   const sched_program *pr = fl->pr;
   lrank *k = &bd->rk[r];
   sched_instr in = pr->streams[r].ins[k->g];
-  in.peer = -1, in.slot = -1;
+  in.peer = -1, in.slot = -1, in.aslot = -1;
   sched_push_compute(bd->out, r, in);
   for (int q = 0; q < k->nearly; q++)
     if (k->early[q] <= k->g) k->early[q--] = k->early[--k->nearly];
@@ -770,33 +777,45 @@ static void build_free(build *bd) {
   free(bd->x), free(bd->stack), free(bd->queue), free(bd->queued);
 }
 
-/* Greedy slot assignment over each (chunk, micro-batch)'s live range in stream order. */
+/* Greedy assignment in stream order of each (chunk, micro-batch)'s slot over its live range and
+ * of its other part over its shorter one (sched_pair_ranges): intervals taken by start, so each
+ * pool is as large as the most ranges live at once. */
 void sched_assign_slots(sched_program *out, int r) {
   sched_stream *st = &out->streams[r];
-  int keys = out->v * out->m;
-  int *last = core_malloc(sizeof(int) * (size_t)keys), *slot_of = core_malloc(sizeof(int) * (size_t)keys);
-  int *free_stack = core_malloc(sizeof(int) * (size_t)(keys + 1));
-  for (int k = 0; k < keys; k++) last[k] = -1, slot_of[k] = -1;
-  for (int i = 0; i < st->len; i++)
-    if (st->ins[i].chunk >= 0 && st->ins[i].mb >= 0) last[st->ins[i].chunk * out->m + st->ins[i].mb] = i;
-  int nfree = 0, nslots = 0;
+  size_t keys = (size_t)out->v * (size_t)out->m;
+  int *first = core_malloc(sizeof(int) * keys), *last = core_malloc(sizeof(int) * keys);
+  int *alast = core_malloc(sizeof(int) * keys), *slot_of = core_malloc(sizeof(int) * keys);
+  int *aslot_of = core_malloc(sizeof(int) * keys);
+  int *free_s = core_malloc(sizeof(int) * (keys + 1)), *free_a = core_malloc(sizeof(int) * (keys + 1));
+  sched_pair_ranges(out, r, first, last, alast);
+  int ns = 0, na = 0, nfs = 0, nfa = 0;
   for (int i = 0; i < st->len; i++) {
     sched_instr *in = &st->ins[i];
+    in->slot = in->aslot = -1;
     if (in->chunk < 0 || in->mb < 0) continue;
-    int k = in->chunk * out->m + in->mb;
-    if (slot_of[k] < 0) slot_of[k] = nfree ? free_stack[--nfree] : nslots++;
+    int k = in->chunk * out->m + in->mb, kp = sched_local_input(out, r, in);
+    if (first[k] == i) {
+      slot_of[k] = nfs ? free_s[--nfs] : ns++;
+      aslot_of[k] = nfa ? free_a[--nfa] : na++;
+    }
     in->slot = slot_of[k];
-    if (last[k] == i) free_stack[nfree++] = slot_of[k];
+    if (i <= alast[k]) in->aslot = aslot_of[k];
+    for (int q = 0; q < 2; q++) { /* the pair named, and the one whose output a local forward takes */
+      int x = q ? kp : k;
+      if (x < 0 || (q && x == k)) continue;
+      if (alast[x] == i) free_a[nfa++] = aslot_of[x];
+      if (last[x] == i) free_s[nfs++] = slot_of[x];
+    }
   }
-  out->nslots[r] = nslots;
-  free(last), free(slot_of), free(free_stack);
+  out->nslots[r] = ns, out->naslots[r] = na;
+  free(first), free(last), free(alast), free(slot_of), free(aslot_of), free(free_s), free(free_a);
 }
 
 void sched_append_tail(sched_program *out) {
   int S = out->p * out->v;
   int a = out->rank_of[0], b = out->rank_of[S - 1];
   for (int r = 0; r < out->p; r++) {
-    sched_instr t = {.op = SCHED_REDUCE_TIED_GRADS, .mb = -1, .chunk = -1, .peer = -1, .slot = -1};
+    sched_instr t = {.op = SCHED_REDUCE_TIED_GRADS, .mb = -1, .chunk = -1, .peer = -1, .slot = -1, .aslot = -1};
     if (out->tied && (r == a || r == b)) {
       t.peer = a == b ? -1 : (r == a ? b : a);
       sched_push(out, r, t);

@@ -42,6 +42,9 @@ typedef struct {
    * BACKWARD_WEIGHT: ZeRO-2's per-micro-batch reduce-scatter when it is not overlapped */
   double dp_w;
   const double *stage_f, *stage_b, *stage_w, *stage_dp_w;
+  /* per virtual stage, when not NULL: bytes of one slot (both parts) and its W stash fraction,
+   * the figures of the runtime's own buffers; the compilers keep to the scalars above */
+  const double *stage_act_bytes, *stage_w_stash;
 } sched_costs;
 
 /* A family's memory cap per rank in stages' activations (M_B), what sim's peak_memory stays
@@ -66,10 +69,11 @@ typedef struct {
   double idle;  /* span - busy */
   double start, end;
   int peak_activations; /* live (chunk, micro-batch) activation slots at once */
-  double peak_bytes;    /* peak_activations * act_bytes */
   /* peak activation memory in stages' full activations (M_B): a (chunk, micro-batch) counts 1/v
-   * from its first instruction to its I or B, w_stash/v from its I to its last instruction */
+   * from its first instruction to its last that is not its W (its I or B, or the SEND_GRAD after
+   * it), w_stash/v from there to its last instruction, as the runtime holds its two parts */
   double peak_memory;
+  double peak_bytes;    /* the same in bytes: a pair counts act_bytes, then w_stash of it */
 } sched_rank_stats;
 
 typedef struct {

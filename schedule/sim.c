@@ -116,29 +116,52 @@ static int run(simstate *sm) {
   return CORE_OK;
 }
 
-void sched_stream_memory(const sched_program *pr, int r, double w_stash, double unit, double *peak_mem,
-                         int *peak_slots, double *at_mem, int *at_slots, int *at_last) {
+void sched_stream_memory_of(const sched_program *pr, int r, const double *full, const double *wpart,
+                            double *peak_mem, int *peak_slots, double *at_mem, int *at_slots, int *at_last) {
   const sched_stream *st = &pr->streams[r];
-  int keys = pr->v * pr->m, slots = 0;
+  size_t keys = (size_t)pr->v * (size_t)pr->m;
+  int slots = 0;
   double mem = 0;
-  int *last = core_malloc(sizeof(int) * (size_t)keys);
-  unsigned char *state = core_calloc((size_t)keys, 1); /* 0 not yet, 1 whole, 2 W stash, 3 gone */
-  for (int k = 0; k < keys; k++) last[k] = -1;
-  for (int i = 0; i < st->len; i++)
-    if (st->ins[i].op <= SCHED_RECV_GRAD) last[st->ins[i].chunk * pr->m + st->ins[i].mb] = i;
+  int *first = core_malloc(sizeof(int) * keys), *last = core_malloc(sizeof(int) * keys);
+  int *alast = core_malloc(sizeof(int) * keys);
+  sched_pair_ranges(pr, r, first, last, alast);
   *peak_mem = 0, *peak_slots = 0;
   for (int i = 0; i < st->len; i++) {
     const sched_instr *in = &st->ins[i];
     if (in->op > SCHED_RECV_GRAD) continue;
-    int k = in->chunk * pr->m + in->mb;
-    if (state[k] == 0) state[k] = 1, slots++, mem += unit;
+    int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+    if (first[k] == i) slots++, mem += full[in->chunk];
     if (at_mem) at_mem[i] = mem, at_slots[i] = slots, at_last[i] = last[k];
     if (mem > *peak_mem) *peak_mem = mem;
     if (slots > *peak_slots) *peak_slots = slots;
-    if (in->op == SCHED_BACKWARD_INPUT && state[k] == 1) state[k] = 2, mem -= unit * (1 - w_stash);
-    if (last[k] == i) mem -= state[k] == 1 ? unit : unit * w_stash, slots--, state[k] = 3;
+    for (int q = 0; q < 2; q++) { /* the pair named, and the one whose output a local forward takes */
+      int x = q ? kp : k, c = x / pr->m;
+      if (x < 0 || (q && x == k)) continue;
+      if (last[x] == i) mem -= alast[x] == i ? full[c] : wpart[c], slots--;
+      else if (alast[x] == i) mem -= full[c] - wpart[c];
+    }
   }
-  free(last), free(state);
+  free(first), free(last), free(alast);
+}
+
+void sched_stream_memory(const sched_program *pr, int r, double w_stash, double unit, double *peak_mem,
+                         int *peak_slots, double *at_mem, int *at_slots, int *at_last) {
+  double *full = core_malloc(sizeof(double) * (size_t)pr->v), *wpart = core_malloc(sizeof(double) * (size_t)pr->v);
+  for (int c = 0; c < pr->v; c++) full[c] = unit, wpart[c] = unit * w_stash;
+  sched_stream_memory_of(pr, r, full, wpart, peak_mem, peak_slots, at_mem, at_slots, at_last);
+  free(full), free(wpart);
+}
+
+/* Rank r's chunks' weights for sched_stream_memory_of: a stage's full activations and its W
+ * stash under the costs, in M_B (1/v each) or in bytes (act_bytes or stage_act_bytes). */
+static void chunk_weights(const sched_program *pr, const sched_costs *c, int r, int bytes, double *full,
+                          double *wpart) {
+  for (int k = 0; k < pr->v; k++) {
+    int s = pr->stage_of[r * pr->v + k];
+    double ws = c->stage_w_stash ? c->stage_w_stash[s] : sched_w_stash(c);
+    full[k] = !bytes ? 1.0 / pr->v : c->stage_act_bytes ? c->stage_act_bytes[s] : c->act_bytes;
+    wpart[k] = full[k] * ws;
+  }
 }
 
 static void compute_stats(simstate *sm, sched_sim_result *res) {
@@ -153,9 +176,12 @@ static void compute_stats(simstate *sm, sched_sim_result *res) {
     rs->end = sm->lo[r] <= sm->hi[r] ? sm->hi[r] : 0;
     rs->span = rs->end - rs->start;
     rs->idle = rs->span - rs->busy;
-    sched_stream_memory(pr, r, sched_w_stash(sm->c), 1.0 / pr->v, &rs->peak_memory, &rs->peak_activations, NULL,
-                        NULL, NULL);
-    rs->peak_bytes = rs->peak_activations * sm->c->act_bytes;
+    double full[pr->v], wpart[pr->v];
+    int slots;
+    chunk_weights(pr, sm->c, r, 0, full, wpart);
+    sched_stream_memory_of(pr, r, full, wpart, &rs->peak_memory, &rs->peak_activations, NULL, NULL, NULL);
+    chunk_weights(pr, sm->c, r, 1, full, wpart);
+    sched_stream_memory_of(pr, r, full, wpart, &rs->peak_bytes, &slots, NULL, NULL, NULL);
     sumbusy += rs->busy;
     if (rs->span > maxspan) maxspan = rs->span;
     if (sm->t[r] > res->makespan) res->makespan = sm->t[r];

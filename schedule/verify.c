@@ -10,7 +10,9 @@
  *      produced on the same rank) before forwards, gradients before backwards, F before its
  *      backward, I before its W, all backwards of a rank before REDUCE_GRADS;
  *   4. a buffer slot is never given to two (chunk, micro-batch) pairs whose live ranges (first to
- *      last instruction naming them) overlap, and slots are within the rank's allocation.
+ *      last instruction naming them) overlap, nor a slot's other part (aslot) to two whose
+ *      shorter ranges (first to last instruction but a BACKWARD_WEIGHT) do, and both are within
+ *      the rank's allocation.
  * The first failure is reported with the rank, the instruction index and an excerpt. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,43 +316,59 @@ static int replay_run(replay *rp) {
   return CORE_OK;
 }
 
-static int check_slots(const sched_program *pr) {
-  for (int r = 0; r < pr->p; r++) {
-    const sched_stream *st = &pr->streams[r];
-    int keys = pr->v * pr->m, nslots = pr->nslots[r];
-    int *first = core_malloc(sizeof(int) * (size_t)keys), *last = core_malloc(sizeof(int) * (size_t)keys);
-    int *owner = core_malloc(sizeof(int) * (size_t)(nslots > 0 ? nslots : 1));
-    int rc = CORE_OK;
-    for (int k = 0; k < keys; k++) first[k] = last[k] = -1;
-    for (int s = 0; s < nslots; s++) owner[s] = -1;
-    for (int i = 0; i < st->len; i++) {
-      const sched_instr *in = &st->ins[i];
-      if (!needs_chunk((sched_op)in->op)) continue;
-      int k = in->chunk * pr->m + in->mb;
-      if (first[k] < 0) first[k] = i;
-      last[k] = i;
-    }
-    char msg[200];
-    for (int i = 0; i < st->len && !rc; i++) {
-      const sched_instr *in = &st->ins[i];
-      if (!needs_chunk((sched_op)in->op)) continue;
-      int k = in->chunk * pr->m + in->mb, sl = in->slot;
-      if (sl < 0 || sl >= nslots) {
-        snprintf(msg, sizeof msg, "buffer slot %d outside the rank's %d slots", sl, nslots);
+/* One pool of rank r (the slots, or their other parts): an instruction of a pair inside the pair's
+ * range [first, end] names a buffer of the pool that no other live pair holds; outside it, none.
+ * A range may end at a local forward that takes the pair's output (sched_pair_ranges). */
+static int check_pool(const sched_program *pr, int r, int aside, const int *first, const int *end, int *held) {
+  const sched_stream *st = &pr->streams[r];
+  int n = aside ? pr->naslots[r] : pr->nslots[r], rc = CORE_OK;
+  const char *what = aside ? "other part of a buffer slot" : "buffer slot";
+  int *owner = core_malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+  for (int s = 0; s < n; s++) owner[s] = -1;
+  char msg[200];
+  for (int i = 0; i < st->len && !rc; i++) {
+    const sched_instr *in = &st->ins[i];
+    if (!needs_chunk((sched_op)in->op)) continue;
+    int k = in->chunk * pr->m + in->mb, sl = aside ? in->aslot : in->slot, kp = sched_local_input(pr, r, in);
+    if (i > end[k]) {
+      if (sl != -1) {
+        snprintf(msg, sizeof msg, "names %s %d after the pair's last use of it", what, sl);
         rc = fail_at(pr, r, i, msg);
-      } else if (owner[sl] >= 0 && owner[sl] != k) {
-        snprintf(msg, sizeof msg, "buffer slot %d is still live with chunk %d micro-batch %d", sl,
-                 owner[sl] / pr->m, owner[sl] % pr->m);
-        rc = fail_at(pr, r, i, msg);
-      } else {
-        owner[sl] = k;
-        if (last[k] == i) owner[sl] = -1;
       }
+      continue;
+    } else if (sl < 0 || sl >= n) {
+      snprintf(msg, sizeof msg, "%s %d outside the rank's %d", what, sl, n);
+      rc = fail_at(pr, r, i, msg);
+    } else if (owner[sl] >= 0 && owner[sl] != k) {
+      snprintf(msg, sizeof msg, "%s %d is still live with chunk %d micro-batch %d", what, sl, owner[sl] / pr->m,
+               owner[sl] % pr->m);
+      rc = fail_at(pr, r, i, msg);
+    } else if (i > first[k] && owner[sl] != k) {
+      snprintf(msg, sizeof msg, "%s %d is not the one the pair's first instruction named", what, sl);
+      rc = fail_at(pr, r, i, msg);
     }
-    free(first), free(last), free(owner);
-    if (rc) return rc;
+    if (rc) break;
+    owner[sl] = k, held[k] = sl;
+    if (end[k] == i) owner[sl] = -1;
+    if (kp >= 0 && kp != k && end[kp] == i && held[kp] >= 0) owner[held[kp]] = -1; /* its output taken here */
   }
-  return CORE_OK;
+  free(owner);
+  return rc;
+}
+
+static int check_slots(const sched_program *pr) {
+  size_t keys = (size_t)pr->v * (size_t)pr->m;
+  int *first = core_malloc(sizeof(int) * keys), *last = core_malloc(sizeof(int) * keys);
+  int *alast = core_malloc(sizeof(int) * keys), *held = core_malloc(sizeof(int) * keys), rc = CORE_OK;
+  for (int r = 0; r < pr->p && !rc; r++) {
+    sched_pair_ranges(pr, r, first, last, alast);
+    for (size_t k = 0; k < keys; k++) held[k] = -1;
+    rc = check_pool(pr, r, 0, first, last, held);
+    for (size_t k = 0; k < keys; k++) held[k] = -1;
+    if (!rc) rc = check_pool(pr, r, 1, first, alast, held);
+  }
+  free(first), free(last), free(alast), free(held);
+  return rc;
 }
 
 int sched_verify(const sched_program *pr) {

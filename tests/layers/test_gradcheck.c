@@ -166,12 +166,16 @@ Test(model, loss_keeps_its_cache_over_the_logits) {
   cr_assert_eq(layers_chunk_init(&nohead, &m, 0, m.n - 1, kernels_cpu_ops(), B, T, 1), CORE_OK);
   cr_assert_eq(layers_chunk_init(&loss_only, &m, m.n - 1, m.n, kernels_cpu_ops(), B, T, 1), CORE_OK);
   int head = m.n - 2, xent = m.n - 1;
-  cr_assert_eq(all.stash_off[xent], all.out_off[head], "the probabilities are not over the logits");
-  cr_assert_eq(all.dout_off[head], all.out_off[head], "the logits' gradient is not over them");
+  cr_assert(all.stash[xent].off == all.out[head].off && all.stash[xent].part == all.out[head].part,
+            "the probabilities are not over the logits");
+  cr_assert(all.dout[head].off == all.out[head].off && all.dout[head].part == all.out[head].part,
+            "the logits' gradient is not over them");
+  /* the head's weight gradient reads that gradient: the buffer lives in the slot's home part */
+  cr_assert_eq(all.out[head].part, LAYERS_HOME);
   /* adding the loss costs its losses and their (unused) gradient, and saves the head's dout */
   cr_assert_eq(all.slot_floats, nohead.slot_floats + 2 * N - N * V, "%zu vs %zu", all.slot_floats, nohead.slot_floats);
   /* a chunk that is only the loss keeps its cache over its input, and its din apart */
-  cr_assert_eq(loss_only.stash_off[0], 0);
+  cr_assert(loss_only.stash[0].off == loss_only.in.off && loss_only.stash[0].part == loss_only.in.part);
   cr_assert_eq(loss_only.slot_floats, 2 * N * V + 2 * N);
   cr_assert_eq(layers_slot_floats(&m, 0, m.n, B, 0, NULL), all.slot_floats);
   cr_assert_eq(layers_slot_floats(&m, m.n - 1, m.n, B, 0, NULL), loss_only.slot_floats);
@@ -316,5 +320,52 @@ Test(model, names_kept_and_built_once) {
   cr_assert_eq(layers_model_build(&m, c, 16), CORE_EINPUT);
   cr_assert(strstr(core_error_msg(), "already built"));
   core_config_free(c);
+  layers_model_free(&m);
+}
+
+/* A slot's aside part (attention probabilities, the MLP's pre-activation, outputs no weight
+ * gradient reads, the chunk's output and input gradient) is what a split backward gives back at
+ * I: the weight gradient runs with it gone (the layers see NULL there) and reused by the next
+ * micro-batch, and gives the bits of a chunk that keeps whole slots. Chunks starting at each kind
+ * of layer; one aside part shared by two slots. */
+Test(gradcheck, weight_gradient_never_reads_the_aside_part) {
+  layers_model m = build();
+  const int starts[] = {0, 1, 2, 3, 4, 6, 7};
+  for (size_t t = 0; t < sizeof starts / sizeof starts[0]; t++) {
+    int lo = starts[t];
+    layers_chunk a, b;
+    cr_assert_eq(layers_chunk_init(&a, &m, lo, m.n, kernels_cpu_ops(), B, T, 2), CORE_OK);
+    cr_assert_eq(layers_chunk_init(&b, &m, lo, m.n, kernels_cpu_ops(), B, T, 2), CORE_OK);
+    cr_assert_eq(layers_chunk_aside_pool(&b, 1), CORE_OK);
+    cr_assert_gt(layers_chunk_aside_bytes(&b), 0, "layers %d..: nothing aside", lo);
+    cr_assert_lt(layers_chunk_aside_bytes(&b), layers_chunk_slot_bytes(&b));
+    layers_chunk *both[2] = {&a, &b};
+    size_t nin = layers_chunk_io_floats(&a);
+    float *din[2][2];
+    for (int k = 0; k < 2; k++) {
+      core_rng r = core_rng_keyed(9, (uint64_t)lo, 0, 0);
+      for (int s = 0; s < 2; s++) {
+        if (k == 1) layers_chunk_bind(&b, s, 0);
+        for (int i = 0; i < B * T; i++) {
+          layers_chunk_tokens(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
+          layers_chunk_targets(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
+        }
+        float *in = layers_chunk_input(both[k], s);
+        for (size_t i = 0; i < nin; i++) in[i] = core_rng_normal(&r);
+        layers_chunk_forward(both[k], s);
+        layers_chunk_backward_input(both[k], s, 0.1f);
+        din[k][s] = malloc(sizeof(float) * (nin ? nin : 1));
+        if (nin) memcpy(din[k][s], layers_chunk_grad_input(both[k], s), sizeof(float) * nin);
+        if (k == 1) layers_chunk_bind(&b, s, -1); /* given back at I */
+      }
+      for (int s = 0; s < 2; s++) layers_chunk_backward_weight(both[k], s);
+    }
+    cr_assert(memcmp(a.grads, b.grads, sizeof(float) * a.nparams) == 0, "weight gradients differ (layers %d..)", lo);
+    for (int s = 0; s < 2; s++) {
+      cr_assert(memcmp(din[0][s], din[1][s], sizeof(float) * nin) == 0, "input gradient %d differs (layers %d..)", s, lo);
+      free(din[0][s]), free(din[1][s]);
+    }
+    layers_chunk_free(&a), layers_chunk_free(&b);
+  }
   layers_model_free(&m);
 }

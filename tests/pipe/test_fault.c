@@ -12,7 +12,7 @@
 static void last_loss(const char *log, char *out, size_t n) {
   FILE *f = fopen(log, "r");
   cr_assert(f, "no log %s", log);
-  char line[512], *last = NULL;
+  char line[4096], *last = NULL;
   out[0] = 0;
   while (fgets(line, sizeof line, f))
     if ((last = strstr(line, "\"loss\":"))) snprintf(out, n, "%.*s", (int)strcspn(last + 7, ","), last + 7);

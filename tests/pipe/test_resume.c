@@ -324,7 +324,7 @@ static void greedy_reference(const char *dir, const char *prompt, int ntok, char
     for (int i = 0; i < w; i++) tok[i] = (unsigned char)text[start + i];
     layers_chunk_set_batch(&ch, 0, tok, tok);
     layers_chunk_forward(&ch, 0);
-    const float *p = layers_chunk_input(&ch, 0) + ch.out_off[m.n - 2] + (size_t)(w - 1) * V;
+    const float *p = layers_chunk_layer_output(&ch, 0, m.n - 2) + (size_t)(w - 1) * V;
     int best = 0;
     for (int i = 1; i < V; i++) best = p[i] > p[best] ? i : best;
     text[len] = (char)best, text[len + 1] = 0;

@@ -230,7 +230,7 @@ Test(train, mixed_precision, .timeout = 300) {
   cr_assert_eq(train(2, "--set fp16.enabled=true --set fp16.initial_scale_power=26 --set fp16.hysteresis=1 "
                         "--set pipeline.stages=2", log), 0);
   FILE *f = fopen(log, "r");
-  char line[512];
+  char line[4096];
   int skipped = 0, first_ok = -1, step = 0;
   double prev_scale = 1e300;
   while (fgets(line, sizeof line, f)) {
@@ -502,5 +502,50 @@ Test(train, device_transfers_match_cpu, .timeout = 300) {
   const char *at = strstr(out, line);
   cr_assert(at && !strstr(at + 1, line), "\"%s\" not said exactly once in:\n%s", line, out);
   free(out);
+  unlink(log);
+}
+
+/* What training holds is what the simulator counts. A slot's aside part (attention
+ * probabilities, the MLP's pre-activation and the like) goes back at a split backward's I, so a
+ * pending W holds only what the weight gradient reads; each rank's measured activation peak
+ * (the run's first --log-json record) equals, to the byte, `brigade sim CONFIG`'s
+ * peak_activation_bytes for the same program, and the runner's own prediction beside it. */
+Test(train, measured_activation_peak_is_the_simulators, .timeout = 300) {
+  const struct { int np; const char *sets; } layouts[] = {
+      {4, "--set pipeline.stages=4 --set pipeline.schedule=zb-h1"},
+      {3, "--set pipeline.stages=3 --set pipeline.schedule=zb-h2"},
+      {2, "--set pipeline.stages=2 --set pipeline.schedule=zb-v"},
+      {4, "--set pipeline.stages=4 --set pipeline.schedule=zb-auto --set pipeline.mem_limit=6"},
+      {4, "--set pipeline.stages=4 --set pipeline.schedule=v-half"},
+      {4, "--set pipeline.stages=4 --set pipeline.schedule=v-min"},
+      {4, "--set pipeline.stages=4 --set pipeline.schedule=1f1b"},
+  };
+  char log[] = "/tmp/brigade_act_XXXXXX";
+  close(mkstemp(log));
+  for (size_t k = 0; k < sizeof layouts / sizeof layouts[0]; k++) {
+    char sets[512], args[1024], cmd[1400], *out = NULL;
+    snprintf(sets, sizeof sets, "--set gradient_accumulation_steps=8 %s", layouts[k].sets);
+    snprintf(args, sizeof args, "train configs/tiny.cfg --set train.steps=1 --set train.eval_interval=0 %s --log-json %s",
+             sets, log);
+    cr_assert_eq(test_mpirun(layouts[k].np, "brigade", args), 0, "%s failed", sets);
+    core_json *rec, *sim;
+    cr_assert_eq(core_json_parse_file(log, &rec), 0, "%s: bad log", sets);
+    snprintf(cmd, sizeof cmd, "%s/brigade sim configs/tiny.cfg %s --json 2>/dev/null", test_build_dir(), sets);
+    cr_assert_eq(test_capture(cmd, &out), 0, "%s failed", cmd);
+    cr_assert_eq(core_json_parse(out, strlen(out), "sim", &sim), 0, "%s: bad json", cmd);
+    const core_json *peak = core_json_get(rec, "activation_peak_bytes"), *pred = core_json_get(rec, "activation_predicted_bytes");
+    const core_json *alloc = core_json_get(rec, "activation_allocated_bytes"), *ranks = core_json_get(sim, "ranks");
+    cr_assert(peak && pred && alloc && ranks, "%s: the log or sim lacks the activation figures", sets);
+    cr_assert_eq(core_json_len(peak), (size_t)layouts[k].np);
+    for (int r = 0; r < layouts[k].np; r++) {
+      double got = core_json_at(peak, r)->num, p = core_json_at(pred, r)->num, a = core_json_at(alloc, r)->num, s;
+      cr_assert_eq(core_json_get_number(core_json_at(ranks, r), "peak_activation_bytes", &s), 0);
+      cr_assert_gt(got, 0, "%s rank %d: no activation memory measured", sets, r);
+      cr_assert(fabs(got - s) < 0.5 && fabs(got - p) < 0.5, "%s rank %d: measured %.0f bytes, sim CONFIG %.0f, the "
+                "runner's prediction %.0f", sets, r, got, s, p);
+      cr_assert_leq(got, a, "%s rank %d: %.0f bytes in use, %.0f allocated", sets, r, got, a);
+    }
+    core_json_free(rec), core_json_free(sim), free(out);
+  }
   unlink(log);
 }

@@ -203,7 +203,7 @@ Test(compile, lowering_takes_compute_actions_only) {
   sched_costs c = sched_costs_unit();
   sched_program compute, full;
   cr_assert_eq(sched_compile_compute(&sh, &c, &compute), CORE_OK, "%s", core_error_msg());
-  sched_push(&compute, 0, (sched_instr){.op = SCHED_SEND_ACT, .mb = 0, .chunk = 0, .peer = 1, .slot = -1});
+  sched_push(&compute, 0, (sched_instr){.op = SCHED_SEND_ACT, .mb = 0, .chunk = 0, .peer = 1, .slot = -1, .aslot = -1});
   core_error_clear();
   cr_assert_eq(sched_lower(&compute, &c, &full), CORE_EINPUT);
   cr_assert(strstr(core_error_msg(), "lowering takes compute actions only (rank 0 #"), "%s", core_error_msg());

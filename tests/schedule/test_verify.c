@@ -289,3 +289,56 @@ Test(verify, receives_of_two_chunks_swapped_deadlock) {
   expect_fail(&pr, "deadlock");
   sched_program_free(&pr);
 }
+
+/* A slot's aside part is named only over its pair's range (first instruction to the last that is
+ * not its W), never shared by two pairs whose ranges overlap, and kept for the whole range. */
+Test(verify, aside_part_misuse) {
+  sched_shape sh = {.family = SCHED_ZB_H1, .p = 4, .v = 1, .m = 8};
+  sched_costs c = sched_costs_unit();
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK);
+  cr_assert_eq(sched_verify(&pr), CORE_OK);
+  sched_stream *st = &pr.streams[0];
+  int w = -1, f0 = -1, f1 = -1;
+  for (int i = 0; i < st->len; i++) {
+    if (st->ins[i].op == SCHED_BACKWARD_WEIGHT && w < 0) w = i;
+    if (st->ins[i].op == SCHED_FORWARD && st->ins[i].mb == 0) f0 = i;
+    if (st->ins[i].op == SCHED_FORWARD && st->ins[i].mb == 1) f1 = i;
+  }
+  cr_assert(w >= 0 && f0 >= 0 && f1 >= 0);
+  /* a W that still names the aside part */
+  cr_assert_eq(st->ins[w].aslot, -1);
+  st->ins[w].aslot = 0;
+  cr_assert_eq(sched_verify(&pr), CORE_EINPUT);
+  cr_expect(strstr(core_error_msg(), "after the pair's last use"), "%s", core_error_msg());
+  st->ins[w].aslot = -1;
+  /* two pairs open at once on one aside part (micro-batches 0 and 1 are both forwarded before
+   * either's I on rank 0) */
+  int keep = st->ins[f1].aslot;
+  st->ins[f1].aslot = st->ins[f0].aslot;
+  cr_assert_eq(sched_verify(&pr), CORE_EINPUT);
+  st->ins[f1].aslot = keep;
+  cr_assert_eq(sched_verify(&pr), CORE_OK);
+  sched_program_free(&pr);
+}
+
+/* zb-h1 at the zero-bubble paper's costs keeps W's pending beside its open forwards: it holds
+ * more slots than 1F1B does on some rank, but no more aside parts (held only from F to I, the
+ * forwards 1F1B keeps open) than 1F1B holds slots, on any rank. */
+Test(verify, aside_parts_follow_the_open_forwards) {
+  sched_costs c = {.f = 18.522, .b = 18.086, .w = 9.337, .comm = 0.601};
+  sched_shape zb = {.family = SCHED_ZB_H1, .p = 8, .v = 1, .m = 24}, ob = zb;
+  ob.family = SCHED_1F1B;
+  sched_program z, o;
+  cr_assert_eq(sched_compile(&zb, &c, &z), CORE_OK);
+  cr_assert_eq(sched_compile(&ob, &c, &o), CORE_OK);
+  int more = 0;
+  for (int r = 0; r < 8; r++) {
+    cr_assert_leq(z.naslots[r], o.nslots[r], "rank %d: zb-h1 keeps %d aside parts, 1f1b %d slots", r, z.naslots[r],
+                  o.nslots[r]);
+    cr_assert_leq(z.naslots[r], z.nslots[r]);
+    more |= z.nslots[r] > o.nslots[r];
+  }
+  cr_assert(more, "zb-h1 holds no more slots than 1f1b anywhere: the test shows nothing");
+  sched_program_free(&z), sched_program_free(&o);
+}

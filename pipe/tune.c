@@ -61,14 +61,15 @@ static int try_one(const char *config, const char **sets, int nsets, double gflo
   return rc;
 }
 
-/* Two partition methods often cut the model the same way: list such a shape once (the first of
- * parameters, cost, uniform), recognised by equal predictions for the same family, v and m. */
+/* Two partition methods often cut the model the same way, and zb-auto's limits may give the same
+ * schedule: list such a shape once (the first of parameters, cost, uniform; the smallest limit),
+ * recognised by equal predictions for the same family, v and m. */
 static int same_as_before(const pipe_tune_result *res, const pipe_tune_cand *c) {
   for (int i = res->nfits - 1; i >= 0; i--) {
     const pipe_tune_cand *o = &res->fits[i];
     if (o->shape.m != c->shape.m) return 0; /* candidates come grouped by m */
     if (o->shape.family == c->shape.family && o->shape.v == c->shape.v && o->time == c->time &&
-        o->peak_bytes == c->peak_bytes && o->shape.mem_limit == c->shape.mem_limit)
+        o->peak_bytes == c->peak_bytes)
       return 1;
   }
   return 0;

@@ -148,13 +148,6 @@ int sched_program_splits_backward(const sched_program *pr) {
 
 int sched_nstages(const sched_program *pr) { return pr->p * pr->v; }
 
-int sched_local_input(const sched_program *pr, int r, const sched_instr *in) {
-  if (in->op != SCHED_FORWARD || in->chunk < 0 || in->chunk >= pr->v || in->mb < 0 || in->mb >= pr->m) return -1;
-  int s = pr->stage_of[r * pr->v + in->chunk];
-  if (s == 0 || pr->rank_of[s - 1] != r) return -1;
-  return pr->chunk_of[s - 1] * pr->m + in->mb;
-}
-
 void sched_pair_ranges(const sched_program *pr, int r, int *first, int *last, int *alast) {
   const sched_stream *st = &pr->streams[r];
   for (int k = 0; k < pr->v * pr->m; k++) first[k] = last[k] = alast[k] = -1;

@@ -112,8 +112,14 @@ int sched_nstages(const sched_program *pr);           /* p*v */
  * pair's output in place of a transfer: sched_local_input). */
 void sched_pair_ranges(const sched_program *pr, int r, int *first, int *last, int *alast);
 /* The pair (index as above) whose output instruction `in` of rank r takes without a transfer: a
- * FORWARD whose previous virtual stage is on rank r; -1 otherwise. */
-int sched_local_input(const sched_program *pr, int r, const sched_instr *in);
+ * FORWARD whose previous virtual stage is on rank r; -1 otherwise. (Inline: every pass over a
+ * stream asks it of every instruction.) */
+static inline int sched_local_input(const sched_program *pr, int r, const sched_instr *in) {
+  if (in->op != SCHED_FORWARD || in->chunk < 0 || in->chunk >= pr->v || in->mb < 0 || in->mb >= pr->m) return -1;
+  int s = pr->stage_of[r * pr->v + in->chunk];
+  if (s == 0 || pr->rank_of[s - 1] != r) return -1;
+  return pr->chunk_of[s - 1] * pr->m + in->mb;
+}
 
 /* "0F3" style action text of a compute instruction on rank r (stage index is virtual). */
 void sched_action_str(const sched_program *pr, int rank, const sched_instr *in, char *buf, size_t n);

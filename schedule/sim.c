@@ -152,16 +152,45 @@ void sched_stream_memory(const sched_program *pr, int r, double w_stash, double 
   free(full), free(wpart);
 }
 
-/* Rank r's chunks' weights for sched_stream_memory_of: a stage's full activations and its W
- * stash under the costs, in M_B (1/v each) or in bytes (act_bytes or stage_act_bytes). */
-static void chunk_weights(const sched_program *pr, const sched_costs *c, int r, int bytes, double *full,
-                          double *wpart) {
+/* Rank r's peak memory in stages' activations and in bytes, in one pass: a pair counts a whole
+ * slot over its aslot range, its W stash from there to its last instruction (the rule of
+ * sched_stream_memory_of), weighted 1/v per chunk for the first and by the costs' slot bytes
+ * (act_bytes, or stage_act_bytes) for the second; the stash fraction is stage_w_stash's or
+ * w_stash. Also the peak count of live pairs. */
+static void rank_memory(const sched_program *pr, const sched_costs *c, int r, sched_rank_stats *rs) {
+  const sched_stream *st = &pr->streams[r];
+  size_t keys = (size_t)pr->v * (size_t)pr->m;
+  int *first = core_malloc(sizeof(int) * keys), *last = core_malloc(sizeof(int) * keys);
+  int *alast = core_malloc(sizeof(int) * keys);
+  double full[2][pr->v], wpart[2][pr->v], mem[2] = {0, 0};
   for (int k = 0; k < pr->v; k++) {
     int s = pr->stage_of[r * pr->v + k];
     double ws = c->stage_w_stash ? c->stage_w_stash[s] : sched_w_stash(c);
-    full[k] = !bytes ? 1.0 / pr->v : c->stage_act_bytes ? c->stage_act_bytes[s] : c->act_bytes;
-    wpart[k] = full[k] * ws;
+    full[0][k] = 1.0 / pr->v, full[1][k] = c->stage_act_bytes ? c->stage_act_bytes[s] : c->act_bytes;
+    wpart[0][k] = full[0][k] * ws, wpart[1][k] = full[1][k] * ws;
   }
+  sched_pair_ranges(pr, r, first, last, alast);
+  int slots = 0;
+  rs->peak_memory = rs->peak_bytes = 0, rs->peak_activations = 0;
+  for (int i = 0; i < st->len; i++) {
+    const sched_instr *in = &st->ins[i];
+    if (in->op > SCHED_RECV_GRAD) continue;
+    int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+    if (first[k] == i) slots++, mem[0] += full[0][in->chunk], mem[1] += full[1][in->chunk];
+    if (mem[0] > rs->peak_memory) rs->peak_memory = mem[0];
+    if (mem[1] > rs->peak_bytes) rs->peak_bytes = mem[1];
+    if (slots > rs->peak_activations) rs->peak_activations = slots;
+    for (int q = 0; q < 2; q++) { /* the pair named, and the one whose output a local forward takes */
+      int x = q ? kp : k, ch = x / pr->m;
+      if (x < 0 || (q && x == k)) continue;
+      for (int u = 0; u < 2; u++) {
+        if (last[x] == i) mem[u] -= alast[x] == i ? full[u][ch] : wpart[u][ch];
+        else if (alast[x] == i) mem[u] -= full[u][ch] - wpart[u][ch];
+      }
+      slots -= last[x] == i;
+    }
+  }
+  free(first), free(last), free(alast);
 }
 
 static void compute_stats(simstate *sm, sched_sim_result *res) {
@@ -176,12 +205,7 @@ static void compute_stats(simstate *sm, sched_sim_result *res) {
     rs->end = sm->lo[r] <= sm->hi[r] ? sm->hi[r] : 0;
     rs->span = rs->end - rs->start;
     rs->idle = rs->span - rs->busy;
-    double full[pr->v], wpart[pr->v];
-    int slots;
-    chunk_weights(pr, sm->c, r, 0, full, wpart);
-    sched_stream_memory_of(pr, r, full, wpart, &rs->peak_memory, &rs->peak_activations, NULL, NULL, NULL);
-    chunk_weights(pr, sm->c, r, 1, full, wpart);
-    sched_stream_memory_of(pr, r, full, wpart, &rs->peak_bytes, &slots, NULL, NULL, NULL);
+    rank_memory(pr, sm->c, r, rs);
     sumbusy += rs->busy;
     if (rs->span > maxspan) maxspan = rs->span;
     if (sm->t[r] > res->makespan) res->makespan = sm->t[r];

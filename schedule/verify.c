@@ -316,56 +316,64 @@ static int replay_run(replay *rp) {
   return CORE_OK;
 }
 
-/* One pool of rank r (the slots, or their other parts): an instruction of a pair inside the pair's
- * range [first, end] names a buffer of the pool that no other live pair holds; outside it, none.
- * A range may end at a local forward that takes the pair's output (sched_pair_ranges). */
-static int check_pool(const sched_program *pr, int r, int aside, const int *first, const int *end, int *held) {
+/* Rank r's two pools at once (u = 0: the slots over each pair's range [first, last]; u = 1:
+ * their other parts over [first, alast]): an instruction of a pair inside the range names a
+ * buffer of the pool that no other live pair holds, the one the pair's first instruction named;
+ * outside it, none. A range may end at a local forward that takes the pair's output
+ * (sched_pair_ranges). held: [2][v*m] scratch. */
+static int check_pools(const sched_program *pr, int r, const int *first, const int *const end[2], int *held) {
   const sched_stream *st = &pr->streams[r];
-  int n = aside ? pr->naslots[r] : pr->nslots[r], rc = CORE_OK;
-  const char *what = aside ? "other part of a buffer slot" : "buffer slot";
-  int *owner = core_malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
-  for (int s = 0; s < n; s++) owner[s] = -1;
+  size_t keys = (size_t)pr->v * (size_t)pr->m;
+  int n[2] = {pr->nslots[r], pr->naslots[r]}, rc = CORE_OK;
+  static const char *const what[2] = {"buffer slot", "other part of a buffer slot"};
+  int *owner[2];
+  for (int u = 0; u < 2; u++) {
+    owner[u] = core_malloc(sizeof(int) * (size_t)(n[u] > 0 ? n[u] : 1));
+    for (int s = 0; s < n[u]; s++) owner[u][s] = -1;
+  }
+  for (size_t k = 0; k < 2 * keys; k++) held[k] = -1;
   char msg[200];
   for (int i = 0; i < st->len && !rc; i++) {
     const sched_instr *in = &st->ins[i];
     if (!needs_chunk((sched_op)in->op)) continue;
-    int k = in->chunk * pr->m + in->mb, sl = aside ? in->aslot : in->slot, kp = sched_local_input(pr, r, in);
-    if (i > end[k]) {
-      if (sl != -1) {
-        snprintf(msg, sizeof msg, "names %s %d after the pair's last use of it", what, sl);
+    int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+    for (int u = 0; u < 2 && !rc; u++) {
+      int sl = u ? in->aslot : in->slot, *own = owner[u], *hd = held + (size_t)u * keys;
+      if (i > first[k] && i <= end[u][k] && sl == hd[k]) { /* the common case: the pair's own, still */
+        if (end[u][k] == i) own[sl] = -1;
+      } else if (i > end[u][k]) {
+        if (sl != -1) {
+          snprintf(msg, sizeof msg, "names %s %d after the pair's last use of it", what[u], sl);
+          rc = fail_at(pr, r, i, msg);
+        }
+      } else if (sl < 0 || sl >= n[u]) {
+        snprintf(msg, sizeof msg, "%s %d outside the rank's %d", what[u], sl, n[u]);
         rc = fail_at(pr, r, i, msg);
+      } else if (i > first[k]) {
+        snprintf(msg, sizeof msg, "%s %d is not the one the pair's first instruction named (%d)", what[u], sl, hd[k]);
+        rc = fail_at(pr, r, i, msg);
+      } else if (own[sl] >= 0) {
+        snprintf(msg, sizeof msg, "%s %d is still live with chunk %d micro-batch %d", what[u], sl, own[sl] / pr->m,
+                 own[sl] % pr->m);
+        rc = fail_at(pr, r, i, msg);
+      } else {
+        own[sl] = end[u][k] == i ? -1 : k, hd[k] = sl;
       }
-      continue;
-    } else if (sl < 0 || sl >= n) {
-      snprintf(msg, sizeof msg, "%s %d outside the rank's %d", what, sl, n);
-      rc = fail_at(pr, r, i, msg);
-    } else if (owner[sl] >= 0 && owner[sl] != k) {
-      snprintf(msg, sizeof msg, "%s %d is still live with chunk %d micro-batch %d", what, sl, owner[sl] / pr->m,
-               owner[sl] % pr->m);
-      rc = fail_at(pr, r, i, msg);
-    } else if (i > first[k] && owner[sl] != k) {
-      snprintf(msg, sizeof msg, "%s %d is not the one the pair's first instruction named", what, sl);
-      rc = fail_at(pr, r, i, msg);
+      if (!rc && kp >= 0 && kp != k && end[u][kp] == i && hd[kp] >= 0) own[hd[kp]] = -1; /* its output taken */
     }
-    if (rc) break;
-    owner[sl] = k, held[k] = sl;
-    if (end[k] == i) owner[sl] = -1;
-    if (kp >= 0 && kp != k && end[kp] == i && held[kp] >= 0) owner[held[kp]] = -1; /* its output taken here */
   }
-  free(owner);
+  free(owner[0]), free(owner[1]);
   return rc;
 }
 
 static int check_slots(const sched_program *pr) {
   size_t keys = (size_t)pr->v * (size_t)pr->m;
   int *first = core_malloc(sizeof(int) * keys), *last = core_malloc(sizeof(int) * keys);
-  int *alast = core_malloc(sizeof(int) * keys), *held = core_malloc(sizeof(int) * keys), rc = CORE_OK;
+  int *alast = core_malloc(sizeof(int) * keys), *held = core_malloc(sizeof(int) * 2 * keys), rc = CORE_OK;
+  const int *const end[2] = {last, alast};
   for (int r = 0; r < pr->p && !rc; r++) {
     sched_pair_ranges(pr, r, first, last, alast);
-    for (size_t k = 0; k < keys; k++) held[k] = -1;
-    rc = check_pool(pr, r, 0, first, last, held);
-    for (size_t k = 0; k < keys; k++) held[k] = -1;
-    if (!rc) rc = check_pool(pr, r, 1, first, alast, held);
+    rc = check_pools(pr, r, first, end, held);
   }
   free(first), free(last), free(alast), free(held);
   return rc;

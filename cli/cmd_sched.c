@@ -13,7 +13,7 @@
 
 typedef struct {
   sched_shape shape;
-  int have_schedule, have_stages, have_mb, have_virtual, have_wlimit, have_mem;
+  int have_schedule, have_stages, have_mb, have_virtual, have_wlimit, have_mem, have_prefetch;
   const char *shape_flag, *cost_flag, *config_flag; /* the first given of each kind, for errors */
   const char *schedule_file;
   sched_costs costs;
@@ -67,6 +67,13 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
         rc = core_error_set(CORE_EINPUT, "--w-stash: '%s' is not a fraction in (0, 1]", val);
     } else if (strcmp(a, "--tied") == 0) {
       o->shape.tied = 1;
+    } else if (strcmp(a, "--zero3") == 0) {
+      o->shape.zero3 = 1;
+    } else if (strcmp(a, "--keep-gathered") == 0) {
+      o->shape.keep_gathered = 1;
+    } else if (strcmp(a, "--prefetch") == 0) {
+      if (!VALUE()) rc = cli_parse_int(a, val, 0, 64, &o->shape.prefetch);
+      o->have_prefetch = 1;
     } else if (strcmp(a, "--format") == 0 && !allow_sim) {
       if (!VALUE()) o->format = val;
     } else if (strcmp(a, "-o") == 0 && !allow_sim) {
@@ -87,6 +94,8 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.step);
     } else if (allow_sim && strcmp(a, "--cost-tied") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.tied);
+    } else if (allow_sim && strcmp(a, "--cost-gather") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.gather);
     } else if (allow_sim && strcmp(a, "--act-bytes") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.act_bytes);
     } else if (allow_sim && strcmp(a, "--json") == 0) {
@@ -119,7 +128,8 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     /* which way of running sim the flag belongs to: a shape, costs of a shape or file, a config */
     if (!o->shape_flag && (!strcmp(a, "--schedule") || !strcmp(a, "--stages") || !strcmp(a, "--virtual") ||
                            !strcmp(a, "--microbatches") || !strcmp(a, "--max-pending-w") || !strcmp(a, "--tied") ||
-                           !strcmp(a, "--mem-limit")))
+                           !strcmp(a, "--mem-limit") || !strcmp(a, "--zero3") || !strcmp(a, "--keep-gathered") ||
+                           !strcmp(a, "--prefetch")))
       o->shape_flag = a;
     if (!o->cost_flag && (!strncmp(a, "--cost-", 7) || !strcmp(a, "--comm") || !strcmp(a, "--act-bytes") ||
                            !strcmp(a, "--w-stash")))
@@ -146,8 +156,12 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit || o->have_virtual || o->have_mem)
       return core_error_set(CORE_EINPUT, "give either --schedule-file or the shape flags (--schedule, "
                                          "--stages, --virtual, --microbatches, --max-pending-w, --mem-limit), not both");
+    if (o->shape.zero3 || o->shape.keep_gathered || o->have_prefetch)
+      return core_error_set(CORE_EINPUT, "--zero3, --keep-gathered and --prefetch apply to a compiled shape, not "
+                                         "to --schedule-file");
     return CORE_OK;
   }
+  if (o->shape.zero3 && !o->have_prefetch) o->shape.prefetch = 1; /* ZeRO-3's default: one run ahead */
   /* a V has two chunks; interleaved needs at least two: default to 2 unless --virtual says */
   if ((sched_family_is_v(o->shape.family) || o->shape.family == SCHED_INTERLEAVED) && !o->have_virtual)
     o->shape.v = 2;
@@ -197,13 +211,18 @@ static void print_json(const sched_program *pr, const sched_sim_result *res, dou
   printf("\"instructions\":%zu,\"makespan\":%.17g,\"bubble_rate\":%.17g,\"idle_fraction\":%.17g,",
          sched_program_count(pr), res->makespan, res->bubble_rate, res->idle_fraction);
   if (cap >= 0) printf("\"memory_cap\":%.17g,", cap);
+  if (pr->gather_limit) printf("\"gather_limit\":%d,", pr->gather_limit);
   printf("\"ranks\":[");
   for (int r = 0; r < res->p; r++) {
     const sched_rank_stats *s = &res->ranks[r];
     printf("%s{\"rank\":%d,\"busy\":%.17g,\"span\":%.17g,\"idle\":%.17g,\"peak_activations\":%d,"
-           "\"peak_memory\":%.17g,\"peak_activation_bytes\":%.17g,\"slots\":%d,\"aside_parts\":%d}",
+           "\"peak_memory\":%.17g,\"peak_activation_bytes\":%.17g,\"slots\":%d,\"aside_parts\":%d",
            r ? "," : "", r, s->busy, s->span, s->idle, s->peak_activations, s->peak_memory, s->peak_bytes,
            pr->nslots[r], pr->naslots[r]);
+    if (pr->gather_limit)
+      printf(",\"peak_gathered\":%d,\"peak_gather_bytes\":%.17g,\"gather_time\":%.17g", s->peak_gathered,
+             s->peak_gather_bytes, s->gather_time);
+    printf("}");
   }
   printf("]}\n");
 }
@@ -213,11 +232,18 @@ static void print_table(const sched_program *pr, const sched_sim_result *res, do
          sched_family_name(pr->family), pr->p, pr->v, pr->m, res->makespan,
          100 * res->bubble_rate, 100 * res->idle_fraction);
   if (cap >= 0) printf("memory cap %.4g stage activations per rank (peak_mem below is in the same unit)\n", cap);
-  printf("%6s %12s %12s %12s %8s %9s\n", "rank", "busy", "span", "idle", "peak_act", "peak_mem");
+  int g = pr->gather_limit > 0;
+  if (g) printf("ZeRO-3: at most %d chunks gathered at once per rank (gathered = the most a rank held; "
+                "gather = time on its communication lane)\n", pr->gather_limit);
+  printf("%6s %12s %12s %12s %8s %9s", "rank", "busy", "span", "idle", "peak_act", "peak_mem");
+  if (g) printf(" %9s %12s", "gathered", "gather");
+  printf("\n");
   for (int r = 0; r < res->p; r++) {
     const sched_rank_stats *s = &res->ranks[r];
-    printf("%6d %12.6g %12.6g %12.6g %8d %9.4g\n", r, s->busy, s->span, s->idle, s->peak_activations,
+    printf("%6d %12.6g %12.6g %12.6g %8d %9.4g", r, s->busy, s->span, s->idle, s->peak_activations,
            s->peak_memory);
+    if (g) printf(" %9d %12.6g", s->peak_gathered, s->gather_time);
+    printf("\n");
   }
 }
 

@@ -143,6 +143,10 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
   if (sh->p < 1) return core_error_set(CORE_EINPUT, "--stages must be >= 1 (got %d)", sh->p);
   if (sh->m < 1) return core_error_set(CORE_EINPUT, "--microbatches must be >= 1 (got %d)", sh->m);
   if (sh->v < 1) return core_error_set(CORE_EINPUT, "--virtual must be >= 1 (got %d)", sh->v);
+  if (sh->zero3 && (sh->prefetch < 0 || sh->prefetch > 64))
+    return core_error_set(CORE_EINPUT, "--prefetch must be in [0, 64] runs of a chunk's ops (got %d)", sh->prefetch);
+  if (!sh->zero3 && (sh->keep_gathered || sh->prefetch))
+    return core_error_set(CORE_EINPUT, "--keep-gathered and --prefetch place ZeRO-3's parameter gathers: give --zero3");
   if (sh->max_pending_w < 0)
     return core_error_set(CORE_EINPUT, "--max-pending-w must be >= 1, or 0 for the default (got %d)", sh->max_pending_w);
   if (sh->max_pending_w > 0 && !sched_family_is_zb(sh->family))
@@ -237,7 +241,8 @@ int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program
   rc = sched_lower(&compute, costs, out);
   sched_program_free(&compute);
   if (rc) return rc;
-  rc = sched_verify(out);
+  if (sh->zero3) rc = sched_place_gathers(out, sh->keep_gathered, sh->prefetch);
+  if (!rc) rc = sched_verify(out);
   if (rc) {
     core_error_prefix("compiled %s schedule (p=%d v=%d m=%d) failed verification",
                       sched_family_name(sh->family), sh->p, sh->v, sh->m);

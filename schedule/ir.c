@@ -9,7 +9,7 @@
 static const char *const op_names[SCHED_OP_COUNT] = {
     "LOAD_MICROBATCH", "FORWARD",  "BACKWARD",  "BACKWARD_INPUT",    "BACKWARD_WEIGHT",
     "SEND_ACT",        "RECV_ACT", "SEND_GRAD", "RECV_GRAD",         "REDUCE_TIED_GRADS",
-    "REDUCE_GRADS",    "OPTIMIZER_STEP",
+    "REDUCE_GRADS",    "OPTIMIZER_STEP", "GATHER_PARAMS", "RELEASE_PARAMS",
 };
 
 static const char *const family_names[SCHED_FAMILY_COUNT] = {"gpipe", "1f1b", "interleaved",
@@ -117,7 +117,7 @@ void sched_push_action(sched_program *pr, sched_op op, int s, int mb) {
 
 int sched_program_equal(const sched_program *a, const sched_program *b) {
   if (a->p != b->p || a->v != b->v || a->m != b->m || a->tied != b->tied ||
-      a->forward_only != b->forward_only)
+      a->forward_only != b->forward_only || a->gather_limit != b->gather_limit)
     return 0;
   if (memcmp(a->stage_of, b->stage_of, sizeof(int) * (size_t)(a->p * a->v)) != 0) return 0;
   for (int r = 0; r < a->p; r++) {

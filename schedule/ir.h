@@ -24,6 +24,11 @@ typedef enum {
   SCHED_REDUCE_TIED_GRADS, /* between the ranks holding the first and the last virtual stage */
   SCHED_REDUCE_GRADS,      /* data-parallel gradient reduction */
   SCHED_OPTIMIZER_STEP,
+  /* ZeRO-3 (schedule/gather.c): a chunk's parameters are sharded over its data-parallel group;
+   * GATHER_PARAMS all-gathers them into a gather buffer (issued here, it runs beside compute;
+   * the chunk's next compute op waits for it), RELEASE_PARAMS drops them. chunk set, mb -1. */
+  SCHED_GATHER_PARAMS,
+  SCHED_RELEASE_PARAMS,
   SCHED_OP_COUNT
 } sched_op;
 
@@ -80,6 +85,9 @@ typedef struct {
   /* the family's memory promise per rank, in stages' activations (sched_memory_cap), which
    * lowering keeps; 0 = none (interleaved, dualpipev, inference, imported orders) */
   double mem_cap;
+  /* ZeRO-3: 0 = no gathers (parameters whole on every rank); > 0 = every compute op runs on a
+   * gathered chunk and at most this many chunks are gathered at once on a rank */
+  int gather_limit;
   sched_stream *streams; /* [p] */
 } sched_program;
 

@@ -24,6 +24,12 @@ typedef struct {
   /* zb-auto: memory limit per rank in units of one stage's full activations (M_B: a chunk's open
    * forward counts 1/v, a pending W w_stash/v); 0 = p, 1F1B's. Other families: must be 0. */
   double mem_limit;
+  /* ZeRO-3 (schedule/gather.c): 1 adds GATHER_PARAMS / RELEASE_PARAMS around every chunk's
+   * compute; keep_gathered: a chunk stays gathered from its first compute op of the step to its
+   * last (reshard_after_forward = false), else it is gathered for each run of its forwards and
+   * again for each run of its backward ops; prefetch: a run's gather is issued that many runs
+   * early (0: right before it), so at most prefetch + 1 chunks are gathered at once. */
+  int zero3, keep_gathered, prefetch;
 } sched_shape;
 
 /* Cost model: times of one op of one chunk (one virtual stage) on one micro-batch. A full
@@ -45,6 +51,11 @@ typedef struct {
   /* per virtual stage, when not NULL: bytes of one slot (both parts) and its W stash fraction,
    * the figures of the runtime's own buffers; the compilers keep to the scalars above */
   const double *stage_act_bytes, *stage_w_stash;
+  /* ZeRO-3: time of one chunk's parameter all-gather (per virtual stage when stage_gather is
+   * not NULL), on the rank's communication lane beside its compute; stage_param_bytes, when not
+   * NULL, the bytes of one gathered chunk (the memory model's gather buffers) */
+  double gather;
+  const double *stage_gather, *stage_param_bytes;
 } sched_costs;
 
 /* A family's memory cap per rank in stages' activations (M_B), what sim's peak_memory stays
@@ -62,6 +73,9 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
 int sched_lower(const sched_program *compute, const sched_costs *costs, sched_program *out);
 int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program *out);
 int sched_verify(const sched_program *pr);
+/* ZeRO-3: adds GATHER_PARAMS / RELEASE_PARAMS to a full program (sh's keep_gathered and
+ * prefetch) and sets its gather_limit; sched_compile does it when sh->zero3. */
+int sched_place_gathers(sched_program *pr, int keep_gathered, int prefetch);
 
 typedef struct {
   double busy;  /* compute time */
@@ -74,6 +88,9 @@ typedef struct {
    * it), w_stash/v from there to its last instruction, as the runtime holds its two parts */
   double peak_memory;
   double peak_bytes;    /* the same in bytes: a pair counts act_bytes, then w_stash of it */
+  int peak_gathered;        /* ZeRO-3: chunks gathered at once, at most */
+  double peak_gather_bytes; /* the same in bytes (stage_param_bytes), 0 when not given */
+  double gather_time;       /* time its gathers occupy the rank's communication lane */
 } sched_rank_stats;
 
 typedef struct {

@@ -19,6 +19,10 @@ typedef struct {
   double *act_ready, *grad_ready; /* [S*m] arrival at the receiving stage, < 0 before the send */
   double *t, *tied_at;            /* per rank: clock; arrival at the tied reduction (< 0: not) */
   double *busy, *lo, *hi;         /* per rank: compute time, first compute start, last end */
+  /* ZeRO-3: per rank, when its communication lane is free and the time its gathers take; per
+   * (rank, chunk), when the chunk's last gather ends; gathered chunks now and at most */
+  double *lane, *gtime, *gready, *gbytes, *pgbytes;
+  int *ngath, *pgath;
   int *pc;
   int *queue, *queued, qh, qt;
 } simstate;
@@ -50,6 +54,10 @@ static double *msg_slot(simstate *sm, int r, const sched_instr *in) {
   case SCHED_SEND_GRAD: return &sm->grad_ready[(size_t)(s - 1) * sm->m + in->mb];
   default: return &sm->grad_ready[(size_t)s * sm->m + in->mb];
   }
+}
+
+static double param_bytes(const simstate *sm, int s) {
+  return sm->c->stage_param_bytes ? sm->c->stage_param_bytes[s] : 0;
 }
 
 /* Runs one instruction if it can run now; returns 0 when the rank must wait. */
@@ -90,10 +98,25 @@ static int step(simstate *sm, int r, const sched_instr *in) {
     emit(sm, r, in, t, sm->t[r]);
     return 1;
   case SCHED_LOAD_MICROBATCH: return 1;
-  default:
+  case SCHED_GATHER_PARAMS: { /* on the lane beside compute, from when it is issued */
+    double g = sm->c->stage_gather ? sm->c->stage_gather[s] : sm->c->gather, st = t > sm->lane[r] ? t : sm->lane[r];
+    sm->lane[r] = sm->gready[r * sm->pr->v + in->chunk] = st + g, sm->gtime[r] += g;
+    if (++sm->ngath[r] > sm->pgath[r]) sm->pgath[r] = sm->ngath[r];
+    if ((sm->gbytes[r] += param_bytes(sm, s)) > sm->pgbytes[r]) sm->pgbytes[r] = sm->gbytes[r];
+    emit(sm, r, in, st, st + g);
+    return 1;
+  }
+  case SCHED_RELEASE_PARAMS:
+    sm->ngath[r]--, sm->gbytes[r] -= param_bytes(sm, s);
+    emit(sm, r, in, t, t);
+    return 1;
+  default: {
+    double ready = sm->pr->gather_limit ? sm->gready[r * sm->pr->v + in->chunk] : 0; /* its gather */
+    if (ready > t) t = ready;
     sm->t[r] = t + sched_op_cost(sm->c, (sched_op)in->op, s);
     emit(sm, r, in, t, sm->t[r]);
     return 1;
+  }
   }
 }
 
@@ -206,6 +229,7 @@ static void compute_stats(simstate *sm, sched_sim_result *res) {
     rs->span = rs->end - rs->start;
     rs->idle = rs->span - rs->busy;
     rank_memory(pr, sm->c, r, rs);
+    rs->peak_gathered = sm->pgath[r], rs->peak_gather_bytes = sm->pgbytes[r], rs->gather_time = sm->gtime[r];
     sumbusy += rs->busy;
     if (rs->span > maxspan) maxspan = rs->span;
     if (sm->t[r] > res->makespan) res->makespan = sm->t[r];
@@ -248,6 +272,13 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   sm.pc = core_calloc(p, sizeof(int));
   sm.queue = core_malloc(sizeof(int) * p);
   sm.queued = core_calloc(p, sizeof(int));
+  sm.lane = core_calloc(p, sizeof(double));
+  sm.gtime = core_calloc(p, sizeof(double));
+  sm.gbytes = core_calloc(p, sizeof(double));
+  sm.pgbytes = core_calloc(p, sizeof(double));
+  sm.gready = core_calloc(p * (size_t)pr->v, sizeof(double));
+  sm.ngath = core_calloc(p, sizeof(int));
+  sm.pgath = core_calloc(p, sizeof(int));
   int rc = run(&sm);
   if (!rc) {
     compute_stats(&sm, res);
@@ -256,6 +287,7 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   }
   free(sm.act_ready), free(sm.grad_ready), free(sm.t), free(sm.tied_at), free(sm.pc);
   free(sm.busy), free(sm.lo), free(sm.hi), free(sm.queue), free(sm.queued);
+  free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gready), free(sm.ngath), free(sm.pgath);
   return rc;
 }
 

@@ -57,6 +57,16 @@ static int check_fields(const sched_program *pr) {
       if (in->op == SCHED_REDUCE_TIED_GRADS && in->peer != -1 &&
           (in->peer < 0 || in->peer >= pr->p || in->peer == r))
         return fail_at(pr, r, i, "tied-gradient reduction names an invalid peer rank");
+      if (in->op == SCHED_GATHER_PARAMS || in->op == SCHED_RELEASE_PARAMS) {
+        if (!pr->gather_limit)
+          return fail_at(pr, r, i, "a parameter gather or release in a program whose parameters are not sharded "
+                                   "(gather_limit 0)");
+        if (in->chunk < 0 || in->chunk >= pr->v || in->mb != -1 || in->peer != -1) {
+          snprintf(msg, sizeof msg, "a gather or release names chunk %d of %d (and no micro-batch, no peer)",
+                   in->chunk, pr->v);
+          return fail_at(pr, r, i, msg);
+        }
+      }
       if (!needs_chunk((sched_op)in->op)) continue;
       if (in->chunk < 0 || in->chunk >= pr->v || in->mb < 0 || in->mb >= pr->m) {
         snprintf(msg, sizeof msg, "chunk or micro-batch out of range (v=%d, m=%d)", pr->v, pr->m);
@@ -181,7 +191,7 @@ static unsigned char *flags(replay *rp, int s, int j) { return &rp->st[(size_t)s
 static int exec_local(replay *rp, int r, const sched_instr *in) {
   const sched_program *pr = rp->pr;
   int i = rp->pc[r], s = sched_stage_at(pr, r, in), S = rp->S;
-  unsigned char *f = s >= 0 ? flags(rp, s, in->mb) : NULL;
+  unsigned char *f = s >= 0 && in->mb >= 0 ? flags(rp, s, in->mb) : NULL;
   switch (in->op) {
   case SCHED_LOAD_MICROBATCH:
     if (s == 0) *f |= HAS_INPUT;
@@ -379,9 +389,51 @@ static int check_slots(const sched_program *pr) {
   return rc;
 }
 
+/* ZeRO-3: every compute op runs on a gathered chunk, a chunk is gathered only when it is not and
+ * released only when it is, at most gather_limit chunks are gathered at once, and none is left
+ * gathered at the end of the step. */
+static int check_gathers(const sched_program *pr) {
+  if (!pr->gather_limit) return CORE_OK;
+  unsigned char *on = core_malloc((size_t)pr->v);
+  int rc = CORE_OK;
+  char msg[200];
+  for (int r = 0; r < pr->p && !rc; r++) {
+    const sched_stream *st = &pr->streams[r];
+    int n = 0;
+    memset(on, 0, (size_t)pr->v);
+    for (int i = 0; i < st->len && !rc; i++) {
+      const sched_instr *in = &st->ins[i];
+      if (in->op == SCHED_GATHER_PARAMS) {
+        if (on[in->chunk]) rc = fail_at(pr, r, i, "gathers a chunk whose parameters are gathered already");
+        else if (++n > pr->gather_limit) {
+          snprintf(msg, sizeof msg, "%d chunks gathered at once, more than the program's limit of %d", n,
+                   pr->gather_limit);
+          rc = fail_at(pr, r, i, msg);
+        }
+        on[in->chunk] = 1;
+      } else if (in->op == SCHED_RELEASE_PARAMS) {
+        if (!on[in->chunk]) rc = fail_at(pr, r, i, "releases a chunk whose parameters are not gathered");
+        on[in->chunk] = 0, n--;
+      } else if (sched_op_is_compute((sched_op)in->op) && !on[in->chunk]) {
+        snprintf(msg, sizeof msg, "%s on chunk %d, whose parameters are not gathered (ZeRO-3: a GATHER_PARAMS of "
+                 "the chunk must come first)", sched_op_name((sched_op)in->op), in->chunk);
+        rc = fail_at(pr, r, i, msg);
+      }
+    }
+    for (int c = 0; c < pr->v && !rc; c++)
+      if (on[c]) {
+        snprintf(msg, sizeof msg, "chunk %d is still gathered at the end of the step (no RELEASE_PARAMS)", c);
+        rc = fail_at(pr, r, st->len - 1, msg);
+      }
+  }
+  free(on);
+  return rc;
+}
+
 int sched_verify(const sched_program *pr) {
   int rc = check_fields(pr);
   if (!rc) rc = sched_check_compute(pr);
+  if (!rc) rc = check_gathers(pr);
   if (!rc) rc = check_pairs(pr);
   if (rc) return rc;
   replay rp = {.pr = pr, .S = pr->p * pr->v, .m = pr->m};

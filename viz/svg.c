@@ -3,7 +3,7 @@
  * Layout, top to bottom: title and subtitle; one row per rank (rank 0 on top; a run of ranks
  * without any event shares one row, viz_rows) on a light background, so idle time (the bubble)
  * shows as empty background; thin strips for loads and
- * transfers in the gap under each row; the time axis with round ticks and faint grid lines;
+ * transfers (and ZeRO-3 parameter gathers) in the gap under each row; the time axis with round ticks and faint grid lines;
  * the legend. Right of each row: the share of the step (first start to last end) that the rank
  * is not computing, what the eye sees as empty row; the title gives the bubble rate as
  * sched_timeline_stats defines it, the subtitle the idle fraction (the mean over the ranks). */
@@ -41,6 +41,8 @@ static unsigned base_colour(sched_op op) {
   case SCHED_RECV_GRAD: return 0x8fc47f;
   case SCHED_REDUCE_TIED_GRADS: return 0xc4c4c4;
   case SCHED_REDUCE_GRADS: return 0x9d9d9d;
+  case SCHED_GATHER_PARAMS:
+  case SCHED_RELEASE_PARAMS: return 0xe15759;
   default: return 0x707070; /* OPTIMIZER_STEP */
   }
 }
@@ -172,6 +174,7 @@ static int legend(FILE *f, const layout *L, double y0) {
        "activation send/recv (strip)"},
       {has[SCHED_SEND_GRAD] | has[SCHED_RECV_GRAD], base_colour(SCHED_SEND_GRAD),
        "gradient send/recv (strip)"},
+      {has[SCHED_GATHER_PARAMS], base_colour(SCHED_GATHER_PARAMS), "parameter gather (strip)"},
       {1, 0, "idle (bubble)"},
   };
   int lines = 1;

@@ -8,8 +8,31 @@
 
 /* ---- shared helpers ---- */
 
-void layers_normal(float *w, size_t n, float std, core_rng *r) {
-  for (size_t i = 0; i < n; i++) w[i] = std * core_rng_normal(r);
+/* core_rng_normal takes two draws of a splitmix64 stream: skipping k values is one addition */
+static void skip_normals(core_rng *r, size_t k) { r->state += 2 * (uint64_t)k * 0x9e3779b97f4a7c15ull; }
+
+static void clip(const layers_window *w, size_t off, size_t n, size_t *a, size_t *b) {
+  *a = off > w->lo ? off : w->lo;
+  *b = off + n < w->hi ? off + n : w->hi;
+  if (*b < *a) *b = *a;
+}
+
+void layers_normal(const layers_window *w, size_t off, size_t n, float std, core_rng *r) {
+  size_t a, b;
+  clip(w, off, n, &a, &b);
+  if (b == a) {
+    skip_normals(r, n);
+    return;
+  }
+  skip_normals(r, a - off);
+  for (size_t i = a; i < b; i++) w->p[i - w->lo] = std * core_rng_normal(r);
+  skip_normals(r, off + n - b);
+}
+
+void layers_fill(const layers_window *w, size_t off, size_t n, float value) {
+  size_t a, b;
+  clip(w, off, n, &a, &b);
+  for (size_t i = a; i < b; i++) w->p[i - w->lo] = value;
 }
 
 void layers_linear_forward(const kernels_ops *ops, float *out, const float *in, const float *w,
@@ -53,11 +76,11 @@ static size_t linear_params(const layer *l) {
   return (size_t)l->out_width * l->in_width + (l->bias ? (size_t)l->out_width : 0);
 }
 static double linear_flops(const layer *l) { return 2.0 * l->out_width * l->in_width; }
-static void linear_init(const layer *l, float *p, uint64_t seed) {
+static void linear_init(const layer *l, const layers_window *w, uint64_t seed) {
   core_rng r = core_rng_keyed(seed, (uint64_t)l->index, 0, 0);
   size_t nw = (size_t)l->out_width * l->in_width;
-  layers_normal(p, nw, 0.02f, &r);
-  if (l->bias) memset(p + nw, 0, sizeof(float) * (size_t)l->out_width);
+  layers_normal(w, 0, nw, 0.02f, &r);
+  if (l->bias) layers_fill(w, nw, (size_t)l->out_width, 0.0f);
 }
 static void linear_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
   size_t nw = (size_t)l->out_width * l->in_width;
@@ -78,7 +101,7 @@ const layer_type layers_linear = {"linear", LAYER_IN_HIDDEN, linear_configure, l
 
 static size_t no_params(const layer *l) { return 0; }
 static double act_flops(const layer *l) { return 8.0 * l->in_width; }
-static void no_init(const layer *l, float *p, uint64_t seed) {}
+static void no_init(const layer *l, const layers_window *w, uint64_t seed) {}
 static void no_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {}
 static void relu_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
   ops->relu_forward(io->out, io->in, (size_t)io->B * io->T * l->in_width);
@@ -111,8 +134,9 @@ static int ln_configure(layer *l, const core_config *c, int i) {
 static size_t ln_params(const layer *l) { return 2 * (size_t)l->in_width; }
 static double ln_flops(const layer *l) { return 8.0 * l->in_width; }
 static size_t ln_stash(const layer *l, int B, int T) { return 2 * (size_t)B * T; }
-static void ln_init(const layer *l, float *p, uint64_t seed) {
-  for (int c = 0; c < l->in_width; c++) p[c] = 1.0f, p[l->in_width + c] = 0.0f;
+static void ln_init(const layer *l, const layers_window *w, uint64_t seed) {
+  layers_fill(w, 0, (size_t)l->in_width, 1.0f);
+  layers_fill(w, (size_t)l->in_width, (size_t)l->in_width, 0.0f);
 }
 static void ln_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
   int N = io->B * io->T;
@@ -138,11 +162,11 @@ static int emb_configure(layer *l, const core_config *c, int i) {
 }
 static size_t emb_params(const layer *l) { return ((size_t)l->V + l->T) * l->C; }
 static double emb_flops(const layer *l) { return l->C; }
-static void emb_init(const layer *l, float *p, uint64_t seed) {
+static void emb_init(const layer *l, const layers_window *w, uint64_t seed) {
   core_rng r = core_rng_keyed(seed, (uint64_t)l->index, 0, 0);
-  layers_normal(p, (size_t)l->V * l->C, 0.02f, &r);
+  layers_normal(w, 0, (size_t)l->V * l->C, 0.02f, &r);
   core_rng r2 = core_rng_keyed(seed, (uint64_t)l->index, 1, 0);
-  layers_normal(p + (size_t)l->V * l->C, (size_t)l->T * l->C, 0.01f, &r2);
+  layers_normal(w, (size_t)l->V * l->C, (size_t)l->T * l->C, 0.01f, &r2);
 }
 static void emb_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
   ops->embedding_forward(io->out, io->tokens, l->params, l->params + (size_t)l->V * l->C, io->B, io->T, l->C);
@@ -162,10 +186,10 @@ static int head_configure(layer *l, const core_config *c, int i) {
 }
 static size_t head_params(const layer *l) { return (size_t)l->V * l->in_width; }
 static double head_flops(const layer *l) { return 2.0 * l->V * l->in_width; }
-static void head_init(const layer *l, float *p, uint64_t seed) {
+static void head_init(const layer *l, const layers_window *w, uint64_t seed) {
   /* a tied head starts from the embedding's wte: same keys, same stream */
   core_rng r = core_rng_keyed(seed, (uint64_t)(l->tied_to >= 0 ? l->tied_to : l->index), 0, 0);
-  layers_normal(p, (size_t)l->V * l->in_width, 0.02f, &r);
+  layers_normal(w, 0, (size_t)l->V * l->in_width, 0.02f, &r);
 }
 static void head_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
   layers_linear_forward(ops, io->out, io->in, l->params, NULL, io->B * io->T, l->in_width, l->V);

@@ -109,21 +109,22 @@ static size_t attn_istash(const layer *l, int B, int T) { return stash_layout(l,
 static size_t attn_wstash(const layer *l, int B, int T) { return wstash_layout(l, B, T, 0).total; }
 static size_t attn_scratch(const layer *l, int B, int T) { return (size_t)B * T * l->C + kernels_attention_scratch_floats(T); }
 
-static void init_common(const layer *l, float *p, uint64_t seed, block_params o) {
+static void init_common(const layer *l, const layers_window *w, uint64_t seed, block_params o) {
   size_t C = (size_t)l->C, H = (size_t)l->hidden;
   float proj_std = 0.02f / sqrtf(2.0f * (l->nblocks > 0 ? l->nblocks : 1));
-  memset(p, 0, sizeof(float) * o.total);
+  layers_fill(w, 0, o.total, 0.0f);
   core_rng r = core_rng_keyed(seed, (uint64_t)l->index, 0, 0);
-  layers_normal(p + o.wqkv, 3 * C * C, 0.02f, &r);
-  layers_normal(p + o.wproj, C * C, proj_std, &r);
+  layers_normal(w, o.wqkv, 3 * C * C, 0.02f, &r);
+  layers_normal(w, o.wproj, C * C, proj_std, &r);
   if (o.wfc != o.bfc) {
-    layers_normal(p + o.wfc, H * C, 0.02f, &r);
-    layers_normal(p + o.wfp, C * H, proj_std, &r);
-    for (size_t c = 0; c < C; c++) p[o.ln1w + c] = 1.0f, p[o.ln2w + c] = 1.0f;
+    layers_normal(w, o.wfc, H * C, 0.02f, &r);
+    layers_normal(w, o.wfp, C * H, proj_std, &r);
+    layers_fill(w, o.ln1w, C, 1.0f);
+    layers_fill(w, o.ln2w, C, 1.0f);
   }
 }
 
-static void attn_init(const layer *l, float *p, uint64_t seed) { init_common(l, p, seed, block_layout(l, 0)); }
+static void attn_init(const layer *l, const layers_window *w, uint64_t seed) { init_common(l, w, seed, block_layout(l, 0)); }
 
 /* attention core forward from `x` (the input of the qkv projection) into `y` */
 static void attn_core_forward(const layer *l, const kernels_ops *ops, float *y, const float *x,
@@ -194,7 +195,7 @@ static size_t block_wstash_n(const layer *l, int B, int T) { return wstash_layou
 static size_t block_scratch(const layer *l, int B, int T) {
   return (size_t)B * T * (l->hidden + l->C) + kernels_attention_scratch_floats(T);
 }
-static void block_init(const layer *l, float *p, uint64_t seed) { init_common(l, p, seed, block_layout(l, 1)); }
+static void block_init(const layer *l, const layers_window *w, uint64_t seed) { init_common(l, w, seed, block_layout(l, 1)); }
 
 static void block_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
   int B = io->B, T = io->T, N = B * T, C = l->C, H = l->hidden;

@@ -23,6 +23,14 @@ typedef enum { LAYER_IN_HIDDEN = 0, LAYER_IN_TOKENS } layer_input;
 
 typedef struct layer_type layer_type;
 
+/* Where a layer's init writes: parameters [lo, hi) of the layer, at p[0 .. hi - lo). An init
+ * draws every value from its own keyed stream whatever the window, so a window of the shard a
+ * ZeRO-3 replica owns holds exactly the values of the whole layer's init. */
+typedef struct {
+  float *p;
+  size_t lo, hi;
+} layers_window;
+
 typedef struct {
   const layer_type *type;
   char name[64];  /* as the user gave it (or "<type><index>"), never rewritten */
@@ -70,7 +78,7 @@ struct layer_type {
   double (*flops_per_token)(const layer *l); /* forward; backward counts twice this */
   size_t (*stash_floats)(const layer *l, int B, int T);
   size_t (*scratch_floats)(const layer *l, int B, int T);
-  void (*init)(const layer *l, float *params, uint64_t seed);
+  void (*init)(const layer *l, const layers_window *w, uint64_t seed);
   void (*forward)(const layer *l, const kernels_ops *ops, const layer_io *io);
   void (*backward_input)(const layer *l, const kernels_ops *ops, const layer_io *io);
   void (*backward_weight)(const layer *l, const kernels_ops *ops, const layer_io *io);
@@ -173,6 +181,16 @@ typedef struct {
  * memory, for chunks built only to measure them. */
 int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
                       int B, int T, int nslots);
+/* ZeRO-3: the same chunk without parameter and gradient buffers (params and grads NULL, as are
+ * the layers' views): the owner binds a gathered parameter buffer before each use
+ * (layers_chunk_bind_params) and sends gradients elsewhere (layers_chunk_external_grads). */
+int layers_chunk_init_sharded(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
+                              int B, int T, int nslots);
+/* The layers' views onto params (nparams floats of the table's memory), or NULL: none. */
+void layers_chunk_bind_params(layers_chunk *ch, float *params);
+/* The initial values of the chunk's flat parameters [lo, hi) into out (host memory, hi - lo
+ * floats), drawn as the whole chunk's init draws them: a shard of them is the same bits. */
+void layers_chunk_param_values(const layers_chunk *ch, uint64_t seed, size_t lo, size_t hi, float *out);
 void layers_chunk_free(layers_chunk *ch);
 /* activations in (a chunk whose first layer is the loss turns them into its probabilities) */
 float *layers_chunk_input(const layers_chunk *ch, int slot);

@@ -264,8 +264,37 @@ static void set_layout(layers_chunk *ch, int shared) {
   ch->slot_floats = ch->home_floats + ch->aside_floats;
 }
 
+void layers_chunk_param_values(const layers_chunk *ch, uint64_t seed, size_t lo, size_t hi, float *out) {
+  for (int i = 0; i < ch->n; i++) { /* each layer's part of [lo, hi), in the layer's own window */
+    size_t a = ch->param_off[i], b = a + ch->layers[i].nparams;
+    if (a < lo) a = lo;
+    if (b > hi) b = hi;
+    if (b <= a) continue;
+    layers_window w = {.p = out + (a - lo), .lo = a - ch->param_off[i], .hi = b - ch->param_off[i]};
+    ch->layers[i].type->init(&ch->layers[i], &w, seed);
+  }
+}
+
+void layers_chunk_bind_params(layers_chunk *ch, float *params) {
+  ch->params = params;
+  for (int i = 0; i < ch->n; i++) ch->layers[i].params = params ? params + ch->param_off[i] : NULL;
+}
+
+static int chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops, int B, int T,
+                      int nslots, int sharded);
+
 int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
                       int B, int T, int nslots) {
+  return chunk_init(ch, m, lo, hi, ops, B, T, nslots, 0);
+}
+
+int layers_chunk_init_sharded(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
+                              int B, int T, int nslots) {
+  return chunk_init(ch, m, lo, hi, ops, B, T, nslots, 1);
+}
+
+static int chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops, int B, int T,
+                      int nslots, int sharded) {
   memset(ch, 0, sizeof *ch);
   if (lo < 0 || hi > m->n || lo >= hi) return core_error_set(CORE_EINPUT, "empty chunk [%d, %d)", lo, hi);
   ch->ops = ops, ch->lo = lo, ch->hi = hi, ch->n = hi - lo, ch->B = B, ch->T = T;
@@ -284,16 +313,20 @@ int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
   ch->param_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
   for (int i = 0; i < ch->n; i++) ch->param_off[i] = ch->nparams, ch->nparams += ch->layers[i].nparams;
   /* one flat buffer each in the backend's memory; layers hold views. Parameters are
-   * initialised from (seed, layer index) on the host, then copied over. */
-  float *host = core_calloc(ch->nparams ? ch->nparams : 1, sizeof(float));
-  for (int i = 0; i < ch->n; i++) ch->layers[i].type->init(&ch->layers[i], host + ch->param_off[i], m->seed);
-  ch->params = balloc(ch, sizeof(float) * ch->nparams, "parameters", &rc);
-  ch->grads = balloc(ch, sizeof(float) * ch->nparams, "gradients", &rc);
-  if (!rc) mem(ch)->to_device(ch->params, host, sizeof(float) * ch->nparams);
-  free(host);
+   * initialised from (seed, layer index) on the host, then copied over. Sharded (ZeRO-3): no
+   * buffer at all here; the owner binds a gathered one before each use. */
+  if (!sharded) {
+    float *host = core_calloc(ch->nparams ? ch->nparams : 1, sizeof(float));
+    layers_chunk_param_values(ch, m->seed, 0, ch->nparams, host);
+    ch->params = balloc(ch, sizeof(float) * ch->nparams, "parameters", &rc);
+    ch->grads = balloc(ch, sizeof(float) * ch->nparams, "gradients", &rc);
+    if (!rc) mem(ch)->to_device(ch->params, host, sizeof(float) * ch->nparams);
+    free(host);
+  }
   for (int i = 0; i < ch->n && !rc; i++) {
     layer *l = &ch->layers[i];
-    l->params = ch->params + ch->param_off[i], l->grads = ch->grads + ch->param_off[i];
+    l->params = ch->params ? ch->params + ch->param_off[i] : NULL;
+    l->grads = ch->grads ? ch->grads + ch->param_off[i] : NULL;
   }
   size_t nb = sizeof(layers_buf) * (size_t)ch->n;
   ch->out = core_malloc(nb), ch->stash = core_malloc(nb), ch->istash = core_malloc(nb);

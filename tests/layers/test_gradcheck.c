@@ -369,3 +369,39 @@ Test(gradcheck, weight_gradient_never_reads_the_aside_part) {
   }
   layers_model_free(&m);
 }
+
+/* ZeRO-3 draws only its shard: every window of a chunk's initial parameters (across layer
+ * boundaries, inside one matrix, one value) is the same bits as that part of the whole chunk's
+ * init, and a sharded chunk holds no parameter or gradient buffer at all. */
+Test(model, windowed_init_is_the_whole_init) {
+  layers_model m = build();
+  layers_chunk ch;
+  cr_assert_eq(layers_chunk_init(&ch, &m, 0, m.n, NULL, B, T, 1), CORE_OK);
+  size_t n = ch.nparams;
+  float *part = malloc(sizeof(float) * n);
+  for (int d = 1; d <= 7; d += 2) /* shards of d replicas, the last one short */
+    for (int r = 0; r < d; r++) {
+      size_t sh = (n + (size_t)d - 1) / (size_t)d, lo = (size_t)r * sh, hi = lo + sh > n ? n : lo + sh;
+      memset(part, 0xff, sizeof(float) * n);
+      layers_chunk_param_values(&ch, m.seed, lo, hi, part);
+      cr_assert(memcmp(part, ch.params + lo, sizeof(float) * (hi - lo)) == 0, "shard %d of %d differs", r, d);
+    }
+  size_t cuts[][2] = {{0, 1}, {n - 1, n}, {ch.param_off[1] - 3, ch.param_off[1] + 5}, {17, n / 2 + 3}};
+  for (int k = 0; k < 4; k++) {
+    layers_chunk_param_values(&ch, m.seed, cuts[k][0], cuts[k][1], part);
+    cr_assert(memcmp(part, ch.params + cuts[k][0], sizeof(float) * (cuts[k][1] - cuts[k][0])) == 0, "window %d", k);
+  }
+  layers_chunk sh;
+  cr_assert_eq(layers_chunk_init_sharded(&sh, &m, 0, m.n, NULL, B, T, 1), CORE_OK);
+  cr_assert_null(sh.params);
+  cr_assert_null(sh.grads);
+  cr_assert_eq(sh.nparams, n);
+  for (int i = 0; i < sh.n; i++) cr_assert_null(sh.layers[i].params);
+  layers_chunk_bind_params(&sh, ch.params);
+  cr_assert_eq(sh.layers[2].params, ch.params + ch.param_off[2]);
+  layers_chunk_bind_params(&sh, NULL);
+  layers_chunk_free(&sh);
+  free(part);
+  layers_chunk_free(&ch);
+  layers_model_free(&m);
+}

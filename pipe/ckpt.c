@@ -143,12 +143,20 @@ const pipe_ckpt_record *pipe_ckpt_find(const pipe_ckpt_reader *r, const char *na
 }
 
 int pipe_ckpt_get(const pipe_ckpt_reader *r, const char *name, int dtype, void *out, uint64_t count) {
+  return pipe_ckpt_get_part(r, name, dtype, count, 0, count, out);
+}
+
+int pipe_ckpt_get_part(const pipe_ckpt_reader *r, const char *name, int dtype, uint64_t count, uint64_t from,
+                       uint64_t n, void *out) {
   const pipe_ckpt_record *rec = pipe_ckpt_find(r, name);
   if (!rec) return core_error_set(CORE_EINPUT, "checkpoint %s has no record '%s'", r->path, name);
   if (rec->dtype != dtype || rec->count != count)
     return core_error_set(CORE_EINPUT, "checkpoint %s: record '%s' holds %llu values of type %d, "
                           "expected %llu of type %d", r->path, name, (unsigned long long)rec->count,
                           rec->dtype, (unsigned long long)count, dtype);
-  memcpy(out, rec->data, (size_t)count * dtype_size(dtype));
+  if (from > count || n > count - from)
+    return core_error_set(CORE_ERUNTIME, "checkpoint %s: values [%llu, %llu) of record '%s' asked, it holds %llu", r->path,
+                          (unsigned long long)from, (unsigned long long)(from + n), name, (unsigned long long)count);
+  memcpy(out, rec->data + (size_t)from * dtype_size(dtype), (size_t)n * dtype_size(dtype));
   return CORE_OK;
 }

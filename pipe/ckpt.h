@@ -49,5 +49,8 @@ const pipe_ckpt_record *pipe_ckpt_find(const pipe_ckpt_reader *r, const char *na
 /* Copies a record into out; an error names the record if it is missing or its type or size
  * differs from what the caller expects. */
 int pipe_ckpt_get(const pipe_ckpt_reader *r, const char *name, int dtype, void *out, uint64_t count);
+/* The same checks, then only values [from, from + n) of the record into out (a ZeRO shard). */
+int pipe_ckpt_get_part(const pipe_ckpt_reader *r, const char *name, int dtype, uint64_t count, uint64_t from,
+                       uint64_t n, void *out);
 
 #endif

@@ -53,6 +53,7 @@ static float **gather_params(const pipe_runner *rn) {
     const layers_chunk *ch = &rn->chunks[c];
     p[c] = core_calloc(ch->nparams + 1, sizeof(float));
     if (rn->precision) zero_gather_state(&rn->zb[c], rn->master[c], p[c]);
+    else if (rn->zb[c].stage == 3) zero_gather_state(&rn->zb[c], rn->zb[c].pshard, p[c]);
     else ch->ops->to_host(p[c], ch->params, sizeof(float) * ch->nparams);
   }
   return p;
@@ -214,8 +215,24 @@ static int same_counters(const char *sub, const char *first, const ckpt_counters
   return CORE_OK;
 }
 
+/* What of a chunk's flat buffers this rank reads: parameters [plo, phi) (the ZeRO-3 shard, else
+ * all), optimizer state [slo, shi) (the owned range). */
+typedef struct {
+  size_t plo, phi, slo, shi;
+} window;
+
+/* The part of layer record `name` (the chunk's values [off, off + n)) inside [lo, hi), to
+ * dst + (its start - lo); the whole record is checked either way. */
+static int get_window(const pipe_ckpt_reader *r, const char *name, size_t off, size_t n, size_t lo, size_t hi,
+                      float *dst) {
+  size_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
+  if (b <= a) return pipe_ckpt_get_part(r, name, PIPE_CKPT_F32, n, 0, 0, dst); /* checked, nothing taken */
+  return pipe_ckpt_get_part(r, name, PIPE_CKPT_F32, n, a - off, b - a, dst + (a - lo));
+}
+
 /* Copies the records of every layer this rank owns from whichever rank file holds them. */
-static int load_layers(const char *sub, pipe_runner *rn, float **full_p, float **full_m, float **full_v, long *step) {
+static int load_layers(const char *sub, pipe_runner *rn, const window *win, float **full_p, float **full_m,
+                       float **full_v, long *step) {
   DIR *d = opendir(sub);
   if (!d) return core_error_set(CORE_EINPUT, "cannot open checkpoint %s: %s", sub, strerror(errno));
   int total = 0, found = 0, nfiles = 0, rc = CORE_OK;
@@ -251,11 +268,11 @@ static int load_layers(const char *sub, pipe_runner *rn, float **full_p, float *
                               "rank files of another run?", sub, l->index, e->d_name);
           break;
         }
-        rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, full_p[c] + ch->param_off[i], l->nparams);
+        rc = get_window(&r, name, ch->param_off[i], l->nparams, win[c].plo, win[c].phi, full_p[c]);
         snprintf(name, sizeof name, "layer.%d.adam_m", l->index);
-        if (!rc) rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, full_m[c] + ch->param_off[i], l->nparams);
+        if (!rc) rc = get_window(&r, name, ch->param_off[i], l->nparams, win[c].slo, win[c].shi, full_m[c]);
         snprintf(name, sizeof name, "layer.%d.adam_v", l->index);
-        if (!rc) rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, full_v[c] + ch->param_off[i], l->nparams);
+        if (!rc) rc = get_window(&r, name, ch->param_off[i], l->nparams, win[c].slo, win[c].shi, full_v[c]);
         found++;
       }
     }
@@ -324,13 +341,32 @@ int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo
   *step = -1;
   float **full_m = core_calloc((size_t)rn->v, sizeof(float *)), **full_v = core_calloc((size_t)rn->v, sizeof(float *));
   float **full_p = core_calloc((size_t)rn->v, sizeof(float *));
+  window *win = core_calloc((size_t)rn->v, sizeof(window));
   for (int c = 0; c < rn->v; c++) {
-    full_p[c] = core_calloc(rn->chunks[c].nparams + 1, sizeof(float));
-    full_m[c] = core_calloc(rn->chunks[c].nparams + 1, sizeof(float));
-    full_v[c] = core_calloc(rn->chunks[c].nparams + 1, sizeof(float));
+    size_t n = rn->chunks[c].nparams;
+    window *w = &win[c];
+    w->phi = w->shi = n;
+    if (rn->zb && rn->zb[c].stage == 3) /* ZeRO-3 reads its shard only, never the chunk's whole */
+      zero_range(&rn->zb[c], &w->plo, &w->phi), w->slo = w->plo, w->shi = w->phi;
+    full_p[c] = core_calloc(w->phi - w->plo + 1, sizeof(float));
+    full_m[c] = core_calloc(w->shi - w->slo + 1, sizeof(float));
+    full_v[c] = core_calloc(w->shi - w->slo + 1, sizeof(float));
   }
-  rc = load_layers(sub, rn, full_p, full_m, full_v, step);
-  for (int c = 0; c < rn->v && !rc; c++) { /* each rank keeps its ZeRO shard of the state */
+  rc = load_layers(sub, rn, win, full_p, full_m, full_v, step);
+  for (int c = 0; c < rn->v && !rc && rn->zb && rn->zb[c].stage == 3; c++) { /* the shard is all there is */
+    zero_buffer *z = &rn->zb[c];
+    size_t len = z->hi - z->lo;
+    const kernels_ops *ops = rn->chunks[c].ops;
+    ops->to_device(z->pshard, full_p[c], sizeof(float) * len);
+    if (rn->precision && rn->master) {
+      ops->to_device(rn->master[c], full_p[c], sizeof(float) * len);
+      if (rn->precision == 1) ops->round_bf16(z->pshard, len);
+      else ops->round_fp16(z->pshard, len);
+    }
+    ops->to_device(rn->opt_m[c], full_m[c], sizeof(float) * len);
+    ops->to_device(rn->opt_v[c], full_v[c], sizeof(float) * len);
+  }
+  for (int c = 0; c < rn->v && !rc && !(rn->zb && rn->zb[c].stage == 3); c++) { /* each rank keeps its ZeRO shard of the state */
     layers_chunk *ch = &rn->chunks[c];
     ch->ops->to_device(ch->params, full_p[c], sizeof(float) * ch->nparams);
     if (rn->precision && rn->master) { /* the saved weights are the masters: keep them, round */
@@ -347,7 +383,7 @@ int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo
     }
   }
   for (int c = 0; c < rn->v; c++) free(full_p[c]);
-  free(full_p);
+  free(full_p), free(win);
   free_states(rn, full_m, full_v);
   if (!rc && *step < 0) rc = core_error_set(CORE_EINPUT, "checkpoint %s has no step record", sub);
   (void)topo;

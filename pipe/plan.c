@@ -122,7 +122,8 @@ static double compile_w_stash(const train_cfg *t, const layers_model *m, const i
 
 int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, sched_program *out) {
   sched_shape sh = {.family = t->family, .p = t->stages, .v = t->v, .m = t->m, .max_pending_w = t->max_pending_w,
-                    .mem_limit = t->mem_limit};
+                    .mem_limit = t->mem_limit, .zero3 = t->zero_stage == 3, .keep_gathered = t->keep_gathered,
+                    .prefetch = t->zero_stage == 3 ? t->prefetch : 0};
   for (int i = 0; i < m->n; i++) sh.tied |= m->layers[i].tied_to >= 0;
   int S = t->stages * t->v;
   double *fbw = core_calloc(3 * (size_t)S, sizeof(double));

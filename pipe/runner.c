@@ -166,8 +166,9 @@ int pipe_runner_init_master(pipe_runner *rn) {
     rn->master[c] = ops->alloc(sizeof(float) * (hi - lo + 1));
     if (!rn->master[c])
       return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for %zu master weights", ops->name, hi - lo);
-    ops->copy(rn->master[c], rn->chunks[c].params + lo, hi - lo);
-    round_to(rn, ops, rn->chunks[c].params, rn->chunks[c].nparams);
+    ops->copy(rn->master[c], zero_param_shard(&rn->zb[c]), hi - lo);
+    if (rn->zb[c].stage == 3) round_to(rn, ops, zero_param_shard(&rn->zb[c]), hi - lo); /* the only copy */
+    else round_to(rn, ops, rn->chunks[c].params, rn->chunks[c].nparams);
   }
   return CORE_OK;
 }
@@ -181,6 +182,9 @@ void pipe_runner_free(pipe_runner *rn) {
   rn->stage = NULL, rn->htok = rn->htgt = NULL, rn->nstage = 0;
   free(rn->pfirst), free(rn->plast), free(rn->palast);
   rn->pfirst = rn->plast = rn->palast = NULL, rn->pcap = 0;
+  for (int k = 0; k < rn->ngbuf; k++) rn->gbuf_ops->free(rn->gbuf[k]);
+  free(rn->gbuf), free(rn->gbuf_chunk), free(rn->gbuf_of);
+  rn->gbuf = NULL, rn->gbuf_chunk = rn->gbuf_of = NULL, rn->ngbuf = 0;
 }
 
 /* Each chunk's gradients summed over the data-parallel group: all of them (ZeRO-0) or the
@@ -234,7 +238,7 @@ static void update_range(pipe_runner *rn, int c, size_t lo, size_t hi, size_t ba
   const float *g = zero_grad(&rn->zb[c]) + (lo - base);
   float *m = rn->opt_m[c] + (lo - base), *v = rn->opt_v[c] + (lo - base);
   /* mixed precision: the optimizer steps the fp32 master; the working copy is its rounding */
-  float *p = rn->precision ? rn->master[c] + (lo - base) : ch->params + lo;
+  float *p = rn->precision ? rn->master[c] + (lo - base) : zero_param_shard(&rn->zb[c]) + (lo - base);
   if (strcmp(rn->opt.type, "sgd") == 0)
     ch->ops->sgd(p, g, rn->opt.momentum > 0 ? m : NULL, hi - lo, (float)rn->lr,
                  (float)rn->opt.momentum, wd, gscale);
@@ -336,10 +340,71 @@ static int optimizer_step(pipe_runner *rn) {
       lo = hi;
     }
     if (rn->precision) { /* the new working copy of the owned range */
-      rn->chunks[c].ops->copy(rn->chunks[c].params + base, rn->master[c], end - base);
-      round_to(rn, rn->chunks[c].ops, rn->chunks[c].params + base, end - base);
+      rn->chunks[c].ops->copy(zero_param_shard(&rn->zb[c]), rn->master[c], end - base);
+      round_to(rn, rn->chunks[c].ops, zero_param_shard(&rn->zb[c]), end - base);
     }
     int rc = zero_finish(&rn->zb[c]);
+    if (rc) return rc;
+  }
+  return CORE_OK;
+}
+
+int pipe_runner_gather_pool(pipe_runner *rn, int limit) {
+  const kernels_ops *ops = rn->gbuf_ops = rn->chunks[0].ops;
+  rn->gbuf_floats = 1;
+  for (int c = 0; c < rn->v; c++)
+    if (rn->chunks[c].nparams > rn->gbuf_floats) rn->gbuf_floats = rn->chunks[c].nparams;
+  rn->ngbuf = limit;
+  rn->gbuf = core_calloc((size_t)limit, sizeof(float *));
+  rn->gbuf_chunk = core_malloc(sizeof(int) * (size_t)limit);
+  rn->gbuf_of = core_malloc(sizeof(int) * (size_t)rn->v);
+  for (int c = 0; c < rn->v; c++) rn->gbuf_of[c] = -1;
+  for (int k = 0; k < limit; k++) {
+    rn->gbuf_chunk[k] = -1;
+    if (!(rn->gbuf[k] = ops->alloc(sizeof(float) * rn->gbuf_floats)))
+      return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for %d gather buffers of %zu parameters",
+                            ops->name, limit, rn->gbuf_floats);
+  }
+  return CORE_OK;
+}
+
+/* GATHER_PARAMS: a free gather buffer, the chunk's parameters all-gathered into it, the layers
+ * bound to it; RELEASE_PARAMS gives it back. */
+static int gather(pipe_runner *rn, const sched_instr *in) {
+  int c = in->chunk, k = 0;
+  if (!rn->ngbuf) return core_error_set(CORE_ERUNTIME, "a parameter gather, but the run is not ZeRO-3");
+  if (rn->gbuf_of[c] >= 0) return core_error_set(CORE_ERUNTIME, "chunk %d is gathered already", c);
+  while (k < rn->ngbuf && rn->gbuf_chunk[k] >= 0) k++;
+  if (k == rn->ngbuf) return core_error_set(CORE_ERUNTIME, "all %d gather buffers are in use", rn->ngbuf);
+  int rc = zero_gather_params(&rn->zb[c], rn->gbuf[k]);
+  if (rc) return rc;
+  rn->gbuf_chunk[k] = c, rn->gbuf_of[c] = k;
+  layers_chunk_bind_params(&rn->chunks[c], rn->gbuf[k]);
+  rn->param_live += sizeof(float) * (double)rn->chunks[c].nparams;
+  if (rn->param_live > rn->param_peak) rn->param_peak = rn->param_live;
+  return CORE_OK;
+}
+
+static int release(pipe_runner *rn, const sched_instr *in) {
+  int c = in->chunk, k = rn->ngbuf ? rn->gbuf_of[c] : -1;
+  if (k < 0) return core_error_set(CORE_ERUNTIME, "chunk %d is released but not gathered", c);
+  rn->gbuf_chunk[k] = -1, rn->gbuf_of[c] = -1;
+  layers_chunk_bind_params(&rn->chunks[c], NULL);
+  rn->param_live -= sizeof(float) * (double)rn->chunks[c].nparams;
+  return CORE_OK;
+}
+
+int pipe_runner_join_gathers(pipe_runner *rn) {
+  int done[rn->v];
+  memset(done, 0, sizeof done);
+  for (int k = 0; k < rn->v; k++) {
+    int c = -1;
+    for (int q = 0; q < rn->v; q++)
+      if (!done[q] && (c < 0 || stage_at(rn, q) < stage_at(rn, c))) c = q;
+    done[c] = 1;
+    sched_instr in = {.op = SCHED_GATHER_PARAMS, .mb = -1, .chunk = c, .peer = -1, .slot = -1, .aslot = -1};
+    int rc = gather(rn, &in);
+    if (!rc) rc = release(rn, &in);
     if (rc) return rc;
   }
   return CORE_OK;
@@ -382,6 +447,8 @@ static int run(void *ctx, const sched_instr *in) {
   case SCHED_REDUCE_TIED_GRADS: return reduce_tied(rn, in);
   case SCHED_REDUCE_GRADS: return reduce_grads(rn);
   case SCHED_OPTIMIZER_STEP: return optimizer_step(rn);
+  case SCHED_GATHER_PARAMS: return gather(rn, in);
+  case SCHED_RELEASE_PARAMS: return release(rn, in);
   default: return core_error_set(CORE_ERUNTIME, "the runner cannot execute %s", sched_op_name((sched_op)in->op));
   }
 }

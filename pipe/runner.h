@@ -73,7 +73,23 @@ typedef struct {
    * steps run with act_pr (the training program: pipe_runner_use sets it on first use) */
   double act_live, act_peak;
   const sched_program *act_pr;
+  /* ZeRO-3: ngbuf gather buffers of gbuf_floats each (the table's memory), gbuf_chunk[k] the
+   * chunk whose parameters buffer k holds (-1 free); gbuf_of[c] the buffer chunk c is bound to
+   * (-1 released). param_live/param_peak: parameter bytes this rank holds now and at most (the
+   * shards, and the gather buffers in use) */
+  float **gbuf;
+  int *gbuf_chunk, *gbuf_of, ngbuf;
+  size_t gbuf_floats;
+  const kernels_ops *gbuf_ops;
+  double param_live, param_peak;
 } pipe_runner;
+
+/* ZeRO-3: a pool of `limit` gather buffers, as large as the largest chunk's parameters (the
+ * program's gather_limit, the most chunks it holds gathered at once). */
+int pipe_runner_gather_pool(pipe_runner *rn, int limit);
+/* ZeRO-3, a replica without a share of an evaluation: every chunk gathered and released in the
+ * order of the stages it holds, the all-gathers its group's evaluation program makes. */
+int pipe_runner_join_gathers(pipe_runner *rn);
 
 /* Whether a table's buffers are host memory the runner may hand to MPI directly. */
 int pipe_host_memory(const kernels_ops *ops);

@@ -28,7 +28,7 @@ typedef struct {
   int eval_lo, eval_n; /* this replica's share of an evaluation: global micro-batches [lo, lo + n) */
   pipe_runner rn;
   FILE *log_json;
-  double *act_report; /* world rank 0: [3p] per rank measured peak, prediction, allocated (report_activations),
+  double *act_report; /* world rank 0: [7p] per rank activation and parameter memory (report_memory),
                        * until the next --log-json record carries them */
   kernels_coll_comm *pcomm; /* the pipeline's device communicator (NULL: transfers over MPI) */
   char pipe_why[160];       /* why the transfers go through host copies over MPI */
@@ -36,6 +36,8 @@ typedef struct {
 
 /* The training program's micro-batch 0 on this replica, as a global micro-batch: data rank r
  * draws micro-batches r*m .. r*m + m - 1 of the step's global batch. */
+enum { NREPORT = 7 }; /* figures per rank in report_memory */
+
 static long train_mb0(const trainer *tr) { return (long)tr->topo.data * tr->cfg.m; }
 
 static int cut_model(trainer *tr) { return train_cut_model(&tr->cfg, &tr->model, &tr->bounds); }
@@ -55,6 +57,19 @@ static int stage2_buffers(pipe_runner *rn, int ch, const train_cfg *c) {
   if (rc) return rc;
   layers_chunk_external_grads(k, grad_dest, z);
   for (int i = 0; i < k->n; i++) k->layers[i].grads = zero_kept(z, k->param_off[i], k->param_off[i] + k->layers[i].nparams);
+  return CORE_OK;
+}
+
+/* ZeRO-3: the initial values of this replica's shard of chunk ch, drawn alone (no rank ever
+ * holds a chunk's whole parameters outside a gather buffer). */
+static int init_shard(pipe_runner *rn, int ch, uint64_t seed) {
+  zero_buffer *z = &rn->zb[ch];
+  float *host = core_calloc(z->shard, sizeof(float));
+  layers_chunk_param_values(&rn->chunks[ch], seed, z->lo, z->hi, host);
+  z->ops->to_device(z->pshard, host, sizeof(float) * (z->hi - z->lo));
+  free(host);
+  rn->param_live += sizeof(float) * (double)z->shard;
+  rn->param_peak = rn->param_live;
   return CORE_OK;
 }
 
@@ -86,8 +101,8 @@ static int setup_runner(trainer *tr) {
     int eslots = tr->eval_n ? tr->eval_prog.nslots[r] : 0, easide = tr->eval_n ? tr->eval_prog.naslots[r] : 0;
     int slots = tr->prog.nslots[r] > eslots ? tr->prog.nslots[r] : eslots;
     int aside = tr->prog.naslots[r] > easide ? tr->prog.naslots[r] : easide;
-    rc = layers_chunk_init(&rn->chunks[ch], &tr->model, tr->bounds[s], tr->bounds[s + 1], ops, c->B,
-                           tr->model.T, slots);
+    rc = (c->zero_stage == 3 ? layers_chunk_init_sharded : layers_chunk_init)(
+        &rn->chunks[ch], &tr->model, tr->bounds[s], tr->bounds[s + 1], ops, c->B, tr->model.T, slots);
     if (rc) break;
     layers_chunk *k = &rn->chunks[ch];
     rc = layers_chunk_aside_pool(k, aside);
@@ -96,6 +111,7 @@ static int setup_runner(trainer *tr) {
     else if (!sched_program_splits_backward(&tr->prog)) rc = layers_chunk_share_backward(k);
     k->act_round = c->precision;
     if (!rc) rc = zero_init(&rn->zb[ch], c->zero_stage, tr->topo.dp, k->params, k->grads, k->nparams, ops);
+    if (!rc && c->zero_stage == 3) rc = init_shard(rn, ch, c->seed);
     if (rc) break;
     rn->zb[ch].round = c->precision; /* ZeRO-2's buckets are gradient buffers too */
     size_t len = zero_state_len(&rn->zb[ch]);
@@ -118,7 +134,12 @@ static int setup_runner(trainer *tr) {
   for (int i = 0; i < tr->model.n; i++) rn->head_tied |= tr->model.layers[i].tied_to >= 0;
   if (rn->head_tied && rn->tied_emb_chunk >= 0) /* the embedding (its wte) holds the other tied copy */
     if (!rc) rc = zero_keep(&rn->zb[rn->tied_emb_chunk], 0, rn->chunks[rn->tied_emb_chunk].layers[0].nparams);
-  for (int ch = 0; ch < c->v && !rc && c->zero_stage == 2; ch++) rc = stage2_buffers(rn, ch, c);
+  for (int ch = 0; ch < c->v && !rc && c->zero_stage >= 2; ch++) rc = stage2_buffers(rn, ch, c);
+  if (!rc && c->zero_stage == 3) { /* as many gather buffers as either program holds gathered */
+    int limit = tr->prog.gather_limit;
+    if (tr->eval_n && tr->eval_prog.gather_limit > limit) limit = tr->eval_prog.gather_limit;
+    rc = pipe_runner_gather_pool(rn, limit);
+  }
   rn->grad_scale_base = rn->grad_scale = 1.0f / (float)((double)c->m * c->B * tr->model.T * c->d);
   rn->precision = c->precision, rn->loss_scale = c->loss_scale, rn->dynamic_scale = c->dynamic_scale;
   rn->scale_window = c->scale_window, rn->hysteresis = rn->hyst_left = c->hysteresis, rn->min_scale = c->min_scale;
@@ -132,7 +153,9 @@ static int setup_runner(trainer *tr) {
  * rank's forwards in micro-batch order; nothing predicts it, and its transfers are placed under
  * unit costs). An evaluation is train.eval_batches global micro-batches, split among the d
  * replicas in contiguous shares, so its loss is the same whatever d is; a replica whose share is
- * empty (fewer batches than replicas) has no evaluation program. */
+ * empty (fewer batches than replicas) has no evaluation program. At ZeRO-3 the forwards go stage
+ * by stage, so each rank gathers each of its chunks once, in stage order, as a replica without a
+ * share does too (pipe_runner_join_gathers): the group's all-gathers match. */
 static int compile_programs(trainer *tr) {
   const train_cfg *c = &tr->cfg;
   int rc = train_compile(c, &tr->model, tr->bounds, &tr->prog), S = c->stages * c->v;
@@ -145,9 +168,15 @@ static int compile_programs(trainer *tr) {
   rc = sched_program_init(&ev, SCHED_INFERENCE, c->stages, c->v, tr->eval_n, tr->prog.stage_of);
   if (rc) return rc;
   ev.forward_only = 1;
-  for (int j = 0; j < tr->eval_n; j++)
-    for (int s = 0; s < S; s++) sched_push_action(&ev, SCHED_FORWARD, s, j);
+  if (c->zero_stage == 3) /* stage by stage: one run of forwards per chunk, so every replica
+                           * gathers each chunk once, in stage order, whatever its share */
+    for (int s = 0; s < S; s++)
+      for (int j = 0; j < tr->eval_n; j++) sched_push_action(&ev, SCHED_FORWARD, s, j);
+  else
+    for (int j = 0; j < tr->eval_n; j++)
+      for (int s = 0; s < S; s++) sched_push_action(&ev, SCHED_FORWARD, s, j);
   rc = sched_lower(&ev, &unit, &tr->eval_prog);
+  if (!rc && c->zero_stage == 3) rc = sched_place_gathers(&tr->eval_prog, c->keep_gathered, c->prefetch);
   if (!rc) rc = sched_verify(&tr->eval_prog);
   sched_program_free(&ev);
   return rc;
@@ -211,6 +240,8 @@ static int evaluate(trainer *tr, double *val) {
   if (tr->eval_n) { /* a replica with no share adds nothing to the sum */
     pipe_runner_use(&tr->rn, &tr->eval_prog, tr->eval_lo);
     rc = pipe_worker_step(&tr->eval_worker);
+  } else if (tr->cfg.zero_stage == 3) { /* ... but joins its group's parameter gathers */
+    rc = pipe_runner_join_gathers(&tr->rn);
   }
   if (!rc) *val = mean_loss(tr, tr->cfg.eval_batches); /* collective: not after a failed step */
   tr->rn.split = PIPE_TRAIN;
@@ -231,11 +262,13 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
     fprintf(tr->log_json, "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f",
             step, loss, tr->rn.lr, tr->rn.grad_norm, ms, toks);
     if (has_val) fprintf(tr->log_json, ",\"val_loss\":%.9g", val);
-    if (tr->act_report) { /* once: the activation memory of every rank (report_activations) */
-      static const char *const keys[3] = {"activation_peak_bytes", "activation_predicted_bytes", "activation_allocated_bytes"};
-      for (int k = 0; k < 3; k++) {
+    if (tr->act_report) { /* once: the memory of every rank (report_memory) */
+      static const char *const keys[NREPORT] = {"activation_peak_bytes", "activation_predicted_bytes",
+                                                "activation_allocated_bytes", "param_startup_bytes", "param_peak_bytes",
+                                                "param_predicted_bytes", "param_allocated_bytes"};
+      for (int k = 0; k < NREPORT; k++) {
         fprintf(tr->log_json, ",\"%s\":[", keys[k]);
-        for (int q = 0; q < tr->topo.p; q++) fprintf(tr->log_json, "%s%.0f", q ? "," : "", tr->act_report[3 * q + k]);
+        for (int q = 0; q < tr->topo.p; q++) fprintf(tr->log_json, "%s%.0f", q ? "," : "", tr->act_report[NREPORT * q + k]);
         fprintf(tr->log_json, "]");
       }
       free(tr->act_report);
@@ -350,37 +383,59 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
 /* Activation memory per rank after the first step this run takes: the peak the runner measured
  * (the slots of live pairs, less the aside parts given back), the simulator's peak_bytes for the
  * same program from this rank's own slot sizes, and what the slot pools hold. */
-static void report_activations(trainer *tr) {
+/* After the first step: each rank's activation memory (measured peak in use, the simulator's
+ * prediction for the same program, allocated) and its parameter memory (at start-up, measured
+ * peak during the step, the memory model's figure: ZeRO-3's shards plus the simulator's peak of
+ * gathered chunks, allocated with the gather buffers), printed by world rank 0 for its pipeline
+ * and kept for the first --log-json record. */
+static void report_memory(trainer *tr) {
   int S = tr->cfg.stages * tr->cfg.v, r = tr->topo.stage, p = tr->topo.p;
   double *bytes = core_calloc((size_t)S, sizeof(double)), *ws = core_malloc(sizeof(double) * (size_t)S);
-  double mine[3] = {tr->rn.act_peak, 0, 0};
+  double *pbytes = core_calloc((size_t)S, sizeof(double));
+  const pipe_runner *rn = &tr->rn;
+  double mine[NREPORT] = {rn->act_peak, 0, 0, 0, 0, 0, 0}, shards = 0, whole = 0;
   for (int s = 0; s < S; s++) ws[s] = 1;
   for (int c = 0; c < tr->cfg.v; c++) {
-    const layers_chunk *ck = &tr->rn.chunks[c];
+    const layers_chunk *ck = &rn->chunks[c];
     double slot = (double)layers_chunk_slot_bytes(ck), aside = (double)layers_chunk_aside_bytes(ck);
     int s = tr->prog.stage_of[r * tr->cfg.v + c];
     bytes[s] = slot, ws[s] = slot > 0 ? (slot - aside) / slot : 1;
+    pbytes[s] = 4.0 * (double)ck->nparams;
     mine[2] += (slot - aside) * ck->nslots + aside * ck->naside + 4.0 * (double)ck->bwd_floats;
+    shards += 4.0 * (double)rn->zb[c].shard, whole += 4.0 * (double)ck->nparams;
   }
   sched_costs c = sched_costs_unit();
-  c.stage_act_bytes = bytes, c.stage_w_stash = ws;
+  c.stage_act_bytes = bytes, c.stage_w_stash = ws, c.stage_param_bytes = pbytes;
   sched_sim_result res;
+  int z3 = tr->cfg.zero_stage == 3;
   if (sched_simulate(&tr->prog, &c, &res, NULL) == CORE_OK) {
     mine[1] = res.ranks[r].peak_bytes;
+    mine[5] = z3 ? shards + res.ranks[r].peak_gather_bytes : whole;
     sched_sim_result_free(&res);
   }
-  double *all = core_malloc(sizeof(double) * 3 * (size_t)p);
-  MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, tr->topo.pipe);
+  mine[3] = z3 ? shards : whole;
+  mine[4] = z3 ? rn->param_peak : whole;
+  mine[6] = z3 ? shards + 4.0 * (double)rn->ngbuf * (double)rn->gbuf_floats : whole;
+  double *all = core_malloc(sizeof(double) * NREPORT * (size_t)p);
+  MPI_Gather(mine, NREPORT, MPI_DOUBLE, all, NREPORT, MPI_DOUBLE, 0, tr->topo.pipe);
   if (tr->topo.world_rank == 0) {
     core_log(CORE_LOG_INFO, "activation memory per rank: peak in use (measured) | the simulator's prediction for "
              "this program | allocated in slots");
     for (int q = 0; q < p; q++)
-      core_log(CORE_LOG_INFO, "  rank %d: %.0f bytes | %.0f bytes | %.0f bytes", q, all[3 * q], all[3 * q + 1],
-               all[3 * q + 2]);
+      core_log(CORE_LOG_INFO, "  rank %d: %.0f bytes | %.0f bytes | %.0f bytes", q, all[NREPORT * q],
+               all[NREPORT * q + 1], all[NREPORT * q + 2]);
+    if (z3) {
+      core_log(CORE_LOG_INFO, "parameter memory per rank (ZeRO-3): at start-up (the shards) | peak in the step "
+               "(measured: shards + chunks gathered) | the memory model's | allocated (shards + %d gather buffers)",
+               rn->ngbuf);
+      for (int q = 0; q < p; q++)
+        core_log(CORE_LOG_INFO, "  rank %d: %.0f | %.0f | %.0f | %.0f bytes", q, all[NREPORT * q + 3],
+                 all[NREPORT * q + 4], all[NREPORT * q + 5], all[NREPORT * q + 6]);
+    }
     free(tr->act_report);
     tr->act_report = all, all = NULL;
   }
-  free(bytes), free(ws), free(all);
+  free(bytes), free(ws), free(pbytes), free(all);
 }
 
 static void teardown(trainer *tr) {
@@ -430,7 +485,7 @@ static void announce(trainer *tr) {
   for (int c = 0; c < tr->cfg.v; c++) {
     double n = (double)tr->rn.chunks[c].nparams;
     const zero_buffer *z = &tr->rn.zb[c];
-    params += 4 * n, state += 2 * 4.0 * zero_state_len(z), grads += zero_grad_bytes(z);
+    params += zs == 3 ? 4.0 * (double)z->shard : 4 * n, state += 2 * 4.0 * zero_state_len(z), grads += zero_grad_bytes(z);
     const layers_chunk *ck = &tr->rn.chunks[c];
     acts += (double)(layers_chunk_slot_bytes(ck) - layers_chunk_aside_bytes(ck)) * ck->nslots +
             (double)layers_chunk_aside_bytes(ck) * ck->naside +
@@ -438,14 +493,23 @@ static void announce(trainer *tr) {
     double shard = 4.0 * tr->rn.zb[c].shard * (d - 1);
     double kept = 0;
     for (int k = 0; k < z->nkept; k++) kept += (double)(z->kp_hi[k] - z->kp_lo[k]);
+    int gathers = 0; /* ZeRO-3: the program's all-gathers of this chunk */
+    for (int i = 0; i < tr->prog.streams[0].len; i++)
+      gathers += tr->prog.streams[0].ins[i].op == SCHED_GATHER_PARAMS && tr->prog.streams[0].ins[i].chunk == c;
     per_step += d == 1 ? 0 : zs == 0 ? 2 * 4 * n * (d - 1) / d : zs == 1 ? 2 * shard
-              : tr->cfg.m * 4 * (n - kept) * (d - 1) / d + 2 * 4 * kept * (d - 1) / d + shard;
+              : tr->cfg.m * 4 * (n - kept) * (d - 1) / d + 2 * 4 * kept * (d - 1) / d +
+                    (zs == 2 ? shard : gathers * 4.0 * (n - (double)(z->hi - z->lo)));
   }
+  if (zs == 3) params += 4.0 * (double)tr->rn.ngbuf * (double)tr->rn.gbuf_floats;
   core_log(CORE_LOG_INFO, "ZeRO stage %d over %d replica(s), rank 0: parameters %.2f MB, gradients %.2f MB, "
            "optimizer state %.2f MB, activation slots %.2f MB%s; data-parallel traffic %.2f MB per step (%s)", zs, d,
            params / 1e6, grads / 1e6, state / 1e6, acts / 1e6, tr->cfg.ckpt_act ? " (checkpointed, plus one workspace per chunk)" : "",
            per_step / 1e6,
-           zs == 0 ? "all-reduce" : zs == 1 ? "one reduce-scatter + one all-gather" : "reduce-scatters of gradient buckets in each micro-batch's backward + one all-gather");
+           zs == 0   ? "all-reduce"
+           : zs == 1 ? "one reduce-scatter + one all-gather"
+           : zs == 2 ? "reduce-scatters of gradient buckets in each micro-batch's backward + one all-gather"
+                     : "reduce-scatters of gradient buckets in each micro-batch's backward + the schedule's parameter "
+                       "all-gathers");
   for (int s = 0; s < tr->cfg.stages * tr->cfg.v; s++)
     core_log(CORE_LOG_INFO, "  virtual stage %d (rank %d): layers %d..%d (%s .. %s)", s, tr->prog.rank_of[s],
              tr->bounds[s], tr->bounds[s + 1] - 1, tr->model.layers[tr->bounds[s]].name,
@@ -531,7 +595,7 @@ int pipe_train(const pipe_train_opts *o) {
   for (long step = start; step < tr.cfg.steps && !rc && !stopped; step++) {
     double loss = 0, ms = 0, val = 0;
     rc = train_step(&tr, step, &loss, &ms);
-    if (!rc && step == start) report_activations(&tr);
+    if (!rc && step == start) report_memory(&tr);
     int ev = !rc && tr.cfg.eval_interval > 0 && ((step + 1) % tr.cfg.eval_interval == 0 || step + 1 == tr.cfg.steps);
     if (ev) rc = evaluate(&tr, &val);
     if (!rc) log_step(&tr, step + 1, loss, ms, ev, val);

@@ -40,6 +40,7 @@ static const core_config_key keys[] = {
     {"trace", CORE_CFG_GROUP}, {"trace.path", CORE_CFG_STRING}, {"trace.step", CORE_CFG_INT},
     {"zero_optimization", CORE_CFG_GROUP}, {"zero_optimization.stage", CORE_CFG_INT},
     {"zero_optimization.reduce_bucket_size", CORE_CFG_FLOAT}, {"zero_optimization.overlap_comm", CORE_CFG_BOOL},
+    {"zero_optimization.reshard_after_forward", CORE_CFG_BOOL}, {"zero_optimization.prefetch", CORE_CFG_INT},
     {"activation_checkpointing", CORE_CFG_GROUP}, {"activation_checkpointing.enabled", CORE_CFG_BOOL},
     {"bf16", CORE_CFG_GROUP}, {"bf16.enabled", CORE_CFG_BOOL},
     {"fp16", CORE_CFG_GROUP}, {"fp16.enabled", CORE_CFG_BOOL}, {"fp16.loss_scale", CORE_CFG_FLOAT},
@@ -90,6 +91,21 @@ static int read_zero(train_cfg *t) {
   }
   if (!rc) t->bucket_floats = (size_t)b;
   if (!rc) rc = core_config_get_bool(t->cfg, "zero_optimization.overlap_comm", 0, &t->overlap_comm);
+  /* stage 3 (FSDP's names): parameters given back when another chunk computes, or kept gathered
+   * over the step; the next chunk's gathered that many runs of ops ahead */
+  int reshard = 1;
+  if (!rc) rc = core_config_get_bool(t->cfg, "zero_optimization.reshard_after_forward", 1, &reshard);
+  t->keep_gathered = !reshard;
+  if (!rc) rc = get_i(t->cfg, "zero_optimization.prefetch", 1, 0, 64, &t->prefetch);
+  if (!rc && t->zero_stage != 3)
+    for (int k = 0; k < 2 && !rc; k++) {
+      const char *key = k ? "zero_optimization.prefetch" : "zero_optimization.reshard_after_forward";
+      char w[256];
+      if (!core_config_has(t->cfg, key)) continue;
+      core_config_where(t->cfg, key, -1, w, sizeof w);
+      rc = core_error_set(CORE_EINPUT, "%s applies to zero_optimization.stage = 3 (the stage is %d) (%s)", key,
+                            t->zero_stage, w);
+    }
   return rc;
 }
 
@@ -263,7 +279,7 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   if (!rc) rc = get_i(c, "checkpoint.interval", 0, 0, 1 << 30, &t->ckpt_interval);
   if (!rc) rc = core_config_get_string(c, "trace.path", NULL, &t->trace_path);
   if (!rc) rc = read_trace_step(t);
-  if (!rc) rc = get_i(c, "zero_optimization.stage", 0, 0, 2, &t->zero_stage);
+  if (!rc) rc = get_i(c, "zero_optimization.stage", 0, 0, 3, &t->zero_stage);
   if (!rc) rc = read_zero(t);
   if (!rc) rc = read_optimizer(t);
   if (!rc) rc = read_betas(t);

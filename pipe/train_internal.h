@@ -30,6 +30,8 @@ typedef struct {
   double mem_limit;     /* pipeline.mem_limit (zb-auto; stages' activations per rank, 0 = p) */
   size_t bucket_floats; /* zero_optimization.reduce_bucket_size (elements) */
   int overlap_comm;     /* zero_optimization.overlap_comm */
+  int keep_gathered;    /* stage 3: !zero_optimization.reshard_after_forward */
+  int prefetch;         /* stage 3: zero_optimization.prefetch (runs of ops ahead) */
   int ckpt_act; /* activation checkpointing */
   int precision; /* 0 fp32, 1 bf16, 2 fp16 */
   double loss_scale, min_scale;

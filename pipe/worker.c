@@ -259,6 +259,7 @@ static const op_fn op_table[SCHED_OP_COUNT] = {
     [SCHED_RECV_ACT] = op_recv,        [SCHED_SEND_GRAD] = op_send,
     [SCHED_RECV_GRAD] = op_recv,       [SCHED_REDUCE_TIED_GRADS] = op_exec,
     [SCHED_REDUCE_GRADS] = op_exec,    [SCHED_OPTIMIZER_STEP] = op_exec,
+    [SCHED_GATHER_PARAMS] = op_exec,   [SCHED_RELEASE_PARAMS] = op_exec,
 };
 
 int pipe_worker_step(pipe_worker *w) {

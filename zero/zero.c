@@ -67,7 +67,9 @@ int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *gr
     z->send = core_calloc(z->shard * (size_t)z->d, sizeof(float));
     z->recv = core_calloc(z->shard, sizeof(float));
   }
-  if (stage == 2) z->counts = core_calloc((size_t)z->d, sizeof(int));
+  if (stage >= 2) z->counts = core_calloc((size_t)z->d, sizeof(int));
+  if (stage == 3 && !(z->pshard = z->ops->alloc(sizeof(float) * z->shard)))
+    return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for a parameter shard of %zu floats", z->ops->name, z->shard);
   return CORE_OK;
 }
 
@@ -78,7 +80,7 @@ void zero_free(zero_buffer *z) {
     if (z->ops) z->ops->free(z->bucket[k]), z->ops->free(z->kept[k]);
     free(z->hbucket[k]);
   }
-  if (z->ops) z->ops->free(z->acc);
+  if (z->ops) z->ops->free(z->acc), z->ops->free(z->pshard);
   free(z->send), free(z->recv), free(z->counts), free(z->host), free(z->ncounts);
   if (z->cc) z->ops->coll->comm_free(z->cc);
   memset(z, 0, sizeof *z);
@@ -86,7 +88,7 @@ void zero_free(zero_buffer *z) {
 
 int zero_keep(zero_buffer *z, size_t lo, size_t hi) {
   if (z->nkept == 2 || lo > hi || hi > z->n) return core_error_set(CORE_ERUNTIME, "bad ZeRO kept range [%zu, %zu)", lo, hi);
-  if (z->stage != 2) return CORE_OK;
+  if (z->stage < 2) return CORE_OK;
   z->kp_lo[z->nkept] = lo, z->kp_hi[z->nkept] = hi;
   z->kept[z->nkept] = z->ops->alloc(sizeof(float) * (hi > lo ? hi - lo : 1));
   if (!z->kept[z->nkept]) return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for kept gradients", z->ops->name);
@@ -95,7 +97,7 @@ int zero_keep(zero_buffer *z, size_t lo, size_t hi) {
 }
 
 int zero_buckets(zero_buffer *z, size_t bucket_floats, int overlap, size_t largest) {
-  if (z->stage != 2) return CORE_OK;
+  if (z->stage < 2) return CORE_OK;
   size_t outside = z->n;
   for (int k = 0; k < z->nkept; k++) outside -= z->kp_hi[k] - z->kp_lo[k];
   size_t cap = bucket_floats < largest ? largest : bucket_floats;
@@ -245,7 +247,7 @@ float *zero_grad_dest(zero_buffer *z, size_t off, size_t n) {
 }
 
 int zero_after_backward(zero_buffer *z) {
-  if (z->stage != 2) return CORE_OK;
+  if (z->stage < 2) return CORE_OK;
   int rc = z->err;
   z->err = 0;
   if (!rc) rc = bucket_flush(z);
@@ -285,8 +287,8 @@ int zero_reduce(zero_buffer *z) {
     if (!rc && !z->nccl) z->ops->to_device(z->acc, z->recv, sizeof(float) * z->shard);
     return rc;
   }
-  /* stage 2: the buckets still in flight, then the kept ranges */
-  if (!z->nb) return core_error_set(CORE_ERUNTIME, "ZeRO-2 without gradient buckets (zero_buckets was not called)");
+  /* stages 2 and 3: the buckets still in flight, then the kept ranges */
+  if (!z->nb) return core_error_set(CORE_ERUNTIME, "ZeRO-2/3 without gradient buckets (zero_buckets was not called)");
   for (int k = 0; k < z->nb; k++) {
     int rc = bucket_wait(z, k);
     if (rc) return rc;
@@ -342,13 +344,47 @@ static int gather_in_place(zero_buffer *z) {
   return ok ? CORE_OK : core_error_set(CORE_ERUNTIME, "parameter all-gather failed");
 }
 
+float *zero_param_shard(const zero_buffer *z) {
+  if (z->stage == 3) return z->pshard;
+  return z->stage == 0 ? z->params : z->params + z->lo;
+}
+
+int zero_gather_params(zero_buffer *z, float *dst) {
+  size_t mine = z->hi - z->lo;
+  z->ops->copy(dst + z->lo, z->pshard, mine);
+  if (z->d == 1) return CORE_OK;
+  int *displs = core_malloc(sizeof(int) * (size_t)z->d);
+  for (int r = 0; r < z->d; r++) {
+    size_t from;
+    z->counts[r] = (int)overlap_of(z, r, 0, z->n, &from);
+    displs[r] = z->counts[r] ? (int)from : 0;
+  }
+  z->bytes_gather += (double)sizeof(float) * (double)(z->n - mine);
+  z->param_gathers++;
+  if (z->nccl) {
+    free(displs);
+    coll_counts(z, 0, z->n);
+    int rc = z->ops->coll->all_gatherv(z->cc, dst, z->ncounts);
+    return rc ? core_error_prefix("parameter all-gather (ZeRO-3)") : CORE_OK;
+  }
+  float *p = dst;
+  if (z->device) { /* through a host buffer as large as the chunk's parameters, my shard in place */
+    p = host_buf(z, z->n);
+    z->ops->to_host(p + z->lo, z->pshard, sizeof(float) * mine);
+  }
+  int ok = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, p, z->counts, displs, MPI_FLOAT, z->comm) == MPI_SUCCESS;
+  if (ok && z->device) z->ops->to_device(dst, p, sizeof(float) * z->n);
+  free(displs);
+  return ok ? CORE_OK : core_error_set(CORE_ERUNTIME, "parameter all-gather (ZeRO-3) failed");
+}
+
 int zero_finish(zero_buffer *z) {
   if (z->grads) z->ops->zero(z->grads, z->n);
   for (int k = 0; k < z->nkept; k++) z->ops->zero(z->kept[k], z->kp_hi[k] - z->kp_lo[k]);
   z->reduce_scatters = 0;
   if (z->stage == 0) return CORE_OK;
   z->ops->zero(z->acc, z->shard);
-  if (z->d == 1) return CORE_OK;
+  if (z->d == 1 || z->stage == 3) return CORE_OK; /* stage 3: the shard is the parameters */
   if (z->stage == 2) return gather_in_place(z);
   if (z->nccl) { /* in place in the parameter buffer: every replica's shard from its owner */
     z->bytes_gather += (double)sizeof(float) * (double)z->shard * (z->d - 1);
@@ -371,7 +407,7 @@ double zero_grad_bytes(const zero_buffer *z) {
   double f = 0;
   if (z->stage < 2) f = (double)z->n;                                     /* the full buffer */
   if (z->stage == 1) f += (double)z->shard * (z->nccl ? 1 : z->d + 2);    /* acc (+ send, recv for MPI) */
-  if (z->stage == 2) {
+  if (z->stage >= 2) {
     f += (double)z->shard + (double)z->nb * (double)z->cap; /* acc, buckets */
     for (int k = 0; k < z->nkept; k++) f += (double)(z->kp_hi[k] - z->kp_lo[k]);
   }

@@ -17,6 +17,10 @@
  *            Kept ranges (zero_keep: the layers holding a tied weight, whose gradient is summed
  *            across pipeline ranks first) accumulate in full over the step and are all-reduced at
  *            its end.
+ *   stage 3: stage 2, and the parameters too: each replica keeps only its shard (pshard, no full
+ *            buffer); zero_gather_params all-gathers them into a gather buffer the caller
+ *            owns, before the chunk computes (the schedule's GATHER_PARAMS); the update writes
+ *            the shard and nothing is gathered at the end of the step.
  * The communicator comes from the caller; zero/ knows nothing of pipelines or layers.
  *
  * Which path the collectives take (decided once in zero_init, the same on every rank):
@@ -56,7 +60,9 @@ typedef struct {
   size_t *ncounts;         /* [d] counts for ops->coll's variable-count entries (nccl) */
   int inflight[2];         /* nccl, overlap_comm: bucket k's async reduce-scatter not waited for */
   size_t n, shard, lo, hi; /* my shard is [lo, hi) */
-  float *params, *grads;   /* the caller's full buffers (grads: NULL in stage 2) */
+  float *params, *grads;   /* the caller's full buffers (grads: NULL in stage 2; both NULL in stage 3) */
+  float *pshard;           /* stage 3: [shard] the parameters of my shard, the only copy this rank keeps */
+  double param_gathers;    /* stage 3: all-gathers of the parameters (zero_gather_params) so far */
   float *acc;              /* [shard] reduced gradients of my shard (stages 1, 2) */
   float *send, *recv;      /* stage 1 over MPI: [shard * d], [shard] host staging for the collectives */
   float *host;             /* device memory over MPI: host copies (nhost floats) */
@@ -118,6 +124,14 @@ const float *zero_grad(const zero_buffer *z); /* gradient of [lo, hi) (stage 0: 
 void zero_range(const zero_buffer *z, size_t *lo, size_t *hi);
 /* After the update of the owned range: all-gather the parameters (stages 1, 2), clear grads. */
 int zero_finish(zero_buffer *z);
+
+/* The parameters this rank updates (zero_range's): the shard's own buffer at stage 3, else the
+ * caller's buffer at lo. */
+float *zero_param_shard(const zero_buffer *z);
+/* Stage 3: every replica's shard of the parameters into dst (n floats of the table's memory, a
+ * gather buffer): my shard copied in, then an all-gather in place. Collective over the group;
+ * counted in bytes_gather. */
+int zero_gather_params(zero_buffer *z, float *dst);
 
 /* Optimizer state of the shard (backend memory) <-> the whole buffer (host memory; checkpoints
  * store whole tensors). */

@@ -263,10 +263,17 @@ int cli_sim(int argc, char **argv) {
     if (!o.json && o.dp > 1) {
       double peak = 0;
       for (int r = 0; r < plan.stages; r++) peak = plan.state_bytes[r] > peak ? plan.state_bytes[r] : peak;
-      printf("%d replicas per stage, ZeRO collectives at %.4g GB/s (--dp-gbps): gradient reduce %.4g s, "
-             "parameter gather %.4g s per step, exposed per-micro-batch reduce-scatter %.4g s (stage 0); "
-             "largest rank state %.2f MB\n", o.dp, o.dp_gbps, plan.costs.reduce, plan.costs.step,
-             plan.dp_w ? plan.dp_w[0] : 0.0, peak / 1e6);
+      if (plan.zero_stage == 3)
+        printf("%d replicas per stage, ZeRO-3 collectives at %.4g GB/s (--dp-gbps): gradient reduce %.4g s per "
+               "step, each chunk's parameter all-gather %.4g s (stage 0; its GATHER_PARAMS, beside compute), "
+               "exposed per-micro-batch reduce-scatter %.4g s (stage 0); largest rank state %.2f MB without "
+               "its gather buffers\n", o.dp, o.dp_gbps, plan.costs.reduce, plan.gather ? plan.gather[0] : 0.0,
+               plan.dp_w ? plan.dp_w[0] : 0.0, peak / 1e6);
+      else
+        printf("%d replicas per stage, ZeRO collectives at %.4g GB/s (--dp-gbps): gradient reduce %.4g s, "
+               "parameter gather %.4g s per step, exposed per-micro-batch reduce-scatter %.4g s (stage 0); "
+               "largest rank state %.2f MB\n", o.dp, o.dp_gbps, plan.costs.reduce, plan.costs.step,
+               plan.dp_w ? plan.dp_w[0] : 0.0, peak / 1e6);
     }
   } else if (build_program(&o, &pr)) {
     return fail();

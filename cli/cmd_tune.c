@@ -39,12 +39,19 @@ static int parse_bytes(const char *flag, const char *text, double *out) {
   return CORE_OK;
 }
 
+static const char *zero_of(const pipe_plan_shape *sh) {
+  static char buf[16];
+  pipe_zero_name(sh, buf, sizeof buf);
+  return buf;
+}
+
 static void print_mib(double bytes, char *buf, size_t n) { snprintf(buf, n, "%.3f MiB", bytes / (1024.0 * 1024.0)); }
 
 int cli_tune(int argc, char **argv) {
   const char *config = NULL, *svg = "tune.svg", *sets[64];
   int nsets = 0, top = 5, have_memory = 0, rc = CORE_OK;
   double memory = 0, gflops = 50;
+  pipe_plan_hw hw = {.d = 1, .dp_gbps = 10};
   for (int i = 1; i < argc && !rc; i++) {
     const char *a = argv[i], *val = NULL;
     if (strcmp(a, "--memory") == 0) {
@@ -52,6 +59,10 @@ int cli_tune(int argc, char **argv) {
       have_memory = 1;
     } else if (strcmp(a, "--gflops") == 0) {
       if (!(rc = cli_take(argc, argv, &i, &val))) rc = cli_parse_double(a, val, 1e-6, &gflops);
+    } else if (strcmp(a, "--dp") == 0) {
+      if (!(rc = cli_take(argc, argv, &i, &val))) rc = cli_parse_int(a, val, 1, 1 << 20, &hw.d);
+    } else if (strcmp(a, "--dp-gbps") == 0) {
+      if (!(rc = cli_take(argc, argv, &i, &val))) rc = cli_parse_double(a, val, 1e-9, &hw.dp_gbps);
     } else if (strcmp(a, "--top") == 0) {
       if (!(rc = cli_take(argc, argv, &i, &val))) rc = cli_parse_int(a, val, 1, 1 << 20, &top);
     } else if (strcmp(a, "--svg") == 0) {
@@ -69,11 +80,12 @@ int cli_tune(int argc, char **argv) {
   }
   if (!rc && (!config || !have_memory))
     rc = core_error_set(CORE_EINPUT, "usage: brigade tune CONFIG --memory BYTES [--set key=value ...] "
-                                     "[--gflops G] [--top K] [--svg FILE]");
+                                     "[--gflops G] [--dp D] [--dp-gbps G] [--top K] [--svg FILE]");
   if (rc) return fail();
+  hw.gflops = gflops;
 
   pipe_tune_result res;
-  if (pipe_tune(config, sets, nsets, gflops, memory, &res)) return fail();
+  if (pipe_tune_hw(config, sets, nsets, &hw, memory, &res)) return fail();
   char mem[64], peak[64];
   print_mib(memory, mem, sizeof mem);
   printf("%s: %d stages, per-replica batch %d sequences (config: %s v=%d m=%d %s); stage costs from "
@@ -83,21 +95,27 @@ int cli_tune(int argc, char **argv) {
   printf("%d candidates simulated (%d shapes could not be cut), %d fit in %s per rank, %d distinct; "
          "the best %d:\n",
          res.tried, res.uncut, res.fitting, mem, res.nfits, top < res.nfits ? top : res.nfits);
-  printf("%3s  %-12s %2s %5s %5s  %-10s %14s %8s  %s\n", "#", "family", "v", "m", "B", "partition",
-         "step (ms)", "bubble", "peak memory (worst rank)");
+  if (hw.d > 1)
+    printf("%d replicas of every stage, ZeRO's collectives at %.4g GB/s per rank (--dp, --dp-gbps): each candidate "
+           "at ZeRO stages 0 to 3 (3: resharding, prefetching the next chunk or not, or kept gathered)\n", hw.d, hw.dp_gbps);
+  int zc = hw.d > 1; /* the ZeRO column, when the tuner chose it */
+  printf("%3s  %-12s %2s %5s %5s  %-10s %-*s%14s %8s  %s\n", "#", "family", "v", "m", "B", "partition", zc ? 13 : 0,
+         zc ? "zero" : "", "step (ms)", "bubble", "peak memory (worst rank)");
   for (int i = 0; i < res.nfits && i < top; i++) {
     const pipe_tune_cand *c = &res.fits[i];
-    char fam[32];
+    char fam[32], zero[16];
     pipe_shape_name(&c->shape, fam, sizeof fam);
+    pipe_zero_name(&c->shape, zero, sizeof zero);
     print_mib(c->peak_bytes, peak, sizeof peak);
-    printf("%3d  %-12s %2d %5d %5d  %-10s %14.6g %7.2f%%  %s (rank %d)\n", i + 1, fam, c->shape.v, c->shape.m, c->B, pipe_part_name(c->shape.part),
-           1e3 * c->time, 100 * c->bubble_rate, peak, c->worst_rank);
+    printf("%3d  %-12s %2d %5d %5d  %-10s %-*s%14.6g %7.2f%%  %s (rank %d)\n", i + 1, fam, c->shape.v, c->shape.m, c->B,
+           pipe_part_name(c->shape.part), zc ? 13 : 0, zc ? zero : "", 1e3 * c->time, 100 * c->bubble_rate, peak,
+           c->worst_rank);
   }
   /* the winner's timeline: rebuilt and simulated once more, with events this time */
   pipe_tune_cand win = res.fits[0];
   pipe_tune_result_free(&res);
   pipe_plan plan;
-  if (pipe_plan_build_shape(config, sets, nsets, gflops, &win.shape, &plan)) return fail();
+  if (pipe_plan_build_shape_hw(config, sets, nsets, &hw, &win.shape, &plan)) return fail();
   sched_timeline tl;
   sched_timeline_init(&tl, sched_family_name(plan.prog.family), "s", plan.prog.p, plan.prog.v, plan.prog.m);
   sched_sim_result sim;
@@ -107,8 +125,8 @@ int cli_tune(int argc, char **argv) {
     rc = viz_write_svg(&tl, svg);
   }
   if (!rc)
-    printf("wrote %s (%s v=%d m=%d B=%d %s)\n", svg, sched_family_name(win.shape.family), win.shape.v,
-           win.shape.m, win.B, pipe_part_name(win.shape.part));
+    printf("wrote %s (%s v=%d m=%d B=%d %s%s%s)\n", svg, sched_family_name(win.shape.family), win.shape.v,
+           win.shape.m, win.B, pipe_part_name(win.shape.part), hw.d > 1 ? ", ZeRO " : "", hw.d > 1 ? zero_of(&win.shape) : "");
   sched_timeline_free(&tl);
   pipe_plan_free(&plan);
   return rc ? fail() : 0;

@@ -158,31 +158,42 @@ static void stage_params(const layers_model *m, const int *bounds, int s, int ti
   }
 }
 
-/* ZeRO-2 with d replicas: each micro-batch's weight gradient waits for its reduce-scatter
- * (only for what the W itself does not hide, with overlap_comm), at hw->dp_gbps GB/s per rank. */
+/* ZeRO-2 and 3 with d replicas: each micro-batch's weight gradient waits for its reduce-scatter
+ * (only for what the W itself does not hide, with overlap_comm), at hw->dp_gbps GB/s per rank.
+ * ZeRO-3 also: each chunk's parameter all-gather (its GATHER_PARAMS, on the rank's
+ * communication lane), and the bytes of one gathered chunk for the memory model. */
 static void plan_dp_w(const train_cfg *t, const layers_model *m, const int *bounds, int tied,
                       const pipe_plan_hw *hw, pipe_plan *out) {
   int S = t->stages * t->v, d = hw->d > 1 ? hw->d : 1;
   double bw = hw->dp_gbps > 0 ? hw->dp_gbps * 1e9 : 0;
   out->dp_w = core_calloc((size_t)S, sizeof(double));
-  for (int s = 0; s < S && t->zero_stage == 2 && bw > 0 && d > 1; s++) {
+  for (int s = 0; s < S && t->zero_stage >= 2 && bw > 0 && d > 1; s++) {
     double n, kept;
     stage_params(m, bounds, s, tied, &n, &kept);
     double rs = 4 * (n - kept) * (d - 1) / d / bw;
     out->dp_w[s] = t->overlap_comm ? (rs > out->w[s] ? rs - out->w[s] : 0) : rs;
   }
+  out->gather = core_calloc((size_t)S, sizeof(double));
+  out->param_bytes = core_calloc((size_t)S, sizeof(double));
+  for (int s = 0; s < S && t->zero_stage == 3; s++) {
+    double n, kept;
+    stage_params(m, bounds, s, tied, &n, &kept);
+    out->param_bytes[s] = 4 * n;
+    out->gather[s] = bw > 0 && d > 1 ? 4 * n * (d - 1) / d / bw : 0;
+  }
 }
 
 /* The per-rank memory model and the step's data-parallel tail for d replicas under ZeRO stage
- * t->zero_stage: stage 0's all-reduce or stage 1's reduce-scatter (ZeRO-2: the kept layers'
- * all-reduce) at REDUCE_GRADS, the parameter all-gather (stages 1, 2) at OPTIMIZER_STEP. */
+ * t->zero_stage: stage 0's all-reduce or stage 1's reduce-scatter (ZeRO-2 and 3: the kept
+ * layers' all-reduce) at REDUCE_GRADS, the parameter all-gather (stages 1, 2) at
+ * OPTIMIZER_STEP. */
 static void plan_ranks(const train_cfg *t, const layers_model *m, const int *bounds, int tied,
                        const pipe_plan_hw *hw, pipe_plan *out) {
   int d = hw->d > 1 ? hw->d : 1, zs = t->zero_stage;
   double frac = (double)(d - 1) / d, bw = hw->dp_gbps > 0 ? hw->dp_gbps * 1e9 : 0;
   out->state_bytes = core_calloc((size_t)t->stages, sizeof(double));
   for (int r = 0; r < t->stages; r++) {
-    double N = 0, K = 0, grads = 0, ws = 0;
+    double N = 0, K = 0, grads = 0, ws = 0, pshards = 0;
     for (int c = 0; c < t->v; c++) {
       int s = out->prog.stage_of[r * t->v + c];
       double n, kept, largest = 0;
@@ -200,14 +211,16 @@ static void plan_ranks(const train_cfg *t, const layers_model *m, const int *bou
       /* as zero_grad_bytes: the full buffer (ZeRO-1: with the shard's accumulator and the
        * reduce-scatter's padded staging), or ZeRO-2's accumulator, buckets and kept layers */
       grads += zs == 0 ? n : zs == 1 ? n + ceil(n / d) * (d + 2) : ceil(n / d) + (t->overlap_comm ? 2 : 1) * cap + kept;
+      pshards += ceil(n / d);
     }
     double shard = zs >= 1 ? ceil(N / d) : N;
-    /* parameters, gradients, AdamW's two moments (and the fp32 master under bf16/fp16), and
-     * under activation checkpointing each chunk's workspace */
-    out->state_bytes[r] = 4 * (N + grads + 2 * shard + (t->precision ? shard : 0)) + ws;
+    /* parameters (ZeRO-3: the shards; the gather buffers are the simulator's peak_gather_bytes),
+     * gradients, AdamW's two moments (and the fp32 master under bf16/fp16), and under activation
+     * checkpointing each chunk's workspace */
+    out->state_bytes[r] = 4 * ((zs == 3 ? pshards : N) + grads + 2 * shard + (t->precision ? shard : 0)) + ws;
     if (bw > 0 && d > 1) {
       double reduce = zs == 0 ? 2 * 4 * N * frac / bw : zs == 1 ? 4 * N * frac / bw : 2 * 4 * K * frac / bw;
-      double gather = zs >= 1 ? 4 * N * frac / bw : 0;
+      double gather = zs == 1 || zs == 2 ? 4 * N * frac / bw : 0; /* ZeRO-3 gathers in the step */
       if (reduce > out->costs.reduce) out->costs.reduce = reduce;
       if (gather > out->costs.step) out->costs.step = gather;
     }
@@ -231,6 +244,9 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
     if (t.family != SCHED_ZB_AUTO) t.mem_limit = 0;
     else if (shape->mem_limit > 0) t.mem_limit = shape->mem_limit;
     if (!rc) t.m = shape->m, t.B = batch / shape->m;
+    if (shape->set_zero)
+      t.zero_stage = shape->zero_stage, t.keep_gathered = shape->zero_stage == 3 && shape->keep_gathered,
+      t.prefetch = shape->prefetch;
   }
   if (rc) {
     core_config_free(t.cfg);
@@ -260,11 +276,12 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
     plan_dp_w(&t, &m, bounds, tied, hw, out);
     out->costs = (sched_costs){.stage_f = out->f, .stage_b = out->b, .stage_w = out->w, .stage_dp_w = out->dp_w,
                                .act_bytes = out->act_bytes, .w_stash = compile_w_stash(&t, &m, bounds),
-                               .stage_act_bytes = out->slot_bytes, .stage_w_stash = out->w_stash};
+                               .stage_act_bytes = out->slot_bytes, .stage_w_stash = out->w_stash,
+                               .stage_gather = out->gather, .stage_param_bytes = out->param_bytes};
   }
   if (!rc) {
     out->stages = t.stages, out->v = t.v, out->m = t.m, out->B = t.B;
-    out->family = t.family, out->part = t.part;
+    out->family = t.family, out->part = t.part, out->zero_stage = t.zero_stage;
     out->params = layers_model_params(&m);
     plan_ranks(&t, &m, bounds, tied, hw, out);
   }
@@ -273,6 +290,7 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
   core_config_free(t.cfg);
   if (rc) { /* the program is not ours to free: sched_compile cleans up after itself */
     free(out->f), free(out->b), free(out->w), free(out->dp_w), free(out->slot_bytes), free(out->w_stash);
+    free(out->gather), free(out->param_bytes);
     memset(out, 0, sizeof *out);
   }
   return rc;
@@ -284,16 +302,22 @@ int pipe_plan_build_shape(const char *config, const char **sets, int nsets, doub
   return plan_build(config, sets, nsets, &hw, shape, out);
 }
 
+int pipe_plan_build_shape_hw(const char *config, const char **sets, int nsets, const pipe_plan_hw *hw,
+                             const pipe_plan_shape *shape, pipe_plan *out) {
+  return plan_build(config, sets, nsets, hw, shape, out);
+}
+
 int pipe_plan_build(const char *config, const char **sets, int nsets, const pipe_plan_hw *hw, pipe_plan *out) {
   return plan_build(config, sets, nsets, hw, NULL, out);
 }
 
 double pipe_plan_rank_peak(const pipe_plan *p, const sched_sim_result *res, int r) {
-  return p->state_bytes[r] + res->ranks[r].peak_bytes;
+  return p->state_bytes[r] + res->ranks[r].peak_bytes + res->ranks[r].peak_gather_bytes;
 }
 
 void pipe_plan_free(pipe_plan *p) {
   sched_program_free(&p->prog);
   free(p->f), free(p->b), free(p->w), free(p->dp_w), free(p->state_bytes), free(p->slot_bytes), free(p->w_stash);
+  free(p->gather), free(p->param_bytes);
   memset(p, 0, sizeof *p);
 }

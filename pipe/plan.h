@@ -14,12 +14,16 @@ typedef struct {
   int stages, v, m, B; /* B: sequences per micro-batch */
   sched_family family;
   sched_part_method part;
+  int zero_stage; /* the config's zero_optimization.stage (or the shape's) */
   size_t params;
   double act_bytes;    /* bytes of one activation slot of the largest chunk (as layers_chunk_slot_bytes) */
   double *slot_bytes, *w_stash; /* [stages * v]: each chunk's slot bytes, and the part a pending W keeps
                                  * (costs.stage_act_bytes, stage_w_stash: the memory model) */
-  double *state_bytes; /* [stages]: parameters, gradients (ZeRO-2: shard, buckets, kept layers),
-                          AdamW's two moments and the fp32 master (sharded by ZeRO 1, 2) */
+  double *state_bytes; /* [stages]: parameters (ZeRO-3: the shards), gradients (ZeRO-2 and 3: shard,
+                          buckets, kept layers), AdamW's two moments and the fp32 master (sharded by
+                          ZeRO 1-3) */
+  double *gather, *param_bytes; /* [stages * v]: ZeRO-3's all-gather time of each chunk and its bytes
+                                 * gathered (costs.stage_gather, stage_param_bytes); 0 otherwise */
 } pipe_plan;
 
 /* What the tuner varies, instead of the config's pipeline.* and batch keys: the family, chunks
@@ -31,6 +35,9 @@ typedef struct {
   int v, m;
   sched_part_method part;
   double mem_limit; /* zb-auto: its memory limit in stages' activations per rank (0: the config's, or p) */
+  /* set_zero: the ZeRO stage (zero_optimization.stage) and, at stage 3, keep_gathered
+   * (!zero_optimization.reshard_after_forward) and prefetch instead of the config's */
+  int set_zero, zero_stage, keep_gathered, prefetch;
 } pipe_plan_shape;
 
 /* The machine a plan is priced for: compute speed of a rank, data-parallel replicas of each
@@ -50,10 +57,14 @@ int pipe_plan_build(const char *config, const char **sets, int nsets, const pipe
 /* The same with the shape given (shape NULL: the config's own) and d = 1. */
 int pipe_plan_build_shape(const char *config, const char **sets, int nsets, double gflops,
                           const pipe_plan_shape *shape, pipe_plan *out);
+/* The same with the machine given (hw->d replicas under the shape's or the config's ZeRO stage). */
+int pipe_plan_build_shape_hw(const char *config, const char **sets, int nsets, const pipe_plan_hw *hw,
+                             const pipe_plan_shape *shape, pipe_plan *out);
 /* The config's own shape, stage count and per-replica batch, without building anything. */
 int pipe_plan_config_shape(const char *config, const char **sets, int nsets, pipe_plan_shape *shape,
                            int *stages, int *batch);
-/* Peak memory of rank r after a simulation: state_bytes[r] + its peak activation bytes. */
+/* Peak memory of rank r after a simulation: state_bytes[r] + its peak activation bytes (+ the
+ * chunks it holds gathered at once, ZeRO-3). */
 double pipe_plan_rank_peak(const pipe_plan *p, const sched_sim_result *res, int r);
 void pipe_plan_free(pipe_plan *p);
 

@@ -14,6 +14,13 @@ void pipe_shape_name(const pipe_plan_shape *sh, char *buf, size_t n) {
   else snprintf(buf, n, "%s", sched_family_name(sh->family));
 }
 
+void pipe_zero_name(const pipe_plan_shape *sh, char *buf, size_t n) {
+  if (!sh->set_zero) snprintf(buf, n, "config");
+  else if (sh->zero_stage == 3 && sh->keep_gathered) snprintf(buf, n, "3/keep");
+  else if (sh->zero_stage == 3) snprintf(buf, n, "3/reshard%s", sh->prefetch ? "" : "/p0");
+  else snprintf(buf, n, "%d", sh->zero_stage);
+}
+
 const char *pipe_part_name(sched_part_method part) {
   switch (part) {
   case SCHED_PART_UNIFORM: return "uniform";
@@ -42,10 +49,10 @@ static const struct {
 static const sched_part_method parts[] = {SCHED_PART_PARAMETERS, SCHED_PART_COST, SCHED_PART_UNIFORM};
 
 /* Compiles, simulates and measures one candidate. CORE_EINPUT: this shape cannot be built. */
-static int try_one(const char *config, const char **sets, int nsets, double gflops, const pipe_plan_shape *sh,
+static int try_one(const char *config, const char **sets, int nsets, const pipe_plan_hw *hw, const pipe_plan_shape *sh,
                    pipe_tune_cand *out) {
   pipe_plan plan;
-  int rc = pipe_plan_build_shape(config, sets, nsets, gflops, sh, &plan);
+  int rc = pipe_plan_build_shape_hw(config, sets, nsets, hw, sh, &plan);
   if (rc) return rc;
   sched_sim_result res;
   rc = sched_simulate(&plan.prog, &plan.costs, &res, NULL);
@@ -69,7 +76,8 @@ static int same_as_before(const pipe_tune_result *res, const pipe_tune_cand *c) 
     const pipe_tune_cand *o = &res->fits[i];
     if (o->shape.m != c->shape.m) return 0; /* candidates come grouped by m */
     if (o->shape.family == c->shape.family && o->shape.v == c->shape.v && o->time == c->time &&
-        o->peak_bytes == c->peak_bytes)
+        o->peak_bytes == c->peak_bytes && o->shape.zero_stage == c->shape.zero_stage &&
+        o->shape.keep_gathered == c->shape.keep_gathered && o->shape.prefetch == c->shape.prefetch)
       return 1;
   }
   return 0;
@@ -82,37 +90,56 @@ static int by_time(const void *a, const void *b) {
   return 0;
 }
 
+/* The ZeRO policies tried with d > 1 replicas: stages 0 to 3, stage 3 resharding with the next
+ * chunk prefetched or not, and kept gathered (one chunk per rank: the same program each way,
+ * tried once). With one replica the config's own. */
+static const struct {
+  int stage, keep, prefetch;
+} zeros[] = {{0, 0, 0}, {1, 0, 0}, {2, 0, 0}, {3, 0, 1}, {3, 0, 0}, {3, 1, 1}};
+
 int pipe_tune(const char *config, const char **sets, int nsets, double gflops, double memory,
               pipe_tune_result *res) {
+  pipe_plan_hw hw = {.gflops = gflops, .d = 1};
+  return pipe_tune_hw(config, sets, nsets, &hw, memory, res);
+}
+
+int pipe_tune_hw(const char *config, const char **sets, int nsets, const pipe_plan_hw *hw, double memory,
+                 pipe_tune_result *res) {
   memset(res, 0, sizeof *res);
   int rc = pipe_plan_config_shape(config, sets, nsets, &res->own, &res->stages, &res->batch);
   if (rc) return rc;
-  int cap = 0;
+  int cap = 0, nz = hw->d > 1 ? (int)(sizeof zeros / sizeof zeros[0]) : 1;
   char first_err[512] = "";
   for (int m = 1; m <= res->batch; m++) {
     if (res->batch % m) continue;
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
-      for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
-        pipe_plan_shape sh = {.family = families[f].family, .v = families[f].v, .m = m, .part = parts[k],
-                              .mem_limit = families[f].lim * res->stages};
-        pipe_tune_cand c;
-        rc = try_one(config, sets, nsets, gflops, &sh, &c);
-        if (rc == CORE_EINPUT) { /* e.g. more pieces than layers: not a candidate */
-          if (!first_err[0]) snprintf(first_err, sizeof first_err, "%s", core_error_msg());
-          res->uncut++;
-          continue;
+      for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
+        for (int z = 0; z < nz; z++) {
+          pipe_plan_shape sh = {.family = families[f].family, .v = families[f].v, .m = m, .part = parts[k],
+                                .mem_limit = families[f].lim * res->stages};
+          if (hw->d > 1) {
+            if (zeros[z].stage == 3 && sh.v == 1 && (zeros[z].keep || !zeros[z].prefetch)) continue;
+            sh.set_zero = 1, sh.zero_stage = zeros[z].stage, sh.keep_gathered = zeros[z].keep;
+            sh.prefetch = zeros[z].prefetch;
+          }
+          pipe_tune_cand c;
+          rc = try_one(config, sets, nsets, hw, &sh, &c);
+          if (rc == CORE_EINPUT) { /* e.g. more pieces than layers: not a candidate */
+            if (!first_err[0]) snprintf(first_err, sizeof first_err, "%s", core_error_msg());
+            res->uncut++;
+            continue;
+          }
+          if (rc) {
+            pipe_tune_result_free(res);
+            return rc;
+          }
+          if (!res->tried++ || c.peak_bytes < res->smallest.peak_bytes) res->smallest = c;
+          if (c.peak_bytes > memory) continue;
+          res->fitting++;
+          if (same_as_before(res, &c)) continue;
+          if (res->nfits == cap) res->fits = core_realloc(res->fits, sizeof(pipe_tune_cand) * (size_t)(cap = cap ? 2 * cap : 64));
+          res->fits[res->nfits++] = c;
         }
-        if (rc) {
-          pipe_tune_result_free(res);
-          return rc;
-        }
-        if (!res->tried++ || c.peak_bytes < res->smallest.peak_bytes) res->smallest = c;
-        if (c.peak_bytes > memory) continue;
-        res->fitting++;
-        if (same_as_before(res, &c)) continue;
-        if (res->nfits == cap) res->fits = core_realloc(res->fits, sizeof(pipe_tune_cand) * (size_t)(cap = cap ? 2 * cap : 64));
-        res->fits[res->nfits++] = c;
-      }
   }
   rc = CORE_OK;
   if (!res->tried)

@@ -1,6 +1,6 @@
 /* pipe/tune.h: a memory-aware schedule tuner. For a training config it tries every schedule
- * family, chunk count, micro-batch count (within the config's per-replica batch) and
- * partition method, predicts each one's step time and per-rank peak memory with pipe_plan and
+ * family, chunk count, micro-batch count (within the config's per-replica batch), partition
+ * method and, with data-parallel replicas, ZeRO stage and reshard policy, predicts each one's step time and per-rank peak memory with pipe_plan and
  * the simulator, and ranks those that fit a memory limit. */
 #ifndef BRIGADE_PIPE_TUNE_H
 #define BRIGADE_PIPE_TUNE_H
@@ -34,7 +34,15 @@ typedef struct {
  * found) or nothing can be built (the message says why). */
 int pipe_tune(const char *config, const char **sets, int nsets, double gflops, double memory,
               pipe_tune_result *res);
+/* The same for hw->d replicas of every stage, ZeRO's collectives at hw->dp_gbps: with d > 1
+ * every candidate is also tried at ZeRO stages 0 to 3, stage 3 resharding (prefetch 1 or 0) or
+ * kept gathered. */
+int pipe_tune_hw(const char *config, const char **sets, int nsets, const pipe_plan_hw *hw, double memory,
+                 pipe_tune_result *res);
 void pipe_tune_result_free(pipe_tune_result *res);
+/* The ZeRO policy a candidate was tried at: "0".."2", "3/reshard" (prefetching the next chunk),
+ * "3/reshard/p0" (not), "3/keep" ("config": the config's). */
+void pipe_zero_name(const pipe_plan_shape *sh, char *buf, size_t n);
 const char *pipe_part_name(sched_part_method part);
 /* The family as tune prints it: zb-auto with its memory limit ("zb-auto@12"). */
 void pipe_shape_name(const pipe_plan_shape *sh, char *buf, size_t n);

@@ -259,3 +259,60 @@ Test(tune, mem_limit_from_the_config) {
   cr_assert_eq(pipe_plan_build(cfg, low, 3, &hw, &a), CORE_EINPUT);
   cr_assert(strstr(core_error_msg(), "pipeline.mem_limit = 0.5"), "%s", core_error_msg());
 }
+
+/* One shape's worst-rank peak and predicted step with d replicas at a given ZeRO policy. */
+static void zero_plan(int stage, int keep, const pipe_plan_hw *hw, double *time, double *peak) {
+  const char *sets[] = {"pipeline.stages=2"};
+  pipe_plan_shape sh = {.family = SCHED_INTERLEAVED, .v = 4, .m = 4, .part = SCHED_PART_PARAMETERS,
+                        .set_zero = 1, .zero_stage = stage, .keep_gathered = keep, .prefetch = 1};
+  pipe_plan plan;
+  cr_assert_eq(pipe_plan_build_shape_hw(cfg, sets, 1, hw, &sh, &plan), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(plan.prog.gather_limit, stage == 3 ? (keep ? 4 : 2) : 0); /* v = 4: kept, or one prefetched */
+  sched_sim_result res;
+  cr_assert_eq(sched_simulate(&plan.prog, &plan.costs, &res, NULL), CORE_OK);
+  *time = res.makespan, *peak = 0;
+  for (int r = 0; r < plan.stages; r++) {
+    double pk = pipe_plan_rank_peak(&plan, &res, r);
+    *peak = pk > *peak ? pk : *peak;
+    if (stage == 3) cr_assert_gt(res.ranks[r].peak_gather_bytes, 0);
+  }
+  sched_sim_result_free(&res);
+  pipe_plan_free(&plan);
+}
+
+/* With replicas the tuner also chooses the ZeRO stage and the reshard policy: ZeRO-3 needs
+ * less memory than ZeRO-2, which needs less than ZeRO-0; with no limit the winner is never slower than any
+ * policy's interleaved (v = 4, m = 4); under a limit just below that shape's ZeRO-2 peak, the
+ * shape is listed at ZeRO-3 only. (One chunk per rank gains nothing from ZeRO-3: the chunk is
+ * gathered the whole step, beside its shard.) */
+Test(tune, chooses_the_zero_stage_within_the_limit) {
+  pipe_plan_hw hw = {.gflops = 10, .d = 4, .dp_gbps = 1};
+  double t[5], peak[5];
+  for (int z = 0; z <= 3; z++) zero_plan(z, 0, &hw, &t[z], &peak[z]);
+  zero_plan(3, 1, &hw, &t[4], &peak[4]);
+  /* ZeRO-1 stages its reduce-scatter through host buffers over MPI (d + 2 shards): no saving at d = 4 */
+  cr_assert_lt(peak[2], peak[0], "ZeRO-2 %g, ZeRO-0 %g", peak[2], peak[0]);
+  cr_assert_lt(peak[3], peak[2], "ZeRO-3 %g, ZeRO-2 %g", peak[3], peak[2]);
+  cr_assert_geq(peak[4], peak[3], "kept gathered %g, resharding %g", peak[4], peak[3]);
+  const char *sets[] = {"pipeline.stages=2"};
+  pipe_tune_result res;
+  cr_assert_eq(pipe_tune_hw(cfg, sets, 1, &hw, 1e12, &res), CORE_OK, "%s", core_error_msg());
+  for (int z = 0; z < 5; z++) cr_assert_leq(res.fits[0].time, t[z]);
+  pipe_tune_result_free(&res);
+  /* under ZeRO-2's peak for this shape, the shape is listed at ZeRO-3 only */
+  cr_assert_eq(pipe_tune_hw(cfg, sets, 1, &hw, peak[2] - 1, &res), CORE_OK, "%s", core_error_msg());
+  int found3 = 0;
+  for (int i = 0; i < res.nfits; i++) {
+    const pipe_plan_shape *sh = &res.fits[i].shape;
+    cr_assert(res.fits[i].peak_bytes < peak[2]);
+    if (sh->family == SCHED_INTERLEAVED && sh->v == 4 && sh->m == 4 && sh->part == SCHED_PART_PARAMETERS) {
+      cr_assert(sh->set_zero && sh->zero_stage == 3, "interleaved v=4 m=4 listed at ZeRO-%d", sh->zero_stage);
+      found3 += !sh->keep_gathered && sh->prefetch == 1;
+    }
+  }
+  cr_assert_eq(found3, 1, "interleaved v=4 m=4 at ZeRO-3 (resharding, prefetch 1) is not listed");
+  char name[16];
+  pipe_zero_name(&res.fits[0].shape, name, sizeof name);
+  cr_assert(strlen(name) > 0);
+  pipe_tune_result_free(&res);
+}

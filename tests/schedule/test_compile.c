@@ -88,8 +88,8 @@ Test(compile, bad_shapes_are_input_errors) {
   sched_program pr;
   sched_costs c = sched_costs_unit();
   sched_shape bad[] = {
-      {SCHED_1F1B, 0, 1, 4, 0, 0, 0},        {SCHED_1F1B, 4, 1, 0, 0, 0, 0}, {SCHED_GPIPE, 4, 1, -3, 0, 0, 0},
-      {SCHED_INTERLEAVED, 4, 1, 8, 0, 0, 0}, {SCHED_1F1B, 4, 2, 8, 0, 0, 0}, {SCHED_GPIPE, 2, 0, 8, 0, 0, 0},
+      {.family = SCHED_1F1B, .p = 0, .v = 1, .m = 4},        {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 0}, {.family = SCHED_GPIPE, .p = 4, .v = 1, .m = -3},
+      {.family = SCHED_INTERLEAVED, .p = 4, .v = 1, .m = 8}, {.family = SCHED_1F1B, .p = 4, .v = 2, .m = 8}, {.family = SCHED_GPIPE, .p = 2, .v = 0, .m = 8},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     core_error_clear();

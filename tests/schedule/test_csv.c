@@ -21,9 +21,9 @@ static char *to_csv_comm(const sched_program *pr) { return write_with(sched_csv_
 
 Test(csv, round_trip_every_family) {
   sched_costs c = sched_costs_unit();
-  sched_shape shapes[] = {{SCHED_GPIPE, 4, 1, 6, 0, 0, 0}, {SCHED_1F1B, 4, 1, 3, 0, 0, 0},
-                          {SCHED_1F1B, 8, 1, 17, 1, 0, 0}, {SCHED_INTERLEAVED, 4, 2, 6, 0, 0, 0},
-                          {SCHED_INTERLEAVED, 3, 4, 8, 1, 0, 0}, {SCHED_1F1B, 1, 1, 2, 0, 0, 0}};
+  sched_shape shapes[] = {{.family = SCHED_GPIPE, .p = 4, .v = 1, .m = 6}, {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 3},
+                          {.family = SCHED_1F1B, .p = 8, .v = 1, .m = 17, .tied = 1}, {.family = SCHED_INTERLEAVED, .p = 4, .v = 2, .m = 6},
+                          {.family = SCHED_INTERLEAVED, .p = 3, .v = 4, .m = 8, .tied = 1}, {.family = SCHED_1F1B, .p = 1, .v = 1, .m = 2}};
   for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
     sched_program a, compute, b;
     cr_assert_eq(sched_compile(&shapes[k], &c, &a), CORE_OK, "%s", core_error_msg());

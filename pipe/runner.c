@@ -100,8 +100,12 @@ double pipe_runner_loss_sum(pipe_runner *rn) {
   return rn->loss_sum;
 }
 
+static int gathered(pipe_runner *rn, int c);
+
 static int compute(pipe_runner *rn, const sched_instr *in) {
   layers_chunk *ch = &rn->chunks[in->chunk];
+  int rc = gathered(rn, in->chunk); /* ZeRO-3: its parameters have landed */
+  if (rc) return rc;
   switch (in->op) {
   case SCHED_FORWARD:
     local_handoff(rn, in, 1);
@@ -182,8 +186,11 @@ void pipe_runner_free(pipe_runner *rn) {
   rn->stage = NULL, rn->htok = rn->htgt = NULL, rn->nstage = 0;
   free(rn->pfirst), free(rn->plast), free(rn->palast);
   rn->pfirst = rn->plast = rn->palast = NULL, rn->pcap = 0;
-  for (int k = 0; k < rn->ngbuf; k++) rn->gbuf_ops->free(rn->gbuf[k]);
-  free(rn->gbuf), free(rn->gbuf_chunk), free(rn->gbuf_of);
+  /* a gather still in flight (a step that failed; the job is ending) keeps its buffer: waiting
+   * could hang on a replica that is gone, and MPI forbids freeing a collective's request */
+  for (int k = 0; k < rn->ngbuf; k++)
+    if (rn->gbuf_req[k] == MPI_REQUEST_NULL) rn->gbuf_ops->free(rn->gbuf[k]);
+  free(rn->gbuf), free(rn->gbuf_chunk), free(rn->gbuf_of), free(rn->gbuf_req);
   rn->gbuf = NULL, rn->gbuf_chunk = rn->gbuf_of = NULL, rn->ngbuf = 0;
 }
 
@@ -357,10 +364,11 @@ int pipe_runner_gather_pool(pipe_runner *rn, int limit) {
   rn->ngbuf = limit;
   rn->gbuf = core_calloc((size_t)limit, sizeof(float *));
   rn->gbuf_chunk = core_malloc(sizeof(int) * (size_t)limit);
+  rn->gbuf_req = core_malloc(sizeof(MPI_Request) * (size_t)limit);
   rn->gbuf_of = core_malloc(sizeof(int) * (size_t)rn->v);
   for (int c = 0; c < rn->v; c++) rn->gbuf_of[c] = -1;
   for (int k = 0; k < limit; k++) {
-    rn->gbuf_chunk[k] = -1;
+    rn->gbuf_chunk[k] = -1, rn->gbuf_req[k] = MPI_REQUEST_NULL;
     if (!(rn->gbuf[k] = ops->alloc(sizeof(float) * rn->gbuf_floats)))
       return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for %d gather buffers of %zu parameters",
                             ops->name, limit, rn->gbuf_floats);
@@ -368,15 +376,25 @@ int pipe_runner_gather_pool(pipe_runner *rn, int limit) {
   return CORE_OK;
 }
 
-/* GATHER_PARAMS: a free gather buffer, the chunk's parameters all-gathered into it, the layers
- * bound to it; RELEASE_PARAMS gives it back. */
+/* GATHER_PARAMS: a free gather buffer, the chunk's parameters all-gathered into it (on host
+ * memory left in flight, as the simulator's communication lane runs it beside compute: the
+ * chunk's next op waits for it, gathered()), the layers bound to it; RELEASE_PARAMS gives it
+ * back. */
+static int gathered(pipe_runner *rn, int c) {
+  int k = rn->ngbuf ? rn->gbuf_of[c] : -1;
+  if (k < 0 || rn->gbuf_req[k] == MPI_REQUEST_NULL) return CORE_OK;
+  return MPI_Wait(&rn->gbuf_req[k], MPI_STATUS_IGNORE) == MPI_SUCCESS
+             ? CORE_OK
+             : core_error_set(CORE_ERUNTIME, "parameter all-gather (ZeRO-3) of chunk %d failed", c);
+}
+
 static int gather(pipe_runner *rn, const sched_instr *in) {
   int c = in->chunk, k = 0;
   if (!rn->ngbuf) return core_error_set(CORE_ERUNTIME, "a parameter gather, but the run is not ZeRO-3");
   if (rn->gbuf_of[c] >= 0) return core_error_set(CORE_ERUNTIME, "chunk %d is gathered already", c);
   while (k < rn->ngbuf && rn->gbuf_chunk[k] >= 0) k++;
   if (k == rn->ngbuf) return core_error_set(CORE_ERUNTIME, "all %d gather buffers are in use", rn->ngbuf);
-  int rc = zero_gather_params(&rn->zb[c], rn->gbuf[k]);
+  int rc = zero_gather_params(&rn->zb[c], rn->gbuf[k], &rn->gbuf_req[k]);
   if (rc) return rc;
   rn->gbuf_chunk[k] = c, rn->gbuf_of[c] = k;
   layers_chunk_bind_params(&rn->chunks[c], rn->gbuf[k]);
@@ -388,6 +406,8 @@ static int gather(pipe_runner *rn, const sched_instr *in) {
 static int release(pipe_runner *rn, const sched_instr *in) {
   int c = in->chunk, k = rn->ngbuf ? rn->gbuf_of[c] : -1;
   if (k < 0) return core_error_set(CORE_ERUNTIME, "chunk %d is released but not gathered", c);
+  int rc = gathered(rn, c); /* never give a buffer back with a gather still landing in it */
+  if (rc) return rc;
   rn->gbuf_chunk[k] = -1, rn->gbuf_of[c] = -1;
   layers_chunk_bind_params(&rn->chunks[c], NULL);
   rn->param_live -= sizeof(float) * (double)rn->chunks[c].nparams;

@@ -78,6 +78,7 @@ typedef struct {
    * (-1 released). param_live/param_peak: parameter bytes this rank holds now and at most (the
    * shards, and the gather buffers in use) */
   float **gbuf;
+  MPI_Request *gbuf_req; /* [ngbuf] the all-gather still in flight into buffer k (host memory) */
   int *gbuf_chunk, *gbuf_of, ngbuf;
   size_t gbuf_floats;
   const kernels_ops *gbuf_ops;

@@ -292,26 +292,29 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
 }
 
 /* The simulator's prediction for this program from the op times measured in the step: mean F,
- * B (or I and W) time per virtual stage, the step's tail as measured on the slowest rank. */
+ * B (or I and W) time per virtual stage (and ZeRO-3's GATHER_PARAMS, as long as the rank spent
+ * in it: on host memory only its start, the all-gather running on while the rank computes), the
+ * step's tail as measured on the slowest rank. */
 static void predict(const trainer *tr, const sched_timeline *meas) {
   int S = tr->cfg.stages * tr->cfg.v;
-  double *sum = core_calloc((size_t)S * 3, sizeof(double));
-  int *cnt = core_calloc((size_t)S * 3, sizeof(int));
+  double *sum = core_calloc((size_t)S * 4, sizeof(double));
+  int *cnt = core_calloc((size_t)S * 4, sizeof(int));
   for (int i = 0; i < meas->n; i++) {
     const sched_event *e = &meas->ev[i];
     int k = e->op == SCHED_FORWARD ? 0 : (e->op == SCHED_BACKWARD || e->op == SCHED_BACKWARD_INPUT) ? 1
-            : e->op == SCHED_BACKWARD_WEIGHT ? 2 : -1;
+            : e->op == SCHED_BACKWARD_WEIGHT ? 2 : e->op == SCHED_GATHER_PARAMS ? 3 : -1;
     if (k < 0 || e->stage < 0 || e->stage >= S) continue;
-    sum[3 * e->stage + k] += e->end - e->start, cnt[3 * e->stage + k]++;
+    sum[4 * e->stage + k] += e->end - e->start, cnt[4 * e->stage + k]++;
   }
   double *f = core_calloc((size_t)S, sizeof(double)), *b = core_calloc((size_t)S, sizeof(double)),
-         *w = core_calloc((size_t)S, sizeof(double));
+         *w = core_calloc((size_t)S, sizeof(double)), *g = core_calloc((size_t)S, sizeof(double));
   for (int s = 0; s < S; s++) {
-    f[s] = cnt[3 * s] ? sum[3 * s] / cnt[3 * s] : 0;
-    b[s] = cnt[3 * s + 1] ? sum[3 * s + 1] / cnt[3 * s + 1] : 0;
-    w[s] = cnt[3 * s + 2] ? sum[3 * s + 2] / cnt[3 * s + 2] : 0;
+    f[s] = cnt[4 * s] ? sum[4 * s] / cnt[4 * s] : 0;
+    b[s] = cnt[4 * s + 1] ? sum[4 * s + 1] / cnt[4 * s + 1] : 0;
+    w[s] = cnt[4 * s + 2] ? sum[4 * s + 2] / cnt[4 * s + 2] : 0;
+    g[s] = cnt[4 * s + 3] ? sum[4 * s + 3] / cnt[4 * s + 3] : 0;
   }
-  sched_costs c = {.stage_f = f, .stage_b = b, .stage_w = w};
+  sched_costs c = {.stage_f = f, .stage_b = b, .stage_w = w, .stage_gather = g};
   sched_sim_result res;
   if (sched_simulate(&tr->prog, &c, &res, NULL) == CORE_OK) {
     core_log(CORE_LOG_INFO, "predicted from the measured op times: step %.2f ms, bubble rate %.1f%% "
@@ -319,7 +322,7 @@ static void predict(const trainer *tr, const sched_timeline *meas) {
              res.makespan * 1e3, 100 * res.bubble_rate, meas->makespan * 1e3, 100 * meas->bubble_rate);
     sched_sim_result_free(&res);
   }
-  free(sum), free(cnt), free(f), free(b), free(w);
+  free(sum), free(cnt), free(f), free(b), free(w), free(g);
 }
 
 /* The measured timeline of one step: every rank's events, gathered on rank 0 and written as

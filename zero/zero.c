@@ -81,7 +81,7 @@ void zero_free(zero_buffer *z) {
     free(z->hbucket[k]);
   }
   if (z->ops) z->ops->free(z->acc), z->ops->free(z->pshard);
-  free(z->send), free(z->recv), free(z->counts), free(z->host), free(z->ncounts);
+  free(z->send), free(z->recv), free(z->counts), free(z->host), free(z->ncounts), free(z->gcounts), free(z->gdispls);
   if (z->cc) z->ops->coll->comm_free(z->cc);
   memset(z, 0, sizeof *z);
 }
@@ -349,32 +349,37 @@ float *zero_param_shard(const zero_buffer *z) {
   return z->stage == 0 ? z->params : z->params + z->lo;
 }
 
-int zero_gather_params(zero_buffer *z, float *dst) {
+int zero_gather_params(zero_buffer *z, float *dst, MPI_Request *req) {
   size_t mine = z->hi - z->lo;
+  if (req) *req = MPI_REQUEST_NULL;
   z->ops->copy(dst + z->lo, z->pshard, mine);
   if (z->d == 1) return CORE_OK;
-  int *displs = core_malloc(sizeof(int) * (size_t)z->d);
-  for (int r = 0; r < z->d; r++) {
-    size_t from;
-    z->counts[r] = (int)overlap_of(z, r, 0, z->n, &from);
-    displs[r] = z->counts[r] ? (int)from : 0;
+  if (!z->gcounts) { /* every replica's part of the buffer: fixed, and alive while a gather is in flight */
+    z->gcounts = core_malloc(sizeof(int) * (size_t)z->d), z->gdispls = core_malloc(sizeof(int) * (size_t)z->d);
+    for (int r = 0; r < z->d; r++) {
+      size_t from;
+      z->gcounts[r] = (int)overlap_of(z, r, 0, z->n, &from);
+      z->gdispls[r] = z->gcounts[r] ? (int)from : 0;
+    }
   }
   z->bytes_gather += (double)sizeof(float) * (double)(z->n - mine);
   z->param_gathers++;
   if (z->nccl) {
-    free(displs);
     coll_counts(z, 0, z->n);
     int rc = z->ops->coll->all_gatherv(z->cc, dst, z->ncounts);
     return rc ? core_error_prefix("parameter all-gather (ZeRO-3)") : CORE_OK;
   }
+  if (!z->device && req) /* host memory: in flight while the rank computes; the chunk's next op waits */
+    return MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, dst, z->gcounts, z->gdispls, MPI_FLOAT, z->comm, req) == MPI_SUCCESS
+               ? CORE_OK
+               : core_error_set(CORE_ERUNTIME, "parameter all-gather (ZeRO-3) failed to start");
   float *p = dst;
   if (z->device) { /* through a host buffer as large as the chunk's parameters, my shard in place */
     p = host_buf(z, z->n);
     z->ops->to_host(p + z->lo, z->pshard, sizeof(float) * mine);
   }
-  int ok = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, p, z->counts, displs, MPI_FLOAT, z->comm) == MPI_SUCCESS;
+  int ok = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, p, z->gcounts, z->gdispls, MPI_FLOAT, z->comm) == MPI_SUCCESS;
   if (ok && z->device) z->ops->to_device(dst, p, sizeof(float) * z->n);
-  free(displs);
   return ok ? CORE_OK : core_error_set(CORE_ERUNTIME, "parameter all-gather (ZeRO-3) failed");
 }
 

@@ -63,6 +63,7 @@ typedef struct {
   float *params, *grads;   /* the caller's full buffers (grads: NULL in stage 2; both NULL in stage 3) */
   float *pshard;           /* stage 3: [shard] the parameters of my shard, the only copy this rank keeps */
   double param_gathers;    /* stage 3: all-gathers of the parameters (zero_gather_params) so far */
+  int *gcounts, *gdispls;  /* stage 3: [d] every replica's part of a gather buffer */
   float *acc;              /* [shard] reduced gradients of my shard (stages 1, 2) */
   float *send, *recv;      /* stage 1 over MPI: [shard * d], [shard] host staging for the collectives */
   float *host;             /* device memory over MPI: host copies (nhost floats) */
@@ -130,8 +131,10 @@ int zero_finish(zero_buffer *z);
 float *zero_param_shard(const zero_buffer *z);
 /* Stage 3: every replica's shard of the parameters into dst (n floats of the table's memory, a
  * gather buffer): my shard copied in, then an all-gather in place. Collective over the group;
- * counted in bytes_gather. */
-int zero_gather_params(zero_buffer *z, float *dst);
+ * counted in bytes_gather. With req, on host memory over MPI, it is left in flight
+ * (MPI_Iallgatherv: dst is not to be read before MPI_Wait on *req); otherwise it is done on
+ * return (or ordered before the table's next ops, NCCL) and *req is MPI_REQUEST_NULL. */
+int zero_gather_params(zero_buffer *z, float *dst, MPI_Request *req);
 
 /* Optimizer state of the shard (backend memory) <-> the whole buffer (host memory; checkpoints
  * store whole tensors). */

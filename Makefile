@@ -261,11 +261,13 @@ fuzz: $(FUZZ_BINS)
 	sh scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BINS)
 
 bench: $(BENCH_BINS) $(BIN) data/kjv.txt
-	@for b in $(filter-out %/mpi_collectives %/zb_exec,$(BENCH_BINS)); do echo "== $$b"; $$b || exit 1; done
+	@for b in $(filter-out %/mpi_collectives %/zb_exec %/zero_memory,$(BENCH_BINS)); do echo "== $$b"; $$b || exit 1; done
 	@echo "== $(BUILD)/bench/mpi_collectives (mpirun -np 4)"
 	@$(MPIRUN) -np 4 $(BUILD)/bench/mpi_collectives
 	@echo "== $(BUILD)/bench/zb_exec (brigade train under mpirun, per schedule)"
 	@$(BUILD)/bench/zb_exec --brigade $(BIN) --mpirun '$(MPIRUN)'
+	@echo "== $(BUILD)/bench/zero_memory (ZeRO stages 0-3 under mpirun)"
+	@$(BUILD)/bench/zero_memory --brigade $(BIN) --mpirun '$(MPIRUN)'
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')

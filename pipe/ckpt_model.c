@@ -67,8 +67,10 @@ static int put_layers(pipe_ckpt_writer *w, const pipe_runner *rn, float **full_m
       const layer *l = &ch->layers[i];
       size_t off = ch->param_off[i];
       char name[128];
+      snprintf(name, sizeof name, "layer.%d.name", l->index); /* the user's own, for whoever reads the file */
+      rc = pipe_ckpt_put(w, name, PIPE_CKPT_BYTES, l->name, strlen(l->name));
       snprintf(name, sizeof name, "layer.%d.params", l->index);
-      rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, full_p[c] + off, l->nparams);
+      if (!rc) rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, full_p[c] + off, l->nparams);
       snprintf(name, sizeof name, "layer.%d.adam_m", l->index);
       if (!rc) rc = pipe_ckpt_put(w, name, PIPE_CKPT_F32, full_m[c] + off, l->nparams);
       snprintf(name, sizeof name, "layer.%d.adam_v", l->index);

@@ -12,6 +12,8 @@
 #include "core/config.h"
 #include "core/json.h"
 #include "layers/layers.h"
+#include "pipe/ckpt.h"
+#include "core/error.h"
 #include "tests/common/mpirun.h"
 #include "tests/pipe/train_run.h"
 
@@ -267,6 +269,66 @@ Test(train, zero3_matches_single_process, .timeout = 300) {
         }
       }
   unlink(log);
+}
+
+/* The user's layer names, however much they look like brigade's own (a number, "id", a repeat's
+ * derived name, the same name twice), are what the log and the checkpoint show at every ZeRO
+ * stage and layout: partitioning never rewrites them. */
+Test(train, user_layer_names_kept_at_every_stage, .timeout = 120) {
+  char cfgp[] = "/tmp/brigade_names_XXXXXX", dir[] = "/tmp/brigade_names_ck_XXXXXX";
+  FILE *f = fdopen(mkstemp(cfgp), "w");
+  cr_assert(f && mkdtemp(dir));
+  fputs("train_micro_batch_size_per_gpu = 2;\ngradient_accumulation_steps = 2;\n"
+        "train = { steps = 2; eval_interval = 0; };\ndata = { path = \"data/kjv.txt\"; };\n"
+        "model = { seq_len = 16; d_model = 16; n_heads = 2; layers = (\n"
+        "  { type = \"embedding\"; name = \"0\"; },\n"
+        "  { type = \"transformer_block\"; name = \"id\"; },\n"
+        "  { type = \"transformer_block\"; name = \"block.1\"; },\n"
+        "  { type = \"transformer_block\"; name = \"dup\"; },\n"
+        "  { type = \"transformer_block\"; name = \"dup\"; },\n"
+        "  { type = \"transformer_block\"; name = \"7\"; repeat = 2; },\n"
+        "  { type = \"layernorm\"; name = \"layer.3\"; },\n"
+        "  { type = \"lm_head\"; name = \"stage\"; tie = \"0\"; },\n"
+        "  { type = \"cross_entropy\"; name = \"x\"; } ); };\n", f);
+  fclose(f);
+  const char *names[] = {"0", "id", "block.1", "dup", "dup", "7.0", "7.1", "layer.3", "stage", "x"};
+  const char *layouts[] = {"--set zero_optimization.stage=3 --set pipeline.stages=2 --set pipeline.schedule=interleaved "
+                           "--set pipeline.virtual_stages=2",
+                           "--set zero_optimization.stage=1 --set pipeline.stages=4"};
+  for (int k = 0; k < 2; k++) {
+    char cmd[2048], *out = NULL, sub[256];
+    snprintf(cmd, sizeof cmd, TEST_MPI_ENV " timeout 100 mpirun -np 4 %s/brigade train %s %s --set checkpoint.dir=%s/%d 2>&1",
+             test_build_dir(), cfgp, layouts[k], dir, k);
+    int rc = test_capture(cmd, &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    /* the start-up log names each virtual stage's first and last layer as the user did */
+    cr_assert(strstr(out, "layers 0..") && strstr(out, "(0 .. "), "%s", out);
+    cr_assert(strstr(out, " .. x)"), "%s", out);
+    free(out);
+    /* every layer's record carries its name, whichever rank file holds it */
+    int found[10] = {0};
+    for (int r = 0; r < 4; r++) {
+      char path[400];
+      snprintf(sub, sizeof sub, "%s/%d/step_00000002", dir, k);
+      snprintf(path, sizeof path, "%s/rank_%05d.ckpt", sub, r);
+      if (access(path, R_OK) != 0) continue;
+      pipe_ckpt_reader rd;
+      cr_assert_eq(pipe_ckpt_open(&rd, path), CORE_OK, "%s", core_error_msg());
+      for (int i = 0; i < 10; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "layer.%d.name", i);
+        const pipe_ckpt_record *rec = pipe_ckpt_find(&rd, key);
+        if (!rec) continue;
+        found[i]++;
+        cr_assert(rec->count == strlen(names[i]) && !memcmp(rec->data, names[i], rec->count), "%s: %s is '%.*s', not '%s'",
+                  path, key, (int)rec->count, (const char *)rec->data, names[i]);
+      }
+      pipe_ckpt_close(&rd);
+    }
+    for (int i = 0; i < 10; i++) cr_assert_eq(found[i], 1, "layer %d's name is in %d rank files", i, found[i]);
+  }
+  remove_tree(dir);
+  unlink(cfgp);
 }
 
 /* Mixed precision (emulated: fp32 compute, values rounded to bf16/fp16 as they are stored):

@@ -8,6 +8,11 @@
  * figure beside it), gradient bytes, optimizer-state bytes, and the median step time of steps
  * 2..N. The losses of every policy are checked to agree within 1e-5 of stage 0's.
  *
+ * Part 2, ZeRO-Offload: the same runs on the fakedev backend (CPU kernels behind device
+ * pointers) at stages 1, 2 and 3, with the optimizer kept on the device and offloaded to the
+ * host: the device bytes of optimizer state (and bf16's fp32 master) saved, the host bytes
+ * taking them, and the step-time ratio offloaded / on the device, medians over the steps.
+ *
  *   bench/zero_memory [--brigade PATH] [--mpirun CMD] [--config CFG] [--steps N]
  * MPIRUN defaults to $BRIGADE_MPIRUN, else "mpirun". */
 #include <math.h>
@@ -39,6 +44,7 @@ static const char *what[] = {"nothing", "optimizer state", "+ gradients", "+ par
 
 typedef struct {
   double reduce, gather, param_start, param_peak, param_model, grads, state, ms;
+  double dev_state, host_state; /* optimizer state + master in the backend's and the host's memory */
   double loss[MAX_STEPS];
   int n, ok;
 } row;
@@ -82,6 +88,8 @@ static int run(const char *mpirun, const char *brigade, const char *config, int 
       out->param_start = num(j, "param_startup_bytes", 0), out->param_peak = num(j, "param_peak_bytes", 0);
       out->param_model = num(j, "param_predicted_bytes", 0);
       out->grads = num(j, "grad_bytes", 0), out->state = num(j, "opt_state_bytes", 0);
+      out->dev_state = num(j, "opt_state_bytes", 0) + num(j, "master_bytes", 0);
+      out->host_state = num(j, "opt_state_host_bytes", 0) + num(j, "master_host_bytes", 0);
     }
     out->loss[out->n] = num(j, "loss", 0);
     ms[out->n++] = num(j, "step_ms", 0);
@@ -132,5 +140,26 @@ int main(int argc, char **argv) {
     bad |= worst > 1e-5;
   }
   printf("(losses of every policy within 1e-5 of stage 0's: %s)\n", bad ? "NO" : "yes");
+
+  printf("\nZeRO-Offload on fakedev (device pointers, CPU kernels), bf16, same layout: optimizer state and fp32 master "
+         "on the device or on the host\n");
+  printf("%-6s %16s %16s %16s %12s %12s %9s\n", "stage", "device: on-dev", "device: offload", "host: offload",
+         "step on-dev", "step offload", "ratio");
+  for (int z = 1; z <= 3; z++) {
+    char a[256], b[400];
+    snprintf(a, sizeof a, "--set zero_optimization.stage=%d --set backend=fakedev --set bf16.enabled=true", z);
+    snprintf(b, sizeof b, "%s --set zero_optimization.offload_optimizer.device=cpu", a);
+    policy pa = {"on device", a}, pb = {"offloaded", b};
+    row ra, rb;
+    if (run(mpirun, brigade, config, steps, &pa, &ra) || run(mpirun, brigade, config, steps, &pb, &rb)) {
+      bad = 1;
+      continue;
+    }
+    double worst = 0;
+    for (int s2 = 0; s2 < ra.n && s2 < rb.n; s2++) worst = fmax(worst, fabs(ra.loss[s2] - rb.loss[s2]) / fabs(ra.loss[s2]));
+    printf("%-6d %16.0f %16.0f %16.0f %12.2f %12.2f %9.3f%s\n", z, ra.dev_state, rb.dev_state, rb.host_state, ra.ms, rb.ms,
+           rb.ms / ra.ms, worst > 1e-5 ? "  LOSSES DIFFER" : "");
+    bad |= worst > 1e-5;
+  }
   return bad;
 }

@@ -52,7 +52,7 @@ static float **gather_params(const pipe_runner *rn) {
   for (int c = 0; c < rn->v; c++) {
     const layers_chunk *ch = &rn->chunks[c];
     p[c] = core_calloc(ch->nparams + 1, sizeof(float));
-    if (rn->precision) zero_gather_state(&rn->zb[c], rn->master[c], p[c]);
+    if (rn->master) zero_gather_state(&rn->zb[c], rn->master[c], p[c]);
     else if (rn->zb[c].stage == 3) zero_gather_state(&rn->zb[c], rn->zb[c].pshard, p[c]);
     else ch->ops->to_host(p[c], ch->params, sizeof(float) * ch->nparams);
   }
@@ -358,24 +358,20 @@ int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo
   for (int c = 0; c < rn->v && !rc && rn->zb && rn->zb[c].stage == 3; c++) { /* the shard is all there is */
     zero_buffer *z = &rn->zb[c];
     size_t len = z->hi - z->lo;
-    const kernels_ops *ops = rn->chunks[c].ops;
+    const kernels_ops *ops = rn->chunks[c].ops, *mem = z->state_ops ? z->state_ops : ops; /* the state's table */
     ops->to_device(z->pshard, full_p[c], sizeof(float) * len);
-    if (rn->precision && rn->master) {
-      ops->to_device(rn->master[c], full_p[c], sizeof(float) * len);
-      if (rn->precision == 1) ops->round_bf16(z->pshard, len);
-      else ops->round_fp16(z->pshard, len);
-    }
-    ops->to_device(rn->opt_m[c], full_m[c], sizeof(float) * len);
-    ops->to_device(rn->opt_v[c], full_v[c], sizeof(float) * len);
+    if (rn->master) mem->to_device(rn->master[c], full_p[c], sizeof(float) * len);
+    if (rn->precision == 1) ops->round_bf16(z->pshard, len);
+    else if (rn->precision == 2) ops->round_fp16(z->pshard, len);
+    mem->to_device(rn->opt_m[c], full_m[c], sizeof(float) * len);
+    mem->to_device(rn->opt_v[c], full_v[c], sizeof(float) * len);
   }
   for (int c = 0; c < rn->v && !rc && !(rn->zb && rn->zb[c].stage == 3); c++) { /* each rank keeps its ZeRO shard of the state */
     layers_chunk *ch = &rn->chunks[c];
     ch->ops->to_device(ch->params, full_p[c], sizeof(float) * ch->nparams);
-    if (rn->precision && rn->master) { /* the saved weights are the masters: keep them, round */
-      zero_take_shard(&rn->zb[c], full_p[c], rn->master[c]);
-      if (rn->precision == 1) ch->ops->round_bf16(ch->params, ch->nparams);
-      else ch->ops->round_fp16(ch->params, ch->nparams);
-    }
+    if (rn->master && rn->zb) zero_take_shard(&rn->zb[c], full_p[c], rn->master[c]); /* the saved weights are the masters */
+    if (rn->precision == 1) ch->ops->round_bf16(ch->params, ch->nparams);
+    else if (rn->precision == 2) ch->ops->round_fp16(ch->params, ch->nparams);
     if (rn->zb) {
       zero_take_shard(&rn->zb[c], full_m[c], rn->opt_m[c]);
       zero_take_shard(&rn->zb[c], full_v[c], rn->opt_v[c]);

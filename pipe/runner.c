@@ -161,16 +161,20 @@ static void round_to(const pipe_runner *rn, const kernels_ops *ops, float *x, si
 }
 
 int pipe_runner_init_master(pipe_runner *rn) {
-  if (!rn->precision) return CORE_OK;
+  if (!rn->precision && !rn->offload) return CORE_OK;
   rn->master = core_calloc((size_t)rn->v, sizeof(float *));
+  if (rn->offload) rn->hgrad = core_calloc((size_t)rn->v, sizeof(float *));
   for (int c = 0; c < rn->v; c++) {
-    const kernels_ops *ops = rn->chunks[c].ops;
+    const kernels_ops *ops = rn->chunks[c].ops, *mem = rn->offload ? rn->opt_ops : ops;
     size_t lo, hi;
     zero_range(&rn->zb[c], &lo, &hi);
-    rn->master[c] = ops->alloc(sizeof(float) * (hi - lo + 1));
+    rn->master[c] = mem->alloc(sizeof(float) * (hi - lo + 1));
+    if (rn->offload) rn->hgrad[c] = core_calloc(hi - lo + 1, sizeof(float));
     if (!rn->master[c])
-      return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for %zu master weights", ops->name, hi - lo);
-    ops->copy(rn->master[c], zero_param_shard(&rn->zb[c]), hi - lo);
+      return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for %zu master weights", mem->name, hi - lo);
+    if (rn->offload) ops->to_host(rn->master[c], zero_param_shard(&rn->zb[c]), sizeof(float) * (hi - lo));
+    else ops->copy(rn->master[c], zero_param_shard(&rn->zb[c]), hi - lo);
+    if (!rn->precision) continue;
     if (rn->zb[c].stage == 3) round_to(rn, ops, zero_param_shard(&rn->zb[c]), hi - lo); /* the only copy */
     else round_to(rn, ops, rn->chunks[c].params, rn->chunks[c].nparams);
   }
@@ -186,6 +190,9 @@ void pipe_runner_free(pipe_runner *rn) {
   rn->stage = NULL, rn->htok = rn->htgt = NULL, rn->nstage = 0;
   free(rn->pfirst), free(rn->plast), free(rn->palast);
   rn->pfirst = rn->plast = rn->palast = NULL, rn->pcap = 0;
+  for (int c = 0; c < rn->v && rn->hgrad; c++) free(rn->hgrad[c]);
+  free(rn->hgrad);
+  rn->hgrad = NULL;
   /* a gather still in flight (a step that failed; the job is ending) keeps its buffer: waiting
    * could hang on a replica that is gone, and MPI forbids freeing a collective's request */
   for (int k = 0; k < rn->ngbuf; k++)
@@ -242,16 +249,17 @@ static double local_sumsq(const pipe_runner *rn) {
 
 static void update_range(pipe_runner *rn, int c, size_t lo, size_t hi, size_t base, float wd, float gscale) {
   layers_chunk *ch = &rn->chunks[c];
-  const float *g = zero_grad(&rn->zb[c]) + (lo - base);
+  /* offloaded: the host's table on the host copies of the gradients, state and master */
+  const kernels_ops *ops = rn->offload ? rn->opt_ops : ch->ops;
+  const float *g = (rn->offload ? rn->hgrad[c] : zero_grad(&rn->zb[c])) + (lo - base);
   float *m = rn->opt_m[c] + (lo - base), *v = rn->opt_v[c] + (lo - base);
   /* mixed precision: the optimizer steps the fp32 master; the working copy is its rounding */
-  float *p = rn->precision ? rn->master[c] + (lo - base) : zero_param_shard(&rn->zb[c]) + (lo - base);
+  float *p = rn->master ? rn->master[c] + (lo - base) : zero_param_shard(&rn->zb[c]) + (lo - base);
   if (strcmp(rn->opt.type, "sgd") == 0)
-    ch->ops->sgd(p, g, rn->opt.momentum > 0 ? m : NULL, hi - lo, (float)rn->lr,
-                 (float)rn->opt.momentum, wd, gscale);
+    ops->sgd(p, g, rn->opt.momentum > 0 ? m : NULL, hi - lo, (float)rn->lr, (float)rn->opt.momentum, wd, gscale);
   else
-    ch->ops->adamw(p, g, m, v, hi - lo, (float)rn->lr, (float)rn->opt.beta1,
-                   (float)rn->opt.beta2, (float)rn->opt.eps, wd, (int)rn->opt_t, gscale);
+    ops->adamw(p, g, m, v, hi - lo, (float)rn->lr, (float)rn->opt.beta1, (float)rn->opt.beta2, (float)rn->opt.eps, wd,
+               (int)rn->opt_t, gscale);
 }
 
 /* Mixed precision: did any gradient overflow on any rank? Then every rank skips the step and
@@ -340,16 +348,19 @@ static int optimizer_step(pipe_runner *rn) {
     const uint8_t *mask = rn->decay[c];
     size_t base, end;
     zero_range(&rn->zb[c], &base, &end);
+    if (rn->offload) /* the reduced gradients of the owned range to the host */
+      rn->chunks[c].ops->to_host(rn->hgrad[c], zero_grad(&rn->zb[c]), sizeof(float) * (end - base));
     for (size_t lo = base; lo < end;) { /* runs of equal decay within the owned range */
       size_t hi = lo;
       while (hi < end && mask[hi] == mask[lo]) hi++;
       update_range(rn, c, lo, hi, base, mask[lo] ? (float)rn->opt.weight_decay : 0.0f, gscale);
       lo = hi;
     }
-    if (rn->precision) { /* the new working copy of the owned range */
+    if (rn->offload) /* the updated parameters back to the device */
+      rn->chunks[c].ops->to_device(zero_param_shard(&rn->zb[c]), rn->master[c], sizeof(float) * (end - base));
+    else if (rn->precision) /* the new working copy of the owned range */
       rn->chunks[c].ops->copy(zero_param_shard(&rn->zb[c]), rn->master[c], end - base);
-      round_to(rn, rn->chunks[c].ops, zero_param_shard(&rn->zb[c]), end - base);
-    }
+    if (rn->precision) round_to(rn, rn->chunks[c].ops, zero_param_shard(&rn->zb[c]), end - base);
     int rc = zero_finish(&rn->zb[c]);
     if (rc) return rc;
   }

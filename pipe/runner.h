@@ -47,7 +47,12 @@ typedef struct {
   int head_tied;   /* the model ties its head to the embedding */
   /* mixed precision (emulated on the CPU: compute in fp32, round on store) */
   int precision;     /* 0 fp32, 1 bf16, 2 fp16 */
-  float **master;    /* [v] fp32 master weights of the owned range (precision > 0) */
+  float **master;    /* [v] fp32 master weights of the owned range (precision > 0, or offload) */
+  /* ZeRO-Offload: the optimizer state and the fp32 master in host memory (opt_ops: the CPU's
+   * table), the update on the host; hgrad [v] a host copy of the owned gradients */
+  int offload;
+  const kernels_ops *opt_ops;
+  float **hgrad;
   float grad_scale_base; /* 1/(m B T d); the loss layer gets this times the loss scale */
   double loss_scale; /* fp16: current scale (1 otherwise) */
   int dynamic_scale, scale_window, hysteresis, hyst_left, good_steps;

@@ -88,6 +88,7 @@ static int setup_runner(trainer *tr) {
   memset(rn, 0, sizeof *rn);
   rn->topo = &tr->topo, rn->v = c->v, rn->data = &tr->data, rn->seed = c->seed, rn->opt = c->opt;
   rn->timeout_s = c->timeout;
+  rn->offload = c->offload, rn->opt_ops = c->offload ? kernels_cpu_ops() : ops; /* ZeRO-Offload: the host's table */
   rn->chunks = core_calloc((size_t)c->v, sizeof(layers_chunk));
   rn->zb = core_calloc((size_t)c->v, sizeof(zero_buffer));
   rn->opt_m = core_calloc((size_t)c->v, sizeof(float *));
@@ -115,10 +116,12 @@ static int setup_runner(trainer *tr) {
     if (rc) break;
     rn->zb[ch].round = c->precision; /* ZeRO-2's buckets are gradient buffers too */
     size_t len = zero_state_len(&rn->zb[ch]);
-    rn->opt_m[ch] = ops->alloc(sizeof(float) * (len ? len : 1));
-    rn->opt_v[ch] = ops->alloc(sizeof(float) * (len ? len : 1));
+    if (c->offload) rn->zb[ch].state_ops = rn->opt_ops; /* checkpoints find the state on the host */
+    rn->opt_m[ch] = rn->opt_ops->alloc(sizeof(float) * (len ? len : 1));
+    rn->opt_v[ch] = rn->opt_ops->alloc(sizeof(float) * (len ? len : 1));
     if (!rn->opt_m[ch] || !rn->opt_v[ch]) {
-      rc = core_error_set(CORE_ERUNTIME, "backend %s: out of memory for the optimizer state (%zu floats)", ops->name, len);
+      rc = core_error_set(CORE_ERUNTIME, "%s: out of memory for the optimizer state (%zu floats)",
+                          c->offload ? "host (offload_optimizer)" : ops->name, len);
       break;
     }
     rn->decay[ch] = core_malloc(k->nparams ? k->nparams : 1);
@@ -281,11 +284,14 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
       zero_buffer *z = &tr->rn.zb[c];
       red += z->bytes_reduce, gat += z->bytes_gather, z->bytes_reduce = z->bytes_gather = 0;
       state += 2.0 * sizeof(float) * zero_state_len(z);
-      master += tr->rn.precision ? sizeof(float) * zero_state_len(z) : 0;
+      master += tr->rn.master ? sizeof(float) * zero_state_len(z) : 0;
       grads += zero_grad_bytes(z);
     }
-    fprintf(tr->log_json, ",\"dp_reduce_bytes\":%.0f,\"dp_gather_bytes\":%.0f,\"opt_state_bytes\":%.0f,\"master_bytes\":%.0f,\"grad_bytes\":%.0f",
-            red, gat, state, master, grads);
+    /* the backend's memory (opt_state_bytes, master_bytes) and the host's (ZeRO-Offload) */
+    int off = tr->rn.offload;
+    fprintf(tr->log_json, ",\"dp_reduce_bytes\":%.0f,\"dp_gather_bytes\":%.0f,\"opt_state_bytes\":%.0f,\"master_bytes\":%.0f,\"grad_bytes\":%.0f,"
+            "\"opt_state_host_bytes\":%.0f,\"master_host_bytes\":%.0f",
+            red, gat, off ? 0 : state, off ? 0 : master, grads, off ? state : 0, off ? master : 0);
     fprintf(tr->log_json, "}\n");
     fflush(tr->log_json);
   }
@@ -449,11 +455,12 @@ static void teardown(trainer *tr) {
   /* the table the buffers came from (none allocated yet when the first chunk failed) */
   const kernels_ops *ops = tr->rn.chunks && tr->rn.chunks[0].ops ? tr->rn.chunks[0].ops : kernels_cpu_ops();
   if (tr->pcomm) ops->coll->comm_free(tr->pcomm);
-  for (int c = 0; c < tr->cfg.v && tr->rn.master; c++) ops->free(tr->rn.master[c]);
+  const kernels_ops *sops = tr->rn.opt_ops ? tr->rn.opt_ops : ops; /* the optimizer's: the host's when offloaded */
+  for (int c = 0; c < tr->cfg.v && tr->rn.master; c++) sops->free(tr->rn.master[c]);
   for (int c = 0; c < tr->cfg.v && tr->rn.chunks; c++) {
     layers_chunk_free(&tr->rn.chunks[c]);
     zero_free(&tr->rn.zb[c]);
-    ops->free(tr->rn.opt_m[c]), ops->free(tr->rn.opt_v[c]), free(tr->rn.decay[c]);
+    sops->free(tr->rn.opt_m[c]), sops->free(tr->rn.opt_v[c]), free(tr->rn.decay[c]);
   }
   pipe_runner_free(&tr->rn);
   free(tr->rn.master);

@@ -41,6 +41,7 @@ static const core_config_key keys[] = {
     {"zero_optimization", CORE_CFG_GROUP}, {"zero_optimization.stage", CORE_CFG_INT},
     {"zero_optimization.reduce_bucket_size", CORE_CFG_FLOAT}, {"zero_optimization.overlap_comm", CORE_CFG_BOOL},
     {"zero_optimization.reshard_after_forward", CORE_CFG_BOOL}, {"zero_optimization.prefetch", CORE_CFG_INT},
+    {"zero_optimization.offload_optimizer", CORE_CFG_GROUP}, {"zero_optimization.offload_optimizer.device", CORE_CFG_STRING},
     {"activation_checkpointing", CORE_CFG_GROUP}, {"activation_checkpointing.enabled", CORE_CFG_BOOL},
     {"bf16", CORE_CFG_GROUP}, {"bf16.enabled", CORE_CFG_BOOL},
     {"fp16", CORE_CFG_GROUP}, {"fp16.enabled", CORE_CFG_BOOL}, {"fp16.loss_scale", CORE_CFG_FLOAT},
@@ -107,6 +108,24 @@ static int read_zero(train_cfg *t) {
                             t->zero_stage, w);
     }
   return rc;
+}
+
+/* ZeRO-Offload (DeepSpeed's key): the optimizer state, fp32 master weights and the update on the
+ * host, "cpu"; "none" keeps them with the backend. On the CPU backend there is nothing to move. */
+static int read_offload(train_cfg *t) {
+  const char *dev;
+  const char *key = "zero_optimization.offload_optimizer.device";
+  int rc = core_config_get_string(t->cfg, key, "none", &dev);
+  if (rc) return rc;
+  char w[256];
+  core_config_where(t->cfg, key, -1, w, sizeof w);
+  if (strcmp(dev, "cpu") != 0 && strcmp(dev, "none") != 0)
+    return core_error_set(CORE_EINPUT, "%s = \"%s\" is not \"cpu\" or \"none\" (%s)", key, dev, w);
+  t->offload = strcmp(dev, "cpu") == 0;
+  if (t->offload && strcmp(t->backend, "cpu") == 0)
+    return core_error_set(CORE_EINPUT, "%s = \"cpu\" moves the optimizer off a device, but backend = \"cpu\" keeps "
+                          "everything in host memory already: nothing to offload (%s)", key, w);
+  return CORE_OK;
 }
 
 static int read_optimizer(train_cfg *t) {
@@ -275,6 +294,7 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   if (!rc) rc = core_config_get_string(c, "data.val_path", NULL, &t->val_path);
   if (!rc) rc = core_config_get_float(c, "data.val_fraction", 0.1, &t->val_fraction);
   if (!rc) rc = core_config_get_string(c, "backend", "cpu", &t->backend);
+  if (!rc) rc = read_offload(t);
   if (!rc) rc = core_config_get_string(c, "checkpoint.dir", NULL, &t->ckpt_dir);
   if (!rc) rc = get_i(c, "checkpoint.interval", 0, 0, 1 << 30, &t->ckpt_interval);
   if (!rc) rc = core_config_get_string(c, "trace.path", NULL, &t->trace_path);

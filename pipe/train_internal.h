@@ -32,6 +32,7 @@ typedef struct {
   int overlap_comm;     /* zero_optimization.overlap_comm */
   int keep_gathered;    /* stage 3: !zero_optimization.reshard_after_forward */
   int prefetch;         /* stage 3: zero_optimization.prefetch (runs of ops ahead) */
+  int offload;          /* zero_optimization.offload_optimizer.device = "cpu" */
   int ckpt_act; /* activation checkpointing */
   int precision; /* 0 fp32, 1 bf16, 2 fp16 */
   double loss_scale, min_scale;

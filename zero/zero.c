@@ -422,12 +422,13 @@ double zero_grad_bytes(const zero_buffer *z) {
 size_t zero_state_len(const zero_buffer *z) { return z->stage == 0 ? z->n : z->hi - z->lo; }
 
 int zero_gather_state(const zero_buffer *z, const float *shard_state, float *full) {
+  const kernels_ops *mem = z->state_ops ? z->state_ops : z->ops;
   if (z->stage == 0 || z->d == 1) {
-    z->ops->to_host(full, shard_state, sizeof(float) * z->n);
+    mem->to_host(full, shard_state, sizeof(float) * z->n);
     return CORE_OK;
   }
   float *mine = core_calloc(z->shard, sizeof(float)), *all = core_malloc(sizeof(float) * z->shard * (size_t)z->d);
-  z->ops->to_host(mine, shard_state, sizeof(float) * (z->hi - z->lo));
+  mem->to_host(mine, shard_state, sizeof(float) * (z->hi - z->lo));
   int ok = MPI_Allgather(mine, (int)z->shard, MPI_FLOAT, all, (int)z->shard, MPI_FLOAT, z->comm) == MPI_SUCCESS;
   if (ok) memcpy(full, all, sizeof(float) * z->n);
   free(mine), free(all);
@@ -436,5 +437,5 @@ int zero_gather_state(const zero_buffer *z, const float *shard_state, float *ful
 
 void zero_take_shard(const zero_buffer *z, const float *full, float *shard_state) {
   size_t lo = z->stage == 0 ? 0 : z->lo, hi = z->stage == 0 ? z->n : z->hi;
-  z->ops->to_device(shard_state, full + lo, sizeof(float) * (hi - lo));
+  (z->state_ops ? z->state_ops : z->ops)->to_device(shard_state, full + lo, sizeof(float) * (hi - lo));
 }

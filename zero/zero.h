@@ -64,6 +64,9 @@ typedef struct {
   float *pshard;           /* stage 3: [shard] the parameters of my shard, the only copy this rank keeps */
   double param_gathers;    /* stage 3: all-gathers of the parameters (zero_gather_params) so far */
   int *gcounts, *gdispls;  /* stage 3: [d] every replica's part of a gather buffer */
+  const kernels_ops *state_ops; /* the table whose memory the optimizer state lives in, for
+                                 * zero_gather_state / zero_take_shard: NULL is ops; the CPU's
+                                 * when it is offloaded to the host */
   float *acc;              /* [shard] reduced gradients of my shard (stages 1, 2) */
   float *send, *recv;      /* stage 1 over MPI: [shard * d], [shard] host staging for the collectives */
   float *host;             /* device memory over MPI: host copies (nhost floats) */
@@ -136,8 +139,8 @@ float *zero_param_shard(const zero_buffer *z);
  * return (or ordered before the table's next ops, NCCL) and *req is MPI_REQUEST_NULL. */
 int zero_gather_params(zero_buffer *z, float *dst, MPI_Request *req);
 
-/* Optimizer state of the shard (backend memory) <-> the whole buffer (host memory; checkpoints
- * store whole tensors). */
+/* Optimizer state of the shard (state_ops' memory: the backend's, or the host's when offloaded)
+ * <-> the whole buffer (host memory; checkpoints store whole tensors). */
 int zero_gather_state(const zero_buffer *z, const float *shard_state, float *full);
 void zero_take_shard(const zero_buffer *z, const float *full, float *shard_state);
 /* Bytes this rank holds for gradients: the gradient buffer or buckets, the shard's

@@ -58,13 +58,14 @@ static void run(const char *prog, int np, const char *sets, double out[STEPS], c
   cr_assert_eq(n, STEPS, "%s logged %d steps", cmd, n);
 }
 
-static void follows_the_cpu(int np, const char *sets, double rtol, const char *must_say) {
+/* emu_only: options of the emulated run only (what the CPU backend refuses, as offload) */
+static void follows_the_cpu_with(int np, const char *sets, const char *emu_only, double rtol, const char *must_say) {
   double cpu[STEPS], emu[STEPS];
   char *text;
   run("brigade", np, sets, cpu, &text);
   free(text);
   char emu_sets[1024];
-  snprintf(emu_sets, sizeof emu_sets, "%s --set backend=cuda", sets);
+  snprintf(emu_sets, sizeof emu_sets, "%s --set backend=cuda %s", sets, emu_only);
   run("emu/brigade", np, emu_sets, emu, &text);
   if (must_say) cr_expect(strstr(text, must_say), "the emulated run did not say \"%s\":\n%s", must_say, text);
   free(text);
@@ -75,6 +76,10 @@ static void follows_the_cpu(int np, const char *sets, double rtol, const char *m
     cr_expect(rel <= rtol, "np %d %s, step %d: cpu %.9g, emulated cuda %.9g (relative %.2g > %g)", np, sets, i + 1,
               cpu[i], emu[i], rel, rtol);
   }
+}
+
+static void follows_the_cpu(int np, const char *sets, double rtol, const char *must_say) {
+  follows_the_cpu_with(np, sets, "", rtol, must_say);
 }
 
 Test(train_emu, one_process_follows_the_cpu, .timeout = 300) { follows_the_cpu(0, "", 1e-6, NULL); }
@@ -91,3 +96,10 @@ Test(train_emu, zero2_replicas_follow_the_cpu, .timeout = 300) {
 }
 
 Test(train_emu, bf16_follows_the_cpu, .timeout = 300) { follows_the_cpu(0, "--set bf16.enabled=true", 2e-4, NULL); }
+
+/* ZeRO-Offload on the emulated GPU: optimizer state and update on the host, ZeRO-3 replicas
+ * sharing the GPU (gathers through host copies). */
+Test(train_emu, offload_zero3_follows_the_cpu, .timeout = 300) {
+  follows_the_cpu_with(2, "--set zero_optimization.stage=3", "--set zero_optimization.offload_optimizer.device=cpu", 1e-6,
+                       "ZeRO collectives: MPI through host copies");
+}

@@ -92,7 +92,6 @@ Test(gather, resharding_holds_one_chunk_without_prefetch) {
     cr_assert_eq(res.ranks[r].peak_gathered, 1);
     cr_assert_gt(count_op(&pr, r, SCHED_GATHER_PARAMS), 2);
   }
-  sched_simulate(&pr, &c, &res, NULL);
   sched_sim_result_free(&res);
   sched_program_free(&pr);
 }

@@ -36,7 +36,7 @@ typedef struct {
 
 /* The training program's micro-batch 0 on this replica, as a global micro-batch: data rank r
  * draws micro-batches r*m .. r*m + m - 1 of the step's global batch. */
-enum { NREPORT = 7 }; /* figures per rank in report_memory */
+enum { NREPORT = 9 }; /* figures per rank in report_memory */
 
 static long train_mb0(const trainer *tr) { return (long)tr->topo.data * tr->cfg.m; }
 
@@ -268,7 +268,8 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
     if (tr->act_report) { /* once: the memory of every rank (report_memory) */
       static const char *const keys[NREPORT] = {"activation_peak_bytes", "activation_predicted_bytes",
                                                 "activation_allocated_bytes", "param_startup_bytes", "param_peak_bytes",
-                                                "param_predicted_bytes", "param_allocated_bytes"};
+                                                "param_predicted_bytes", "param_allocated_bytes",
+                                                "param_gather_bytes", "param_gather_predicted_bytes"};
       for (int k = 0; k < NREPORT; k++) {
         fprintf(tr->log_json, ",\"%s\":[", keys[k]);
         for (int q = 0; q < tr->topo.p; q++) fprintf(tr->log_json, "%s%.0f", q ? "," : "", tr->act_report[NREPORT * q + k]);
@@ -400,9 +401,9 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
 static void report_memory(trainer *tr) {
   int S = tr->cfg.stages * tr->cfg.v, r = tr->topo.stage, p = tr->topo.p;
   double *bytes = core_calloc((size_t)S, sizeof(double)), *ws = core_malloc(sizeof(double) * (size_t)S);
-  double *pbytes = core_calloc((size_t)S, sizeof(double));
+  double *pbytes = core_calloc((size_t)S, sizeof(double)), *gbytes = core_calloc((size_t)S, sizeof(double));
   const pipe_runner *rn = &tr->rn;
-  double mine[NREPORT] = {rn->act_peak, 0, 0, 0, 0, 0, 0}, shards = 0, whole = 0;
+  double mine[NREPORT] = {rn->act_peak, 0, 0, 0, 0, 0, 0, 0, 0}, shards = 0, whole = 0;
   for (int s = 0; s < S; s++) ws[s] = 1;
   for (int c = 0; c < tr->cfg.v; c++) {
     const layers_chunk *ck = &rn->chunks[c];
@@ -410,16 +411,19 @@ static void report_memory(trainer *tr) {
     int s = tr->prog.stage_of[r * tr->cfg.v + c];
     bytes[s] = slot, ws[s] = slot > 0 ? (slot - aside) / slot : 1;
     pbytes[s] = 4.0 * (double)ck->nparams;
+    gbytes[s] = 4.0 * (double)(ck->nparams - (rn->zb[c].hi - rn->zb[c].lo)); /* the other replicas' shards */
+    mine[7] += rn->zb[c].bytes_param_gather; /* the first step's, measured */
     mine[2] += (slot - aside) * ck->nslots + aside * ck->naside + 4.0 * (double)ck->bwd_floats;
     shards += 4.0 * (double)rn->zb[c].shard, whole += 4.0 * (double)ck->nparams;
   }
   sched_costs c = sched_costs_unit();
-  c.stage_act_bytes = bytes, c.stage_w_stash = ws, c.stage_param_bytes = pbytes;
+  c.stage_act_bytes = bytes, c.stage_w_stash = ws, c.stage_param_bytes = pbytes, c.stage_gather_bytes = gbytes;
   sched_sim_result res;
   int z3 = tr->cfg.zero_stage == 3;
   if (sched_simulate(&tr->prog, &c, &res, NULL) == CORE_OK) {
     mine[1] = res.ranks[r].peak_bytes;
     mine[5] = z3 ? shards + res.ranks[r].peak_gather_bytes : whole;
+    mine[8] = tr->cfg.d > 1 ? res.ranks[r].gather_bytes : 0;
     sched_sim_result_free(&res);
   }
   mine[3] = z3 ? shards : whole;
@@ -438,13 +442,14 @@ static void report_memory(trainer *tr) {
                "(measured: shards + chunks gathered) | the memory model's | allocated (shards + %d gather buffers)",
                rn->ngbuf);
       for (int q = 0; q < p; q++)
-        core_log(CORE_LOG_INFO, "  rank %d: %.0f | %.0f | %.0f | %.0f bytes", q, all[NREPORT * q + 3],
-                 all[NREPORT * q + 4], all[NREPORT * q + 5], all[NREPORT * q + 6]);
+        core_log(CORE_LOG_INFO, "  rank %d: %.0f | %.0f | %.0f | %.0f bytes; its all-gathers brought in %.0f bytes "
+                 "(the simulator: %.0f)", q, all[NREPORT * q + 3], all[NREPORT * q + 4], all[NREPORT * q + 5],
+                 all[NREPORT * q + 6], all[NREPORT * q + 7], all[NREPORT * q + 8]);
     }
     free(tr->act_report);
     tr->act_report = all, all = NULL;
   }
-  free(bytes), free(ws), free(pbytes), free(all);
+  free(bytes), free(ws), free(pbytes), free(gbytes), free(all);
 }
 
 static void teardown(trainer *tr) {

@@ -56,6 +56,9 @@ typedef struct {
    * NULL, the bytes of one gathered chunk (the memory model's gather buffers) */
   double gather;
   const double *stage_gather, *stage_param_bytes;
+  /* per virtual stage, when not NULL: the bytes one of its gathers brings in (its replicas'
+   * shards), summed per rank as gather_bytes */
+  const double *stage_gather_bytes;
 } sched_costs;
 
 /* A family's memory cap per rank in stages' activations (M_B), what sim's peak_memory stays
@@ -91,6 +94,7 @@ typedef struct {
   int peak_gathered;        /* ZeRO-3: chunks gathered at once, at most */
   double peak_gather_bytes; /* the same in bytes (stage_param_bytes), 0 when not given */
   double gather_time;       /* time its gathers occupy the rank's communication lane */
+  double gather_bytes;      /* bytes its gathers bring in (stage_gather_bytes), 0 when not given */
 } sched_rank_stats;
 
 typedef struct {

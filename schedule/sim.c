@@ -21,7 +21,7 @@ typedef struct {
   double *busy, *lo, *hi;         /* per rank: compute time, first compute start, last end */
   /* ZeRO-3: per rank, when its communication lane is free and the time its gathers take; per
    * (rank, chunk), when the chunk's last gather ends; gathered chunks now and at most */
-  double *lane, *gtime, *gready, *gbytes, *pgbytes;
+  double *lane, *gtime, *gready, *gbytes, *pgbytes, *gmoved;
   int *ngath, *pgath;
   int *pc;
   int *queue, *queued, qh, qt;
@@ -103,6 +103,7 @@ static int step(simstate *sm, int r, const sched_instr *in) {
     sm->lane[r] = sm->gready[r * sm->pr->v + in->chunk] = st + g, sm->gtime[r] += g;
     if (++sm->ngath[r] > sm->pgath[r]) sm->pgath[r] = sm->ngath[r];
     if ((sm->gbytes[r] += param_bytes(sm, s)) > sm->pgbytes[r]) sm->pgbytes[r] = sm->gbytes[r];
+    if (sm->c->stage_gather_bytes) sm->gmoved[r] += sm->c->stage_gather_bytes[s];
     emit(sm, r, in, st, st + g);
     return 1;
   }
@@ -230,6 +231,7 @@ static void compute_stats(simstate *sm, sched_sim_result *res) {
     rs->idle = rs->span - rs->busy;
     rank_memory(pr, sm->c, r, rs);
     rs->peak_gathered = sm->pgath[r], rs->peak_gather_bytes = sm->pgbytes[r], rs->gather_time = sm->gtime[r];
+    rs->gather_bytes = sm->gmoved[r];
     sumbusy += rs->busy;
     if (rs->span > maxspan) maxspan = rs->span;
     if (sm->t[r] > res->makespan) res->makespan = sm->t[r];
@@ -276,6 +278,7 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   sm.gtime = core_calloc(p, sizeof(double));
   sm.gbytes = core_calloc(p, sizeof(double));
   sm.pgbytes = core_calloc(p, sizeof(double));
+  sm.gmoved = core_calloc(p, sizeof(double));
   sm.gready = core_calloc(p * (size_t)pr->v, sizeof(double));
   sm.ngath = core_calloc(p, sizeof(int));
   sm.pgath = core_calloc(p, sizeof(int));
@@ -287,7 +290,7 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   }
   free(sm.act_ready), free(sm.grad_ready), free(sm.t), free(sm.tied_at), free(sm.pc);
   free(sm.busy), free(sm.lo), free(sm.hi), free(sm.queue), free(sm.queued);
-  free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gready), free(sm.ngath), free(sm.pgath);
+  free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gmoved), free(sm.gready), free(sm.ngath), free(sm.pgath);
   return rc;
 }
 

@@ -363,6 +363,7 @@ int zero_gather_params(zero_buffer *z, float *dst, MPI_Request *req) {
     }
   }
   z->bytes_gather += (double)sizeof(float) * (double)(z->n - mine);
+  z->bytes_param_gather += (double)sizeof(float) * (double)(z->n - mine);
   z->param_gathers++;
   if (z->nccl) {
     coll_counts(z, 0, z->n);

@@ -63,6 +63,7 @@ typedef struct {
   float *params, *grads;   /* the caller's full buffers (grads: NULL in stage 2; both NULL in stage 3) */
   float *pshard;           /* stage 3: [shard] the parameters of my shard, the only copy this rank keeps */
   double param_gathers;    /* stage 3: all-gathers of the parameters (zero_gather_params) so far */
+  double bytes_param_gather; /* stage 3: bytes those all-gathers brought in (also in bytes_gather) */
   int *gcounts, *gdispls;  /* stage 3: [d] every replica's part of a gather buffer */
   const kernels_ops *state_ops; /* the table whose memory the optimizer state lives in, for
                                  * zero_gather_state / zero_take_shard: NULL is ops; the CPU's

@@ -41,7 +41,10 @@ void kernels_cpu_select_core(void) {
 
 void kernels_cpu_init(int threads) {
   kernels_cpu_select_core();
-  if (threads > 0) openblas_set_num_threads(threads);
+  /* threads > 1: the pool's workers run every op, GEMMs split over them on a single-threaded
+   * OpenBLAS (kernels_cpu_gemm) */
+  if (threads > 0) openblas_set_num_threads(threads > 1 ? 1 : threads);
+  kernels_cpu_pool_init(threads);
 }
 
 void kernels_cpu_reexec(char **argv) { kernels_cpu_select_core(); }
@@ -55,11 +58,47 @@ static int max1(int x) { return x > 1 ? x : 1; }
 
 /* Row-major storage: a matrix stored [rows, cols] has leading dimension cols. BLAS requires a
  * leading dimension >= 1 even for empty matrices, hence max1. */
+static void sgemm(float *c, const float *a, const float *b, int M, int N, int K, int transa, int transb, float alpha,
+                  float beta, int lda, int ldb, int ldc) {
+  cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+              a, max1(lda), b, max1(ldb), beta, c, max1(ldc));
+}
+
+typedef struct {
+  float *c;
+  const float *a, *b;
+  int M, N, K, transa, transb, by_cols;
+  float alpha, beta;
+} gemm_job;
+
+/* columns [lo, hi) of C (each worker packs its own part of B, and all of A), or rows */
+static void gemm_part(void *ctx, size_t lo, size_t hi) {
+  const gemm_job *j = ctx;
+  int lda = j->transa ? j->M : j->K, ldb = j->transb ? j->K : j->N, n = (int)(hi - lo);
+  if (j->by_cols) {
+    const float *b = j->transb ? j->b + lo * (size_t)ldb : j->b + lo;
+    sgemm(j->c + lo, j->a, b, j->M, n, j->K, j->transa, j->transb, j->alpha, j->beta, lda, ldb, j->N);
+  } else {
+    const float *a = j->transa ? j->a + lo : j->a + lo * (size_t)lda;
+    sgemm(j->c + lo * (size_t)j->N, a, j->b, n, j->N, j->K, j->transa, j->transb, j->alpha, j->beta, lda, ldb, j->N);
+  }
+}
+
+/* With the pool's workers (threads > 1) OpenBLAS runs single-threaded and the product is split
+ * over the workers by the larger of C's dimensions, so GEMMs and the other ops share one set of
+ * threads and no OpenBLAS thread spins on a core another op needs. */
 void kernels_cpu_gemm(float *c, const float *a, const float *b, int M, int N, int K, int transa,
                       int transb, float alpha, float beta) {
   if (M <= 0 || N <= 0) return; /* nothing to write */
-  cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans,
-              M, N, K, alpha, a, max1(transa ? M : K), b, max1(transb ? K : N), beta, c, N);
+  int t = kernels_cpu_pool_threads();
+  if (t <= 1 || (double)M * N * (K > 0 ? K : 1) < 1 << 21) {
+    sgemm(c, a, b, M, N, K, transa, transb, alpha, beta, transa ? M : K, transb ? K : N, N);
+    return;
+  }
+  gemm_job j = {.c = c, .a = a, .b = b, .M = M, .N = N, .K = K, .transa = transa, .transb = transb,
+                .by_cols = N >= M, .alpha = alpha, .beta = beta};
+  size_t n = j.by_cols ? (size_t)N : (size_t)M;
+  kernels_cpu_parallel(n, 64, 16, gemm_part, &j);
 }
 
 /* One BLAS call per matrix: OpenBLAS 0.3.21 has no strided-batch sgemm, and for the sizes the

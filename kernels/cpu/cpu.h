@@ -39,6 +39,15 @@ typedef struct {
 extern const kernels_cpu_vec kernels_cpu_vec_sse, kernels_cpu_vec_avx2;
 const kernels_cpu_vec *kernels_cpu_vec_get(void);
 
+/* pool.c: the workers the non-GEMM ops share (see the file). fn(ctx, lo, hi) runs on parts of
+ * [0, n) of at least `grain` items (fewer parts when n is small; none when n is 0), each part
+ * starting on a multiple of `align`; returns when all are done. */
+typedef void (*kernels_cpu_task)(void *ctx, size_t lo, size_t hi);
+void kernels_cpu_pool_init(int threads); /* kernels_cpu_init: threads - 1 workers, once */
+int kernels_cpu_pool_threads(void);
+void kernels_cpu_pool_use(int threads); /* at most that many of the started threads (tests) */
+void kernels_cpu_parallel(size_t n, size_t grain, size_t align, kernels_cpu_task fn, void *ctx);
+
 /* attention_cpu.c */
 void kernels_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                    int NH);

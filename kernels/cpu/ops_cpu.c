@@ -1,7 +1,9 @@
 /* kernels/cpu/ops_cpu.c: the CPU op table. GEMMs and attention go through OpenBLAS (blas_cpu.c,
  * attention_cpu.c); GELU, the exps, LayerNorm and AdamW through the vector loops of vec_body.h
  * (4 or 8 lanes, the same bits); everything else here is a plain loop in a fixed order, after
- * llm.c's train_gpt2.c, so results are bit-for-bit repeatable. Sums that can grow long (a
+ * llm.c's train_gpt2.c, so results are bit-for-bit repeatable. The element-wise, row-wise and
+ * column-wise ops split their work over the pool's `threads` workers (pool.c), each output
+ * computed by one worker as one thread would: the same bits for any thread count. Sums that can grow long (a
  * softmax over a vocabulary, a sum of squares over all parameters) are kept in double. */
 #include <math.h>
 #include <pthread.h>
@@ -25,20 +27,51 @@ static void mem_to_host(void *dst_host, const void *src, size_t bytes) {
 }
 static void mem_sync(void) {} /* every op has finished when it returns */
 
+/* ---- splitting work over the pool (pool.c): each output element computed by one worker, as
+ * one thread would, so the bits do not depend on `threads` ---- */
+
+enum { GRAIN = 1 << 15 /* floats of element-wise work worth a worker */, ALIGN = 16 };
+
+/* rows worth a worker for rows of C floats */
+static size_t row_grain(int C) { return C > 0 && (size_t)C < GRAIN ? GRAIN / (size_t)C : 1; }
+
+typedef struct {
+  float *x, *y;
+  const float *a, *b, *c;
+  const int32_t *idx;
+  float f, f2;
+  int N, C;
+  size_t n;
+} job;
+
 /* ---- bias ---- */
 
+static void bias_add_rows(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  for (size_t n = lo; n < hi; n++) {
+    float *o = j->x + n * (size_t)j->C;
+    for (int c = 0; c < j->C; c++) o[c] += j->a[c];
+  }
+}
+
 static void bias_add(float *out, const float *bias, int N, int C) {
-  for (int n = 0; n < N; n++) {
-    float *o = out + (size_t)n * C;
-    for (int c = 0; c < C; c++) o[c] += bias[c];
+  job j = {.x = out, .a = bias, .C = C};
+  kernels_cpu_parallel(N > 0 ? (size_t)N : 0, row_grain(C), 1, bias_add_rows, &j);
+}
+
+/* columns [lo, hi) summed over the rows in row order */
+static void bias_grad_cols(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  for (int n = 0; n < j->N; n++) {
+    const float *d = j->a + (size_t)n * j->C;
+    for (size_t c = lo; c < hi; c++) j->x[c] += d[c];
   }
 }
 
 static void bias_grad(float *dbias, const float *dout, int N, int C) {
-  for (int n = 0; n < N; n++) {
-    const float *d = dout + (size_t)n * C;
-    for (int c = 0; c < C; c++) dbias[c] += d[c];
-  }
+  job j = {.x = dbias, .a = dout, .N = N, .C = C};
+  kernels_cpu_parallel(C > 0 ? (size_t)C : 0, N > 0 && (size_t)N < GRAIN ? GRAIN / (size_t)N : 1, ALIGN,
+                       bias_grad_cols, &j);
 }
 
 /* ---- activations ---- */
@@ -64,10 +97,22 @@ void kernels_cpu_exp_shifted(float *out, const float *x, float shift, size_t n) 
   kernels_cpu_vec_get()->exp_shifted(out, x, shift, n);
 }
 
-static void gelu_forward(float *out, const float *in, size_t n) { kernels_cpu_vec_get()->gelu_forward(out, in, n); }
+static void gelu_forward_part(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  kernels_cpu_vec_get()->gelu_forward(j->x + lo, j->a + lo, hi - lo);
+}
+static void gelu_forward(float *out, const float *in, size_t n) {
+  job j = {.x = out, .a = in};
+  kernels_cpu_parallel(n, GRAIN, ALIGN, gelu_forward_part, &j);
+}
 
+static void gelu_backward_part(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  kernels_cpu_vec_get()->gelu_backward(j->x + lo, j->a + lo, j->b + lo, hi - lo);
+}
 static void gelu_backward(float *din, const float *in, const float *dout, size_t n) {
-  kernels_cpu_vec_get()->gelu_backward(din, in, dout, n);
+  job j = {.x = din, .a = in, .b = dout};
+  kernels_cpu_parallel(n, GRAIN, ALIGN, gelu_backward_part, &j);
 }
 
 static void relu_forward(float *out, const float *in, size_t n) {
@@ -80,19 +125,57 @@ static void relu_backward(float *din, const float *in, const float *dout, size_t
 
 /* ---- layernorm (vector loops: vec_body.h) ---- */
 
+typedef struct {
+  float *out, *mean, *rstd, *dw, *db;
+  const float *in, *w, *b, *dout, *cmean, *crstd;
+  int N, C;
+  float eps;
+} ln_job;
+
+static void ln_forward_rows(void *ctx, size_t lo, size_t hi) {
+  const ln_job *j = ctx;
+  size_t C = (size_t)j->C;
+  kernels_cpu_vec_get()->layernorm_forward(j->out + lo * C, j->mean + lo, j->rstd + lo, j->in + lo * C, j->w, j->b,
+                                           (int)(hi - lo), j->C, j->eps);
+}
+
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
                               const float *b, int N, int C, float eps) {
-  kernels_cpu_vec_get()->layernorm_forward(out, mean, rstd, in, w, b, N, C, eps);
+  ln_job j = {.out = out, .mean = mean, .rstd = rstd, .in = in, .w = w, .b = b, .C = C, .eps = eps};
+  kernels_cpu_parallel(N > 0 ? (size_t)N : 0, row_grain(C), 1, ln_forward_rows, &j);
+}
+
+static void ln_backward_input_rows(void *ctx, size_t lo, size_t hi) {
+  const ln_job *j = ctx;
+  size_t C = (size_t)j->C;
+  kernels_cpu_vec_get()->layernorm_backward_input(j->out + lo * C, j->dout + lo * C, j->in + lo * C, j->w,
+                                                  j->cmean + lo, j->crstd + lo, (int)(hi - lo), j->C);
 }
 
 static void layernorm_backward_input(float *din, const float *dout, const float *in, const float *w,
                                      const float *mean, const float *rstd, int N, int C) {
-  kernels_cpu_vec_get()->layernorm_backward_input(din, dout, in, w, mean, rstd, N, C);
+  ln_job j = {.out = din, .dout = dout, .in = in, .w = w, .cmean = mean, .crstd = rstd, .C = C};
+  kernels_cpu_parallel(N > 0 ? (size_t)N : 0, row_grain(C), 1, ln_backward_input_rows, &j);
+}
+
+/* columns [lo, hi): the vector loop runs across columns, each column summed in row order, so a
+ * part starting on a multiple of the widest vector gives the same bits as the whole */
+static void ln_backward_weight_cols(void *ctx, size_t lo, size_t hi) {
+  const ln_job *j = ctx;
+  size_t C = (size_t)j->C, N = (size_t)j->N;
+  for (size_t r = 0; r < N; r++)
+    kernels_cpu_vec_get()->layernorm_backward_weight(j->dw + lo, j->db + lo, j->dout + r * C + lo, j->in + r * C + lo,
+                                                     j->cmean + r, j->crstd + r, 1, (int)(hi - lo));
 }
 
 static void layernorm_backward_weight(float *dw, float *db, const float *dout, const float *in,
                                       const float *mean, const float *rstd, int N, int C) {
-  kernels_cpu_vec_get()->layernorm_backward_weight(dw, db, dout, in, mean, rstd, N, C);
+  if (kernels_cpu_pool_threads() <= 1 || N <= 0 || C <= 0) {
+    kernels_cpu_vec_get()->layernorm_backward_weight(dw, db, dout, in, mean, rstd, N, C);
+    return;
+  }
+  ln_job j = {.dw = dw, .db = db, .dout = dout, .in = in, .cmean = mean, .crstd = rstd, .N = N, .C = C};
+  kernels_cpu_parallel((size_t)C, 256, ALIGN, ln_backward_weight_cols, &j);
 }
 
 /* ---- softmax and cross-entropy ---- */
@@ -110,46 +193,73 @@ static double softmax_row(float *out, const float *x, int V, float *max_out) {
   return sum;
 }
 
+static void softmax_rows(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  float mx;
+  for (size_t n = lo; n < hi; n++) softmax_row(j->x + n * (size_t)j->C, j->a + n * (size_t)j->C, j->C, &mx);
+}
+
 static void softmax_forward(float *out, const float *in, int N, int V) {
   if (V <= 0) return; /* no row to normalise (and no x[0] to start the max from) */
-  float mx;
-  for (int n = 0; n < N; n++) softmax_row(out + (size_t)n * V, in + (size_t)n * V, V, &mx);
+  job j = {.x = out, .a = in, .C = V};
+  kernels_cpu_parallel(N > 0 ? (size_t)N : 0, row_grain(V), 1, softmax_rows, &j);
 }
 
 /* -log p[target] = log(sum exp(x - max)) - (x[target] - max), not -log of the rounded
  * probability: exact for confident predictions, finite where p underflows to 0 */
+static void xent_forward_rows(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  size_t V = (size_t)j->C;
+  for (size_t n = lo; n < hi; n++) {
+    const float *x = j->a + n * V;
+    float mx, xt = x[j->idx[n]]; /* read first: probs may be logits */
+    double sum = softmax_row(j->y + n * V, x, j->C, &mx);
+    j->x[n] = (float)(log(sum) - ((double)xt - mx));
+  }
+}
+
 static void xent_forward(float *losses, float *probs, const float *logits, const int32_t *targets,
                          int N, int V) {
   if (V <= 0) return; /* no class can be a valid target */
-  for (int n = 0; n < N; n++) {
-    const float *x = logits + (size_t)n * V;
-    float mx, xt = x[targets[n]]; /* read first: probs may be logits */
-    double sum = softmax_row(probs + (size_t)n * V, x, V, &mx);
-    losses[n] = (float)(log(sum) - ((double)xt - mx));
+  job j = {.x = losses, .y = probs, .a = logits, .idx = targets, .C = V};
+  kernels_cpu_parallel(N > 0 ? (size_t)N : 0, row_grain(V), 1, xent_forward_rows, &j);
+}
+
+static void xent_backward_rows(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  size_t V = (size_t)j->C;
+  for (size_t n = lo; n < hi; n++) {
+    const float *p = j->a + n * V;
+    float *d = j->x + n * V;
+    float pt = p[j->idx[n]]; /* read before the loop: d may be p */
+    for (size_t i = 0; i < V; i++) d[i] = p[i] * j->f;
+    d[j->idx[n]] = (pt - 1.0f) * j->f;
   }
 }
 
 static void xent_backward(float *dlogits, const float *probs, const int32_t *targets, float scale,
                           int N, int V) {
-  for (int n = 0; n < N; n++) {
-    const float *p = probs + (size_t)n * V;
-    float *d = dlogits + (size_t)n * V;
-    float pt = p[targets[n]]; /* read before the loop: d may be p */
-    for (int i = 0; i < V; i++) d[i] = p[i] * scale;
-    d[targets[n]] = (pt - 1.0f) * scale;
-  }
+  job j = {.x = dlogits, .a = probs, .idx = targets, .f = scale, .C = V};
+  kernels_cpu_parallel(N > 0 ? (size_t)N : 0, row_grain(V), 1, xent_backward_rows, &j);
 }
 
 /* ---- embedding ---- */
 
+static void embedding_rows(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  size_t C = (size_t)j->C;
+  for (size_t r = lo; r < hi; r++) { /* position r of the B*T: time step r % T */
+    float *o = j->x + r * C;
+    const float *e = j->a + (size_t)j->idx[r] * C, *p = j->b + (r % (size_t)j->N) * C;
+    for (size_t c = 0; c < C; c++) o[c] = e[c] + p[c];
+  }
+}
+
 static void embedding_forward(float *out, const int32_t *tok, const float *wte, const float *wpe,
                               int B, int T, int C) {
-  for (int b = 0; b < B; b++)
-    for (int t = 0; t < T; t++) {
-      float *o = out + ((size_t)b * T + t) * C;
-      const float *e = wte + (size_t)tok[(size_t)b * T + t] * C, *p = wpe + (size_t)t * C;
-      for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
-    }
+  if (T <= 0) return;
+  job j = {.x = out, .a = wte, .b = wpe, .idx = tok, .N = T, .C = C};
+  kernels_cpu_parallel(B > 0 ? (size_t)B * (size_t)T : 0, row_grain(C), 1, embedding_rows, &j);
 }
 
 static void embedding_backward(float *dwte, float *dwpe, const float *dout, const int32_t *tok,
@@ -168,11 +278,25 @@ static void embedding_backward(float *dwte, float *dwpe, const float *dout, cons
 /* ---- optimizers ---- */
 
 /* AdamW runs on the vector loops (vec_body.h); p, g, m, v are distinct buffers. */
+typedef struct {
+  float *p, *m, *v;
+  const float *g;
+  float lr, beta1, beta2, eps, wd, c1, c2, gs;
+} adam_job;
+
+static void adamw_part(void *ctx, size_t lo, size_t hi) {
+  const adam_job *j = ctx;
+  kernels_cpu_vec_get()->adamw(j->p + lo, j->g + lo, j->m + lo, j->v + lo, hi - lo, j->lr, j->beta1, j->beta2, j->eps,
+                               j->wd, j->c1, j->c2, j->gs);
+}
+
 static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int t, float grad_scale) {
   /* bias corrections in double: 1 - beta2^t is small for early steps */
   float c1 = (float)(1.0 - pow(beta1, t)), c2 = (float)(1.0 - pow(beta2, t));
-  kernels_cpu_vec_get()->adamw(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2, grad_scale);
+  adam_job j = {.p = p, .m = m, .v = v, .g = g, .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps,
+                .wd = weight_decay, .c1 = c1, .c2 = c2, .gs = grad_scale};
+  kernels_cpu_parallel(n, GRAIN, ALIGN, adamw_part, &j);
 }
 
 static void sgd(float *p, const float *g, float *mom, size_t n, float lr, float momentum,
@@ -186,21 +310,55 @@ static void sgd(float *p, const float *g, float *mom, size_t n, float lr, float 
 
 /* ---- vector utilities ---- */
 
+static void axpy_part(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  for (size_t i = lo; i < hi; i++) j->x[i] += j->f * j->a[i];
+}
 static void axpy(float *y, float a, const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) y[i] += a * x[i];
+  job j = {.x = y, .a = x, .f = a};
+  kernels_cpu_parallel(n, GRAIN, ALIGN, axpy_part, &j);
 }
 
+static void scale_part(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  for (size_t i = lo; i < hi; i++) j->x[i] *= j->f;
+}
 static void scale(float *x, float a, size_t n) {
-  for (size_t i = 0; i < n; i++) x[i] *= a;
+  job j = {.x = x, .f = a};
+  kernels_cpu_parallel(n, GRAIN, ALIGN, scale_part, &j);
 }
 
+static void fill_part(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  for (size_t i = lo; i < hi; i++) j->x[i] = j->f;
+}
 static void fill(float *x, float v, size_t n) {
-  for (size_t i = 0; i < n; i++) x[i] = v;
+  job j = {.x = x, .f = v};
+  kernels_cpu_parallel(n, GRAIN, ALIGN, fill_part, &j);
 }
 
-static void zero(float *x, size_t n) { memset(x, 0, sizeof(float) * n); } /* all-zero bits: +0 */
+static void zero_part(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  memset(j->x + lo, 0, sizeof(float) * (hi - lo)); /* all-zero bits: +0 */
+}
+static void zero(float *x, size_t n) {
+  job j = {.x = x};
+  kernels_cpu_parallel(n, 4 * GRAIN, ALIGN, zero_part, &j);
+}
 
-static void copy(float *dst, const float *src, size_t n) { memmove(dst, src, sizeof(float) * n); }
+static void copy_part(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  memcpy(j->x + lo, j->a + lo, sizeof(float) * (hi - lo));
+}
+static void copy(float *dst, const float *src, size_t n) {
+  if (dst == src || !n) return;
+  if ((dst < src ? (size_t)(src - dst) : (size_t)(dst - src)) < n) { /* overlapping: one memmove */
+    memmove(dst, src, sizeof(float) * n);
+    return;
+  }
+  job j = {.x = dst, .a = src};
+  kernels_cpu_parallel(n, 4 * GRAIN, ALIGN, copy_part, &j);
+}
 
 static double sumsq(const float *x, size_t n) {
   double s = 0.0;

@@ -179,8 +179,9 @@ int main(int argc, char **argv) {
   }
   ch.act_round = kind; /* activations rounded as they are stored, as training does */
   const char *att = getenv("BRIGADE_CUDA_ATTENTION");
-  printf("model %s: %.1f M parameters (the tied head is a second copy), B=%d T=%d, backend %s, %s, attention %s, "
-         "%d OpenBLAS thread(s), OPENBLAS_CORETYPE=%s, CPU vector loops %s; init %.1f s\n", path, layers_model_params(&m) / 1e6, (int)B,
+  printf("model %s: %.1f M parameters held (%.1f M counting a tied head's wte twice), B=%d T=%d, backend %s, %s, attention %s, "
+         "%d thread(s), OPENBLAS_CORETYPE=%s, CPU vector loops %s; init %.1f s\n", path, (double)ch.nparams / 1e6,
+         layers_model_params(&m) / 1e6, (int)B,
          m.T, base->name, prec, att && *att ? att : "(default)", threads, getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(default)", kernels_cpu_vec_name(),
          now() - t0);
   printf("memory: parameters, gradients and AdamW's moments %.3f GiB; activations (one slot) %.3f GiB\n",
@@ -213,6 +214,7 @@ int main(int argc, char **argv) {
     layers_chunk_forward(&ch, 0);
     layers_chunk_backward_input(&ch, 0, 1.0f / N);
     layers_chunk_backward_weight(&ch, 0);
+    layers_chunk_fold_tied(&ch, ch.grads); /* REDUCE_TIED_GRADS: the head's gradient into wte's (at 0) */
     timed.adamw(ch.params, ch.grads, mv, vv, ch.nparams, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, s + 1, 1.0f);
     timed.zero(ch.grads, ch.nparams);
     base->sync();

@@ -175,6 +175,13 @@ typedef struct {
   float *(*grad_dest)(void *ctx, size_t off, size_t n);
   void *grad_ctx;
   float *host_losses; /* [B*T] host memory: the losses of a slot, read back for their sum */
+  /* A tied lm_head whose embedding is in the same chunk keeps no copy of wte: its params view
+   * is the embedding's wte (param_off[tied_head] = the embedding's), which the flat buffer,
+   * nparams and the optimizer hold once; its weight gradient goes to tied_grads (V*C floats),
+   * added into wte's at REDUCE_TIED_GRADS (layers_chunk_fold_tied), the sum the pipeline forms
+   * when the two ends sit on different ranks, in the same order. -1 / NULL when none. */
+  int tied_head;
+  float *tied_grads;
 } layers_chunk;
 
 /* CORE_ERUNTIME when the backend runs out of memory (the chunk is then freed). ops NULL: host
@@ -186,6 +193,9 @@ int layers_chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
  * (layers_chunk_bind_params) and sends gradients elsewhere (layers_chunk_external_grads). */
 int layers_chunk_init_sharded(layers_chunk *ch, const layers_model *m, int lo, int hi, const kernels_ops *ops,
                               int B, int T, int nslots);
+/* REDUCE_TIED_GRADS within a chunk: wte_grads (the embedding's wte gradient, wherever the chunk's
+ * gradients live) += the head's tied_grads, which are then zeroed; nothing without a tied head. */
+void layers_chunk_fold_tied(layers_chunk *ch, float *wte_grads);
 /* The layers' views onto params (nparams floats of the table's memory), or NULL: none. */
 void layers_chunk_bind_params(layers_chunk *ch, float *params);
 /* The initial values of the chunk's flat parameters [lo, hi) into out (host memory, hi - lo

@@ -266,6 +266,7 @@ static void set_layout(layers_chunk *ch, int shared) {
 
 void layers_chunk_param_values(const layers_chunk *ch, uint64_t seed, size_t lo, size_t hi, float *out) {
   for (int i = 0; i < ch->n; i++) { /* each layer's part of [lo, hi), in the layer's own window */
+    if (i == ch->tied_head) continue; /* its values are the embedding's wte, drawn by the same keys */
     size_t a = ch->param_off[i], b = a + ch->layers[i].nparams;
     if (a < lo) a = lo;
     if (b > hi) b = hi;
@@ -273,6 +274,13 @@ void layers_chunk_param_values(const layers_chunk *ch, uint64_t seed, size_t lo,
     layers_window w = {.p = out + (a - lo), .lo = a - ch->param_off[i], .hi = b - ch->param_off[i]};
     ch->layers[i].type->init(&ch->layers[i], &w, seed);
   }
+}
+
+void layers_chunk_fold_tied(layers_chunk *ch, float *wte_grads) {
+  if (ch->tied_head < 0) return;
+  size_t n = ch->layers[ch->tied_head].nparams;
+  ch->ops->axpy(wte_grads, 1.0f, ch->tied_grads, n);
+  ch->ops->zero(ch->tied_grads, n);
 }
 
 void layers_chunk_bind_params(layers_chunk *ch, float *params) {
@@ -311,7 +319,15 @@ static int chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
   size_t N = (size_t)B * T, scratch = 0;
   int rc = CORE_OK;
   ch->param_off = core_malloc(sizeof(size_t) * (size_t)ch->n);
-  for (int i = 0; i < ch->n; i++) ch->param_off[i] = ch->nparams, ch->nparams += ch->layers[i].nparams;
+  ch->tied_head = -1;
+  for (int i = 0; i < ch->n; i++) {
+    int k = ch->layers[i].tied_to - lo; /* a tied head whose embedding is in this chunk shares its wte */
+    if (ch->layers[i].tied_to >= 0 && k >= 0 && k < i) {
+      ch->tied_head = i, ch->param_off[i] = ch->param_off[k]; /* wte is the embedding's first V*C */
+      continue;
+    }
+    ch->param_off[i] = ch->nparams, ch->nparams += ch->layers[i].nparams;
+  }
   /* one flat buffer each in the backend's memory; layers hold views. Parameters are
    * initialised from (seed, layer index) on the host, then copied over. Sharded (ZeRO-3): no
    * buffer at all here; the owner binds a gathered one before each use. */
@@ -323,11 +339,14 @@ static int chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
     if (!rc) mem(ch)->to_device(ch->params, host, sizeof(float) * ch->nparams);
     free(host);
   }
+  if (ch->tied_head >= 0) /* the head's own gradient, added into wte's at REDUCE_TIED_GRADS */
+    ch->tied_grads = balloc(ch, sizeof(float) * ch->layers[ch->tied_head].nparams, "tied head gradients", &rc);
   for (int i = 0; i < ch->n && !rc; i++) {
     layer *l = &ch->layers[i];
     l->params = ch->params ? ch->params + ch->param_off[i] : NULL;
     l->grads = ch->grads ? ch->grads + ch->param_off[i] : NULL;
   }
+  if (!rc && ch->tied_head >= 0) ch->layers[ch->tied_head].grads = ch->tied_grads;
   size_t nb = sizeof(layers_buf) * (size_t)ch->n;
   ch->out = core_malloc(nb), ch->stash = core_malloc(nb), ch->istash = core_malloc(nb);
   ch->dout = core_malloc(nb), ch->wstash = core_malloc(nb);
@@ -353,14 +372,14 @@ void layers_chunk_free(layers_chunk *ch) {
   free(ch->wstash), free(ch->bound);
   free(ch->host_losses);
   o->free(ch->params), o->free(ch->grads), o->free(ch->slots), o->free(ch->aside), o->free(ch->tokens);
-  o->free(ch->targets), o->free(ch->scratch), o->free(ch->ws), o->free(ch->bwd);
+  o->free(ch->targets), o->free(ch->scratch), o->free(ch->ws), o->free(ch->bwd), o->free(ch->tied_grads);
   memset(ch, 0, sizeof *ch);
 }
 
 void layers_chunk_external_grads(layers_chunk *ch, float *(*dest)(void *ctx, size_t off, size_t n), void *ctx) {
   mem(ch)->free(ch->grads);
   ch->grads = NULL;
-  for (int i = 0; i < ch->n; i++) ch->layers[i].grads = NULL;
+  for (int i = 0; i < ch->n; i++) ch->layers[i].grads = i == ch->tied_head ? ch->tied_grads : NULL;
   ch->grad_dest = dest, ch->grad_ctx = ctx;
 }
 
@@ -494,7 +513,7 @@ void layers_chunk_backward_weight(layers_chunk *ch, int slot) {
   for (int i = ch->n - 1; i >= 0; i--) {
     layer_io io = io_of(ch, slot, i);
     layer *l = &ch->layers[i];
-    if (ch->grad_dest && l->nparams) l->grads = ch->grad_dest(ch->grad_ctx, ch->param_off[i], l->nparams);
+    if (ch->grad_dest && l->nparams && i != ch->tied_head) l->grads = ch->grad_dest(ch->grad_ctx, ch->param_off[i], l->nparams);
     ch->layers[i].type->backward_weight(&ch->layers[i], ch->ops, &io);
   }
 }

@@ -152,6 +152,7 @@ static int shares_backward(const train_cfg *t, const sched_program *prog) {
 static void stage_params(const layers_model *m, const int *bounds, int s, int tied, double *n, double *kept) {
   *n = *kept = 0;
   for (int i = bounds[s]; i < bounds[s + 1]; i++) {
+    if (m->layers[i].tied_to >= bounds[s]) continue; /* a head sharing its stage's wte holds no copy */
     double np = (double)m->layers[i].nparams;
     *n += np;
     if (tied && (i == 0 || m->layers[i].tied_to >= 0)) *kept += np;

@@ -137,6 +137,10 @@ static int reduce_tied(pipe_runner *rn, const sched_instr *in) {
   size_t n = e ? (size_t)e->layers[0].V * e->layers[0].C : (size_t)hl->V * hl->C;
   float *mine = e ? e->layers[0].grads : hl->grads;
   const kernels_ops *ops = (e ? e : h)->ops;
+  if (in->peer < 0 && e == h && h->tied_head >= 0) { /* one copy of wte: its gradient gets the head's */
+    layers_chunk_fold_tied(h, mine);
+    return CORE_OK;
+  }
   if (in->peer < 0) { /* both on this rank: mine + 1 * head is one rounding, as mine + head */
     ops->axpy(mine, 1.0f, hl->grads, n);
     ops->copy(hl->grads, mine, n);
@@ -222,7 +226,7 @@ static int reduce_grads(pipe_runner *rn) {
  * equals the embedding's after REDUCE_TIED_GRADS, so the weight counts once). */
 static void skipped(const pipe_runner *rn, int c, size_t *lo, size_t *hi) {
   *lo = *hi = 0;
-  if (!rn->head_tied || c != rn->tied_head_chunk) return;
+  if (!rn->head_tied || c != rn->tied_head_chunk || rn->chunks[c].tied_head >= 0) return; /* no copy: nothing twice */
   const layers_chunk *ch = &rn->chunks[c];
   *lo = ch->param_off[rn->tied_head_layer];
   *hi = *lo + ch->layers[rn->tied_head_layer].nparams;

@@ -56,7 +56,9 @@ static int stage2_buffers(pipe_runner *rn, int ch, const train_cfg *c) {
   int rc = zero_buckets(z, c->bucket_floats, c->overlap_comm, largest);
   if (rc) return rc;
   layers_chunk_external_grads(k, grad_dest, z);
-  for (int i = 0; i < k->n; i++) k->layers[i].grads = zero_kept(z, k->param_off[i], k->param_off[i] + k->layers[i].nparams);
+  for (int i = 0; i < k->n; i++)
+    if (i != k->tied_head) /* a head sharing wte keeps its own gradient buffer */
+      k->layers[i].grads = zero_kept(z, k->param_off[i], k->param_off[i] + k->layers[i].nparams);
   return CORE_OK;
 }
 
@@ -129,7 +131,8 @@ static int setup_runner(trainer *tr) {
       layers_decay_mask(&k->layers[i], rn->decay[ch] + k->param_off[i]);
       if (k->layers[i].tied_to >= 0) {
         rn->head_tied = 1, rn->tied_head_chunk = ch, rn->tied_head_layer = i;
-        if (!rc) rc = zero_keep(&rn->zb[ch], k->param_off[i], k->param_off[i] + k->layers[i].nparams);
+        if (!rc && i != k->tied_head) /* no copy of its own when it shares the embedding's wte */
+          rc = zero_keep(&rn->zb[ch], k->param_off[i], k->param_off[i] + k->layers[i].nparams);
       }
     }
     if (s == 0) rn->tied_emb_chunk = ch;

@@ -16,8 +16,9 @@ int fixture_build(layers_model *m, layers_chunk *ch) {
   rc = layers_chunk_init(ch, m, 0, m->n, kernels_cpu_ops(), FIX_B, m->T, 1);
   if (rc) return rc;
   for (size_t i = 0; i < ch->nparams; i++) ch->params[i] *= 5.0f;
-  int head = m->n - 2; /* the tied head starts equal to the embedding's wte */
-  memcpy(ch->layers[head].params, ch->layers[0].params, sizeof(float) * (size_t)m->V * m->C);
+  int head = m->n - 2; /* the tied head starts equal to the embedding's wte (or shares it) */
+  if (ch->layers[head].params != ch->layers[0].params)
+    memcpy(ch->layers[head].params, ch->layers[0].params, sizeof(float) * (size_t)m->V * m->C);
   core_rng r = core_rng_keyed(11, 22, 33, 44);
   for (int i = 0; i < FIX_B * m->T; i++) {
     layers_chunk_tokens(ch, 0)[i] = (int32_t)core_rng_below(&r, (uint64_t)m->V);
@@ -35,7 +36,7 @@ double fixture_loss_and_grads(layers_chunk *ch) {
   layers_chunk_backward_weight(ch, 0);
   layer *e = &ch->layers[0], *h = &ch->layers[ch->n - 2];
   size_t n = (size_t)e->V * e->C;
-  for (size_t i = 0; i < n; i++) e->grads[i] += h->grads[i];
+  for (size_t i = 0; i < n; i++) e->grads[i] += h->grads[i]; /* the whole wte gradient, in both views */
   memcpy(h->grads, e->grads, sizeof(float) * n);
   return loss;
 }

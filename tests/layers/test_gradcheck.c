@@ -113,6 +113,7 @@ static void gradcheck_chunk(int lo) {
   memset(ch.grads, 0, sizeof(float) * ch.nparams);
   layers_chunk_backward_input(&ch, 0, 1.0f / (B * T));
   layers_chunk_backward_weight(&ch, 0);
+  layers_chunk_fold_tied(&ch, ch.grads); /* a head sharing wte: the whole wte gradient (wte at 0) */
   float *din = malloc(sizeof(float) * (nin ? nin : 1));
   memcpy(din, layers_chunk_grad_input(&ch, 0), sizeof(float) * nin);
   memcpy(layers_chunk_input(&ch, 0), in0, sizeof(float) * nin);

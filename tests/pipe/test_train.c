@@ -430,7 +430,10 @@ Test(train, zero_accounting_matches_the_model, .timeout = 120) {
   cr_assert_eq(core_config_load(&c, "configs/tiny.cfg"), 0);
   layers_model m = {0};
   cr_assert_eq(layers_model_build(&m, c, 256), 0);
-  double P = (double)layers_model_params(&m), d = 4, shard = ceil(P / d);
+  double P = (double)layers_model_params(&m), d = 4;
+  for (int i = 0; i < m.n; i++) /* one stage: the tied head shares the embedding's wte, no copy */
+    if (m.layers[i].tied_to >= 0) P -= (double)m.layers[i].nparams;
+  double shard = ceil(P / d);
   layers_model_free(&m);
   core_config_free(c);
   char log[] = "/tmp/brigade_train_XXXXXX";
@@ -449,21 +452,23 @@ Test(train, zero_accounting_matches_the_model, .timeout = 120) {
 }
 
 /* ZeRO-2 keeps no full-size gradient buffer: rank 0 holds its shard's accumulator, two buckets
- * (overlap_comm) of the largest layer (the bucket size asked is smaller) and the layers holding
- * the tied weight (embedding and head, summed across the pipeline before the data-parallel
- * group). Its reduce-scatters send every gradient outside its own shard once per micro-batch;
+ * (overlap_comm) of the largest layer (the bucket size asked is smaller) and the layer holding
+ * the tied weight (the embedding; the head, in the same single stage, shares its wte and adds
+ * its gradient into wte's before the data-parallel group). Its reduce-scatters send every gradient outside its own shard once per micro-batch;
  * the kept layers are all-reduced once per step. Sizes come from building the model here. */
 Test(train, zero2_gradient_memory_and_traffic, .timeout = 120) {
   core_config *c;
   cr_assert_eq(core_config_load(&c, "configs/tiny.cfg"), 0);
   layers_model m = {0};
   cr_assert_eq(layers_model_build(&m, c, 256), 0);
-  double P = (double)layers_model_params(&m), d = 4, shard = ceil(P / d), kept = 0, largest = 0;
+  double P = (double)layers_model_params(&m), d = 4, kept = 0, largest = 0;
   for (int i = 0; i < m.n; i++) {
     const layer *l = &m.layers[i];
-    if (i == 0 || l->tied_to >= 0) kept += (double)l->nparams; /* layer 0: the embedding */
+    if (l->tied_to >= 0) P -= (double)l->nparams; /* one stage: the head shares wte, no copy to keep */
+    else if (i == 0) kept += (double)l->nparams;  /* layer 0: the embedding */
     else if ((double)l->nparams > largest) largest = (double)l->nparams;
   }
+  double shard = ceil(P / d);
   double emb = (double)m.layers[0].nparams; /* rank 0's shard starts with the kept embedding */
   layers_model_free(&m);
   core_config_free(c);

@@ -239,8 +239,14 @@ int main(int argc, char **argv) {
   printf("model FLOPs: %.3g per token (6N + 6LCT, L=%d), %.2f TFLOP/s achieved", per_token, L, per_token * tps / 1e12);
   if (peak > 0) printf(", MFU %.1f%% of %.1f TFLOP/s", 100 * per_token * tps / (peak * 1e12), peak);
   printf("\n");
+  double head_rate = sgemm_gflops(N, m.V, m.C), mlp_rate = sgemm_gflops(N, 4 * m.C, m.C);
   printf("%s GEMM (%s) in this run, M=%d N=%d K=%d (the LM head): %.1f GFLOP/s; M=%d N=%d K=%d (MLP): %.1f GFLOP/s\n",
-         base->name, prec, N, m.V, m.C, sgemm_gflops(N, m.V, m.C), N, 4 * m.C, m.C, sgemm_gflops(N, 4 * m.C, m.C));
+         base->name, prec, N, m.V, m.C, head_rate, N, 4 * m.C, m.C, mlp_rate);
+  /* the GEMM floor: the step's model FLOPs at the best of those rates */
+  double rate = head_rate > mlp_rate ? head_rate : mlp_rate, floor_s = per_token * N / (rate * 1e9);
+  printf("GEMM floor: %.3g GFLOP per step at %.1f GFLOP/s = %.3f s; the step is %.2fx the floor (%.0f%% of the GEMM "
+         "rate over the whole step)\n", per_token * N / 1e9, rate, floor_s, total / steps / floor_s,
+         100 * floor_s / (total / steps));
   base->free(mv), base->free(vv), free(tok), free(tgt);
   layers_chunk_free(&ch);
   layers_model_free(&m);

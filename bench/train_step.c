@@ -130,14 +130,17 @@ static double sgemm_gflops(int M, int N, int K) {
   if (!a || !b || !c) return 0;
   base->to_device(a, ha, (size_t)M * K * 4), base->to_device(b, hb, (size_t)K * N * 4);
   real_gemm(c, a, b, M, N, K, 0, 1, 1, 0); /* warm */
-  int reps = 5;
-  base->sync();
-  double t = now();
-  for (int r = 0; r < reps; r++) real_gemm(c, a, b, M, N, K, 0, 1, 1, 0);
-  base->sync();
-  t = now() - t;
+  double best = 0; /* the best of 5: the machine's rate, not a neighbour's spell */
+  for (int r = 0; r < 5; r++) {
+    base->sync();
+    double t = now();
+    real_gemm(c, a, b, M, N, K, 0, 1, 1, 0);
+    base->sync();
+    t = now() - t;
+    if (2.0 * M * N * K / t / 1e9 > best) best = 2.0 * M * N * K / t / 1e9;
+  }
   free(ha), free(hb), base->free(a), base->free(b), base->free(c);
-  return 2.0 * M * N * K * reps / t / 1e9;
+  return best;
 }
 
 int main(int argc, char **argv) {

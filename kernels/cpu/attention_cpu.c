@@ -10,6 +10,7 @@
  * NaN or Inf in a later token can never reach an earlier one, as the mask promises. */
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -52,15 +53,28 @@ static void head_forward(float *o, float *a, const float *q, int T, int C, int h
               o, C);
 }
 
+typedef struct {
+  float *out, *att, *scratch;
+  const float *qkv, *dout;
+  int T, C, NH;
+} att_job;
+
+/* heads [lo, hi) of the B * NH, each on its own slices: the pool's workers take whole heads */
+static void forward_heads(void *ctx, size_t lo, size_t hi) {
+  const att_job *j = ctx;
+  int T = j->T, C = j->C, hs = C / j->NH;
+  for (size_t bh = lo; bh < hi; bh++) {
+    size_t b = bh / (size_t)j->NH, h = bh % (size_t)j->NH;
+    head_forward(j->out + b * T * C + h * hs, j->att + bh * T * T, j->qkv + b * T * 3 * C + h * hs, T, C, hs);
+  }
+}
+
 void kernels_cpu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                                    int NH) {
   CORE_ASSERT(NH > 0 && C % NH == 0);
   if (T <= 0) return; /* BLAS rejects empty matrices' leading dimensions */
-  int hs = C / NH;
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      head_forward(out + (size_t)b * T * C + h * hs, att + ((size_t)b * NH + h) * T * T,
-                   qkv + (size_t)b * T * 3 * C + h * hs, T, C, hs);
+  att_job j = {.out = out, .att = att, .qkv = qkv, .T = T, .C = C, .NH = NH};
+  kernels_cpu_parallel(B > 0 ? (size_t)B * (size_t)NH : 0, 1, 1, forward_heads, &j);
 }
 
 /* dq, dk, dv: this head's slices of dqkv (row stride 3C); dy: its slice of dout (stride C).
@@ -100,16 +114,33 @@ static void head_backward(float *dq, float *ds, const float *dy, const float *q,
   cblas_strmm(CblasRowMajor, CblasLeft, CblasLower, CblasTrans, CblasNonUnit, T, hs, 1.0f, ds, T, dk, ld);
 }
 
+/* A worker's own T x T scratch for dS (the caller's part uses the scratch it was given), kept
+ * for the thread's life and grown only when T does: no allocation in a steady step. */
+static _Thread_local float *own_ds;
+static _Thread_local size_t own_ds_n;
+
+static void backward_heads(void *ctx, size_t lo, size_t hi) {
+  const att_job *j = ctx;
+  int T = j->T, C = j->C, hs = C / j->NH;
+  float *ds = j->scratch;
+  if (lo > 0) { /* not the caller's part: the caller's scratch is the caller's */
+    size_t need = (size_t)T * T;
+    if (own_ds_n < need) free(own_ds), own_ds = malloc(sizeof(float) * need), own_ds_n = own_ds ? need : 0;
+    CORE_ASSERT(own_ds);
+    ds = own_ds;
+  }
+  for (size_t bh = lo; bh < hi; bh++) {
+    size_t b = bh / (size_t)j->NH, h = bh % (size_t)j->NH;
+    size_t row = b * T * 3 * C + h * hs; /* this head's first q column in (d)qkv */
+    head_backward(j->out + row, ds, j->dout + b * T * C + h * hs, j->qkv + row, j->att + bh * T * T, T, C, hs);
+  }
+}
+
 void kernels_cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
                                     const float *qkv, const float *att, int B, int T, int C,
                                     int NH) {
   CORE_ASSERT(NH > 0 && C % NH == 0);
   if (T <= 0) return;
-  int hs = C / NH;
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++) {
-      size_t row = (size_t)b * T * 3 * C + h * hs; /* this head's first q column in (d)qkv */
-      head_backward(dqkv + row, scratch, dout + (size_t)b * T * C + h * hs, qkv + row,
-                    att + ((size_t)b * NH + h) * T * T, T, C, hs);
-    }
+  att_job j = {.out = dqkv, .scratch = scratch, .dout = dout, .qkv = qkv, .att = (float *)att, .T = T, .C = C, .NH = NH};
+  kernels_cpu_parallel(B > 0 ? (size_t)B * (size_t)NH : 0, 1, 1, backward_heads, &j);
 }

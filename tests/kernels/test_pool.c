@@ -1,5 +1,5 @@
-/* The CPU table's ops split over the pool's workers (kernels/cpu/pool.c) give the same bits with
- * 1, 2, 3 and 4 threads: every output is computed by one worker as one thread would. Sizes are
+/* The CPU table's ops split over the pool's workers (kernels/cpu/pool.c), attention's heads
+ * included, give the same bits with 1, 2, 3 and 4 threads: every output is computed by one worker as one thread would. Sizes are
  * awkward (rows and columns not multiples of the parts, a vector length with a tail). GEMMs,
  * split over C's columns or rows on a single-threaded OpenBLAS, agree within float rounding. */
 #include <criterion/criterion.h>
@@ -56,6 +56,14 @@ static result run_ops(void) {
   o->xent_backward(z, probs, tgt, 0.01f, N, V);
   o->softmax_forward(z + (size_t)N * V, y, N, V);
   keep(&r, loss, N), keep(&r, z, 2 * (size_t)N * V);
+  /* attention: B = 3 sequences of T = 37, 4 heads of 8: heads split over the workers */
+  int AB = 3, AT = 37, AC = 32, NH = 4;
+  float *att = calloc((size_t)AB * NH * AT * AT, sizeof(float)), *scr = calloc((size_t)AT * AT + 16, sizeof(float));
+  o->attention_forward(z, att, x, AB, AT, AC, NH);
+  keep(&r, z, (size_t)AB * AT * AC), keep(&r, att, (size_t)AB * NH * AT * AT);
+  o->attention_backward(w, scr, y, x, att, AB, AT, AC, NH);
+  keep(&r, w, (size_t)AB * AT * 3 * AC);
+  free(att), free(scr);
   free(mean), free(rstd), free(dw), free(db), free(tgt), free(loss), free(probs);
   free(x), free(y), free(z), free(w), free(m), free(v);
   return r;

@@ -197,6 +197,9 @@ void pipe_runner_free(pipe_runner *rn) {
   for (int c = 0; c < rn->v && rn->hgrad; c++) free(rn->hgrad[c]);
   free(rn->hgrad);
   rn->hgrad = NULL;
+  for (int c = 0; c < rn->v && rn->druns; c++) free(rn->druns[c]);
+  free(rn->druns), free(rn->ndruns);
+  rn->druns = NULL, rn->ndruns = NULL;
   /* a gather still in flight (a step that failed; the job is ending) keeps its buffer: waiting
    * could hang on a replica that is gone, and MPI forbids freeing a collective's request */
   for (int k = 0; k < rn->ngbuf; k++)
@@ -354,11 +357,22 @@ static int optimizer_step(pipe_runner *rn) {
     zero_range(&rn->zb[c], &base, &end);
     if (rn->offload) /* the reduced gradients of the owned range to the host */
       rn->chunks[c].ops->to_host(rn->hgrad[c], zero_grad(&rn->zb[c]), sizeof(float) * (end - base));
-    for (size_t lo = base; lo < end;) { /* runs of equal decay within the owned range */
-      size_t hi = lo;
-      while (hi < end && mask[hi] == mask[lo]) hi++;
+    if (!rn->druns) rn->druns = core_calloc((size_t)rn->v, sizeof(size_t *)), rn->ndruns = core_calloc((size_t)rn->v, sizeof(int));
+    if (!rn->druns[c]) { /* runs of equal decay within the owned range: the mask is scanned once */
+      int n = 0, cap = 16;
+      size_t *r = core_malloc(sizeof(size_t) * (size_t)cap);
+      for (size_t lo = base; lo < end;) {
+        size_t hi = lo;
+        while (hi < end && mask[hi] == mask[lo]) hi++;
+        if (n + 2 > cap) r = core_realloc(r, sizeof(size_t) * (size_t)(cap *= 2));
+        r[n++] = lo, lo = hi;
+      }
+      r[n] = end;
+      rn->druns[c] = r, rn->ndruns[c] = n;
+    }
+    for (int k = 0; k < rn->ndruns[c]; k++) {
+      size_t lo = rn->druns[c][k], hi = rn->druns[c][k + 1];
       update_range(rn, c, lo, hi, base, mask[lo] ? (float)rn->opt.weight_decay : 0.0f, gscale);
-      lo = hi;
     }
     if (rn->offload) /* the updated parameters back to the device */
       rn->chunks[c].ops->to_device(zero_param_shard(&rn->zb[c]), rn->master[c], sizeof(float) * (end - base));

@@ -30,6 +30,8 @@ typedef struct {
   zero_buffer *zb;        /* [v] ZeRO partitioning of each chunk's flat buffers */
   float **opt_m, **opt_v; /* [v] optimizer state of the owned range (zero_state_len floats) */
   uint8_t **decay;        /* [v] weight-decay masks */
+  size_t **druns;         /* [v] the owned range's runs of equal decay: starts, then the end (built once) */
+  int *ndruns;
   const pipe_data *data;
   uint64_t seed;
   long step;      /* training step (selects the batches) */

@@ -307,12 +307,14 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
  * step's tail as measured on the slowest rank. */
 static void predict(const trainer *tr, const sched_timeline *meas) {
   int S = tr->cfg.stages * tr->cfg.v;
-  double *sum = core_calloc((size_t)S * 4, sizeof(double));
+  double *sum = core_calloc((size_t)S * 4, sizeof(double)), tail[3] = {0, 0, 0}; /* tied, reduce, step */
   int *cnt = core_calloc((size_t)S * 4, sizeof(int));
   for (int i = 0; i < meas->n; i++) {
     const sched_event *e = &meas->ev[i];
     int k = e->op == SCHED_FORWARD ? 0 : (e->op == SCHED_BACKWARD || e->op == SCHED_BACKWARD_INPUT) ? 1
             : e->op == SCHED_BACKWARD_WEIGHT ? 2 : e->op == SCHED_GATHER_PARAMS ? 3 : -1;
+    int q = e->op == SCHED_REDUCE_TIED_GRADS ? 0 : e->op == SCHED_REDUCE_GRADS ? 1 : e->op == SCHED_OPTIMIZER_STEP ? 2 : -1;
+    if (q >= 0 && e->end - e->start > tail[q]) tail[q] = e->end - e->start; /* the slowest rank's */
     if (k < 0 || e->stage < 0 || e->stage >= S) continue;
     sum[4 * e->stage + k] += e->end - e->start, cnt[4 * e->stage + k]++;
   }
@@ -324,7 +326,8 @@ static void predict(const trainer *tr, const sched_timeline *meas) {
     w[s] = cnt[4 * s + 2] ? sum[4 * s + 2] / cnt[4 * s + 2] : 0;
     g[s] = cnt[4 * s + 3] ? sum[4 * s + 3] / cnt[4 * s + 3] : 0;
   }
-  sched_costs c = {.stage_f = f, .stage_b = b, .stage_w = w, .stage_gather = g};
+  sched_costs c = {.stage_f = f, .stage_b = b, .stage_w = w, .stage_gather = g, .tied = tail[0], .reduce = tail[1],
+                   .step = tail[2]};
   sched_sim_result res;
   if (sched_simulate(&tr->prog, &c, &res, NULL) == CORE_OK) {
     core_log(CORE_LOG_INFO, "predicted from the measured op times: step %.2f ms, bubble rate %.1f%% "

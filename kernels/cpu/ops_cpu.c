@@ -360,15 +360,71 @@ static void copy(float *dst, const float *src, size_t n) {
   kernels_cpu_parallel(n, 4 * GRAIN, ALIGN, copy_part, &j);
 }
 
+/* Sums of squares in fixed blocks of SUM_BLOCK floats, each summed in order in double, the
+ * block sums then added in block order: the blocks go to the pool's workers, and since the
+ * blocks do not depend on the thread count, neither do the bits. */
+enum { SUM_BLOCK = 1 << 16 };
+
+typedef struct {
+  const float *x;
+  size_t n;
+  double *part;
+  size_t *count;
+} sum_job;
+
+/* the block results: one buffer per calling thread, grown when a longer vector comes, kept */
+static _Thread_local void *blocks_buf;
+static _Thread_local size_t blocks_cap;
+static void *blocks(size_t nb) {
+  if (nb > blocks_cap) {
+    free(blocks_buf);
+    blocks_buf = malloc(8 * nb), blocks_cap = blocks_buf ? nb : 0;
+    if (!blocks_buf) abort(); /* 8 bytes per 64K floats of a vector that exists */
+  }
+  return blocks_buf;
+}
+
+static void sumsq_blocks(void *ctx, size_t lo, size_t hi) {
+  const sum_job *j = ctx;
+  for (size_t b = lo; b < hi; b++) {
+    size_t a = b * SUM_BLOCK, e = a + SUM_BLOCK < j->n ? a + SUM_BLOCK : j->n;
+    double s = 0.0;
+    for (size_t i = a; i < e; i++) s += (double)j->x[i] * j->x[i];
+    j->part[b] = s;
+  }
+}
+
 static double sumsq(const float *x, size_t n) {
+  size_t nb = (n + SUM_BLOCK - 1) / SUM_BLOCK;
+  if (nb <= 1) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+  }
+  double *part = blocks(nb);
+  sum_job j = {.x = x, .n = n, .part = part};
+  kernels_cpu_parallel(nb, 4, 1, sumsq_blocks, &j);
   double s = 0.0;
-  for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+  for (size_t b = 0; b < nb; b++) s += part[b];
   return s;
 }
 
+static void nonfinite_blocks(void *ctx, size_t lo, size_t hi) {
+  const sum_job *j = ctx;
+  for (size_t b = lo; b < hi; b++) {
+    size_t a = b * SUM_BLOCK, e = a + SUM_BLOCK < j->n ? a + SUM_BLOCK : j->n, k = 0;
+    for (size_t i = a; i < e; i++) k += !isfinite(j->x[i]);
+    j->count[b] = k;
+  }
+}
+
 static size_t nonfinite(const float *x, size_t n) {
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++) k += !isfinite(x[i]);
+  size_t nb = (n + SUM_BLOCK - 1) / SUM_BLOCK, k = 0;
+  if (!nb) return 0;
+  size_t *count = blocks(nb);
+  sum_job j = {.x = x, .n = n, .count = count};
+  kernels_cpu_parallel(nb, 4, 1, nonfinite_blocks, &j);
+  for (size_t b = 0; b < nb; b++) k += count[b];
   return k;
 }
 

@@ -494,8 +494,22 @@ static void announce(trainer *tr) {
              k0->ops->coll->name);
   else if (k0->ops && k0->ops->device_memory && tr->topo.p > 1)
     core_log(CORE_LOG_INFO, "pipeline transfers: MPI through host copies (%s)", tr->pipe_why);
-  core_log(CORE_LOG_INFO, "model: %d layers, %.3f M parameters, vocabulary %d, T=%d, d_model=%d",
-           tr->model.n, layers_model_params(&tr->model) / 1e6, tr->model.V, tr->model.T, tr->model.C);
+  if (tr->cfg.precision && !(k0->ops && k0->ops->device_memory)) { /* what 16-bit means on the CPU */
+    __builtin_cpu_init();
+    int hw = __builtin_cpu_supports("avx512bf16"); /* (AMX: the same story, needs the kernel too) */
+    core_log(CORE_LOG_INFO, "%s on the CPU: fp32 GEMMs, every stored activation and gradient rounded to %s, fp32 "
+             "master weights and optimizer (emulated mixed precision); %s", tr->cfg.precision == 1 ? "bf16" : "fp16",
+             tr->cfg.precision == 1 ? "bf16" : "fp16",
+             hw ? "this CPU has AVX512-BF16, but the OpenBLAS brigade links has no bf16 GEMM (built without "
+                  "BUILD_BFLOAT16)"
+                : "this CPU has no bf16 GEMM instructions (AVX512-BF16)");
+  }
+  size_t tied = 0; /* a tied head's wte, held once when its embedding shares its chunk */
+  for (int i = 0; i < tr->model.n; i++)
+    if (tr->model.layers[i].tied_to >= 0) tied = tr->model.layers[i].nparams;
+  core_log(CORE_LOG_INFO, "model: %d layers, %.3f M parameters (a tied weight counted once; %.3f M counting it twice), vocabulary %d, "
+           "T=%d, d_model=%d", tr->model.n, (layers_model_params(&tr->model) - tied) / 1e6,
+           layers_model_params(&tr->model) / 1e6, tr->model.V, tr->model.T, tr->model.C);
   core_log(CORE_LOG_INFO, "layout: %d stage(s) x %d replica(s), schedule %s, %d chunk(s) per rank, %d "
            "micro-batches of %d, %zu instructions per step",
            tr->cfg.stages, tr->cfg.d, sched_family_name(tr->prog.family), tr->cfg.v, tr->cfg.m, tr->cfg.B,

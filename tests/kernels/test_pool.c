@@ -64,6 +64,12 @@ static result run_ops(void) {
   o->attention_backward(w, scr, y, x, att, AB, AT, AC, NH);
   keep(&r, w, (size_t)AB * AT * 3 * AC);
   free(att), free(scr);
+  /* the sum of squares (fixed 64K blocks) and the non-finite count, as bits */
+  x[12345] = INFINITY;
+  double sq = o->sumsq(y, NE), nf = (double)o->nonfinite(x, NE);
+  float bits[4];
+  memcpy(bits, &sq, sizeof sq), memcpy(bits + 2, &nf, sizeof nf);
+  keep(&r, bits, 4);
   free(mean), free(rstd), free(dw), free(db), free(tgt), free(loss), free(probs);
   free(x), free(y), free(z), free(w), free(m), free(v);
   return r;

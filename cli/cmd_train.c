@@ -1,4 +1,4 @@
-/* cli/cmd_train.c: `brigade train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR]`,
+/* cli/cmd_train.c: `brigade train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR] [--init-from FILE]`,
  * as one process or under mpirun. */
 #include <mpi.h>
 #include <stdio.h>
@@ -26,6 +26,8 @@ int cli_train(int argc, char **argv) {
       rc = cli_take(argc, argv, &i, &o.log_json);
     } else if (strcmp(argv[i], "--resume") == 0) {
       rc = cli_take(argc, argv, &i, &o.resume);
+    } else if (strcmp(argv[i], "--init-from") == 0) {
+      rc = cli_take(argc, argv, &i, &o.init_from);
     } else if (argv[i][0] == '-') {
       rc = core_error_set(CORE_EINPUT, "train: unknown option '%s'", argv[i]);
     } else if (o.config) {
@@ -34,7 +36,10 @@ int cli_train(int argc, char **argv) {
       o.config = argv[i];
     }
   }
-  if (!rc && !o.config) rc = core_error_set(CORE_EINPUT, "usage: brigade train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR]");
+  if (!rc && !o.config) rc = core_error_set(CORE_EINPUT, "usage: brigade train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR] [--init-from FILE]");
+  if (!rc && o.resume && o.init_from)
+    rc = core_error_set(CORE_EINPUT, "--resume continues a run (weights, optimizer state, step); --init-from starts one "
+                                     "from a file's weights: give one of them");
   o.sets = sets;
   if (rc) {
     fprintf(stderr, "brigade: error: %s\n", core_error_msg());

@@ -28,10 +28,12 @@ static const char usage[] =
     "            fastest predicted step that fits a per-rank memory limit:\n"
     "            tune CONFIG --memory BYTES [--set key=value ...] [--gflops G] [--top K] [--svg FILE]\n"
     "  train     train a model: train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR]\n"
+    "            [--init-from LLMC.bin] (start from an llm.c GPT-2 checkpoint's weights)\n"
     "            (one process, or under mpirun -np N for pipeline stages x data replicas)\n"
     "  sample    generate text from a checkpoint: sample --checkpoint DIR --prompt TEXT\n"
     "            [--tokens N] [--temperature T] [--seed S]\n"
     "  plot      draw a trace brigade wrote: plot TRACE.json [-o FILE.svg] [--ascii]\n"
+    "  convert   a checkpoint as llm.c's GPT-2 file: convert CHECKPOINT_DIR OUT --to llmc\n"
     "  help      this text\n";
 
 int main(int argc, char **argv) {
@@ -48,6 +50,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "train") == 0) return cli_train(argc - 1, argv + 1);
   if (strcmp(cmd, "tune") == 0) return cli_tune(argc - 1, argv + 1);
   if (strcmp(cmd, "sample") == 0) return cli_sample(argc - 1, argv + 1);
+  if (strcmp(cmd, "convert") == 0) return cli_convert(argc - 1, argv + 1);
   fprintf(stderr, "brigade: error: unknown command '%s' (see 'brigade help')\n", cmd);
   return 2;
 }

@@ -387,3 +387,32 @@ int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo
   (void)topo;
   return rc;
 }
+
+int pipe_ckpt_model_params(const char *dir, const layers_model *m, float **params) {
+  char sub[1400];
+  int rc = latest_dir(dir, sub, sizeof sub);
+  if (rc) return rc;
+  DIR *d = opendir(sub);
+  if (!d) return core_error_set(CORE_EINPUT, "cannot open checkpoint %s: %s", sub, strerror(errno));
+  struct dirent *e;
+  while (!rc && (e = readdir(d))) {
+    if (strncmp(e->d_name, "rank_", 5) != 0 || !strstr(e->d_name, ".ckpt") || strstr(e->d_name, ".tmp")) continue;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
+    pipe_ckpt_reader r;
+    if ((rc = pipe_ckpt_open(&r, path))) break;
+    for (int i = 0; i < m->n && !rc; i++) {
+      char name[64];
+      snprintf(name, sizeof name, "layer.%d.params", i);
+      if (!m->layers[i].nparams || params[i] || !pipe_ckpt_find(&r, name)) continue;
+      params[i] = core_malloc(sizeof(float) * m->layers[i].nparams);
+      rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, params[i], m->layers[i].nparams);
+    }
+    pipe_ckpt_close(&r);
+  }
+  closedir(d);
+  for (int i = 0; i < m->n && !rc; i++)
+    if (m->layers[i].nparams && !params[i])
+      rc = core_error_set(CORE_EINPUT, "checkpoint %s has no record of layer %d ('%s')", sub, i, m->layers[i].name);
+  return rc;
+}

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/config.h"
+#include "layers/layers.h"
 #include "pipe/runner.h"
 
 int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo *topo, long step,
@@ -17,6 +18,9 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
  * next step to run. */
 int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo, long *step);
 
+/* Every layer's parameters of the latest checkpoint, whole, from whichever rank file holds them:
+ * params[i] (host memory, caller frees; untouched for layers without parameters). */
+int pipe_ckpt_model_params(const char *dir, const layers_model *m, float **params);
 /* The effective config (text, caller frees) and vocabulary saved with the latest checkpoint. */
 int pipe_ckpt_model_config(const char *dir, char **text, int64_t *vocab);
 

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "pipe/ckpt_model.h"
+#include "pipe/llmc.h"
 #include "pipe/train_internal.h"
 #include "viz/viz.h"
 #include "zero/devcomm.h"
@@ -32,6 +33,7 @@ typedef struct {
                        * until the next --log-json record carries them */
   kernels_coll_comm *pcomm; /* the pipeline's device communicator (NULL: transfers over MPI) */
   char pipe_why[160];       /* why the transfers go through host copies over MPI */
+  const char *init_from;    /* --init-from: an llm.c checkpoint's weights */
 } trainer;
 
 /* The training program's micro-batch 0 on this replica, as a global micro-batch: data rank r
@@ -73,6 +75,32 @@ static int init_shard(pipe_runner *rn, int ch, uint64_t seed) {
   rn->param_live += sizeof(float) * (double)z->shard;
   rn->param_peak = rn->param_live;
   return CORE_OK;
+}
+
+/* --init-from: every chunk's parameters (its ZeRO-3 shard only) read from an llm.c checkpoint,
+ * each rank reading just its own layers' values; the optimizer starts fresh at step 0. */
+static int init_from_llmc(trainer *tr, const char *path) {
+  pipe_llmc h;
+  int rc = pipe_llmc_open(&h, path);
+  if (!rc) rc = pipe_llmc_check_model(&h, &tr->model);
+  for (int c = 0; c < tr->cfg.v && !rc; c++) {
+    layers_chunk *k = &tr->rn.chunks[c];
+    zero_buffer *z = &tr->rn.zb[c];
+    size_t lo = 0, hi = k->nparams; /* the values this rank holds */
+    if (z->stage == 3) lo = z->lo, hi = z->hi;
+    float *host = core_calloc(hi - lo + 1, sizeof(float));
+    for (int i = 0; i < k->n && !rc; i++) {
+      if (i == k->tied_head) continue; /* a view of the embedding's wte */
+      size_t a = k->param_off[i], b = a + k->layers[i].nparams;
+      if (a < lo) a = lo;
+      if (b > hi) b = hi;
+      if (b > a) rc = pipe_llmc_read_layer(&h, &tr->model, k->lo + i, a - k->param_off[i], b - k->param_off[i], host + (a - lo));
+    }
+    if (!rc) z->ops->to_device(z->stage == 3 ? z->pshard : k->params, host, sizeof(float) * (hi - lo));
+    free(host);
+  }
+  pipe_llmc_close(&h);
+  return rc ? core_error_prefix("--init-from") : CORE_OK;
 }
 
 static int setup_runner(trainer *tr) {
@@ -149,6 +177,7 @@ static int setup_runner(trainer *tr) {
   rn->grad_scale_base = rn->grad_scale = 1.0f / (float)((double)c->m * c->B * tr->model.T * c->d);
   rn->precision = c->precision, rn->loss_scale = c->loss_scale, rn->dynamic_scale = c->dynamic_scale;
   rn->scale_window = c->scale_window, rn->hysteresis = rn->hyst_left = c->hysteresis, rn->min_scale = c->min_scale;
+  if (!rc && tr->init_from) rc = init_from_llmc(tr, tr->init_from); /* before the masters copy them */
   if (!rc) rc = pipe_runner_init_master(rn);
   pipe_runner_use(rn, &tr->prog, train_mb0(tr));
   return rc;
@@ -606,6 +635,7 @@ static int agree_start(int rc, int *report) {
 int pipe_train(const pipe_train_opts *o) {
   trainer tr;
   memset(&tr, 0, sizeof tr);
+  tr.init_from = o->init_from;
   struct sigaction old[NSTOP];
   catch_stops(old);
   int rc = setup(&tr, o), stopped = 0;

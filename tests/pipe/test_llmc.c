@@ -143,3 +143,40 @@ Test(llmc, a_file_of_another_shape_is_refused) {
   free(out);
   unlink(path);
 }
+
+/* llm.c's bf16 files (version 5): the same tensors at 2 bytes each, read as the bf16 values. */
+Test(llmc, bf16_files_read_as_their_values) {
+  char path[] = "/tmp/brigade_llmc_XXXXXX", half[] = "/tmp/brigade_llmc_XXXXXX";
+  close(mkstemp(path));
+  close(mkstemp(half));
+  write_initial(path);
+  FILE *in = fopen(path, "rb"), *out = fopen(half, "wb");
+  int32_t hd[256];
+  cr_assert_eq(fread(hd, sizeof hd, 1, in), 1);
+  hd[1] = 5;
+  fwrite(hd, sizeof hd, 1, out);
+  float x;
+  while (fread(&x, sizeof x, 1, in) == 1) {
+    uint16_t b = kernels_f32_to_bf16(x);
+    fwrite(&b, sizeof b, 1, out);
+  }
+  fclose(in), fclose(out);
+  layers_model m;
+  layers_chunk ch;
+  tiny(&m, &ch);
+  pipe_llmc h;
+  cr_assert_eq(pipe_llmc_open(&h, half), 0, "%s", core_error_msg());
+  cr_assert_eq(h.version, 5);
+  for (int i = 0; i < m.n; i++) {
+    size_t n = m.layers[i].nparams;
+    float *got = malloc(sizeof(float) * (n ? n : 1));
+    cr_assert_eq(pipe_llmc_read_layer(&h, &m, i, 0, n, got), 0, "%s", core_error_msg());
+    for (size_t k = 0; k < n; k++)
+      cr_assert_eq(got[k], kernels_bf16_to_f32(kernels_f32_to_bf16(ch.layers[i].params[k])), "layer %d value %zu", i, k);
+    free(got);
+  }
+  pipe_llmc_close(&h);
+  layers_chunk_free(&ch);
+  layers_model_free(&m);
+  unlink(path), unlink(half);
+}

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "pipe/ckpt_model.h"
+#include "pipe/hfst.h"
 #include "pipe/llmc.h"
 #include "pipe/train_internal.h"
 #include "viz/viz.h"
@@ -77,12 +78,15 @@ static int init_shard(pipe_runner *rn, int ch, uint64_t seed) {
   return CORE_OK;
 }
 
-/* --init-from: every chunk's parameters (its ZeRO-3 shard only) read from an llm.c checkpoint,
- * each rank reading just its own layers' values; the optimizer starts fresh at step 0. */
-static int init_from_llmc(trainer *tr, const char *path) {
-  pipe_llmc h;
-  int rc = pipe_llmc_open(&h, path);
-  if (!rc) rc = pipe_llmc_check_model(&h, &tr->model);
+/* --init-from: every chunk's parameters (its ZeRO-3 shard only) read from an llm.c checkpoint or
+ * a Hugging Face GPT-2 model.safetensors (told apart by their first bytes), each rank reading
+ * just its own layers' values; the optimizer starts fresh at step 0. */
+static int init_from_file(trainer *tr, const char *path) {
+  pipe_llmc lh;
+  pipe_hfst hh;
+  int st = pipe_hfst_sniff(path);
+  int rc = st ? pipe_hfst_open(&hh, path) : pipe_llmc_open(&lh, path);
+  if (!rc) rc = st ? pipe_hfst_check_model(&hh, &tr->model) : pipe_llmc_check_model(&lh, &tr->model);
   for (int c = 0; c < tr->cfg.v && !rc; c++) {
     layers_chunk *k = &tr->rn.chunks[c];
     zero_buffer *z = &tr->rn.zb[c];
@@ -94,12 +98,16 @@ static int init_from_llmc(trainer *tr, const char *path) {
       size_t a = k->param_off[i], b = a + k->layers[i].nparams;
       if (a < lo) a = lo;
       if (b > hi) b = hi;
-      if (b > a) rc = pipe_llmc_read_layer(&h, &tr->model, k->lo + i, a - k->param_off[i], b - k->param_off[i], host + (a - lo));
+      if (b <= a) continue;
+      size_t from = a - k->param_off[i], to = b - k->param_off[i];
+      rc = st ? pipe_hfst_read_layer(&hh, &tr->model, k->lo + i, from, to, host + (a - lo))
+              : pipe_llmc_read_layer(&lh, &tr->model, k->lo + i, from, to, host + (a - lo));
     }
     if (!rc) z->ops->to_device(z->stage == 3 ? z->pshard : k->params, host, sizeof(float) * (hi - lo));
     free(host);
   }
-  pipe_llmc_close(&h);
+  if (st) pipe_hfst_close(&hh);
+  else pipe_llmc_close(&lh);
   return rc ? core_error_prefix("--init-from") : CORE_OK;
 }
 
@@ -177,7 +185,7 @@ static int setup_runner(trainer *tr) {
   rn->grad_scale_base = rn->grad_scale = 1.0f / (float)((double)c->m * c->B * tr->model.T * c->d);
   rn->precision = c->precision, rn->loss_scale = c->loss_scale, rn->dynamic_scale = c->dynamic_scale;
   rn->scale_window = c->scale_window, rn->hysteresis = rn->hyst_left = c->hysteresis, rn->min_scale = c->min_scale;
-  if (!rc && tr->init_from) rc = init_from_llmc(tr, tr->init_from); /* before the masters copy them */
+  if (!rc && tr->init_from) rc = init_from_file(tr, tr->init_from); /* before the masters copy them */
   if (!rc) rc = pipe_runner_init_master(rn);
   pipe_runner_use(rn, &tr->prog, train_mb0(tr));
   return rc;

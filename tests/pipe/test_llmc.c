@@ -180,3 +180,96 @@ Test(llmc, bf16_files_read_as_their_values) {
   layers_model_free(&m);
   unlink(path), unlink(half);
 }
+
+/* ---- Hugging Face GPT-2 model.safetensors ---- */
+
+typedef struct {
+  char name[64];
+  float *data; /* as the file holds it (Conv1D weights [in, out]) */
+  size_t n;
+  int rank;
+  size_t shape[2];
+} st_tensor;
+
+/* the tiny model's initial weights under GPT-2's Hugging Face names (prefix "" or
+ * "transformer."), Conv1D weights transposed to [in, out] */
+static void write_safetensors(const char *path, const char *prefix) {
+  layers_model m;
+  layers_chunk ch;
+  tiny(&m, &ch);
+  size_t C = (size_t)m.C, V = (size_t)m.V, T = (size_t)m.T;
+  int L = m.n - 4;
+  st_tensor *t = calloc((size_t)(4 + 12 * L), sizeof(st_tensor));
+  int nt = 0;
+#define ADD(ptr, count, r, s0, s1, ...)                                                        \
+  (snprintf(t[nt].name, sizeof t[nt].name, __VA_ARGS__), t[nt].data = malloc(sizeof(float) * (count)), \
+   memcpy(t[nt].data, ptr, sizeof(float) * (count)), t[nt].n = count, t[nt].rank = r, t[nt].shape[0] = s0, \
+   t[nt++].shape[1] = s1)
+  const float *e = ch.layers[0].params;
+  ADD(e, V * C, 2, V, C, "%swte.weight", prefix);
+  ADD(e + V * C, T * C, 2, T, C, "%swpe.weight", prefix);
+  const size_t rows[4] = {3 * C, C, 4 * C, C}, cols[4] = {C, C, C, 4 * C}; /* brigade's [out, in] */
+  for (int b = 0; b < L; b++) {
+    const float *p = ch.layers[1 + b].params;
+    size_t at = 0;
+    const char *ln[2] = {"ln_1", "ln_2"}, *lin[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+    for (int part = 0; part < 2; part++) {
+      ADD(p + at, C, 1, C, 0, "%sh.%d.%s.weight", prefix, b, ln[part]), at += C;
+      ADD(p + at, C, 1, C, 0, "%sh.%d.%s.bias", prefix, b, ln[part]), at += C;
+      for (int q = 2 * part; q < 2 * part + 2; q++) {
+        size_t o = rows[q], in = cols[q];
+        float *tr = malloc(sizeof(float) * o * in); /* [in, out] */
+        for (size_t r = 0; r < o; r++)
+          for (size_t c = 0; c < in; c++) tr[c * o + r] = p[at + r * in + c];
+        ADD(tr, o * in, 2, in, o, "%sh.%d.%s.weight", prefix, b, lin[q]), at += o * in;
+        free(tr);
+        ADD(p + at, o, 1, o, 0, "%sh.%d.%s.bias", prefix, b, lin[q]), at += o;
+      }
+    }
+    cr_assert_eq(at, ch.layers[1 + b].nparams);
+  }
+  const float *lnf = ch.layers[m.n - 3].params;
+  ADD(lnf, C, 1, C, 0, "%sln_f.weight", prefix);
+  ADD(lnf + C, C, 1, C, 0, "%sln_f.bias", prefix);
+#undef ADD
+  char *hdr = NULL;
+  size_t hn = 0, off = 0;
+  FILE *mf = open_memstream(&hdr, &hn);
+  fprintf(mf, "{\"__metadata__\":{\"format\":\"pt\"}");
+  for (int i = 0; i < nt; i++) {
+    fprintf(mf, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu", t[i].name, t[i].shape[0]);
+    if (t[i].rank == 2) fprintf(mf, ",%zu", t[i].shape[1]);
+    fprintf(mf, "],\"data_offsets\":[%zu,%zu]}", off, off + 4 * t[i].n);
+    off += 4 * t[i].n;
+  }
+  fprintf(mf, "}");
+  fclose(mf);
+  FILE *f = fopen(path, "wb");
+  uint64_t len = hn;
+  fwrite(&len, 8, 1, f), fwrite(hdr, 1, hn, f);
+  for (int i = 0; i < nt; i++) fwrite(t[i].data, sizeof(float), t[i].n, f), free(t[i].data);
+  fclose(f);
+  free(hdr), free(t);
+  layers_chunk_free(&ch);
+  layers_model_free(&m);
+}
+
+Test(llmc, hugging_face_safetensors_train_from_the_seed, .timeout = 200) {
+  char path[] = "/tmp/brigade_st_XXXXXX", log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(path));
+  close(mkstemp(log));
+  run_log ref, got;
+  train_read(0, log, &ref, "--set gradient_accumulation_steps=4");
+  write_safetensors(path, "");
+  train_read(0, log, &got, "--set gradient_accumulation_steps=4 --init-from %s", path);
+  same_bits(&ref, &got, "--init-from model.safetensors, one process");
+  write_safetensors(path, "transformer.");
+  train_read(4, log, &got, "--set gradient_accumulation_steps=2 --set pipeline.stages=2 --set zero_optimization.stage=3 "
+             "--init-from %s", path);
+  close_to(&ref, &got, 0, "--init-from model.safetensors (transformer. prefix), p=2 x d=2 ZeRO-3");
+  char *out = NULL;
+  int rc = train_capture(&out, "--set train.steps=1 --set model.d_model=64 --init-from %s", path);
+  cr_assert(rc == 2 && strstr(out, "wte.weight: the file holds [256, 32], the model [256, 64]"), "exit %d: %s", rc, out);
+  free(out);
+  unlink(path), unlink(log);
+}

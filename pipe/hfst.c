@@ -1,0 +1,194 @@
+/* pipe/hfst.c: Hugging Face GPT-2 safetensors in (see hfst.h). */
+#include "pipe/hfst.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+int pipe_hfst_sniff(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  unsigned char b[9];
+  int ok = fread(b, 1, 9, f) == 9;
+  fclose(f);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
+  return ok && n > 1 && n < (1u << 30) && b[8] == '{';
+}
+
+/* the tensor named prefix + name, or NULL */
+static const core_json *tensor(const pipe_hfst *h, const char *name) {
+  char full[128];
+  snprintf(full, sizeof full, "%s%s", h->prefix, name);
+  return core_json_get(h->hdr, full);
+}
+
+/* dtype bytes, shape and the byte range of a tensor; CORE_EINPUT naming it when malformed */
+static int info(const pipe_hfst *h, const char *name, int *esize, long long *shape, int *rank, long long *begin) {
+  const core_json *t = tensor(h, name), *dt, *sh, *off;
+  if (!t) return core_error_set(CORE_EINPUT, "%s: no tensor '%s%s' (a GPT-2 model.safetensors holds one)", h->path, h->prefix, name);
+  const char *d = NULL;
+  if (core_json_get_string(t, "dtype", &d) || core_json_get_array(t, "shape", &sh) || core_json_get_array(t, "data_offsets", &off) ||
+      core_json_len(off) != 2 || core_json_len(sh) > 4)
+    return core_error_set(CORE_EINPUT, "%s: tensor '%s%s' has a malformed entry", h->path, h->prefix, name);
+  (void)dt;
+  *esize = !strcmp(d, "F32") ? 4 : (!strcmp(d, "F16") || !strcmp(d, "BF16")) ? (d[0] == 'B' ? -2 : 2) : 0;
+  if (!*esize) return core_error_set(CORE_EINPUT, "%s: tensor '%s%s' is %s (F32, F16 and BF16 are read)", h->path, h->prefix, name, d);
+  *rank = (int)core_json_len(sh);
+  long long count = 1;
+  for (int i = 0; i < *rank; i++) shape[i] = (long long)core_json_at(sh, (size_t)i)->num, count *= shape[i];
+  *begin = (long long)core_json_at(off, 0)->num;
+  long long end = (long long)core_json_at(off, 1)->num;
+  if (end - *begin != count * (*esize < 0 ? -*esize : *esize))
+    return core_error_set(CORE_EINPUT, "%s: tensor '%s%s': its byte range does not hold its shape", h->path, h->prefix, name);
+  return CORE_OK;
+}
+
+int pipe_hfst_open(pipe_hfst *h, const char *path) {
+  memset(h, 0, sizeof *h);
+  snprintf(h->path, sizeof h->path, "%s", path);
+  h->f = fopen(path, "rb");
+  if (!h->f) return core_error_set(CORE_EINPUT, "cannot open %s: %s", path, strerror(errno));
+  unsigned char b[8];
+  uint64_t n = 0;
+  if (fread(b, 1, 8, h->f) == 8)
+    for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
+  if (n < 2 || n > (1u << 30)) {
+    pipe_hfst_close(h);
+    return core_error_set(CORE_EINPUT, "%s: not a safetensors file (header length %llu)", path, (unsigned long long)n);
+  }
+  char *text = malloc(n);
+  int rc = text && fread(text, 1, n, h->f) == n ? core_json_parse(text, n, path, &h->hdr)
+                                                : core_error_set(CORE_EINPUT, "%s: shorter than its header", path);
+  free(text);
+  if (rc || !core_json_is(h->hdr, CORE_JSON_OBJECT)) {
+    pipe_hfst_close(h);
+    return rc ? rc : core_error_set(CORE_EINPUT, "%s: the safetensors header is not a JSON object", path);
+  }
+  h->data = 8 + (long long)n;
+  if (!core_json_get(h->hdr, "wte.weight") && core_json_get(h->hdr, "transformer.wte.weight"))
+    snprintf(h->prefix, sizeof h->prefix, "transformer.");
+  int es, r;
+  long long sh[4], at;
+  rc = info(h, "wte.weight", &es, sh, &r, &at);
+  if (!rc) h->V = (int)sh[0], h->C = (int)sh[1];
+  if (!rc) rc = info(h, "wpe.weight", &es, sh, &r, &at);
+  if (!rc) h->maxT = (int)sh[0];
+  while (!rc) { /* the blocks: h.0 .. h.L-1 */
+    char name[64];
+    snprintf(name, sizeof name, "h.%d.ln_1.weight", h->L);
+    if (!tensor(h, name)) break;
+    h->L++;
+  }
+  if (rc) pipe_hfst_close(h);
+  return rc;
+}
+
+void pipe_hfst_close(pipe_hfst *h) {
+  if (h->f) fclose(h->f);
+  if (h->hdr) core_json_free(h->hdr);
+  h->f = NULL, h->hdr = NULL;
+}
+
+static int is(const layer *l, const char *type) { return strcmp(l->type->name, type) == 0; }
+
+int pipe_hfst_check_model(const pipe_hfst *h, const layers_model *m) {
+  int L = m->n - 4;
+  if (m->n < 5 || !is(&m->layers[0], "embedding") || !is(&m->layers[m->n - 3], "layernorm") ||
+      !is(&m->layers[m->n - 2], "lm_head") || !is(&m->layers[m->n - 1], "cross_entropy") || m->layers[m->n - 2].tied_to != 0)
+    return core_error_set(CORE_EINPUT, "%s: GPT-2 needs model.layers = embedding, transformer_block x L, layernorm, "
+                          "lm_head tied to the embedding, cross_entropy", h->path);
+  if (L != h->L) return core_error_set(CORE_EINPUT, "%s: the file holds %d blocks (h.0 .. h.%d), the model %d", h->path, h->L, h->L - 1, L);
+  const layer *e = &m->layers[0];
+  if (e->V != h->V || e->C != h->C)
+    return core_error_set(CORE_EINPUT, "%s: wte.weight: the file holds [%d, %d], the model [%d, %d] (model.vocab_size, "
+                          "model.d_model)", h->path, h->V, h->C, e->V, e->C);
+  if (e->T != h->maxT)
+    return core_error_set(CORE_EINPUT, "%s: wpe.weight: the file holds [%d, %d], the model [%d, %d] (model.seq_len must be %d)",
+                          h->path, h->maxT, h->C, e->T, e->C, h->maxT);
+  for (int i = 1; i <= L; i++)
+    if (!is(&m->layers[i], "transformer_block") || m->layers[i].hidden != 4 * h->C)
+      return core_error_set(CORE_EINPUT, "%s: layer %d ('%s') must be a transformer_block with an MLP of %d", h->path, i,
+                            m->layers[i].name, 4 * h->C);
+  return CORE_OK;
+}
+
+/* n values from byte `at` of the data (esize 4 F32, 2 F16, -2 BF16) as fp32 */
+static int read_at(const pipe_hfst *h, long long at, int esize, size_t n, float *dst) {
+  if (!n) return CORE_OK;
+  int bytes = esize < 0 ? -esize : esize;
+  if (fseek(h->f, h->data + at, SEEK_SET) != 0) return core_error_set(CORE_ERUNTIME, "%s: seek failed", h->path);
+  if (bytes == 4) return fread(dst, 4, n, h->f) == n ? CORE_OK : core_error_set(CORE_EINPUT, "%s: short read", h->path);
+  uint16_t buf[4096];
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < 4096 ? n - done : 4096;
+    if (fread(buf, 2, k, h->f) != k) return core_error_set(CORE_EINPUT, "%s: short read", h->path);
+    for (size_t i = 0; i < k; i++) dst[done + i] = esize < 0 ? kernels_bf16_to_f32(buf[i]) : kernels_f16_to_f32(buf[i]);
+    done += k;
+  }
+  return CORE_OK;
+}
+
+/* Values [a, b) of tensor `name` as brigade lays it out (rows of the transposed [in, out] Conv1D
+ * weight when conv), expected to hold `want` values, into dst. */
+static int read_tensor(const pipe_hfst *h, const char *name, int conv, size_t want, size_t a, size_t b, float *dst) {
+  int es, rank;
+  long long sh[4], at;
+  int rc = info(h, name, &es, sh, &rank, &at);
+  if (rc) return rc;
+  long long count = 1;
+  for (int i = 0; i < rank; i++) count *= sh[i];
+  if ((size_t)count != want)
+    return core_error_set(CORE_EINPUT, "%s: tensor '%s%s' holds %lld values, the model's %zu", h->path, h->prefix, name, count, want);
+  int bytes = es < 0 ? -es : es;
+  if (!conv) return read_at(h, at + (long long)a * bytes, es, b - a, dst);
+  long long in = sh[0], out = sh[1]; /* stored [in, out]; brigade's element (o, i) is the file's (i, o) */
+  float *all = malloc(sizeof(float) * (size_t)count);
+  if (!all) return core_error_set(CORE_ERUNTIME, "out of memory reading %s", name);
+  rc = read_at(h, at, es, (size_t)count, all);
+  for (size_t k = a; k < b && !rc; k++) {
+    size_t o = k / (size_t)in, i = k % (size_t)in;
+    dst[k - a] = all[i * (size_t)out + o];
+  }
+  free(all);
+  return rc;
+}
+
+int pipe_hfst_read_layer(const pipe_hfst *h, const layers_model *m, int li, size_t lo, size_t hi, float *dst) {
+  size_t C = (size_t)h->C;
+  struct {
+    char name[64];
+    int conv;
+    size_t n;
+  } seg[12];
+  int ns = 0;
+#define SEG(conv_, n_, ...) (snprintf(seg[ns].name, sizeof seg[ns].name, __VA_ARGS__), seg[ns].conv = conv_, seg[ns++].n = n_)
+  if (li == 0) SEG(0, (size_t)h->V * C, "wte.weight"), SEG(0, (size_t)h->maxT * C, "wpe.weight");
+  else if (li == m->n - 2) SEG(0, (size_t)h->V * C, "wte.weight");
+  else if (li == m->n - 3) SEG(0, C, "ln_f.weight"), SEG(0, C, "ln_f.bias");
+  else if (li >= 1 && li <= h->L) {
+    int b = li - 1;
+    SEG(0, C, "h.%d.ln_1.weight", b), SEG(0, C, "h.%d.ln_1.bias", b);
+    SEG(1, 3 * C * C, "h.%d.attn.c_attn.weight", b), SEG(0, 3 * C, "h.%d.attn.c_attn.bias", b);
+    SEG(1, C * C, "h.%d.attn.c_proj.weight", b), SEG(0, C, "h.%d.attn.c_proj.bias", b);
+    SEG(0, C, "h.%d.ln_2.weight", b), SEG(0, C, "h.%d.ln_2.bias", b);
+    SEG(1, 4 * C * C, "h.%d.mlp.c_fc.weight", b), SEG(0, 4 * C, "h.%d.mlp.c_fc.bias", b);
+    SEG(1, 4 * C * C, "h.%d.mlp.c_proj.weight", b), SEG(0, C, "h.%d.mlp.c_proj.bias", b);
+  }
+#undef SEG
+  size_t at = 0;
+  for (int k = 0; k < ns; at += seg[k].n, k++) {
+    size_t a = at > lo ? at : lo, b = at + seg[k].n < hi ? at + seg[k].n : hi;
+    if (b <= a) continue;
+    int rc = read_tensor(h, seg[k].name, seg[k].conv, seg[k].n, a - at, b - at, dst + (a - lo));
+    if (rc) return rc;
+  }
+  if (at != m->layers[li].nparams)
+    return core_error_set(CORE_EINPUT, "%s: layer %d ('%s') has %zu parameters, the file's tensors for it %zu", h->path, li,
+                          m->layers[li].name, m->layers[li].nparams, at);
+  return CORE_OK;
+}

@@ -1,6 +1,7 @@
-/* cli/cmd_convert.c: `brigade convert CHECKPOINT_DIR OUT --to llmc`: a brigade checkpoint of any
- * layout (stages, replicas, ZeRO stage) as llm.c's GPT-2 checkpoint (fp32, version 3), which
- * llm.c's train_gpt2 loads; brigade reads it back with `train --init-from`. */
+/* cli/cmd_convert.c: `brigade convert CHECKPOINT_DIR OUT --to llmc|safetensors`: a brigade
+ * checkpoint of any layout (stages, replicas, ZeRO stage) as llm.c's GPT-2 checkpoint (fp32,
+ * version 3), which llm.c's train_gpt2 loads, or as Hugging Face's GPT-2 model.safetensors (F32);
+ * brigade reads either back with `train --init-from`. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "layers/layers.h"
 #include "pipe/ckpt_model.h"
+#include "pipe/hfst.h"
 #include "pipe/llmc.h"
 
 static int fail(void) {
@@ -28,9 +30,9 @@ int cli_convert(int argc, char **argv) {
     else rc = core_error_set(CORE_EINPUT, "convert: unknown option '%s' (see 'brigade help')", argv[i]);
   }
   if (!rc && (!in || !out || !to))
-    rc = core_error_set(CORE_EINPUT, "usage: brigade convert CHECKPOINT_DIR OUT --to llmc");
-  if (!rc && strcmp(to, "llmc") != 0)
-    rc = core_error_set(CORE_EINPUT, "convert --to: '%s' is not a format brigade writes (llmc)", to);
+    rc = core_error_set(CORE_EINPUT, "usage: brigade convert CHECKPOINT_DIR OUT --to llmc|safetensors");
+  if (!rc && strcmp(to, "llmc") != 0 && strcmp(to, "safetensors") != 0)
+    rc = core_error_set(CORE_EINPUT, "convert --to: '%s' is not a format brigade writes (llmc, safetensors)", to);
   if (rc) return fail();
   char *text = NULL;
   int64_t vocab = 0;
@@ -41,9 +43,10 @@ int cli_convert(int argc, char **argv) {
   if (!rc) rc = layers_model_build(&m, cfg, (int)vocab);
   float **params = core_calloc(m.built ? (size_t)m.n : 1, sizeof(float *));
   if (!rc) rc = pipe_ckpt_model_params(in, &m, params);
-  if (!rc) rc = pipe_llmc_write(out, &m, params);
-  if (!rc) printf("wrote %s: llm.c GPT-2 checkpoint (fp32), %d layers, vocabulary %d, %d positions\n", out, m.n - 4,
-                  m.layers[0].V, m.layers[0].T);
+  int st = to && !strcmp(to, "safetensors");
+  if (!rc) rc = st ? pipe_hfst_write(out, &m, params) : pipe_llmc_write(out, &m, params);
+  if (!rc) printf("wrote %s: %s (fp32), %d layers, vocabulary %d, %d positions\n", out,
+                  st ? "GPT-2 model.safetensors" : "llm.c GPT-2 checkpoint", m.n - 4, m.layers[0].V, m.layers[0].T);
   for (int i = 0; m.built && i < m.n; i++) free(params[i]);
   free(params), free(text);
   if (m.built) layers_model_free(&m);

@@ -28,12 +28,12 @@ static const char usage[] =
     "            fastest predicted step that fits a per-rank memory limit:\n"
     "            tune CONFIG --memory BYTES [--set key=value ...] [--gflops G] [--top K] [--svg FILE]\n"
     "  train     train a model: train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR]\n"
-    "            [--init-from LLMC.bin] (start from an llm.c GPT-2 checkpoint's weights)\n"
+    "            [--init-from FILE] (start from GPT-2 weights: llm.c's .bin or model.safetensors)\n"
     "            (one process, or under mpirun -np N for pipeline stages x data replicas)\n"
     "  sample    generate text from a checkpoint: sample --checkpoint DIR --prompt TEXT\n"
     "            [--tokens N] [--temperature T] [--seed S]\n"
     "  plot      draw a trace brigade wrote: plot TRACE.json [-o FILE.svg] [--ascii]\n"
-    "  convert   a checkpoint as llm.c's GPT-2 file: convert CHECKPOINT_DIR OUT --to llmc\n"
+    "  convert   a checkpoint as GPT-2 weights: convert CHECKPOINT_DIR OUT --to llmc|safetensors\n"
     "  help      this text\n";
 
 int main(int argc, char **argv) {

@@ -192,3 +192,84 @@ int pipe_hfst_read_layer(const pipe_hfst *h, const layers_model *m, int li, size
                           m->layers[li].name, m->layers[li].nparams, at);
   return CORE_OK;
 }
+
+int pipe_hfst_write(const char *path, const layers_model *m, float *const *params) {
+  const layer *e = &m->layers[0];
+  pipe_hfst h = {.V = e->V, .C = e->C, .maxT = e->T, .L = m->n - 4};
+  snprintf(h.path, sizeof h.path, "%s", path);
+  int rc = pipe_hfst_check_model(&h, m);
+  if (rc) return rc;
+  size_t C = (size_t)h.C, V = (size_t)h.V, T = (size_t)h.maxT;
+  /* the tensors in file order: name, source, count, Conv1D [out, in] -> [in, out] */
+  typedef struct {
+    char name[64];
+    const float *src;
+    size_t n, rows, cols; /* rows x cols as brigade holds it; conv: written transposed */
+    int conv;
+  } ten;
+  int nt = 0, cap = 4 + 12 * h.L;
+  ten *t = core_calloc((size_t)cap, sizeof(ten));
+#define T_(src_, n_, conv_, rows_, cols_, ...)                                                          \
+  (snprintf(t[nt].name, sizeof t[nt].name, __VA_ARGS__), t[nt].src = src_, t[nt].n = n_, t[nt].conv = conv_, \
+   t[nt].rows = rows_, t[nt++].cols = cols_)
+  T_(params[0], V * C, 0, V, C, "wte.weight");
+  T_(params[0] + V * C, T * C, 0, T, C, "wpe.weight");
+  const size_t rows[4] = {3 * C, C, 4 * C, C}, cols[4] = {C, C, C, 4 * C};
+  const char *ln[2] = {"ln_1", "ln_2"}, *lin[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+  for (int b = 0; b < h.L; b++) {
+    const float *p = params[1 + b];
+    size_t at = 0;
+    for (int part = 0; part < 2; part++) {
+      T_(p + at, C, 0, C, 1, "h.%d.%s.weight", b, ln[part]), at += C;
+      T_(p + at, C, 0, C, 1, "h.%d.%s.bias", b, ln[part]), at += C;
+      for (int q = 2 * part; q < 2 * part + 2; q++) {
+        T_(p + at, rows[q] * cols[q], 1, rows[q], cols[q], "h.%d.%s.weight", b, lin[q]), at += rows[q] * cols[q];
+        T_(p + at, rows[q], 0, rows[q], 1, "h.%d.%s.bias", b, lin[q]), at += rows[q];
+      }
+    }
+  }
+  T_(params[m->n - 3], C, 0, C, 1, "ln_f.weight");
+  T_(params[m->n - 3] + C, C, 0, C, 1, "ln_f.bias");
+#undef T_
+  char *hdr = NULL;
+  size_t hn = 0, off = 0;
+  FILE *mf = open_memstream(&hdr, &hn);
+  fprintf(mf, "{\"__metadata__\":{\"format\":\"pt\"}");
+  for (int i = 0; i < nt; i++) {
+    if (t[i].conv) fprintf(mf, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu]", t[i].name, t[i].cols, t[i].rows);
+    else if (t[i].cols > 1) fprintf(mf, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu]", t[i].name, t[i].rows, t[i].cols);
+    else fprintf(mf, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu]", t[i].name, t[i].rows);
+    fprintf(mf, ",\"data_offsets\":[%zu,%zu]}", off, off + 4 * t[i].n);
+    off += 4 * t[i].n;
+  }
+  fputc('}', mf);
+  fflush(mf); /* hn is the header's length so far: pad it so the data starts 8-byte aligned */
+  for (size_t pad = (8 - hn % 8) % 8; pad > 0; pad--) fputc(' ', mf);
+  fclose(mf);
+  char tmp[1100];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "wb");
+  int ok = f != NULL;
+  uint64_t len = hn;
+  unsigned char lb[8];
+  for (int i = 0; i < 8; i++) lb[i] = (unsigned char)(len >> (8 * i));
+  ok = ok && fwrite(lb, 1, 8, f) == 8 && fwrite(hdr, 1, hn, f) == hn;
+  float *buf = NULL;
+  for (int i = 0; i < nt && ok; i++) {
+    const float *src = t[i].src;
+    if (t[i].conv) { /* [out, in] -> [in, out] */
+      buf = core_realloc(buf, sizeof(float) * t[i].n);
+      for (size_t r = 0; r < t[i].rows; r++)
+        for (size_t c = 0; c < t[i].cols; c++) buf[c * t[i].rows + r] = src[r * t[i].cols + c];
+      src = buf;
+    }
+    ok = fwrite(src, sizeof(float), t[i].n, f) == t[i].n;
+  }
+  free(buf), free(hdr), free(t);
+  if (f) ok = (fclose(f) == 0) && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    remove(tmp);
+    return core_error_set(CORE_ERUNTIME, "writing %s failed: %s", path, strerror(errno));
+  }
+  return CORE_OK;
+}

@@ -34,4 +34,9 @@ int pipe_hfst_check_model(const pipe_hfst *h, const layers_model *m);
 /* Values [lo, hi) of model layer li's flat parameters into dst[0 .. hi - lo). */
 int pipe_hfst_read_layer(const pipe_hfst *h, const layers_model *m, int li, size_t lo, size_t hi, float *dst);
 
+/* Writes the model's weights (params[li]: each layer's flat parameters, NULL for those without)
+ * as a GPT-2 model.safetensors (F32, no prefix, Conv1D weights [in, out]), to PATH.tmp then a
+ * rename; the model must be GPT-2-shaped (as pipe_hfst_check_model). */
+int pipe_hfst_write(const char *path, const layers_model *m, float *const *params);
+
 #endif

@@ -119,6 +119,16 @@ void pipe_data_batch(const pipe_data *d, int split, uint64_t seed, long step, in
                      int B, int T, int32_t *inputs, int32_t *targets) {
   const uint16_t *tok = split == PIPE_VAL && d->n_val ? d->val_tok : d->tok;
   size_t n = split == PIPE_VAL && d->n_val ? d->n_val : d->n_train;
+  if (d->sequential) { /* batch k from token k*B*T; as many whole batches (and a target) as fit, then again */
+    size_t bt = (size_t)B * (size_t)T, fit = n > bt ? (n - 1) / bt : 1;
+    size_t k = (size_t)(step * (d->per_step > 0 ? d->per_step : 1) + mb); /* mb: the global micro-batch */
+    size_t start = (k % (fit ? fit : 1)) * bt;
+    for (size_t i = 0; i < bt; i++) {
+      inputs[i] = tok[(start + i) % n];
+      targets[i] = tok[(start + i + 1) % n];
+    }
+    return;
+  }
   for (int b = 0; b < B; b++) {
     core_rng r = core_rng_keyed(seed, core_hash64((uint64_t)split, (uint64_t)step),
                                 ((uint64_t)data_rank << 32) | (uint32_t)mb, (uint64_t)b);

@@ -19,6 +19,11 @@ typedef struct {
   int is_tokens; /* 1: llm.c token file */
   uint16_t *val_tok; /* separate validation tokens (NULL: the tail of tok) */
   size_t n_val;
+  /* data.order = "sequential" (llm.c's DataLoader): micro-batch k of the run (k = step x per_step
+   * + the global micro-batch index) is the B rows of T tokens from token k x B x T, wrapping to
+   * the start when the next would run past the end; 0: positions drawn at random */
+  int sequential;
+  long per_step; /* global micro-batches per step (m x d) */
 } pipe_data;
 
 enum { PIPE_TRAIN = 0, PIPE_VAL = 1 };
@@ -29,7 +34,8 @@ int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double 
 void pipe_data_free(pipe_data *d);
 
 /* Fills inputs and targets [B*T] for one micro-batch: sample b starts at a position drawn from
- * (seed, split, step, data_rank, mb, b). */
+ * (seed, split, step, data_rank, mb, b), or, in sequential order, at token (k x B + b) x T of
+ * its split, k = step x per_step + mb (targets: the next token each). */
 void pipe_data_batch(const pipe_data *d, int split, uint64_t seed, long step, int data_rank, int mb,
                      int B, int T, int32_t *inputs, int32_t *targets);
 

@@ -253,6 +253,7 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
     core_config_where(tr->cfg.cfg, "data", -1, w, sizeof w);
     return core_error_prefix("data (%s)", w);
   }
+  tr->data.sequential = tr->cfg.sequential, tr->data.per_step = (long)tr->cfg.m * tr->cfg.d;
   if (tr->cfg.eval_interval > 0 && tr->data.n_val == 0)
     return core_error_set(CORE_EINPUT, "train.eval_interval is set but the data has no validation split (data.val_fraction "
                           "= %g leaves it no token of the %zu, and there is no data.val_path)", tr->cfg.val_fraction, tr->data.n);

@@ -23,7 +23,7 @@ static const core_config_key keys[] = {
     {"scheduler", CORE_CFG_GROUP}, {"scheduler.type", CORE_CFG_STRING},
     {"scheduler.params", CORE_CFG_GROUP}, {"scheduler.params.warmup_num_steps", CORE_CFG_INT},
     {"scheduler.params.total_num_steps", CORE_CFG_INT}, {"scheduler.params.min_lr", CORE_CFG_FLOAT},
-    {"data", CORE_CFG_GROUP}, {"data.path", CORE_CFG_STRING}, {"data.val_path", CORE_CFG_STRING},
+    {"data", CORE_CFG_GROUP}, {"data.path", CORE_CFG_STRING}, {"data.val_path", CORE_CFG_STRING}, {"data.order", CORE_CFG_STRING},
     {"data.val_fraction", CORE_CFG_FLOAT},
     {"model", CORE_CFG_GROUP}, {"model.vocab_size", CORE_CFG_INT}, {"model.seq_len", CORE_CFG_INT},
     {"model.d_model", CORE_CFG_INT}, {"model.n_heads", CORE_CFG_INT}, {"model.layers", CORE_CFG_LIST},
@@ -292,6 +292,14 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   if (!rc) rc = core_config_get_string(c, "data.path", NULL, &t->data_path);
   if (!rc && !t->data_path) rc = core_error_set(CORE_EINPUT, "%s: data.path is missing (a text or token file)", core_config_name(c));
   if (!rc) rc = core_config_get_string(c, "data.val_path", NULL, &t->val_path);
+  const char *order = NULL;
+  if (!rc) rc = core_config_get_string(c, "data.order", "random", &order);
+  if (!rc && strcmp(order, "random") != 0 && strcmp(order, "sequential") != 0) {
+    char w[256];
+    core_config_where(c, "data.order", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "data.order = \"%s\" is not \"random\" or \"sequential\" (%s)", order, w);
+  }
+  if (!rc) t->sequential = strcmp(order, "sequential") == 0;
   if (!rc) rc = core_config_get_float(c, "data.val_fraction", 0.1, &t->val_fraction);
   if (!rc) rc = core_config_get_string(c, "backend", "cpu", &t->backend);
   if (!rc) rc = read_offload(t);

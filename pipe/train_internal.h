@@ -33,6 +33,7 @@ typedef struct {
   int keep_gathered;    /* stage 3: !zero_optimization.reshard_after_forward */
   int prefetch;         /* stage 3: zero_optimization.prefetch (runs of ops ahead) */
   int offload;          /* zero_optimization.offload_optimizer.device = "cpu" */
+  int sequential;       /* data.order = "sequential" */
   int ckpt_act; /* activation checkpointing */
   int precision; /* 0 fp32, 1 bf16, 2 fp16 */
   double loss_scale, min_scale;

@@ -117,3 +117,30 @@ Test(data, validation_file) {
   unlink(train), unlink(shortv), unlink(empty), unlink(tokens);
   free(train), free(shortv), free(empty), free(tokens);
 }
+
+/* data.order = "sequential": micro-batch k = step x per_step + mb is the B rows of T tokens from
+ * token k x B x T (llm.c's DataLoader), targets the next tokens, wrapping to the start when the
+ * next batch and its last target would not fit; validation the same way from its own start. */
+Test(data, sequential_order_reads_the_file_in_order) {
+  char raw[1000]; /* bytes: token i is byte i */
+  for (int i = 0; i < 1000; i++) raw[i] = (char)(i * 7 % 251);
+  char *path = write_tmp(raw, sizeof raw);
+  pipe_data d;
+  cr_assert_eq(pipe_data_open(&d, path, NULL, 0.1, 8), CORE_OK, "%s", core_error_msg());
+  d.sequential = 1, d.per_step = 3;
+  int32_t in[2 * 8], tg[2 * 8];
+  size_t fit = (d.n_train - 1) / 16; /* whole batches of 2 x 8 in the 900 training tokens */
+  for (long step = 0; step < 30; step++)
+    for (int mb = 0; mb < 3; mb++) {
+      pipe_data_batch(&d, PIPE_TRAIN, 7, step, 0, mb, 2, 8, in, tg);
+      size_t start = ((size_t)(step * 3 + mb) % fit) * 16;
+      for (int i = 0; i < 16; i++) {
+        cr_assert_eq(in[i], (uint8_t)raw[start + i], "step %ld mb %d position %d", step, mb, i);
+        cr_assert_eq(tg[i], (uint8_t)raw[start + i + 1]);
+      }
+    }
+  pipe_data_batch(&d, PIPE_VAL, 7, 0, 0, 1, 2, 8, in, tg); /* validation batch 1: from token 16 of its split */
+  for (int i = 0; i < 16; i++) cr_assert_eq(in[i], (uint8_t)raw[900 + 16 + i]);
+  pipe_data_free(&d);
+  unlink(path), free(path);
+}

@@ -289,3 +289,21 @@ Test(llmc, hugging_face_safetensors_train_from_the_seed, .timeout = 200) {
   free(out);
   unlink(path), unlink(log);
 }
+
+/* data.order = "sequential" (a reference trainer's order, for fine-tuning comparisons) draws the
+ * same batches under any layout: 4 stages give one process's losses bit for bit, 2 x 2 within
+ * 1e-5; and it is another order than the random one. */
+Test(llmc, sequential_order_under_any_layout, .timeout = 200) {
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  run_log ref, got, rnd;
+  const char *seq = "--set data.order=sequential --set train.eval_interval=5 --set train.steps=10";
+  train_read(0, log, &ref, "%s --set gradient_accumulation_steps=4", seq);
+  train_read(4, log, &got, "%s --set gradient_accumulation_steps=4 --set pipeline.stages=4", seq);
+  same_bits(&ref, &got, "sequential, p=4");
+  train_read(4, log, &got, "%s --set gradient_accumulation_steps=2 --set pipeline.stages=2", seq);
+  close_to(&ref, &got, 0, "sequential, p=2 x d=2");
+  train_read(0, log, &rnd, "--set train.eval_interval=5 --set train.steps=10 --set gradient_accumulation_steps=4");
+  cr_assert(ref.loss[0] != rnd.loss[0], "the sequential order drew the random order's first batch");
+  unlink(log);
+}

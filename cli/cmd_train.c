@@ -28,6 +28,8 @@ int cli_train(int argc, char **argv) {
       rc = cli_take(argc, argv, &i, &o.resume);
     } else if (strcmp(argv[i], "--init-from") == 0) {
       rc = cli_take(argc, argv, &i, &o.init_from);
+    } else if (strcmp(argv[i], "--allow-nonfinite") == 0) {
+      o.allow_nonfinite = 1;
     } else if (argv[i][0] == '-') {
       rc = core_error_set(CORE_EINPUT, "train: unknown option '%s'", argv[i]);
     } else if (o.config) {

@@ -45,6 +45,9 @@ static int info(const pipe_hfst *h, const char *name, int *esize, long long *sha
   long long end = (long long)core_json_at(off, 1)->num;
   if (end - *begin != count * (*esize < 0 ? -*esize : *esize))
     return core_error_set(CORE_EINPUT, "%s: tensor '%s%s': its byte range does not hold its shape", h->path, h->prefix, name);
+  if (*begin < 0 || end > h->size - h->data)
+    return core_error_set(CORE_EINPUT, "%s: tensor '%s%s': bytes [%lld, %lld) of the data, which holds %lld", h->path,
+                          h->prefix, name, *begin, end, h->size - h->data);
   return CORE_OK;
 }
 
@@ -70,6 +73,7 @@ int pipe_hfst_open(pipe_hfst *h, const char *path) {
     return rc ? rc : core_error_set(CORE_EINPUT, "%s: the safetensors header is not a JSON object", path);
   }
   h->data = 8 + (long long)n;
+  if (fseek(h->f, 0, SEEK_END) == 0) h->size = ftell(h->f);
   if (!core_json_get(h->hdr, "wte.weight") && core_json_get(h->hdr, "transformer.wte.weight"))
     snprintf(h->prefix, sizeof h->prefix, "transformer.");
   int es, r;

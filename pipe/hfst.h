@@ -20,6 +20,7 @@ typedef struct {
   FILE *f;
   char path[1024];
   long long data; /* where the data starts in the file */
+  long long size; /* the file's bytes */
   core_json *hdr;
   char prefix[16]; /* "" or "transformer." */
   int V, maxT, L, C;

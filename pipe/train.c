@@ -34,7 +34,8 @@ typedef struct {
                        * until the next --log-json record carries them */
   kernels_coll_comm *pcomm; /* the pipeline's device communicator (NULL: transfers over MPI) */
   char pipe_why[160];       /* why the transfers go through host copies over MPI */
-  const char *init_from;    /* --init-from: an llm.c checkpoint's weights */
+  const char *init_from;    /* --init-from: GPT-2 weights (llm.c or safetensors) */
+  int allow_nonfinite;      /* --allow-nonfinite: NaN/Inf weights from it are taken */
 } trainer;
 
 /* The training program's micro-batch 0 on this replica, as a global micro-batch: data rank r
@@ -102,6 +103,10 @@ static int init_from_file(trainer *tr, const char *path) {
       size_t from = a - k->param_off[i], to = b - k->param_off[i];
       rc = st ? pipe_hfst_read_layer(&hh, &tr->model, k->lo + i, from, to, host + (a - lo))
               : pipe_llmc_read_layer(&lh, &tr->model, k->lo + i, from, to, host + (a - lo));
+      for (size_t q = a; q < b && !rc && !tr->allow_nonfinite; q++)
+        if (!isfinite(host[q - lo]))
+          rc = core_error_set(CORE_EINPUT, "%s: layer %d ('%s') holds %g at its value %zu (--allow-nonfinite takes it)",
+                              path, k->lo + i, k->layers[i].name, (double)host[q - lo], q - k->param_off[i]);
     }
     if (!rc) z->ops->to_device(z->stage == 3 ? z->pshard : k->params, host, sizeof(float) * (hi - lo));
     free(host);
@@ -644,7 +649,7 @@ static int agree_start(int rc, int *report) {
 int pipe_train(const pipe_train_opts *o) {
   trainer tr;
   memset(&tr, 0, sizeof tr);
-  tr.init_from = o->init_from;
+  tr.init_from = o->init_from, tr.allow_nonfinite = o->allow_nonfinite;
   struct sigaction old[NSTOP];
   catch_stops(old);
   int rc = setup(&tr, o), stopped = 0;

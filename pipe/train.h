@@ -10,7 +10,8 @@ typedef struct {
   int nsets;
   const char *log_json; /* one JSON object per step, rank 0 */
   const char *resume;   /* checkpoint directory to continue from */
-  const char *init_from; /* llm.c GPT-2 checkpoint whose weights the run starts from (step 0, fresh optimizer) */
+  const char *init_from; /* GPT-2 weights (llm.c .bin, model.safetensors) the run starts from (step 0, fresh optimizer) */
+  int allow_nonfinite;   /* --allow-nonfinite: take NaN/Inf weights from --init-from */
   int *stopped_by;      /* out, may be NULL: the signal that stopped the run early, 0 if none */
   int *report;          /* out, may be NULL: after an error, 1 (every rank failed alike), 2 (this rank
                          * failed, others did not) or 0 (another rank's error, reported there) */

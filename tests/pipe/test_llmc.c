@@ -5,6 +5,7 @@
  * checkpoint's values; a file that does not fit the model is refused naming the tensor and both
  * shapes. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,4 +307,44 @@ Test(llmc, sequential_order_under_any_layout, .timeout = 200) {
   train_read(0, log, &rnd, "--set train.eval_interval=5 --set train.steps=10 --set gradient_accumulation_steps=4");
   cr_assert(ref.loss[0] != rnd.loss[0], "the sequential order drew the random order's first batch");
   unlink(log);
+}
+
+/* Bad files, each one clear error (exit 2) naming the file and what is wrong: a safetensors
+ * header that is not JSON, a tensor whose bytes lie past the file's end, an llm.c version brigade
+ * does not read, and a NaN among the weights (taken only with --allow-nonfinite). */
+Test(llmc, bad_files_are_refused_naming_what, .timeout = 120) {
+  char path[] = "/tmp/brigade_bad_XXXXXX", *out = NULL;
+  close(mkstemp(path));
+  FILE *f = fopen(path, "wb");
+  uint64_t n = 12;
+  fwrite(&n, 8, 1, f), fputs("{not json!!}", f), fclose(f);
+  int rc = train_capture(&out, "--set train.steps=1 --init-from %s", path);
+  cr_assert(rc == 2 && strstr(out, path), "exit %d: %s", rc, out);
+  free(out);
+  write_safetensors(path, "");
+  f = fopen(path, "r+b"); /* cut the data short: the last tensors point past the end */
+  fseek(f, 0, SEEK_END);
+  cr_assert_eq(ftruncate(fileno(f), ftell(f) - 100), 0);
+  fclose(f);
+  rc = train_capture(&out, "--set train.steps=1 --init-from %s", path);
+  cr_assert(rc == 2 && strstr(out, "tensor 'ln_f.bias': bytes ["), "exit %d: %s", rc, out);
+  free(out);
+  write_initial(path);
+  int32_t version = 4;
+  f = fopen(path, "r+b");
+  fseek(f, 4, SEEK_SET), fwrite(&version, 4, 1, f), fclose(f);
+  rc = train_capture(&out, "--set train.steps=1 --init-from %s", path);
+  cr_assert(rc == 2 && strstr(out, "llm.c checkpoint version 4"), "exit %d: %s", rc, out);
+  free(out);
+  write_initial(path);
+  float nan = NAN;
+  f = fopen(path, "r+b");
+  fseek(f, 1024 + 4 * 100, SEEK_SET), fwrite(&nan, 4, 1, f), fclose(f); /* wte's value 100 */
+  rc = train_capture(&out, "--set train.steps=1 --init-from %s", path);
+  cr_assert(rc == 2 && strstr(out, "layer 0 ('wte') holds nan at its value 100"), "exit %d: %s", rc, out);
+  free(out);
+  rc = train_capture(&out, "--set train.steps=1 --init-from %s --allow-nonfinite", path);
+  cr_assert(rc != 2 || !strstr(out, "holds nan"), "exit %d: %s", rc, out);
+  free(out);
+  unlink(path);
 }

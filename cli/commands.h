@@ -10,5 +10,6 @@ int cli_train(int argc, char **argv);
 int cli_sample(int argc, char **argv);
 int cli_tune(int argc, char **argv);
 int cli_convert(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
 
 #endif

@@ -34,6 +34,8 @@ static const char usage[] =
     "  sample    generate text from a checkpoint: sample --checkpoint DIR --prompt TEXT\n"
     "            [--tokens N] [--temperature T] [--seed S]\n"
     "  plot      draw a trace brigade wrote: plot TRACE.json [-o FILE.svg] [--ascii]\n"
+    "  tokenize  a text as an llm.c token file with GPT-2's BPE:\n"
+    "            tokenize --vocab vocab.json --merges merges.txt TEXT OUT\n"
     "  convert   a checkpoint as GPT-2 weights: convert CHECKPOINT_DIR OUT --to llmc|safetensors\n"
     "  help      this text\n";
 
@@ -52,6 +54,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "tune") == 0) return cli_tune(argc - 1, argv + 1);
   if (strcmp(cmd, "sample") == 0) return cli_sample(argc - 1, argv + 1);
   if (strcmp(cmd, "convert") == 0) return cli_convert(argc - 1, argv + 1);
+  if (strcmp(cmd, "tokenize") == 0) return cli_tokenize(argc - 1, argv + 1);
   fprintf(stderr, "brigade: error: unknown command '%s' (see 'brigade help')\n", cmd);
   return 2;
 }

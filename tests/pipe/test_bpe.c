@@ -1,0 +1,108 @@
+/* GPT-2's byte-level BPE (pipe/bpe.c) on small vocab.json / merges.txt files written here, with
+ * the ids worked out by hand from GPT-2's rules: the pattern's pieces (contractions, a space
+ * joining the word after it, a run of spaces leaving its last to the next word), merges by rank,
+ * every occurrence of the best pair at once; decoding gives the text back; `brigade tokenize`
+ * writes them as an llm.c token file. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "pipe/bpe.h"
+#include "tests/common/mpirun.h"
+
+static int b2u(int b) { /* GPT-2's bytes_to_unicode */
+  int n = 0;
+  for (int c = 0; c < 256; c++) {
+    int printable = (c >= '!' && c <= '~') || (c >= 0xa1 && c <= 0xac) || (c >= 0xae && c <= 0xff);
+    if (c == b) return printable ? c : 256 + n;
+    if (!printable) n++;
+  }
+  return -1;
+}
+
+static void put_utf8(FILE *f, int cp) {
+  if (cp < 0x80) fputc(cp, f);
+  else fputc(0xc0 | cp >> 6, f), fputc(0x80 | (cp & 0x3f), f);
+}
+
+/* vocab: every byte's symbol at its byte value, then Ġt 256, he 257, Ġthe 258, ll 259 */
+static void write_files(const char *vocab, const char *merges) {
+  FILE *f = fopen(vocab, "w");
+  fputc('{', f);
+  for (int b = 0; b < 256; b++) {
+    fputs(b ? ",\"" : "\"", f);
+    int cp = b2u(b);
+    if (cp == '"' || cp == '\\') fputc('\\', f);
+    put_utf8(f, cp);
+    fprintf(f, "\":%d", b);
+  }
+  fputs(",\"\xc4\xa0t\":256,\"he\":257,\"\xc4\xa0the\":258,\"ll\":259}", f);
+  fclose(f);
+  f = fopen(merges, "w");
+  fputs("#version: 0.2\n\xc4\xa0 t\nh e\n\xc4\xa0t he\nl l\n", f);
+  fclose(f);
+}
+
+Test(bpe, gpt2_rules_on_a_small_vocabulary) {
+  char vocab[] = "/tmp/brigade_vocab_XXXXXX", merges[] = "/tmp/brigade_merges_XXXXXX";
+  close(mkstemp(vocab)), close(mkstemp(merges));
+  write_files(vocab, merges);
+  pipe_bpe *b;
+  cr_assert_eq(pipe_bpe_load(&b, vocab, merges), 0, "%s", core_error_msg());
+  cr_assert_eq(pipe_bpe_vocab(b), 260);
+  const char *text = "hello the world's  test\ncaf\xc3\xa9 1999!";
+  const int32_t want[] = {257, 259, 111, 258, 32, 119, 111, 114, 108, 100, 39, 115, 32, 256, 101, 115, 116, 10,
+                          99,  97,  102, 195, 169, 32, 49, 57, 57, 57, 33};
+  int32_t *ids;
+  size_t n;
+  cr_assert_eq(pipe_bpe_encode(b, text, strlen(text), &ids, &n), 0, "%s", core_error_msg());
+  cr_assert_eq(n, sizeof want / sizeof want[0], "%zu ids", n);
+  for (size_t i = 0; i < n; i++) cr_assert_eq(ids[i], want[i], "id %zu: %d, want %d", i, ids[i], want[i]);
+  char back[256];
+  int k = 0;
+  for (size_t i = 0; i < n; i++) k += pipe_bpe_decode(b, ids[i], back + k, (int)sizeof back - k);
+  cr_assert(k == (int)strlen(text) && !memcmp(back, text, (size_t)k), "decoded '%.*s'", k, back);
+  cr_assert_eq(pipe_bpe_decode(b, 999, back, 8), -1);
+  free(ids);
+  pipe_bpe_free(b);
+  /* the command: an llm.c token file of those ids */
+  char in[] = "/tmp/brigade_text_XXXXXX", out[] = "/tmp/brigade_tok_XXXXXX", cmd[1024];
+  close(mkstemp(in)), close(mkstemp(out));
+  FILE *f = fopen(in, "w");
+  fputs(text, f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "%s/brigade tokenize --vocab %s --merges %s %s %s 1>&2", test_build_dir(), vocab, merges, in, out);
+  cr_assert_eq(test_sh(cmd), 0);
+  f = fopen(out, "rb");
+  int32_t hdr[256];
+  cr_assert_eq(fread(hdr, sizeof hdr, 1, f), 1);
+  cr_assert(hdr[0] == 20240520 && hdr[1] == 1 && hdr[2] == (int32_t)n);
+  for (size_t i = 0; i < n; i++) {
+    uint16_t t;
+    cr_assert_eq(fread(&t, 2, 1, f), 1);
+    cr_assert_eq(t, want[i]);
+  }
+  fclose(f);
+  unlink(in), unlink(out), unlink(vocab), unlink(merges);
+}
+
+Test(bpe, bad_files_name_the_line) {
+  char vocab[] = "/tmp/brigade_vocab_XXXXXX", merges[] = "/tmp/brigade_merges_XXXXXX";
+  close(mkstemp(vocab)), close(mkstemp(merges));
+  write_files(vocab, merges);
+  FILE *f = fopen(merges, "a");
+  fputs("a b c\n", f);
+  fclose(f);
+  pipe_bpe *b;
+  cr_assert_eq(pipe_bpe_load(&b, vocab, merges), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), ":6: a merge is two tokens and one space"), "%s", core_error_msg());
+  f = fopen(vocab, "w");
+  fputs("{\"a\": \"one\"}", f);
+  fclose(f);
+  cr_assert_eq(pipe_bpe_load(&b, vocab, merges), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "the id of 'a' is not an integer"), "%s", core_error_msg());
+  unlink(vocab), unlink(merges);
+}

@@ -1,5 +1,5 @@
 /* cli/cmd_sample.c: `brigade sample --checkpoint DIR --prompt TEXT --tokens N
- * [--temperature T] [--seed S]`. */
+ * [--temperature T] [--seed S] [--vocab vocab.json --merges merges.txt]`. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +16,8 @@ int cli_sample(int argc, char **argv) {
     const char *v = NULL;
     if (strcmp(argv[i], "--checkpoint") == 0) rc = cli_take(argc, argv, &i, &o.checkpoint);
     else if (strcmp(argv[i], "--prompt") == 0) rc = cli_take(argc, argv, &i, &o.prompt);
+    else if (strcmp(argv[i], "--vocab") == 0) rc = cli_take(argc, argv, &i, &o.vocab);
+    else if (strcmp(argv[i], "--merges") == 0) rc = cli_take(argc, argv, &i, &o.merges);
     else if (strcmp(argv[i], "--tokens") == 0) {
       if (!(rc = cli_take(argc, argv, &i, &v))) rc = cli_parse_int("--tokens", v, 0, 1 << 20, &o.tokens);
     } else if (strcmp(argv[i], "--temperature") == 0) {
@@ -24,7 +26,7 @@ int cli_sample(int argc, char **argv) {
       if (!(rc = cli_take(argc, argv, &i, &v))) rc = cli_parse_int("--seed", v, 0, 1 << 30, &seed);
     } else rc = core_error_set(CORE_EINPUT, "sample: unknown option '%s'", argv[i]);
   }
-  if (!rc && !o.checkpoint) rc = core_error_set(CORE_EINPUT, "usage: brigade sample --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T] [--seed S]");
+  if (!rc && !o.checkpoint) rc = core_error_set(CORE_EINPUT, "usage: brigade sample --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T] [--seed S] [--vocab vocab.json --merges merges.txt]");
   o.seed = (uint64_t)seed;
   kernels_cpu_init(1);
   if (!rc) rc = pipe_sample(&o, stdout);

@@ -32,7 +32,7 @@ static const char usage[] =
     "            model.safetensors)\n"
     "            (one process, or under mpirun -np N for pipeline stages x data replicas)\n"
     "  sample    generate text from a checkpoint: sample --checkpoint DIR --prompt TEXT\n"
-    "            [--tokens N] [--temperature T] [--seed S]\n"
+    "            [--tokens N] [--temperature T] [--seed S] [--vocab vocab.json --merges merges.txt]\n"
     "  plot      draw a trace brigade wrote: plot TRACE.json [-o FILE.svg] [--ascii]\n"
     "  tokenize  a text as an llm.c token file with GPT-2's BPE:\n"
     "            tokenize --vocab vocab.json --merges merges.txt TEXT OUT\n"

@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "pipe/bpe.h"
 #include "pipe/ckpt_model.h"
 
 static int pick(const float *logits, int V, double temp, core_rng *r) {
@@ -33,13 +34,36 @@ static int pick(const float *logits, int V, double temp, core_rng *r) {
   return k;
 }
 
-static int generate(const pipe_sample_opts *o, layers_chunk *ch, FILE *out) {
+/* one token's text: its byte, or its BPE bytes */
+static void emit_token(const pipe_bpe *bpe, int32_t id, FILE *out) {
+  if (!bpe) {
+    fputc(id, out);
+    return;
+  }
+  char buf[256];
+  int k = pipe_bpe_decode(bpe, id, buf, (int)sizeof buf);
+  if (k > 0) fwrite(buf, 1, (size_t)k, out);
+}
+
+static int generate(const pipe_sample_opts *o, layers_chunk *ch, const pipe_bpe *bpe, FILE *out) {
   int T = ch->T, V = ch->layers[0].V, n = (int)strlen(o->prompt);
-  if (V != 256) return core_error_set(CORE_EINPUT, "sampling needs a byte-level model (vocabulary 256, got %d)", V);
+  if (!bpe && V != 256)
+    return core_error_set(CORE_EINPUT, "sampling a model of vocabulary %d needs its tokenizer (--vocab and --merges); "
+                          "without them the model must be byte-level (vocabulary 256)", V);
+  if (bpe && pipe_bpe_vocab(bpe) > V)
+    return core_error_set(CORE_EINPUT, "the tokenizer's vocabulary (%d) is larger than the model's (%d)", pipe_bpe_vocab(bpe), V);
   if (n == 0) return core_error_set(CORE_EINPUT, "--prompt is empty");
+  int32_t *pids = NULL;
+  size_t np = (size_t)n;
+  if (bpe) {
+    int rc = pipe_bpe_encode(bpe, o->prompt, (size_t)n, &pids, &np);
+    if (rc) return core_error_prefix("--prompt");
+    n = (int)np;
+  }
   int total = n + o->tokens;
   int32_t *seq = core_malloc(sizeof(int32_t) * (size_t)total);
-  for (int i = 0; i < n; i++) seq[i] = (unsigned char)o->prompt[i];
+  for (int i = 0; i < n; i++) seq[i] = bpe ? pids[i] : (unsigned char)o->prompt[i];
+  free(pids);
   fputs(o->prompt, out);
   core_rng r = core_rng_keyed(o->seed, 0x5a3, 0, 0);
   int32_t *tok = core_malloc(sizeof(int32_t) * (size_t)T);
@@ -61,7 +85,7 @@ static int generate(const pipe_sample_opts *o, layers_chunk *ch, FILE *out) {
       return CORE_ERUNTIME;
     }
     seq[len] = pick(logits, V, o->temperature, &r);
-    fputc(seq[len], out);
+    emit_token(bpe, seq[len], out);
   }
   fputc('\n', out);
   free(seq), free(tok), free(logits);
@@ -94,7 +118,13 @@ int pipe_sample(const pipe_sample_opts *o, FILE *out) {
     rc = pipe_ckpt_model_load(o->checkpoint, &rn, &topo, &step);
     free(om), free(ov);
   }
-  if (!rc) rc = generate(o, &ch, out);
+  pipe_bpe *bpe = NULL;
+  if (!rc && (o->vocab || o->merges)) {
+    if (!o->vocab || !o->merges) rc = core_error_set(CORE_EINPUT, "--vocab and --merges go together (GPT-2's two files)");
+    else rc = pipe_bpe_load(&bpe, o->vocab, o->merges);
+  }
+  if (!rc) rc = generate(o, &ch, bpe, out);
+  pipe_bpe_free(bpe);
   if (ch.layers) layers_chunk_free(&ch);
   if (m.built) layers_model_free(&m);
   core_config_free(cfg);

@@ -1,4 +1,5 @@
-/* pipe/sample.h: text generation from a checkpoint (byte-level models), in one process. */
+/* pipe/sample.h: text generation from a checkpoint (byte-level models, or GPT-2's BPE with its
+ * vocab.json and merges.txt), in one process. */
 #ifndef BRIGADE_PIPE_SAMPLE_H
 #define BRIGADE_PIPE_SAMPLE_H
 
@@ -11,6 +12,7 @@ typedef struct {
   int tokens;             /* how many to generate */
   double temperature;     /* 0: greedy */
   uint64_t seed;
+  const char *vocab, *merges; /* GPT-2's tokenizer files (both, or neither: byte-level) */
 } pipe_sample_opts;
 
 /* Writes the prompt and its continuation to out. */

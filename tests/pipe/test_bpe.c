@@ -106,3 +106,32 @@ Test(bpe, bad_files_name_the_line) {
   cr_assert(strstr(core_error_msg(), "the id of 'a' is not an integer"), "%s", core_error_msg());
   unlink(vocab), unlink(merges);
 }
+
+/* `sample` with GPT-2's tokenizer files: the prompt encoded, the continuation decoded; a
+ * tokenizer larger than the model is refused. */
+Test(bpe, sample_speaks_bpe, .timeout = 60) {
+  char vocab[] = "/tmp/brigade_vocab_XXXXXX", merges[] = "/tmp/brigade_merges_XXXXXX", dir[] = "/tmp/brigade_bpe_XXXXXX";
+  close(mkstemp(vocab)), close(mkstemp(merges));
+  cr_assert(mkdtemp(dir));
+  write_files(vocab, merges);
+  char cmd[2048], *out = NULL;
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=1 "
+           "--set model.vocab_size=260 --set checkpoint.dir=%s 1>&2", test_build_dir(), dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s --prompt 'hello the' --tokens 8 "
+           "--temperature 0 --vocab %s --merges %s", test_build_dir(), dir, vocab, merges);
+  int rc = test_capture(cmd, &out);
+  cr_assert(rc == 0 && !strncmp(out, "hello the", 9) && strlen(out) > 10, "exit %d: %s", rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "rm -rf %s && ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=1 "
+           "--set checkpoint.dir=%s 1>&2", dir, test_build_dir(), dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s --prompt 'hello' --tokens 2 "
+           "--vocab %s --merges %s 2>&1", test_build_dir(), dir, vocab, merges);
+  rc = test_capture(cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "the tokenizer's vocabulary (260) is larger than the model's (256)"), "exit %d: %s", rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+  unlink(vocab), unlink(merges);
+}

@@ -36,7 +36,8 @@ static const char usage[] =
     "  plot      draw a trace brigade wrote: plot TRACE.json [-o FILE.svg] [--ascii]\n"
     "  tokenize  a text as an llm.c token file with GPT-2's BPE:\n"
     "            tokenize --vocab vocab.json --merges merges.txt TEXT OUT\n"
-    "  convert   a checkpoint as GPT-2 weights: convert CHECKPOINT_DIR OUT --to llmc|safetensors\n"
+    "  convert   a checkpoint as GPT-2 weights: convert CHECKPOINT_DIR OUT --to llmc|safetensors,\n"
+    "            or GPT-2 weights as a checkpoint: convert FILE CHECKPOINT_DIR [--heads N]\n"
     "  help      this text\n";
 
 int main(int argc, char **argv) {

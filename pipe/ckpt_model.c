@@ -416,3 +416,45 @@ int pipe_ckpt_model_params(const char *dir, const layers_model *m, float **param
       rc = core_error_set(CORE_EINPUT, "checkpoint %s has no record of layer %d ('%s')", sub, i, m->layers[i].name);
   return rc;
 }
+
+int pipe_ckpt_model_write_weights(const char *dir, const layers_model *m, const char *config_text, float *const *params) {
+  char sub[1024], path[1100];
+  snprintf(sub, sizeof sub, "%s/step_00000000", dir);
+  if (mkdirs(sub) != 0) return core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
+  snprintf(path, sizeof path, "%s/rank_00000.ckpt", sub);
+  pipe_ckpt_writer w;
+  int rc = pipe_ckpt_create(&w, path);
+  if (rc) return rc;
+  size_t most = 1;
+  for (int i = 0; i < m->n; i++) most = m->layers[i].nparams > most ? m->layers[i].nparams : most;
+  float *zeros = core_calloc(most, sizeof(float));
+  for (int i = 0; i < m->n && !rc; i++) {
+    const layer *l = &m->layers[i];
+    char name[128];
+    snprintf(name, sizeof name, "layer.%d.name", i);
+    rc = pipe_ckpt_put(&w, name, PIPE_CKPT_BYTES, l->name, strlen(l->name));
+    snprintf(name, sizeof name, "layer.%d.params", i);
+    if (!rc) rc = pipe_ckpt_put(&w, name, PIPE_CKPT_F32, l->nparams ? params[i] : zeros, l->nparams);
+    snprintf(name, sizeof name, "layer.%d.adam_m", i);
+    if (!rc) rc = pipe_ckpt_put(&w, name, PIPE_CKPT_F32, zeros, l->nparams);
+    snprintf(name, sizeof name, "layer.%d.adam_v", i);
+    if (!rc) rc = pipe_ckpt_put(&w, name, PIPE_CKPT_F32, zeros, l->nparams);
+  }
+  free(zeros);
+  int64_t zero = 0, vocab = m->layers[0].V;
+  if (!rc) rc = pipe_ckpt_put(&w, "step", PIPE_CKPT_I64, &zero, 1);
+  if (!rc) rc = pipe_ckpt_put(&w, "opt_t", PIPE_CKPT_I64, &zero, 1);
+  if (!rc) rc = pipe_ckpt_put(&w, "vocab", PIPE_CKPT_I64, &vocab, 1);
+  if (!rc) rc = pipe_ckpt_put(&w, "config", PIPE_CKPT_BYTES, config_text, strlen(config_text));
+  if (!rc) rc = pipe_ckpt_commit(&w);
+  else pipe_ckpt_abort(&w);
+  if (rc) return rc;
+  char latest[1100], tmp[1110];
+  snprintf(latest, sizeof latest, "%s/latest", dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", latest);
+  FILE *f = fopen(tmp, "w");
+  int ok = f && fprintf(f, "step_00000000\n") > 0;
+  if (f) ok &= fflush(f) == 0 && fsync(fileno(f)) == 0, fclose(f);
+  if (!ok || rename(tmp, latest) != 0) return core_error_set(CORE_ERUNTIME, "cannot write %s", latest);
+  return CORE_OK;
+}

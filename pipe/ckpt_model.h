@@ -21,6 +21,10 @@ int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo
 /* Every layer's parameters of the latest checkpoint, whole, from whichever rank file holds them:
  * params[i] (host memory, caller frees; untouched for layers without parameters). */
 int pipe_ckpt_model_params(const char *dir, const layers_model *m, float **params);
+/* A step-0 checkpoint of weights only (DIR/step_00000000/rank_00000.ckpt, every layer; optimizer
+ * state zero; the given config text as its record) and DIR/latest: `train --resume DIR` under any
+ * layout starts from those weights as --init-from does. */
+int pipe_ckpt_model_write_weights(const char *dir, const layers_model *m, const char *config_text, float *const *params);
 /* The effective config (text, caller frees) and vocabulary saved with the latest checkpoint. */
 int pipe_ckpt_model_config(const char *dir, char **text, int64_t *vocab);
 

@@ -3,6 +3,7 @@
  * writes and rank files of different steps are refused; sampling continues a prompt as greedy
  * decoding written out here does. (Suite "train", as these were in test_train.c.) */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "pipe/ckpt.h"
 #include "pipe/ckpt_model.h"
 #include "tests/common/mpirun.h"
+#include "core/json.h"
 #include "tests/pipe/train_run.h"
 
 Test(train, resume_is_bit_identical, .timeout = 120) {
@@ -453,6 +455,20 @@ Test(train, zero3_checkpoints_reshape, .timeout = 300) {
   read_log(log, &rest);
   cr_assert_eq(rest.n, 10);
   close_to(&full, &rest, 10, "ZeRO-1 p=4 d=1 -> ZeRO-3 p=2 d=2");
+  /* loaded shard by shard: after the load each rank holds its shard (half of its chunk at d = 2)
+   * and, in the step, the chunk gathered beside it: shard + chunk = 3 x shard */
+  FILE *lf = fopen(log, "r");
+  static char line[1 << 14];
+  cr_assert(lf && fgets(line, sizeof line, lf));
+  fclose(lf);
+  core_json *j;
+  cr_assert_eq(core_json_parse(line, strlen(line), log, &j), 0);
+  for (int q = 0; q < 2; q++) {
+    double start = core_json_at(core_json_get(j, "param_startup_bytes"), (size_t)q)->num;
+    double peak = core_json_at(core_json_get(j, "param_peak_bytes"), (size_t)q)->num;
+    cr_assert(start > 0 && fabs(peak - 3 * start) <= 3 * 4.0, "rank %d: %g at start-up, %g at the peak", q, start, peak);
+  }
+  core_json_free(j);
   remove_tree(dir), remove_tree(dir2);
   unlink(log);
 }

@@ -18,6 +18,7 @@ int cli_sample(int argc, char **argv) {
     else if (strcmp(argv[i], "--prompt") == 0) rc = cli_take(argc, argv, &i, &o.prompt);
     else if (strcmp(argv[i], "--vocab") == 0) rc = cli_take(argc, argv, &i, &o.vocab);
     else if (strcmp(argv[i], "--merges") == 0) rc = cli_take(argc, argv, &i, &o.merges);
+    else if (strcmp(argv[i], "--tokenizer") == 0) rc = cli_take(argc, argv, &i, &o.tokenizer);
     else if (strcmp(argv[i], "--tokens") == 0) {
       if (!(rc = cli_take(argc, argv, &i, &v))) rc = cli_parse_int("--tokens", v, 0, 1 << 20, &o.tokens);
     } else if (strcmp(argv[i], "--temperature") == 0) {
@@ -26,7 +27,7 @@ int cli_sample(int argc, char **argv) {
       if (!(rc = cli_take(argc, argv, &i, &v))) rc = cli_parse_int("--seed", v, 0, 1 << 30, &seed);
     } else rc = core_error_set(CORE_EINPUT, "sample: unknown option '%s'", argv[i]);
   }
-  if (!rc && !o.checkpoint) rc = core_error_set(CORE_EINPUT, "usage: brigade sample --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T] [--seed S] [--vocab vocab.json --merges merges.txt]");
+  if (!rc && !o.checkpoint) rc = core_error_set(CORE_EINPUT, "usage: brigade sample --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T] [--seed S] [--vocab vocab.json --merges merges.txt] [--tokenizer gpt2_tokenizer.bin]");
   o.seed = (uint64_t)seed;
   kernels_cpu_init(1);
   if (!rc) rc = pipe_sample(&o, stdout);

@@ -34,8 +34,50 @@ static int pick(const float *logits, int V, double temp, core_rng *r) {
   return k;
 }
 
-/* one token's text: its byte, or its BPE bytes */
-static void emit_token(const pipe_bpe *bpe, int32_t id, FILE *out) {
+/* llm.c's tokenizer file: a header of 256 uint32 (magic 20240328, version 1 or 2, vocabulary,
+ * version 2: the end-of-text id), then each token as a length byte and its bytes */
+typedef struct {
+  char **tok;
+  unsigned char *len;
+  int n, eot;
+} llmc_tok;
+
+static int llmc_tok_load(llmc_tok *t, const char *path) {
+  memset(t, 0, sizeof *t);
+  FILE *f = fopen(path, "rb");
+  if (!f) return core_error_set(CORE_EINPUT, "cannot open tokenizer %s", path);
+  uint32_t h[256];
+  int rc = CORE_OK;
+  if (fread(h, sizeof h, 1, f) != 1 || h[0] != 20240328 || (h[1] != 1 && h[1] != 2) || h[2] < 1 || h[2] > (1u << 24))
+    rc = core_error_set(CORE_EINPUT, "%s: not an llm.c tokenizer file (magic 20240328, version 1 or 2)", path);
+  if (!rc) {
+    t->n = (int)h[2], t->eot = h[1] == 2 ? (int)h[3] : 50256;
+    t->tok = core_calloc((size_t)t->n, sizeof(char *)), t->len = core_calloc((size_t)t->n, 1);
+    for (int i = 0; i < t->n && !rc; i++) {
+      unsigned char l;
+      if (fread(&l, 1, 1, f) != 1 || !l) {
+        rc = core_error_set(CORE_EINPUT, "%s: token %d of %d is cut short or empty", path, i, t->n);
+        break;
+      }
+      t->tok[i] = core_malloc(l), t->len[i] = l;
+      if (fread(t->tok[i], 1, l, f) != l) rc = core_error_set(CORE_EINPUT, "%s: token %d of %d is cut short", path, i, t->n);
+    }
+  }
+  fclose(f);
+  return rc;
+}
+
+static void llmc_tok_free(llmc_tok *t) {
+  for (int i = 0; i < t->n && t->tok; i++) free(t->tok[i]);
+  free(t->tok), free(t->len);
+}
+
+/* one token's text: its byte, or its BPE bytes, or llm.c's tokenizer's */
+static void emit_token(const pipe_bpe *bpe, const llmc_tok *lt, int32_t id, FILE *out) {
+  if (lt && lt->tok) {
+    if (id >= 0 && id < lt->n && id != lt->eot) fwrite(lt->tok[id], 1, lt->len[id], out);
+    return;
+  }
   if (!bpe) {
     fputc(id, out);
     return;
@@ -45,14 +87,20 @@ static void emit_token(const pipe_bpe *bpe, int32_t id, FILE *out) {
   if (k > 0) fwrite(buf, 1, (size_t)k, out);
 }
 
-static int generate(const pipe_sample_opts *o, layers_chunk *ch, const pipe_bpe *bpe, FILE *out) {
+static int generate(const pipe_sample_opts *o, layers_chunk *ch, const pipe_bpe *bpe, const llmc_tok *lt, FILE *out) {
   int T = ch->T, V = ch->layers[0].V, n = (int)strlen(o->prompt);
-  if (!bpe && V != 256)
+  if (lt->tok && lt->n > V)
+    return core_error_set(CORE_EINPUT, "the tokenizer's vocabulary (%d) is larger than the model's (%d)", lt->n, V);
+  if (lt->tok && n && !bpe)
+    return core_error_set(CORE_EINPUT, "llm.c's tokenizer file only decodes: a --prompt needs --vocab and --merges to be "
+                          "encoded (or leave it out to start from the end-of-text token)");
+  int start_eot = lt->tok && n == 0;
+  if (!bpe && !lt->tok && V != 256)
     return core_error_set(CORE_EINPUT, "sampling a model of vocabulary %d needs its tokenizer (--vocab and --merges); "
                           "without them the model must be byte-level (vocabulary 256)", V);
   if (bpe && pipe_bpe_vocab(bpe) > V)
     return core_error_set(CORE_EINPUT, "the tokenizer's vocabulary (%d) is larger than the model's (%d)", pipe_bpe_vocab(bpe), V);
-  if (n == 0) return core_error_set(CORE_EINPUT, "--prompt is empty");
+  if (n == 0 && !start_eot) return core_error_set(CORE_EINPUT, "--prompt is empty");
   int32_t *pids = NULL;
   size_t np = (size_t)n;
   if (bpe) {
@@ -60,9 +108,10 @@ static int generate(const pipe_sample_opts *o, layers_chunk *ch, const pipe_bpe 
     if (rc) return core_error_prefix("--prompt");
     n = (int)np;
   }
+  if (start_eot) n = 1;
   int total = n + o->tokens;
   int32_t *seq = core_malloc(sizeof(int32_t) * (size_t)total);
-  for (int i = 0; i < n; i++) seq[i] = bpe ? pids[i] : (unsigned char)o->prompt[i];
+  for (int i = 0; i < n; i++) seq[i] = start_eot ? lt->eot : bpe ? pids[i] : (unsigned char)o->prompt[i];
   free(pids);
   fputs(o->prompt, out);
   core_rng r = core_rng_keyed(o->seed, 0x5a3, 0, 0);
@@ -85,7 +134,7 @@ static int generate(const pipe_sample_opts *o, layers_chunk *ch, const pipe_bpe 
       return CORE_ERUNTIME;
     }
     seq[len] = pick(logits, V, o->temperature, &r);
-    emit_token(bpe, seq[len], out);
+    emit_token(bpe, lt, seq[len], out);
   }
   fputc('\n', out);
   free(seq), free(tok), free(logits);
@@ -123,7 +172,10 @@ int pipe_sample(const pipe_sample_opts *o, FILE *out) {
     if (!o->vocab || !o->merges) rc = core_error_set(CORE_EINPUT, "--vocab and --merges go together (GPT-2's two files)");
     else rc = pipe_bpe_load(&bpe, o->vocab, o->merges);
   }
-  if (!rc) rc = generate(o, &ch, bpe, out);
+  llmc_tok lt = {0};
+  if (!rc && o->tokenizer) rc = llmc_tok_load(&lt, o->tokenizer);
+  if (!rc) rc = generate(o, &ch, bpe, &lt, out);
+  llmc_tok_free(&lt);
   pipe_bpe_free(bpe);
   if (ch.layers) layers_chunk_free(&ch);
   if (m.built) layers_model_free(&m);

@@ -13,6 +13,8 @@ typedef struct {
   double temperature;     /* 0: greedy */
   uint64_t seed;
   const char *vocab, *merges; /* GPT-2's tokenizer files (both, or neither: byte-level) */
+  const char *tokenizer;      /* llm.c's gpt2_tokenizer.bin: decoding only (an empty prompt starts at
+                               * its end-of-text token, as llm.c samples) */
 } pipe_sample_opts;
 
 /* Writes the prompt and its continuation to out. */

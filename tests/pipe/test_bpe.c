@@ -107,8 +107,9 @@ Test(bpe, bad_files_name_the_line) {
   unlink(vocab), unlink(merges);
 }
 
-/* `sample` with GPT-2's tokenizer files: the prompt encoded, the continuation decoded; a
- * tokenizer larger than the model is refused. */
+/* `sample` with GPT-2's tokenizer files: the prompt encoded, the continuation decoded; with
+ * llm.c's gpt2_tokenizer.bin, decoding from the end-of-text token; a tokenizer larger than the
+ * model is refused. */
 Test(bpe, sample_speaks_bpe, .timeout = 60) {
   char vocab[] = "/tmp/brigade_vocab_XXXXXX", merges[] = "/tmp/brigade_merges_XXXXXX", dir[] = "/tmp/brigade_bpe_XXXXXX";
   close(mkstemp(vocab)), close(mkstemp(merges));
@@ -123,6 +124,29 @@ Test(bpe, sample_speaks_bpe, .timeout = 60) {
   int rc = test_capture(cmd, &out);
   cr_assert(rc == 0 && !strncmp(out, "hello the", 9) && strlen(out) > 10, "exit %d: %s", rc, out);
   free(out);
+  /* llm.c's gpt2_tokenizer.bin (version 2): decoding only, from the end-of-text token */
+  char tokp[] = "/tmp/brigade_tokbin_XXXXXX";
+  close(mkstemp(tokp));
+  FILE *tf = fopen(tokp, "wb");
+  uint32_t th[256] = {20240328, 2, 260, 259};
+  fwrite(th, sizeof th, 1, tf);
+  for (int t = 0; t < 260; t++) {
+    unsigned char l = t < 256 ? 1 : 3, c = t < 256 ? (unsigned char)t : 'x';
+    fwrite(&l, 1, 1, tf);
+    for (int k = 0; k < l; k++) fwrite(&c, 1, 1, tf);
+  }
+  fclose(tf);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s --tokens 6 --temperature 0 "
+           "--tokenizer %s", test_build_dir(), dir, tokp);
+  rc = test_capture(cmd, &out); /* the tokens may be any bytes, NUL too: the exit status says it ran */
+  cr_assert(rc == 0, "exit %d: %s", rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s --prompt hi --tokenizer %s 2>&1",
+           test_build_dir(), dir, tokp);
+  rc = test_capture(cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "llm.c's tokenizer file only decodes"), "exit %d: %s", rc, out);
+  free(out);
+  unlink(tokp);
   snprintf(cmd, sizeof cmd, "rm -rf %s && ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=1 "
            "--set checkpoint.dir=%s 1>&2", dir, test_build_dir(), dir);
   cr_assert_eq(test_sh(cmd), 0);

@@ -268,6 +268,8 @@ bench: $(BENCH_BINS) $(BIN) data/kjv.txt
 	@$(BUILD)/bench/zb_exec --brigade $(BIN) --mpirun '$(MPIRUN)'
 	@echo "== $(BUILD)/bench/zero_memory (ZeRO stages 0-3 under mpirun)"
 	@$(BUILD)/bench/zero_memory --brigade $(BIN) --mpirun '$(MPIRUN)'
+	@echo "== bench/cpu_peers.sh (GPT-2-124M's shape: brigade against PyTorch, interleaved; skipped without PyTorch)"
+	@BUILD=$(BUILD) sh bench/cpu_peers.sh
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')

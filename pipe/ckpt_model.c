@@ -155,6 +155,14 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
   return rc;
 }
 
+/* Whether a step directory's entry is a complete rank file (rank_R.ckpt, not a .tmp), and its
+ * path into path. */
+static int rank_file(const char *sub, const char *name, char *path, size_t n) {
+  if (strncmp(name, "rank_", 5) != 0 || !strstr(name, ".ckpt") || strstr(name, ".tmp")) return 0;
+  snprintf(path, n, "%s/%s", sub, name);
+  return 1;
+}
+
 /* The training counters of one rank file. */
 typedef struct {
   int64_t step, opt_t, good, hyst;
@@ -244,9 +252,8 @@ static int load_layers(const char *sub, pipe_runner *rn, const window *win, floa
   char *seen = core_calloc((size_t)total + 1, 1); /* each layer from one rank file only */
   struct dirent *e;
   while (!rc && (e = readdir(d))) {
-    if (strncmp(e->d_name, "rank_", 5) != 0 || !strstr(e->d_name, ".ckpt") || strstr(e->d_name, ".tmp")) continue;
     char path[2048];
-    snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
+    if (!rank_file(sub, e->d_name, path, sizeof path)) continue;
     pipe_ckpt_reader r;
     rc = pipe_ckpt_open(&r, path);
     if (rc) break;
@@ -396,9 +403,8 @@ int pipe_ckpt_model_params(const char *dir, const layers_model *m, float **param
   if (!d) return core_error_set(CORE_EINPUT, "cannot open checkpoint %s: %s", sub, strerror(errno));
   struct dirent *e;
   while (!rc && (e = readdir(d))) {
-    if (strncmp(e->d_name, "rank_", 5) != 0 || !strstr(e->d_name, ".ckpt") || strstr(e->d_name, ".tmp")) continue;
     char path[2048];
-    snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
+    if (!rank_file(sub, e->d_name, path, sizeof path)) continue;
     pipe_ckpt_reader r;
     if ((rc = pipe_ckpt_open(&r, path))) break;
     for (int i = 0; i < m->n && !rc; i++) {

@@ -29,13 +29,12 @@ static const core_json *tensor(const pipe_hfst *h, const char *name) {
 
 /* dtype bytes, shape and the byte range of a tensor; CORE_EINPUT naming it when malformed */
 static int info(const pipe_hfst *h, const char *name, int *esize, long long *shape, int *rank, long long *begin) {
-  const core_json *t = tensor(h, name), *dt, *sh, *off;
+  const core_json *t = tensor(h, name), *sh, *off;
   if (!t) return core_error_set(CORE_EINPUT, "%s: no tensor '%s%s' (a GPT-2 model.safetensors holds one)", h->path, h->prefix, name);
   const char *d = NULL;
   if (core_json_get_string(t, "dtype", &d) || core_json_get_array(t, "shape", &sh) || core_json_get_array(t, "data_offsets", &off) ||
       core_json_len(off) != 2 || core_json_len(sh) > 4)
     return core_error_set(CORE_EINPUT, "%s: tensor '%s%s' has a malformed entry", h->path, h->prefix, name);
-  (void)dt;
   *esize = !strcmp(d, "F32") ? 4 : (!strcmp(d, "F16") || !strcmp(d, "BF16")) ? (d[0] == 'B' ? -2 : 2) : 0;
   if (!*esize) return core_error_set(CORE_EINPUT, "%s: tensor '%s%s' is %s (F32, F16 and BF16 are read)", h->path, h->prefix, name, d);
   *rank = (int)core_json_len(sh);

@@ -10,9 +10,6 @@
 
 enum { WTE, WPE, LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPW, FCPB, LNFW, LNFB, NT };
 
-static const char *const names[NT] = {"wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",  "attprojw", "attprojb",
-                                      "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",  "lnfb"};
-
 /* values of each tensor (all layers) */
 static void sizes(int Vp, int maxT, int L, int C, long long *n) {
   long long c = C, l = L;
@@ -209,6 +206,5 @@ int pipe_llmc_write(const char *path, const layers_model *m, float *const *param
     remove(tmp);
     return core_error_set(CORE_ERUNTIME, "writing %s failed: %s", path, strerror(errno));
   }
-  (void)names;
   return CORE_OK;
 }

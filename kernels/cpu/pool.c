@@ -53,10 +53,8 @@ static void *worker(void *arg) {
 static int started_total = 1; /* the caller, and the workers started */
 
 void kernels_cpu_pool_init(int threads) {
-  static int started;
-  if (started || threads <= 1) return; /* once per process, sized by the first caller asking for more than one */
+  if (started_total > 1 || threads <= 1) return; /* once per process, sized by the first caller asking for more than one */
   if (threads > MAX_WORKERS) threads = MAX_WORKERS;
-  started = 1;
   int n = 1;
   for (int i = 1; i < threads; i++) {
     pthread_t t;

@@ -218,15 +218,9 @@ Test(train, zero_stages_match_single_process, .timeout = 300) {
 
 /* Element k of array `key` of the first record of a --log-json file. */
 static double first_record(const char *log, const char *key, int k) {
-  FILE *f = fopen(log, "r");
-  cr_assert(f);
-  static char line[1 << 14];
-  cr_assert(fgets(line, sizeof line, f));
-  fclose(f);
-  core_json *j;
-  cr_assert_eq(core_json_parse(line, strlen(line), log, &j), 0);
+  core_json *j = first_step(log);
   const core_json *a = core_json_get(j, key);
-  cr_assert(a && (size_t)k < core_json_len(a), "no %s[%d] in %s", key, k, line);
+  cr_assert(a && (size_t)k < core_json_len(a), "no %s[%d] in %s", key, k, log);
   double x = core_json_at(a, (size_t)k)->num;
   core_json_free(j);
   return x;
@@ -301,12 +295,7 @@ Test(train, offload_matches_the_cpu, .timeout = 300) {
     train_read(z < 0 ? 0 : 4, log, &got, "%s", sets);
     cr_assert_eq(got.n, ref.n, "%s", sets);
     close_to(&ref, &got, 0, sets);
-    FILE *f = fopen(log, "r");
-    static char line[1 << 14];
-    cr_assert(fgets(line, sizeof line, f));
-    fclose(f);
-    core_json *j;
-    cr_assert_eq(core_json_parse(line, strlen(line), log, &j), 0);
+    core_json *j = first_step(log);
     cr_assert_eq(core_json_get(j, "opt_state_bytes")->num, 0, "%s", sets);
     cr_assert_eq(core_json_get(j, "master_bytes")->num, 0, "%s", sets);
     cr_assert_gt(core_json_get(j, "opt_state_host_bytes")->num, 0, "%s", sets);

@@ -87,7 +87,7 @@ static inline void train_read(int np, const char *log, run_log *out, const char 
 /* The first step's line of a --log-json file, parsed (the caller frees it). */
 static inline core_json *first_step(const char *log) {
   FILE *f = fopen(log, "r");
-  char line[1024];
+  static char line[1 << 14]; /* it carries every rank's memory figures too */
   cr_assert(f && fgets(line, sizeof line, f), "no step in %s", log);
   fclose(f);
   core_json *j;

@@ -325,3 +325,29 @@ Test(cli, cuda_backend_without_a_gpu_is_one_clear_error) {
   cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "more than one line: %s", out);
   free(out);
 }
+
+/* Every command answers --help (anywhere among its arguments) and `brigade help COMMAND` with
+ * its own usage on stdout, exit 0; the overview lists every command. */
+Test(cli, every_command_has_help) {
+  const char *cmds[] = {"train", "sim", "compile", "tune", "plot", "sample", "tokenize", "convert"};
+  char *out, args[128], want[64];
+  cr_assert_eq(brigade("help", &out), 0, "%s", out);
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    snprintf(want, sizeof want, "\n  %s ", cmds[i]);
+    cr_assert(strstr(out, want), "overview lacks %s: %s", cmds[i], out);
+  }
+  free(out);
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    snprintf(want, sizeof want, "usage: brigade %s ", cmds[i]);
+    const char *forms[] = {"%s --help", "%s -h", "help %s", "%s some.cfg --set a=1 --help"};
+    for (size_t f = 0; f < 4; f++) {
+      snprintf(args, sizeof args, forms[f], cmds[i]);
+      cr_assert_eq(brigade(args, &out), 0, "brigade %s: %s", args, out);
+      cr_assert(strncmp(out, want, strlen(want)) == 0, "brigade %s printed: %s", args, out);
+      free(out);
+    }
+  }
+  cr_assert_eq(brigade("help nosuch", &out), 2, "%s", out);
+  cr_assert(strstr(out, "unknown command 'nosuch'"), "%s", out);
+  free(out);
+}

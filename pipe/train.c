@@ -252,6 +252,13 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   if (rc) return rc;
   core_log_set_rank(world > 1 ? tr->topo.world_rank : -1);
   kernels_cpu_init(tr->cfg.threads);
+  /* The model's own mistakes (an unknown layer type, a width heads do not divide) come before
+   * the data's: the layer list is checked once with the smallest vocabulary the data could
+   * have, then built for real once the data says its vocabulary. */
+  layers_model probe = {0};
+  rc = layers_model_build(&probe, tr->cfg.cfg, 1);
+  layers_model_free(&probe);
+  if (rc) return rc;
   rc = pipe_data_open(&tr->data, tr->cfg.data_path, tr->cfg.val_path, tr->cfg.val_fraction, tr->cfg.T);
   if (rc) {
     char w[256];

@@ -86,7 +86,7 @@ TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
-.PHONY: all test test-gpu test-cuda-emu bench-gpu run bench clean deps format fuzz FORCE
+.PHONY: pictures all test test-gpu test-cuda-emu bench-gpu run bench clean deps format fuzz FORCE
 .SECONDARY:
 all: $(BIN)
 
@@ -225,13 +225,24 @@ data/kjv.txt:
 	sh scripts/data.sh $@
 
 # The main job: train configs/default.cfg across 4 pipeline stages on the CPU; writes
-# out/checkpoint/ and the measured bubble timeline out/trace.json (+ .svg), and the simulated
-# timeline of the same schedule next to it.
+# out/checkpoint/ and the measured bubble timeline out/trace.json (+ .svg), and the simulator's
+# prediction of the same run (costs from the config's FLOPs) next to it.
 run: $(BIN) data/kjv.txt
 	@mkdir -p out
+	@echo "make run: training configs/default.cfg (a 0.9M-parameter GPT on data/kjv.txt) across 4 pipeline"
+	@echo "          stages, 300 steps: about a minute on a 2-core machine; progress every 25 steps"
 	$(MPIRUN) -np 4 $(BIN) train configs/default.cfg --log-json out/train.jsonl
 	$(BIN) sample --checkpoint out/checkpoint --prompt "And God said" --tokens 200
-	$(BIN) sim --schedule 1f1b --stages 4 --microbatches 8 --svg out/simulated.svg --trace out/simulated.json
+	$(BIN) sim configs/default.cfg --svg out/simulated.svg --trace out/simulated.json
+	@echo "make run: done. out/checkpoint/ (steps 100, 200, 300; 'latest' names the last),"
+	@echo "          out/trace.json.svg (the measured timeline of step 5; out/trace.json for Perfetto),"
+	@echo "          out/simulated.svg (the simulator's prediction of the same step), out/train.jsonl"
+
+# The README's pictures (docs/img/): the default run's measured and simulated timelines.
+pictures: run
+	@mkdir -p docs/img
+	cp out/trace.json.svg docs/img/measured.svg
+	cp out/simulated.svg docs/img/simulated.svg
 
 # ---- fuzzing: libFuzzer targets tests/fuzz/fuzz_*.c, built with clang (not by `make test`) ----
 # `make fuzz` runs each for FUZZ_SECONDS on its seeds (tests/malformed, configs) and fails on

@@ -36,6 +36,7 @@ typedef struct {
   char pipe_why[160];       /* why the transfers go through host copies over MPI */
   const char *init_from;    /* --init-from: GPT-2 weights (llm.c or safetensors) */
   int allow_nonfinite;      /* --allow-nonfinite: NaN/Inf weights from it are taken */
+  char **peer_names;        /* [p]: "rank R (stage s) on HOST", how timeouts name a pipeline peer */
 } trainer;
 
 /* The training program's micro-batch 0 on this replica, as a global micro-batch: data rank r
@@ -250,6 +251,7 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   int rc = train_read_config(&tr->cfg, o, world);
   if (!rc) rc = pipe_topo_init(&tr->topo, MPI_COMM_WORLD, tr->cfg.stages);
   if (rc) return rc;
+  kernels_set_local_rank(tr->topo.local_rank); /* before the backend picks its GPU */
   core_log_set_rank(world > 1 ? tr->topo.world_rank : -1);
   kernels_cpu_init(tr->cfg.threads);
   /* The model's own mistakes (an unknown layer type, a width heads do not divide) come before
@@ -277,6 +279,15 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   if (!rc && tr->eval_n) rc = pipe_worker_init(&tr->eval_worker, &tr->eval_prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
   if (!rc) rc = setup_transfers(tr);
   tr->worker.timeout_s = tr->eval_worker.timeout_s = tr->cfg.timeout;
+  if (!rc) { /* a peer that stops answering is named with its node: on several machines, which one went */
+    tr->peer_names = core_malloc((size_t)tr->topo.p * sizeof *tr->peer_names);
+    for (int q = 0; q < tr->topo.p; q++) {
+      int r = q * tr->topo.d + tr->topo.data;
+      tr->peer_names[q] = core_malloc(PIPE_HOST_LEN + 48);
+      snprintf(tr->peer_names[q], PIPE_HOST_LEN + 48, "rank %d (stage %d) on %s", r, q, pipe_topo_host(&tr->topo, r));
+    }
+    tr->worker.peer_names = tr->eval_worker.peer_names = (const char *const *)tr->peer_names;
+  }
   if (!rc && o->log_json && tr->topo.world_rank == 0 && !(tr->log_json = fopen(o->log_json, "w")))
     rc = core_error_set(CORE_EINPUT, "cannot write --log-json %s: %s", o->log_json, strerror(errno));
   return rc;
@@ -532,11 +543,41 @@ static void teardown(trainer *tr) {
   pipe_data_free(&tr->data);
   free(tr->bounds);
   if (tr->log_json) fclose(tr->log_json);
+  for (int q = 0; q < tr->topo.p && tr->peer_names; q++) free(tr->peer_names[q]);
+  free(tr->peer_names);
   pipe_topo_free(&tr->topo);
   core_config_free(tr->cfg.cfg);
 }
 
+/* Every rank's place, gathered to rank 0 and printed there: host, local rank and device, so
+ * a multi-node run shows which GPU each rank took (collective: every rank calls it). */
+static void announce_ranks(trainer *tr) {
+  enum { H = 64, D = 160 };
+  struct where {
+    char host[H], dev[D];
+    int local_rank, local_size;
+  } me, *all = NULL;
+  memset(&me, 0, sizeof me);
+  snprintf(me.host, H, "%.*s", H - 1, tr->topo.host);
+  kernels_describe_device(tr->rn.chunks[0].ops, me.dev, D);
+  me.local_rank = tr->topo.local_rank, me.local_size = tr->topo.local_size;
+  int n = tr->topo.world_size;
+  if (tr->topo.world_rank == 0) all = core_malloc((size_t)n * sizeof *all);
+  MPI_Gather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (tr->topo.world_rank != 0) return;
+  for (int r = 0; r < n; r++) {
+    if (r == 32 && n > 40) { /* a long list: the first 32 and the last 8 */
+      core_log(CORE_LOG_INFO, "  ... ranks 32..%d ...", n - 9);
+      r = n - 8;
+    }
+    core_log(CORE_LOG_INFO, "rank %d (stage %d, replica %d): host %s, local rank %d of %d, %s", r, r / tr->topo.d,
+             r % tr->topo.d, all[r].host, all[r].local_rank, all[r].local_size, all[r].dev);
+  }
+  free(all);
+}
+
 static void announce(trainer *tr) {
+  announce_ranks(tr);
   if (tr->topo.world_rank != 0) return;
   const layers_chunk *k0 = &tr->rn.chunks[0];
   if (tr->pcomm) /* ZeRO's collectives: zero_init says which path */
@@ -678,6 +719,14 @@ int pipe_train(const pipe_train_opts *o) {
   if (!rc && tr.topo.world_rank == 0 && tr.cfg.ckpt_interval > 0 && !tr.cfg.ckpt_dir)
     core_log(CORE_LOG_WARN, "checkpoint.interval is %d but checkpoint.dir is not set: no checkpoint will be written",
              tr.cfg.ckpt_interval);
+  if (!rc && start == 0 && tr.cfg.eval_interval > 0 && tr.cfg.steps > 0) { /* the weights before any update */
+    double val = 0;
+    rc = evaluate(&tr, &val);
+    if (!rc && tr.topo.world_rank == 0) {
+      core_log(CORE_LOG_INFO, "step     0 | val loss %.6f (before the first update)", val);
+      if (tr.log_json) fprintf(tr.log_json, "{\"step\":0,\"val_loss\":%.9g}\n", val), fflush(tr.log_json);
+    }
+  }
   for (long step = start; step < tr.cfg.steps && !rc && !stopped; step++) {
     double loss = 0, ms = 0, val = 0;
     rc = train_step(&tr, step, &loss, &ms);

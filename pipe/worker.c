@@ -89,8 +89,11 @@ static int wait_req(pipe_worker *w, MPI_Request *req, MPI_Status *st, int i, con
       struct timespec ts = {0, 20000};
       nanosleep(&ts, NULL); /* yield the core: ranks share cores on small machines */
       if (now() - start > w->timeout_s) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "timed out after %.0f s waiting for rank %d", w->timeout_s, peer);
+        char msg[256];
+        if (w->peer_names && peer >= 0)
+          snprintf(msg, sizeof msg, "timed out after %.0f s waiting for %s (train.timeout)", w->timeout_s, w->peer_names[peer]);
+        else
+          snprintf(msg, sizeof msg, "timed out after %.0f s waiting for rank %d (train.timeout)", w->timeout_s, peer);
         return fail(w, i, in, msg);
       }
     }

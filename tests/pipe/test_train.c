@@ -378,9 +378,19 @@ Test(train, hostfile_over_tcp_matches_shared_memory, .timeout = 200) {
   const char *sets = "--set pipeline.stages=2 --set zero_optimization.stage=2 --set gradient_accumulation_steps=2";
   train_read(4, log, &shm, "%s", sets);
   snprintf(cmd, sizeof cmd, TEST_MPI_ENV " timeout 150 mpirun --hostfile %s --mca btl tcp,self -np 4 %s/brigade train "
-           "configs/tiny.cfg --set train.steps=20 --set train.eval_interval=10 %s --log-json %s 1>&2", hosts,
+           "configs/tiny.cfg --set train.steps=20 --set train.eval_interval=10 %s --log-json %s 2>&1", hosts,
            test_build_dir(), sets, log);
-  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  char *out = NULL;
+  cr_assert_eq(test_capture(cmd, &out), 0, "%s", cmd);
+  for (int r = 0; r < 4; r++) { /* the start-up log's rank map: host, local rank, device */
+    char want[96];
+    snprintf(want, sizeof want, "rank %d (stage %d, replica %d): host ", r, r / 2, r % 2);
+    const char *at = strstr(out, want);
+    cr_assert(at, "no rank map line for rank %d: %s", r, out);
+    snprintf(want, sizeof want, ", local rank %d of 4, CPU", r);
+    cr_assert(strstr(at, want) && strstr(at, want) < strchr(at, '\n'), "rank %d's line lacks '%s': %s", r, want, out);
+  }
+  free(out);
   read_log(log, &tcp);
   cr_assert_eq(tcp.n, shm.n);
   close_to(&shm, &tcp, 0, "hostfile, --mca btl tcp,self");

@@ -15,6 +15,7 @@
 #include "pipe/ckpt_model.h"
 #include "pipe/hfst.h"
 #include "pipe/llmc.h"
+#include "pipe/sample.h"
 #include "pipe/train_internal.h"
 #include "viz/viz.h"
 #include "zero/devcomm.h"
@@ -272,6 +273,7 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
     return core_error_set(CORE_EINPUT, "train.eval_interval is set but the data has no validation split (data.val_fraction "
                           "= %g leaves it no token of the %zu, and there is no data.val_path)", tr->cfg.val_fraction, tr->data.n);
   rc = layers_model_build(&tr->model, tr->cfg.cfg, tr->data.vocab);
+  if (!rc) rc = pipe_tokenizer_check(tr->cfg.cfg, tr->model.V); /* `sample` will use them: found now, not after training */
   if (!rc) rc = cut_model(tr);
   if (!rc) rc = compile_programs(tr);
   if (!rc) rc = setup_runner(tr);

@@ -25,6 +25,8 @@ static const core_config_key keys[] = {
     {"scheduler.params.total_num_steps", CORE_CFG_INT}, {"scheduler.params.min_lr", CORE_CFG_FLOAT},
     {"data", CORE_CFG_GROUP}, {"data.path", CORE_CFG_STRING}, {"data.val_path", CORE_CFG_STRING}, {"data.order", CORE_CFG_STRING},
     {"data.val_fraction", CORE_CFG_FLOAT},
+    {"tokenizer", CORE_CFG_GROUP}, {"tokenizer.vocab", CORE_CFG_STRING}, {"tokenizer.merges", CORE_CFG_STRING},
+    {"tokenizer.file", CORE_CFG_STRING},
     {"model", CORE_CFG_GROUP}, {"model.vocab_size", CORE_CFG_INT}, {"model.seq_len", CORE_CFG_INT},
     {"model.d_model", CORE_CFG_INT}, {"model.n_heads", CORE_CFG_INT}, {"model.layers", CORE_CFG_LIST},
     {"model.layers.[]", CORE_CFG_GROUP}, {"model.layers.[].type", CORE_CFG_STRING},

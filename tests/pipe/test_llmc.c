@@ -450,6 +450,17 @@ Test(llmc, fine_tuning_matches_pytorch, .timeout = 300) {
   free(out);
   cr_assert(fabs(exported - got.val[4]) <= 1e-5 * exported, "the exported file's val loss %.9g, brigade's last %.9g",
             exported, got.val[4]);
+  /* the same checkpoint as model.safetensors, read by the safetensors package where installed (else
+   * the reference's own reading of the format): the same weights, so the same loss */
+  snprintf(cmd, sizeof cmd, "%s/brigade convert %s %s.safetensors --to safetensors 1>&2", test_build_dir(), dir, out_bin);
+  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/fixtures/ref_gpt2_loss.py %s.safetensors %s 2 4 --heads 4", out_bin, val);
+  cr_assert_eq(test_capture(cmd, &out), 0, "%s", out);
+  double st = atof(out);
+  free(out);
+  cr_assert(fabs(st - exported) <= 1e-12 * exported, "model.safetensors' loss %.17g, the llm.c file's %.17g", st, exported);
+  snprintf(cmd, sizeof cmd, "%s.safetensors", out_bin);
+  unlink(cmd);
   remove_tree(dir);
   unlink(path), unlink(val), unlink(out_bin), unlink(log);
 }

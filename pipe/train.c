@@ -132,6 +132,7 @@ static int setup_runner(trainer *tr) {
   ops->matmul_half(c->precision); /* mixed precision: GEMMs on 16-bit units where there are any */
   memset(rn, 0, sizeof *rn);
   rn->topo = &tr->topo, rn->v = c->v, rn->data = &tr->data, rn->seed = c->seed, rn->opt = c->opt;
+  rn->post_validation = c->post_validation;
   rn->timeout_s = c->timeout;
   rn->offload = c->offload, rn->opt_ops = c->offload ? kernels_cpu_ops() : ops; /* ZeRO-Offload: the host's table */
   rn->chunks = core_calloc((size_t)c->v, sizeof(layers_chunk));
@@ -345,6 +346,7 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
       tr->act_report = NULL;
     }
     if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%.17g,\"skipped\":%d", tr->rn.loss_scale, tr->rn.skipped);
+    if (tr->rn.post_validation) fprintf(tr->log_json, ",\"rollbacks\":%ld", tr->rn.rollbacks);
     /* rank 0's ZeRO accounting: bytes this step moved, bytes it keeps */
     double red = 0, gat = 0, state = 0, master = 0, grads = 0;
     for (int c = 0; c < tr->cfg.v; c++) {
@@ -449,6 +451,7 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
   }
   double t0 = MPI_Wtime();
   int rc = pipe_worker_step(&tr->worker);
+  if (!rc) rc = pipe_runner_validate(rn); /* post-validation: the norm known, the update confirmed or redone */
   *ms = (MPI_Wtime() - t0) * 1e3;
   tr->worker.tl = NULL;
   if (!rc) *loss = mean_loss(tr, (long)tr->cfg.m * tr->cfg.d);
@@ -603,6 +606,13 @@ static void announce(trainer *tr) {
   core_log(CORE_LOG_INFO, "model: %d layers, %.3f M parameters (a tied weight counted once; %.3f M counting it twice), vocabulary %d, "
            "T=%d, d_model=%d", tr->model.n, (layers_model_params(&tr->model) - tied) / 1e6,
            layers_model_params(&tr->model) / 1e6, tr->model.V, tr->model.T, tr->model.C);
+  if (tr->rn.post_validation) {
+    double pv = 0;
+    for (int c = 0; c < tr->cfg.v; c++) pv += 3.0 * 4.0 * (double)zero_state_len(&tr->rn.zb[c]);
+    core_log(CORE_LOG_INFO, "optimizer post-validation: each rank updates as soon as its step's gradients are done; the "
+             "global norm and overflow check follow, and an update that clipping or a skip should have changed is redone "
+             "(rank 0 keeps a copy of its parameters and optimizer state for it: %.2f MB)", pv / 1e6);
+  }
   core_log(CORE_LOG_INFO, "layout: %d stage(s) x %d replica(s), schedule %s, %d chunk(s) per rank, %d "
            "micro-batches of %d, %zu instructions per step",
            tr->cfg.stages, tr->cfg.d, sched_family_name(tr->prog.family), tr->cfg.v, tr->cfg.m, tr->cfg.B,
@@ -747,6 +757,9 @@ int pipe_train(const pipe_train_opts *o) {
       core_log(CORE_LOG_WARN, "stopped by %s after step %ld of %d; no checkpoint.dir, so nothing was saved",
                stop_name(stopped), step + 1, tr.cfg.steps);
   }
+  if (!rc && tr.rn.post_validation && tr.topo.world_rank == 0 && tr.rn.rollbacks > 0)
+    core_log(CORE_LOG_INFO, "post-validation: %ld update(s) redone after the global norm or overflow check (clipping "
+             "fired or a step was skipped)", tr.rn.rollbacks);
   teardown(&tr);
   restore_stops(old);
   if (o->stopped_by) *o->stopped_by = stopped;

@@ -26,6 +26,7 @@ typedef struct {
   int trace_step;
   int trace_step_auto; /* trace.step unset: the run's second step (moved past a resumed step) */
   int zero_stage;
+  int post_validation;  /* optimizer.post_validation: eager updates, rolled back where clipping/a skip applies */
   int max_pending_w;    /* pipeline.max_pending_w (zb-* families; 0 = the family's default) */
   double mem_limit;     /* pipeline.mem_limit (zb-auto; stages' activations per rank, 0 = p) */
   size_t bucket_floats; /* zero_optimization.reduce_bucket_size (elements) */

@@ -2,6 +2,7 @@
 #include "pipe/train.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <signal.h>
@@ -706,6 +707,15 @@ static int agree_start(int rc, int *report) {
   return core_error_set(all[0], "another rank failed to start (its error is reported there)");
 }
 
+/* Whether a --resume path (the directory, or one step directory in it) lies in dir. */
+static int same_dir(const char *resume, const char *dir) {
+  char a[PATH_MAX], b[PATH_MAX];
+  if (!realpath(dir, b)) return 0; /* not there yet: not the one resumed from */
+  if (!realpath(resume, a)) return 0;
+  size_t n = strlen(b);
+  return strncmp(a, b, n) == 0 && (a[n] == 0 || a[n] == '/');
+}
+
 int pipe_train(const pipe_train_opts *o) {
   trainer tr;
   memset(&tr, 0, sizeof tr);
@@ -725,9 +735,20 @@ int pipe_train(const pipe_train_opts *o) {
   }
   rc = agree_start(rc, o->report);
   if (!rc) announce(&tr);
-  if (!rc && tr.topo.world_rank == 0 && start >= tr.cfg.steps && o->resume)
+  /* No step to take: with a checkpoint.dir, the state as loaded is written in this run's layout
+   * (the initial or imported weights at step 0; a resumed checkpoint reshaped to these stages,
+   * replicas and ZeRO stage) unless it would be the very checkpoint it came from. */
+  int reshape = !rc && start >= tr.cfg.steps && tr.cfg.ckpt_dir && !(o->resume && same_dir(o->resume, tr.cfg.ckpt_dir));
+  if (!rc && tr.topo.world_rank == 0 && start >= tr.cfg.steps && o->resume && !reshape)
     core_log(CORE_LOG_WARN, "nothing to train: the checkpoint is at step %ld and train.steps is %d (raise train.steps "
              "to continue)", start, tr.cfg.steps);
+  if (reshape) {
+    rc = pipe_ckpt_model_save(tr.cfg.ckpt_dir, &tr.rn, &tr.topo, start, tr.cfg.cfg);
+    if (!rc && tr.topo.world_rank == 0)
+      core_log(CORE_LOG_INFO, "no step to take (train.steps = %d): wrote the %s state at step %ld to %s in this layout "
+               "(%d stage(s) x %d replica(s), ZeRO stage %d)", tr.cfg.steps, o->resume ? "resumed" : "initial", start,
+               tr.cfg.ckpt_dir, tr.cfg.stages, tr.cfg.d, tr.cfg.zero_stage);
+  }
   if (!rc && tr.topo.world_rank == 0 && tr.cfg.ckpt_interval > 0 && !tr.cfg.ckpt_dir)
     core_log(CORE_LOG_WARN, "checkpoint.interval is %d but checkpoint.dir is not set: no checkpoint will be written",
              tr.cfg.ckpt_interval);

@@ -464,3 +464,30 @@ Test(llmc, fine_tuning_matches_pytorch, .timeout = 300) {
   remove_tree(dir);
   unlink(path), unlink(val), unlink(out_bin), unlink(log);
 }
+
+/* llm.c file -> a brigade checkpoint written across 4 stages x 2 ZeRO-2 replicas (train.steps
+ * = 0 writes the imported state in the run's layout) -> llm.c file: byte for byte the original;
+ * and the same checkpoint reshaped (resumed with no step to take into another directory) to 2
+ * stages x 2 ZeRO-3 replicas, then exported to model.safetensors and back: the same bytes. */
+Test(llmc, round_trip_through_a_pipelined_zero_checkpoint, .timeout = 200) {
+  char path[] = "/tmp/brigade_llmc_XXXXXX", back[] = "/tmp/brigade_llmc_XXXXXX", dir[] = "/tmp/brigade_llmc_ck_XXXXXX";
+  char cmd[2048];
+  close(mkstemp(path)), close(mkstemp(back));
+  cr_assert(mkdtemp(dir));
+  write_initial(path);
+  snprintf(cmd, sizeof cmd, TEST_MPI_ENV " mpirun -np 8 %s/brigade train configs/tiny.cfg --set train.steps=0 "
+           "--set pipeline.stages=4 --set zero_optimization.stage=2 --set gradient_accumulation_steps=2 "
+           "--set checkpoint.dir=%s/a --init-from %s 1>&2 && ls %s/a/step_00000000/rank_00003.ckpt >/dev/null && "
+           "%s/brigade convert %s/a %s --to llmc 1>&2 && cmp %s %s",
+           test_build_dir(), dir, path, dir, test_build_dir(), dir, back, path, back);
+  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  snprintf(cmd, sizeof cmd, TEST_MPI_ENV " mpirun -np 4 %s/brigade train configs/tiny.cfg --set train.steps=0 "
+           "--set pipeline.stages=2 --set zero_optimization.stage=3 --set gradient_accumulation_steps=2 "
+           "--set checkpoint.dir=%s/b --resume %s/a 1>&2 && %s/brigade convert %s/b %s/st --to safetensors 1>&2 && "
+           "%s/brigade convert %s/st %s/c --heads 4 1>&2 && %s/brigade convert %s/c %s --to llmc 1>&2 && cmp %s %s",
+           test_build_dir(), dir, dir, test_build_dir(), dir, dir, test_build_dir(), dir, dir, test_build_dir(), dir, back,
+           path, back);
+  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  remove_tree(dir);
+  unlink(path), unlink(back);
+}

@@ -24,6 +24,8 @@ typedef struct {
   int nsets;
   double gflops, dp_gbps;
   int dp;
+  int steps;     /* consecutive steps to simulate (0: not given) */
+  int step_sync; /* -1: not given; else a sched_step_sync */
 } sched_opts;
 
 static int fail(void) {
@@ -38,7 +40,7 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
   o->shape.v = 1;
   o->costs = sched_costs_unit();
   o->format = "actions";
-  o->gflops = 50, o->dp = 1, o->dp_gbps = 10;
+  o->gflops = 50, o->dp = 1, o->dp_gbps = 10, o->step_sync = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = NULL;
     int rc = CORE_OK;
@@ -92,6 +94,16 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.reduce);
     } else if (allow_sim && strcmp(a, "--cost-step") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.step);
+    } else if (allow_sim && strcmp(a, "--cost-norm") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.norm);
+    } else if (allow_sim && strcmp(a, "--steps") == 0) {
+      if (!VALUE()) rc = cli_parse_int(a, val, 1, 1000, &o->steps);
+    } else if (allow_sim && strcmp(a, "--step-sync") == 0) {
+      if (!VALUE()) {
+        if (strcmp(val, "barrier") == 0) o->step_sync = SCHED_STEP_BARRIER;
+        else if (strcmp(val, "post-validation") == 0) o->step_sync = SCHED_STEP_POST_VALIDATION;
+        else rc = core_error_set(CORE_EINPUT, "--step-sync: '%s' is not barrier or post-validation", val);
+      }
     } else if (allow_sim && strcmp(a, "--cost-tied") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.tied);
     } else if (allow_sim && strcmp(a, "--cost-gather") == 0) {
@@ -205,9 +217,13 @@ int cli_compile(int argc, char **argv) {
   return rc ? fail() : 0;
 }
 
-static void print_json(const sched_program *pr, const sched_sim_result *res, double cap) {
+static const char *sync_name(int sync) { return sync == SCHED_STEP_POST_VALIDATION ? "post-validation" : "barrier"; }
+
+static void print_json(const sched_program *pr, const sched_sim_result *res, double cap, int sync) {
   printf("{\"schedule\":\"%s\",\"stages\":%d,\"virtual\":%d,\"microbatches\":%d,", 
          sched_family_name(pr->family), pr->p, pr->v, pr->m);
+  printf("\"steps\":%d,\"step_sync\":\"%s\",\"steady_step_time\":%.17g,", res->steps, sync_name(sync),
+         res->steady_step_time);
   printf("\"instructions\":%zu,\"makespan\":%.17g,\"bubble_rate\":%.17g,\"idle_fraction\":%.17g,",
          sched_program_count(pr), res->makespan, res->bubble_rate, res->idle_fraction);
   if (cap >= 0) printf("\"memory_cap\":%.17g,", cap);
@@ -227,10 +243,13 @@ static void print_json(const sched_program *pr, const sched_sim_result *res, dou
   printf("]}\n");
 }
 
-static void print_table(const sched_program *pr, const sched_sim_result *res, double cap) {
+static void print_table(const sched_program *pr, const sched_sim_result *res, double cap, int sync) {
   printf("%s  p=%d v=%d m=%d  makespan %.6g  bubble rate %.2f%%  idle fraction %.2f%%\n",
          sched_family_name(pr->family), pr->p, pr->v, pr->m, res->makespan,
          100 * res->bubble_rate, 100 * res->idle_fraction);
+  if (res->steps > 1)
+    printf("%d steps back to back (%s at the optimizer): steady step time %.6g (steps 2..%d)\n", res->steps,
+           sync_name(sync), res->steady_step_time, res->steps);
   if (cap >= 0) printf("memory cap %.4g stage activations per rank (peak_mem below is in the same unit)\n", cap);
   int g = pr->gather_limit > 0;
   if (g) printf("ZeRO-3: at most %d chunks gathered at once per rank (gathered = the most a rank held; "
@@ -281,11 +300,17 @@ int cli_sim(int argc, char **argv) {
   sched_timeline tl;
   sched_timeline_init(&tl, sched_family_name(pr.family), o.config ? "s" : "unit", pr.p, pr.v, pr.m);
   sched_sim_result res;
-  int rc = sched_simulate(&pr, &o.costs, &res, &tl);
+  /* a config's step is predicted in its steady state: 4 steps, meeting at the optimizer as the
+   * run would (post-validation for the zero-bubble and V families, its default) */
+  int steps = o.steps ? o.steps : o.config ? 4 : 1;
+  int sync = o.step_sync >= 0 ? o.step_sync
+             : o.config && (sched_family_is_zb(pr.family) || sched_family_is_v(pr.family)) ? SCHED_STEP_POST_VALIDATION
+                                                                                        : SCHED_STEP_BARRIER;
+  int rc = sched_simulate_steps(&pr, &o.costs, steps, (sched_step_sync)sync, &res, &tl);
   if (!rc) {
     double cap = o.config || pr.mem_cap <= 0 ? -1 : pr.mem_cap; /* the compiler's promise; none for files */
-    if (o.json) print_json(&pr, &res, cap);
-    else print_table(&pr, &res, cap);
+    if (o.json) print_json(&pr, &res, cap, sync);
+    else print_table(&pr, &res, cap, sync);
     if (o.ascii) viz_write_ascii(&tl, o.json ? stderr : stdout, 100);
     if (o.trace) rc = viz_write_trace(&tl, o.trace);
     if (!rc && o.svg) rc = viz_write_svg(&tl, o.svg);

@@ -59,7 +59,16 @@ typedef struct {
   /* per virtual stage, when not NULL: the bytes one of its gathers brings in (its replicas'
    * shards), summed per rank as gather_bytes */
   const double *stage_gather_bytes;
+  /* the all-reduce of the gradient norm (and overflow flag) before an update: under a barrier
+   * it delays every rank's OPTIMIZER_STEP; under post-validation it overlaps the next step */
+  double norm;
 } sched_costs;
+
+/* How consecutive steps meet at the optimizer (sched_simulate_steps). BARRIER: every rank's
+ * OPTIMIZER_STEP waits for the last rank to reach its own, plus the norm's all-reduce (what a
+ * synchronous clip or overflow check does). POST_VALIDATION: each rank steps as soon as its own
+ * ops of the step are done; the norm's reduction overlaps the next step. */
+typedef enum { SCHED_STEP_BARRIER, SCHED_STEP_POST_VALIDATION } sched_step_sync;
 
 /* A family's memory cap per rank in stages' activations (M_B), what sim's peak_memory stays
  * within: gpipe m, 1f1b and zb-h1 p, zb-h2 2p - 1, zb-v and v-zb p, v-half floor((p+2)/2),
@@ -99,15 +108,25 @@ typedef struct {
 
 typedef struct {
   int p;
-  double makespan;      /* all ops, tail included */
+  int steps;            /* consecutive steps simulated */
+  double makespan;      /* all ops of all steps, tail included */
+  /* the time from one step's end (its last OPTIMIZER_STEP) to the next's, averaged over steps
+   * 2..N; with one step, the makespan */
+  double steady_step_time;
   double bubble_rate;   /* 1 - mean(busy) / max(span) */
   double idle_fraction; /* 1 - sum(busy) / (p * makespan) */
   sched_rank_stats *ranks;
 } sched_sim_result;
 
-/* Replays a full program; tl (may be NULL) receives one event per instruction. */
+/* Replays a full program; tl (may be NULL) receives one event per instruction. One step, its
+ * OPTIMIZER_STEPs under a barrier. */
 int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_result *res,
                    sched_timeline *tl);
+/* The same for `steps` consecutive steps of the program: a rank's next step begins after its
+ * own OPTIMIZER_STEP; the steps meet at the optimizer as `sync` says. Busy, span and bubble
+ * figures cover all steps. */
+int sched_simulate_steps(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
+                         sched_sim_result *res, sched_timeline *tl);
 void sched_sim_result_free(sched_sim_result *res);
 
 /* PyTorch pipelining's schedule CSV: one row per rank, one compute action per cell ("0F3"). */

@@ -3,7 +3,10 @@
  * Each rank runs its stream in order. A compute op occupies its rank for its cost. A send does
  * not block and its data arrives `comm` later; a receive waits until its data has arrived (so a
  * cross-rank dependency adds the latency without occupying either device, as in the zero-bubble
- * paper). REDUCE_TIED_GRADS meets its peer; REDUCE_GRADS and OPTIMIZER_STEP take their cost. */
+ * paper). REDUCE_TIED_GRADS meets its peer; REDUCE_GRADS and OPTIMIZER_STEP take their cost.
+ * Several steps run back to back: a rank starts its stream again after its OPTIMIZER_STEP, which
+ * either waits for every rank to reach theirs and for the norm's all-reduce (barrier) or not
+ * (post-validation). Messages and tied reductions are told apart by step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +28,11 @@ typedef struct {
   int *ngath, *pgath;
   int *pc;
   int *queue, *queued, qh, qt;
+  /* consecutive steps: each rank's step number; the barrier's arrivals (per step: how many
+   * ranks, the latest time); each step's end (its last OPTIMIZER_STEP) */
+  int steps, *iter, *arrived, *counted;
+  sched_step_sync sync;
+  double *barrier_at, *step_end;
 } simstate;
 
 static void emit(simstate *sm, int r, const sched_instr *in, double t0, double t1) {
@@ -48,11 +56,12 @@ static void wake(simstate *sm, int r) {
 /* Arrival slot of the message a transfer instruction sends or receives. */
 static double *msg_slot(simstate *sm, int r, const sched_instr *in) {
   int s = sched_stage_at(sm->pr, r, in);
+  size_t base = (size_t)sm->iter[r] * (size_t)sm->S * (size_t)sm->m; /* this step's messages */
   switch (in->op) {
-  case SCHED_SEND_ACT: return &sm->act_ready[(size_t)(s + 1) * sm->m + in->mb];
-  case SCHED_RECV_ACT: return &sm->act_ready[(size_t)s * sm->m + in->mb];
-  case SCHED_SEND_GRAD: return &sm->grad_ready[(size_t)(s - 1) * sm->m + in->mb];
-  default: return &sm->grad_ready[(size_t)s * sm->m + in->mb];
+  case SCHED_SEND_ACT: return &sm->act_ready[base + (size_t)(s + 1) * sm->m + in->mb];
+  case SCHED_RECV_ACT: return &sm->act_ready[base + (size_t)s * sm->m + in->mb];
+  case SCHED_SEND_GRAD: return &sm->grad_ready[base + (size_t)(s - 1) * sm->m + in->mb];
+  default: return &sm->grad_ready[base + (size_t)s * sm->m + in->mb];
   }
 }
 
@@ -85,18 +94,36 @@ static int step(simstate *sm, int r, const sched_instr *in) {
       emit(sm, r, in, t, sm->t[r]);
       return 1;
     }
-    if (sm->tied_at[r] < 0) sm->tied_at[r] = t, wake(sm, in->peer);
-    double other = sm->tied_at[in->peer];
+    size_t k = (size_t)sm->iter[r] * (size_t)sm->pr->p; /* this step's meeting */
+    if (sm->tied_at[k + r] < 0) sm->tied_at[k + r] = t, wake(sm, in->peer);
+    double other = sm->tied_at[k + in->peer];
     if (other < 0) return 0; /* wait for the peer to arrive */
     sm->t[r] = (t > other ? t : other) + sm->c->tied;
     emit(sm, r, in, t, sm->t[r]);
     return 1;
   }
   case SCHED_REDUCE_GRADS:
-  case SCHED_OPTIMIZER_STEP:
-    sm->t[r] = t + (in->op == SCHED_REDUCE_GRADS ? sm->c->reduce : sm->c->step);
+    sm->t[r] = t + sm->c->reduce;
     emit(sm, r, in, t, sm->t[r]);
     return 1;
+  case SCHED_OPTIMIZER_STEP: {
+    int k = sm->iter[r];
+    double start = t;
+    if (sm->sync == SCHED_STEP_BARRIER) { /* every rank's arrival, then the norm's all-reduce */
+      if (sm->counted[r] != k + 1) {
+        sm->counted[r] = k + 1;
+        if (t > sm->barrier_at[k]) sm->barrier_at[k] = t;
+        if (++sm->arrived[k] == sm->pr->p)
+          for (int q = 0; q < sm->pr->p; q++) wake(sm, q);
+      }
+      if (sm->arrived[k] < sm->pr->p) return 0;
+      start = sm->barrier_at[k] + sm->c->norm;
+    }
+    sm->t[r] = start + sm->c->step;
+    if (sm->t[r] > sm->step_end[k]) sm->step_end[k] = sm->t[r];
+    emit(sm, r, in, start, sm->t[r]);
+    return 1;
+  }
   case SCHED_LOAD_MICROBATCH: return 1;
   case SCHED_GATHER_PARAMS: { /* on the lane beside compute, from when it is issued */
     double g = sm->c->stage_gather ? sm->c->stage_gather[s] : sm->c->gather, st = t > sm->lane[r] ? t : sm->lane[r];
@@ -127,16 +154,21 @@ static int run(simstate *sm) {
   while (sm->qh != sm->qt) {
     int r = sm->queue[sm->qh++ % pr->p];
     sm->queued[r] = 0;
-    while (sm->pc[r] < pr->streams[r].len) {
+    for (;;) {
+      if (sm->pc[r] == pr->streams[r].len) { /* the step's stream done: the next step's, from its start */
+        if (sm->iter[r] + 1 >= sm->steps) break;
+        sm->iter[r]++, sm->pc[r] = 0;
+        continue;
+      }
       const sched_instr *in = &pr->streams[r].ins[sm->pc[r]];
       if (!step(sm, r, in)) break;
       sm->pc[r]++;
     }
   }
   for (int r = 0; r < pr->p; r++)
-    if (sm->pc[r] < pr->streams[r].len)
-      return core_error_set(CORE_EINPUT, "simulation stuck: rank %d waits at instruction %d (run "
-                                         "the verifier for details)", r, sm->pc[r]);
+    if (sm->pc[r] < pr->streams[r].len || sm->iter[r] + 1 < sm->steps)
+      return core_error_set(CORE_EINPUT, "simulation stuck: rank %d waits at instruction %d of step %d (run "
+                                         "the verifier for details)", r, sm->pc[r], sm->iter[r] + 1);
   return CORE_OK;
 }
 
@@ -236,6 +268,8 @@ static void compute_stats(simstate *sm, sched_sim_result *res) {
     if (rs->span > maxspan) maxspan = rs->span;
     if (sm->t[r] > res->makespan) res->makespan = sm->t[r];
   }
+  res->steps = sm->steps;
+  res->steady_step_time = sm->steps > 1 ? (sm->step_end[sm->steps - 1] - sm->step_end[0]) / (sm->steps - 1) : res->makespan;
   res->bubble_rate = maxspan > 0 ? 1.0 - (sumbusy / pr->p) / maxspan : 0;
   res->idle_fraction = res->makespan > 0 ? 1.0 - sumbusy / (pr->p * res->makespan) : 0;
 }
@@ -259,9 +293,19 @@ static int check_finite(const sched_sim_result *res) {
 
 int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_result *res,
                    sched_timeline *tl) {
+  return sched_simulate_steps(pr, c, 1, SCHED_STEP_BARRIER, res, tl);
+}
+
+int sched_simulate_steps(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
+                         sched_sim_result *res, sched_timeline *tl) {
   memset(res, 0, sizeof *res);
-  simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m};
-  size_t n = (size_t)sm.S * (size_t)sm.m, p = (size_t)pr->p;
+  if (steps < 1) return core_error_set(CORE_EINPUT, "steps to simulate must be at least 1 (got %d)", steps);
+  simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m, .steps = steps, .sync = sync};
+  size_t n = (size_t)steps * (size_t)sm.S * (size_t)sm.m, p = (size_t)pr->p;
+  sm.iter = core_calloc(p, sizeof(int)), sm.counted = core_calloc(p, sizeof(int));
+  sm.arrived = core_calloc((size_t)steps, sizeof(int));
+  sm.barrier_at = core_malloc(sizeof(double) * (size_t)steps), sm.step_end = core_malloc(sizeof(double) * (size_t)steps);
+  for (int k = 0; k < steps; k++) sm.barrier_at[k] = sm.step_end[k] = -INFINITY;
   sm.act_ready = core_malloc(sizeof(double) * n);
   sm.grad_ready = core_malloc(sizeof(double) * n);
   for (size_t i = 0; i < n; i++) sm.act_ready[i] = sm.grad_ready[i] = -1;
@@ -269,8 +313,9 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   sm.busy = core_calloc(p, sizeof(double));
   sm.lo = core_malloc(sizeof(double) * p);
   sm.hi = core_malloc(sizeof(double) * p);
-  sm.tied_at = core_malloc(sizeof(double) * p);
-  for (size_t r = 0; r < p; r++) sm.tied_at[r] = -1, sm.lo[r] = INFINITY, sm.hi[r] = -INFINITY;
+  sm.tied_at = core_malloc(sizeof(double) * p * (size_t)steps);
+  for (size_t r = 0; r < p * (size_t)steps; r++) sm.tied_at[r] = -1;
+  for (size_t r = 0; r < p; r++) sm.lo[r] = INFINITY, sm.hi[r] = -INFINITY;
   sm.pc = core_calloc(p, sizeof(int));
   sm.queue = core_malloc(sizeof(int) * p);
   sm.queued = core_calloc(p, sizeof(int));
@@ -291,6 +336,7 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   free(sm.act_ready), free(sm.grad_ready), free(sm.t), free(sm.tied_at), free(sm.pc);
   free(sm.busy), free(sm.lo), free(sm.hi), free(sm.queue), free(sm.queued);
   free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gmoved), free(sm.gready), free(sm.ngath), free(sm.pgath);
+  free(sm.iter), free(sm.counted), free(sm.arrived), free(sm.barrier_at), free(sm.step_end);
   return rc;
 }
 

@@ -351,3 +351,22 @@ Test(cli, every_command_has_help) {
   cr_assert(strstr(out, "unknown command 'nosuch'"), "%s", out);
   free(out);
 }
+
+/* sim --steps: consecutive steps, meeting at the optimizer under a barrier or not; the JSON says
+ * how many, which way, and the steady step time (zb-h2 p=4 m=8: 27.5 vs 24.5). */
+Test(cli, sim_steps_and_step_sync) {
+  char *out;
+  const char *base = "sim --schedule zb-h2 --stages 4 --microbatches 8 --cost-step 0.5 --steps 4 --json";
+  char args[256];
+  snprintf(args, sizeof args, "%s --step-sync post-validation", base);
+  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  cr_assert(strstr(out, "\"steps\":4,\"step_sync\":\"post-validation\",\"steady_step_time\":24.5,"), "%s", out);
+  free(out);
+  snprintf(args, sizeof args, "%s --step-sync barrier --cost-norm 0.25", base);
+  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  cr_assert(strstr(out, "\"step_sync\":\"barrier\",\"steady_step_time\":27.75,"), "%s", out);
+  free(out);
+  cr_assert_eq(brigade("sim --schedule 1f1b --stages 2 --microbatches 2 --step-sync sometimes", &out), 2);
+  cr_assert(strstr(out, "--step-sync: 'sometimes' is not barrier or post-validation"), "%s", out);
+  free(out);
+}

@@ -6,6 +6,7 @@
 #   make test-cuda-emu  the CUDA op table against the CPU's with no GPU: kernels/cuda on an emulator
 #   make SANITIZE=1 test   the same under ASan + UBSan (objects go to build-san/)
 #   make run        the main job (see README.md)
+#   make pictures   make run, then its two timelines into docs/img (the README's pictures)
 #   make bench      benchmarks that print figures
 #   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS (60) each
 #   CUDA=1 / CUDA=0 force the CUDA backend on / off (default: on when nvcc is found)
@@ -135,10 +136,12 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 # Runs every test binary; each prints Criterion's synthesis line. Fails if any fails.
-# The last one is the CUDA backend on the emulator (tests/emu, below).
+# Then the CUDA backend on the emulator (tests/emu, below), and the README's commands, run as
+# written (scripts/readme_commands.sh; its mpirun lines get the MPIRUN below).
 test: $(BIN) $(TEST_BINS) $(WORKER_BINS) $(BUILD)/emu/test_ops_emu $(BUILD)/emu/brigade data/kjv.txt
 	@OMPI_MCA_btl_vader_single_copy_mechanism=$(MPI_SINGLE_COPY) BRIGADE_BIN=$(abspath $(BIN)) \
-	  BRIGADE_BUILD=$(abspath $(BUILD)) sh scripts/run_tests.sh $(TEST_BINS) tests/emu/test_ops_emu.sh
+	  BRIGADE_BUILD=$(abspath $(BUILD)) BRIGADE_MPIRUN='$(MPIRUN)' \
+	  sh scripts/run_tests.sh $(TEST_BINS) tests/emu/test_ops_emu.sh scripts/readme_commands.sh
 
 # The CUDA op table against the CPU one on this machine's GPU (tests/gpu), NCCL's entries, and
 # the tiny GPT trained on it. `make test` runs the same binaries, which skip when there is no

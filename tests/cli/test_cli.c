@@ -69,7 +69,7 @@ Test(cli, compile_formats_and_schedule_file_round_trip) {
   remove(csv);
 }
 
-/* compile takes the cost flags, as the README says: the program it writes is the one sim
+/* compile takes the cost flags, as docs/reference.md says: the program it writes is the one sim
  * compiles under the same costs (zb-h1 places W by them, lowering the transfers). */
 Test(cli, compile_under_the_cost_flags) {
   char csv[] = "/tmp/brigade_cli_XXXXXX";

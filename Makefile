@@ -236,7 +236,7 @@ run: $(BIN) data/kjv.txt
 	@echo "          stages, 300 steps: about a minute on a 2-core machine; progress every 25 steps"
 	$(MPIRUN) -np 4 $(BIN) train configs/default.cfg --log-json out/train.jsonl
 	$(BIN) sample --checkpoint out/checkpoint --prompt "And God said" --tokens 200
-	$(BIN) sim configs/default.cfg --svg out/simulated.svg --trace out/simulated.json
+	$(BIN) sim configs/default.cfg --steps 1 --svg out/simulated.svg --trace out/simulated.json
 	@echo "make run: done. out/checkpoint/ (steps 100, 200, 300; 'latest' names the last),"
 	@echo "          out/trace.json.svg (the measured timeline of step 5; out/trace.json for Perfetto),"
 	@echo "          out/simulated.svg (the simulator's prediction of the same step), out/train.jsonl"

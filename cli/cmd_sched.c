@@ -298,7 +298,7 @@ int cli_sim(int argc, char **argv) {
     return fail();
   }
   sched_timeline tl;
-  sched_timeline_init(&tl, sched_family_name(pr.family), o.config ? "s" : "unit", pr.p, pr.v, pr.m);
+  sched_timeline_init(&tl, sched_family_name(pr.family), o.config ? "s, predicted" : "unit", pr.p, pr.v, pr.m);
   sched_sim_result res;
   /* a config's step is predicted in its steady state: 4 steps, meeting at the optimizer as the
    * run would (post-validation for the zero-bubble and V families, its default) */

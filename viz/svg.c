@@ -282,7 +282,7 @@ static void make_layout(const sched_timeline *tl, layout *L) {
   L->gap = fmax(3, round(L->row_h * 0.36));
   double span = L->t1 - L->t0;
   L->scale = 1, L->axis_unit = "cost units";
-  if (strcmp(tl->unit, "s") == 0) {
+  if (sched_unit_is_seconds(tl->unit)) {
     if (span < 1e-3)
       L->scale = 1e6, L->axis_unit = "\xc2\xb5s";
     else if (span < 1)
@@ -310,7 +310,7 @@ int viz_fwrite_svg(const sched_timeline *tl, FILE *f) {
     idle_sum += tl->n ? 1 - st[r].busy / drawn : 0;
   double axis_y = row_y(&L, L.nrows) - L.gap + 8, legend_y = axis_y + 54;
   int height = (int)ceil(legend_y + 22 * legend(NULL, &L, legend_y) + 8);
-  const char *label_unit = strcmp(tl->unit, "s") == 0      ? "s"
+  const char *label_unit = sched_unit_is_seconds(tl->unit) ? "s"
                            : strcmp(tl->unit, "unit") == 0 ? "cost units"
                                                            : tl->unit;
 
@@ -333,7 +333,7 @@ int viz_fwrite_svg(const sched_timeline *tl, FILE *f) {
   xml_text(f, label_unit);
   fprintf(f,
           ", %s \xc2\xb7 idle fraction %.1f%% \xc2\xb7 %d events \xc2\xb7 rank 0 on top%s</text>\n",
-          strcmp(tl->unit, "s") == 0 ? "measured" : "simulated", 100 * idle_sum / tl->p, tl->n,
+          sched_unit_is_measured(tl->unit) ? "measured" : "simulated", 100 * idle_sum / tl->p, tl->n,
           tl->n ? "" : " \xc2\xb7 no events");
 
   for (int k = 0; k < L.nrows; k++) { /* row backgrounds (the bubble shows through), names, idle */

@@ -16,7 +16,7 @@
 enum { TRACE_VERSION = 1, TRACE_PID = 1 };
 
 /* A cost unit is drawn as one millisecond, a second as a second. */
-static double us_per_unit(const char *unit) { return strcmp(unit, "s") == 0 ? 1e6 : 1e3; }
+static double us_per_unit(const char *unit) { return sched_unit_is_seconds(unit) ? 1e6 : 1e3; }
 
 /* Starts the next element of traceEvents: a separator before all but the first. */
 static void next_event(FILE *f, int *count) { fputs((*count)++ ? ",\n{" : "{", f); }
@@ -55,7 +55,7 @@ int viz_fwrite_trace(const sched_timeline *tl, FILE *f) {
   char label[128];
   int count = 0;
   snprintf(label, sizeof label, "brigade %s p=%d v=%d m=%d (%s)", tl->schedule, tl->p, tl->v, tl->m,
-           strcmp(tl->unit, "s") == 0 ? "measured" : "simulated, 1 unit = 1 ms");
+           sched_unit_is_measured(tl->unit) ? "measured" : sched_unit_is_seconds(tl->unit) ? "simulated" : "simulated, 1 unit = 1 ms");
   write_meta(f, &count, "process_name", 0, "name", label, 0);
   for (int r = 0; r < tl->p; r++) {
     snprintf(label, sizeof label, "rank %d", r);

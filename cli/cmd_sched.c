@@ -82,6 +82,17 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       if (!VALUE()) o->out = val;
     } else if (allow_sim && strcmp(a, "--schedule-file") == 0) {
       VALUE(), o->schedule_file = val;
+    } else if (strcmp(a, "--offload") == 0) { /* compile too: OFFLOAD / RELOAD are instructions */
+      if (!VALUE()) {
+        if (strcmp(val, "none") == 0) o->shape.offload = SCHED_OFFLOAD_NONE;
+        else if (strcmp(val, "full") == 0) o->shape.offload = SCHED_OFFLOAD_FULL;
+        else if (strcmp(val, "auto") == 0) o->shape.offload = SCHED_OFFLOAD_AUTO;
+        else rc = core_error_set(CORE_EINPUT, "--offload: '%s' is not none, full or auto", val);
+      }
+    } else if (strcmp(a, "--cost-offload") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.offload);
+    } else if (strcmp(a, "--offload-gbps") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 1e-9, &o->costs.offload_gbps);
     } else if (strcmp(a, "--cost-f") == 0) { /* compile too: the program depends on them */
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.f);
     } else if (strcmp(a, "--cost-b") == 0) {
@@ -174,6 +185,13 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     return CORE_OK;
   }
   if (o->shape.zero3 && !o->have_prefetch) o->shape.prefetch = 1; /* ZeRO-3's default: one run ahead */
+  if (o->shape.offload == SCHED_OFFLOAD_AUTO) { /* --mem-limit is what auto offload brings each rank under */
+    if (!o->have_mem)
+      return core_error_set(CORE_EINPUT, "--offload auto needs --mem-limit X: the memory per rank, in stages' "
+                                         "activations, to bring every rank under");
+    o->shape.offload_limit = o->shape.mem_limit;
+    if (o->shape.family != SCHED_ZB_AUTO) o->shape.mem_limit = 0;
+  }
   /* a V has two chunks; interleaved needs at least two: default to 2 unless --virtual says */
   if ((sched_family_is_v(o->shape.family) || o->shape.family == SCHED_INTERLEAVED) && !o->have_virtual)
     o->shape.v = 2;
@@ -188,7 +206,13 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
  * anything uses it. */
 static int build_program(const sched_opts *o, sched_program *pr) {
   if (!o->schedule_file) return sched_compile(&o->shape, &o->costs, pr);
-  return sched_csv_read_program(o->schedule_file, o->shape.tied, &o->costs, pr);
+  int rc = sched_csv_read_program(o->schedule_file, o->shape.tied, &o->costs, pr);
+  if (!rc && o->shape.offload) { /* a file's program offloads as a compiled one does */
+    rc = sched_place_offload(pr, &o->costs, (sched_offload_mode)o->shape.offload, o->shape.offload_limit);
+    if (!rc) rc = sched_verify(pr);
+    if (rc) sched_program_free(pr);
+  }
+  return rc;
 }
 
 int cli_compile(int argc, char **argv) {
@@ -217,6 +241,13 @@ int cli_compile(int argc, char **argv) {
   return rc ? fail() : 0;
 }
 
+/* Activation copies in the program: how many pairs go to host memory, over all ranks. */
+static int offloads(const sched_sim_result *res) {
+  int n = 0;
+  for (int r = 0; r < res->p; r++) n += res->ranks[r].offloaded;
+  return n;
+}
+
 static const char *sync_name(int sync) { return sync == SCHED_STEP_POST_VALIDATION ? "post-validation" : "barrier"; }
 
 static void print_json(const sched_program *pr, const sched_sim_result *res, double cap, int sync) {
@@ -238,6 +269,8 @@ static void print_json(const sched_program *pr, const sched_sim_result *res, dou
     if (pr->gather_limit)
       printf(",\"peak_gathered\":%d,\"peak_gather_bytes\":%.17g,\"gather_time\":%.17g", s->peak_gathered,
              s->peak_gather_bytes, s->gather_time);
+    if (offloads(res))
+      printf(",\"offloaded\":%d,\"kept\":%d,\"copy_time\":%.17g", s->offloaded, s->kept, s->copy_time);
     printf("}");
   }
   printf("]}\n");
@@ -254,14 +287,19 @@ static void print_table(const sched_program *pr, const sched_sim_result *res, do
   int g = pr->gather_limit > 0;
   if (g) printf("ZeRO-3: at most %d chunks gathered at once per rank (gathered = the most a rank held; "
                 "gather = time on its communication lane)\n", pr->gather_limit);
+  int off = offloads(res) > 0;
+  if (off) printf("activation offload: peak_mem counts a pair from its RELOAD's start, not from its OFFLOAD's end; "
+                  "offl = pairs offloaded, kept = pairs kept on the device, copy = time on the copy streams\n");
   printf("%6s %12s %12s %12s %8s %9s", "rank", "busy", "span", "idle", "peak_act", "peak_mem");
   if (g) printf(" %9s %12s", "gathered", "gather");
+  if (off) printf(" %6s %6s %10s", "offl", "kept", "copy");
   printf("\n");
   for (int r = 0; r < res->p; r++) {
     const sched_rank_stats *s = &res->ranks[r];
     printf("%6d %12.6g %12.6g %12.6g %8d %9.4g", r, s->busy, s->span, s->idle, s->peak_activations,
            s->peak_memory);
     if (g) printf(" %9d %12.6g", s->peak_gathered, s->gather_time);
+    if (off) printf(" %6d %6d %10.6g", s->offloaded, s->kept, s->copy_time);
     printf("\n");
   }
 }

@@ -601,6 +601,12 @@ static int run(void *ctx, const sched_instr *in) {
   case SCHED_OPTIMIZER_STEP: return optimizer_step(rn);
   case SCHED_GATHER_PARAMS: return gather(rn, in);
   case SCHED_RELEASE_PARAMS: return release(rn, in);
+  case SCHED_OFFLOAD:
+  case SCHED_RELOAD: /* the activations are in host memory already on a host-memory table; device
+                      * tables do not take offloaded programs yet (train refuses them) */
+    if (pipe_host_memory(rn->chunks[in->chunk].ops)) return CORE_OK;
+    return core_error_set(CORE_ERUNTIME, "%s on backend %s: activation offload runs on host-memory backends only",
+                          sched_op_name((sched_op)in->op), rn->chunks[in->chunk].ops->name);
   default: return core_error_set(CORE_ERUNTIME, "the runner cannot execute %s", sched_op_name((sched_op)in->op));
   }
 }

@@ -263,6 +263,7 @@ static const op_fn op_table[SCHED_OP_COUNT] = {
     [SCHED_RECV_GRAD] = op_recv,       [SCHED_REDUCE_TIED_GRADS] = op_exec,
     [SCHED_REDUCE_GRADS] = op_exec,    [SCHED_OPTIMIZER_STEP] = op_exec,
     [SCHED_GATHER_PARAMS] = op_exec,   [SCHED_RELEASE_PARAMS] = op_exec,
+    [SCHED_OFFLOAD] = op_exec,         [SCHED_RELOAD] = op_exec,
 };
 
 int pipe_worker_step(pipe_worker *w) {

@@ -242,6 +242,11 @@ int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program
   sched_program_free(&compute);
   if (rc) return rc;
   if (sh->zero3) rc = sched_place_gathers(out, sh->keep_gathered, sh->prefetch);
+  if (!rc && sh->offload &&
+      (rc = sched_place_offload(out, costs, (sched_offload_mode)sh->offload, sh->offload_limit))) {
+    sched_program_free(out); /* the placement's own error (a limit no placement meets) */
+    return rc;
+  }
   if (!rc) rc = sched_verify(out);
   if (rc) {
     core_error_prefix("compiled %s schedule (p=%d v=%d m=%d) failed verification",

@@ -30,7 +30,16 @@ typedef struct {
    * again for each run of its backward ops; prefetch: a run's gather is issued that many runs
    * early (0: right before it), so at most prefetch + 1 chunks are gathered at once. */
   int zero3, keep_gathered, prefetch;
+  /* activation offload (schedule/offload.c), one of sched_offload_mode; offload_limit: "auto"'s
+   * memory limit per rank in stages' activations (M_B, as peak_memory counts) */
+  int offload;
+  double offload_limit;
 } sched_shape;
+
+/* Which activations go to host memory: none; every pair whose time between its forward and its
+ * backward hides both copies; or the fewest (longest gaps first) that bring every rank's peak
+ * under offload_limit. */
+typedef enum { SCHED_OFFLOAD_NONE = 0, SCHED_OFFLOAD_FULL, SCHED_OFFLOAD_AUTO } sched_offload_mode;
 
 /* Cost model: times of one op of one chunk (one virtual stage) on one micro-batch. A full
  * BACKWARD costs b + w. stage_f/b/w, when not NULL, give per-virtual-stage times instead. */
@@ -62,6 +71,9 @@ typedef struct {
   /* the all-reduce of the gradient norm (and overflow flag) before an update: under a barrier
    * it delays every rank's OPTIMIZER_STEP; under post-validation it overlaps the next step */
   double norm;
+  /* activation offload: time to copy one (chunk, micro-batch) pair's activations one way, or,
+   * when 0, its bytes (stage_act_bytes / act_bytes) over offload_gbps GB/s */
+  double offload, offload_gbps;
 } sched_costs;
 
 /* How consecutive steps meet at the optimizer (sched_simulate_steps). BARRIER: every rank's
@@ -104,6 +116,13 @@ typedef struct {
   double peak_gather_bytes; /* the same in bytes (stage_param_bytes), 0 when not given */
   double gather_time;       /* time its gathers occupy the rank's communication lane */
   double gather_bytes;      /* bytes its gathers bring in (stage_gather_bytes), 0 when not given */
+  /* activation offload: pairs this rank offloads, the pairs it keeps (a backward, but no
+   * offload), and the time its copies occupy the two copy streams together. With offloads,
+   * peak_memory and peak_bytes follow time: a pair is freed when its OFFLOAD ends and held
+   * again from its RELOAD's start (and, as without, from its first instruction's start to its
+   * last's end) */
+  int offloaded, kept;
+  double copy_time;
 } sched_rank_stats;
 
 typedef struct {
@@ -128,6 +147,15 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
 int sched_simulate_steps(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
                          sched_sim_result *res, sched_timeline *tl);
 void sched_sim_result_free(sched_sim_result *res);
+
+/* Time to copy one of virtual stage s's activation slots one way (sched_costs.offload, or its
+ * bytes over offload_gbps); -1 when the costs give neither. */
+double sched_offload_cost(const sched_costs *c, int s);
+/* Places OFFLOAD / RELOAD in a full program (schedule/offload.c) as mode says, under the costs:
+ * each OFFLOAD right after its pair's forward work, each RELOAD where, by the simulated times of
+ * the program, it ends before the pair's backward work needs it. AUTO refuses (CORE_EINPUT,
+ * naming the rank and its peak) a limit no placement meets. Verified after. */
+int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_mode mode, double limit);
 
 /* PyTorch pipelining's schedule CSV: one row per rank, one compute action per cell ("0F3"). */
 int sched_csv_write(const sched_program *pr, FILE *f);

@@ -33,9 +33,21 @@ typedef struct {
   int steps, *iter, *arrived, *counted;
   sched_step_sync sync;
   double *barrier_at, *step_end;
+  /* activation offload: per rank, when each copy stream (device to host, host to device) is
+   * free and the time both copied; per (rank, pair), when its OFFLOAD ends and its RELOAD
+   * ends (its backward work waits for that); the memory changes, in time, for the peak */
+  int offload;
+  double *d2h, *h2d, *ctime, *off_end, *rl_ready;
+  struct memev { double t, mem, bytes; int r; } *mev;
+  size_t nmev, cmev;
+  /* per-instruction start and end of the first step (sched_sim_times), when not NULL */
+  double **ts, **te;
+  double last_t0, last_t1;
+  int *first, *last, *alast; /* [p][v*m] sched_pair_ranges, offloaded programs only */
 } simstate;
 
 static void emit(simstate *sm, int r, const sched_instr *in, double t0, double t1) {
+  sm->last_t0 = t0, sm->last_t1 = t1;
   if (sched_op_is_compute((sched_op)in->op)) {
     sm->busy[r] += t1 - t0;
     if (t0 < sm->lo[r]) sm->lo[r] = t0;
@@ -69,11 +81,54 @@ static double param_bytes(const simstate *sm, int s) {
   return sm->c->stage_param_bytes ? sm->c->stage_param_bytes[s] : 0;
 }
 
+static void mem_event(simstate *sm, int r, double t, double mem, double bytes) {
+  if (sm->nmev == sm->cmev) sm->mev = core_realloc(sm->mev, sizeof *sm->mev * (sm->cmev = sm->cmev ? 2 * sm->cmev : 1024));
+  sm->mev[sm->nmev++] = (struct memev){t, mem, bytes, r};
+}
+
+/* A pair's full weight: stages' activations (1/v) and bytes. */
+static void pair_full(const simstate *sm, int s, double *mem, double *bytes) {
+  *mem = 1.0 / sm->pr->v;
+  *bytes = sm->c->stage_act_bytes ? sm->c->stage_act_bytes[s] : sm->c->act_bytes;
+}
+
+/* The part of a pair an OFFLOAD or RELOAD at rank r's current instruction moves: all of it
+ * before the pair's last instruction that is not its W, the part its W keeps after. */
+static double moved_part(const simstate *sm, int r, int s, size_t pk) {
+  if (sm->pc[r] < sm->alast[pk]) return 1;
+  return sm->c->stage_w_stash ? sm->c->stage_w_stash[s] : sched_w_stash(sm->c);
+}
+
 /* Runs one instruction if it can run now; returns 0 when the rank must wait. */
 static int step(simstate *sm, int r, const sched_instr *in) {
   double t = sm->t[r];
   int s = sched_stage_at(sm->pr, r, in);
+  sm->last_t0 = sm->last_t1 = t;
+  size_t pk = sm->offload && in->chunk >= 0 && in->mb >= 0 && in->chunk < sm->pr->v && in->mb < sm->pr->m
+                  ? ((size_t)r * sm->pr->v + in->chunk) * sm->pr->m + in->mb
+                  : (size_t)-1; /* the pair an offloaded program's instruction names */
+  if (pk != (size_t)-1 && in->op != SCHED_OFFLOAD && in->op != SCHED_RELOAD && sm->rl_ready[pk] > t)
+    t = sm->rl_ready[pk]; /* its activations are coming back: wait for them */
   switch (in->op) {
+  case SCHED_OFFLOAD: { /* on the device-to-host stream, from its issue; the pair freed at its end */
+    double f = moved_part(sm, r, s, pk), c = sched_offload_cost(sm->c, s) * f, st = t > sm->d2h[r] ? t : sm->d2h[r], mem, bytes;
+    sm->d2h[r] = sm->off_end[pk] = st + c, sm->ctime[r] += c;
+    pair_full(sm, s, &mem, &bytes);
+    mem_event(sm, r, st + c, -mem * f, -bytes * f);
+    emit(sm, r, in, st, st + c);
+    sm->last_t0 = sm->last_t1 = t;
+    return 1;
+  }
+  case SCHED_RELOAD: { /* host to device, after its offload; the pair held again from its start */
+    double f = moved_part(sm, r, s, pk), c = sched_offload_cost(sm->c, s) * f, st = t > sm->h2d[r] ? t : sm->h2d[r], mem, bytes;
+    if (sm->off_end[pk] > st) st = sm->off_end[pk];
+    sm->h2d[r] = sm->rl_ready[pk] = st + c, sm->ctime[r] += c;
+    pair_full(sm, s, &mem, &bytes);
+    mem_event(sm, r, st, mem * f, bytes * f);
+    emit(sm, r, in, st, st + c);
+    sm->last_t0 = sm->last_t1 = t;
+    return 1;
+  }
   case SCHED_SEND_ACT:
   case SCHED_SEND_GRAD:
     *msg_slot(sm, r, in) = t + sm->c->comm;
@@ -148,6 +203,35 @@ static int step(simstate *sm, int r, const sched_instr *in) {
   }
 }
 
+/* After instruction i of rank r ran (from last_t0 to last_t1): the first step's times, and in an
+ * offloaded program the memory its pairs take and give back, as rank_memory counts them. */
+static void after_step(simstate *sm, int r, int i, const sched_instr *in) {
+  const sched_program *pr = sm->pr;
+  if (sm->ts && sm->iter[r] == 0) sm->ts[r][i] = sm->last_t0, sm->te[r][i] = sm->last_t1;
+  if (!sm->offload || in->chunk < 0 || in->mb < 0 || in->chunk >= pr->v || in->mb >= pr->m) return;
+  const int *first = sm->first + (size_t)r * pr->v * pr->m, *last = sm->last + (size_t)r * pr->v * pr->m,
+            *alast = sm->alast + (size_t)r * pr->v * pr->m;
+  int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+  double mem, bytes;
+  if (first[k] == i) {
+    pair_full(sm, sched_stage_at(pr, r, in), &mem, &bytes);
+    mem_event(sm, r, sm->last_t0, mem, bytes);
+  }
+  for (int q = 0; q < 2; q++) {
+    int x = q ? kp : k;
+    if (x < 0 || (q && x == k)) continue;
+    int s = pr->stage_of[r * pr->v + x / pr->m];
+    double ws = sm->c->stage_w_stash ? sm->c->stage_w_stash[s] : sched_w_stash(sm->c);
+    pair_full(sm, s, &mem, &bytes);
+    if (last[x] == i) {
+      double f = alast[x] == i ? 1 : ws;
+      mem_event(sm, r, sm->last_t1, -mem * f, -bytes * f);
+    } else if (alast[x] == i) {
+      mem_event(sm, r, sm->last_t1, -mem * (1 - ws), -bytes * (1 - ws));
+    }
+  }
+}
+
 static int run(simstate *sm) {
   const sched_program *pr = sm->pr;
   for (int r = 0; r < pr->p; r++) wake(sm, r);
@@ -162,6 +246,7 @@ static int run(simstate *sm) {
       }
       const sched_instr *in = &pr->streams[r].ins[sm->pc[r]];
       if (!step(sm, r, in)) break;
+      after_step(sm, r, sm->pc[r], in);
       sm->pc[r]++;
     }
   }
@@ -249,6 +334,43 @@ static void rank_memory(const sched_program *pr, const sched_costs *c, int r, sc
   free(first), free(last), free(alast);
 }
 
+static int by_time(const void *a, const void *b) {
+  const struct memev *x = a, *y = b;
+  if (x->r != y->r) return x->r < y->r ? -1 : 1;
+  if (x->t != y->t) return x->t < y->t ? -1 : 1;
+  return (x->mem > y->mem) - (x->mem < y->mem); /* at one time, what is freed goes first */
+}
+
+/* An offloaded program's memory in time: each rank's peak of the events after_step and the
+ * copies recorded; and its offloaded and kept pairs. */
+static void offload_stats(simstate *sm, sched_sim_result *res) {
+  const sched_program *pr = sm->pr;
+  qsort(sm->mev, sm->nmev, sizeof *sm->mev, by_time);
+  for (int r = 0; r < pr->p; r++) res->ranks[r].peak_memory = res->ranks[r].peak_bytes = 0;
+  double mem = 0, bytes = 0;
+  for (size_t i = 0; i < sm->nmev; i++) {
+    const struct memev *e = &sm->mev[i];
+    if (i == 0 || e->r != sm->mev[i - 1].r) mem = bytes = 0;
+    mem += e->mem, bytes += e->bytes;
+    sched_rank_stats *rs = &res->ranks[e->r];
+    if (mem > rs->peak_memory + 1e-12) rs->peak_memory = mem;
+    if (bytes > rs->peak_bytes) rs->peak_bytes = bytes;
+  }
+  for (int r = 0; r < pr->p; r++) {
+    sched_rank_stats *rs = &res->ranks[r];
+    int with_bwd = 0, km = pr->v * pr->m;
+    unsigned char *off = core_calloc((size_t)km, 1); /* pairs with an OFFLOAD (one window or two) */
+    for (int i = 0; i < pr->streams[r].len; i++) {
+      const sched_instr *in = &pr->streams[r].ins[i];
+      if (in->op == SCHED_OFFLOAD && !off[in->chunk * pr->m + in->mb]) off[in->chunk * pr->m + in->mb] = 1, rs->offloaded++;
+      with_bwd += in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT;
+    }
+    free(off);
+    rs->kept = with_bwd - rs->offloaded;
+    rs->copy_time = sm->ctime[r];
+  }
+}
+
 static void compute_stats(simstate *sm, sched_sim_result *res) {
   const sched_program *pr = sm->pr;
   double sumbusy = 0, maxspan = 0;
@@ -268,6 +390,7 @@ static void compute_stats(simstate *sm, sched_sim_result *res) {
     if (rs->span > maxspan) maxspan = rs->span;
     if (sm->t[r] > res->makespan) res->makespan = sm->t[r];
   }
+  if (sm->offload) offload_stats(sm, res);
   res->steps = sm->steps;
   res->steady_step_time = sm->steps > 1 ? (sm->step_end[sm->steps - 1] - sm->step_end[0]) / (sm->steps - 1) : res->makespan;
   res->bubble_rate = maxspan > 0 ? 1.0 - (sumbusy / pr->p) / maxspan : 0;
@@ -296,11 +419,31 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   return sched_simulate_steps(pr, c, 1, SCHED_STEP_BARRIER, res, tl);
 }
 
-int sched_simulate_steps(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
-                         sched_sim_result *res, sched_timeline *tl) {
+static int simulate(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
+                    sched_sim_result *res, sched_timeline *tl, double **ts, double **te) {
   memset(res, 0, sizeof *res);
   if (steps < 1) return core_error_set(CORE_EINPUT, "steps to simulate must be at least 1 (got %d)", steps);
-  simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m, .steps = steps, .sync = sync};
+  simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m, .steps = steps, .sync = sync,
+                 .ts = ts, .te = te};
+  for (int r = 0; r < pr->p && !sm.offload; r++)
+    for (int i = 0; i < pr->streams[r].len && !sm.offload; i++) sm.offload = pr->streams[r].ins[i].op == SCHED_OFFLOAD;
+  if (sm.offload) {
+    size_t pairs = (size_t)pr->p * pr->v * pr->m;
+    for (int s = 0; s < sm.S; s++)
+      if (!(sched_offload_cost(c, s) >= 0))
+        return core_error_set(CORE_EINPUT, "the program offloads activations, but the costs give no copy time: set "
+                              "the time of one slot's copy (--cost-offload), or its bytes (--act-bytes) and a "
+                              "bandwidth (--offload-gbps)");
+    sm.d2h = core_calloc((size_t)pr->p, sizeof(double)), sm.h2d = core_calloc((size_t)pr->p, sizeof(double));
+    sm.ctime = core_calloc((size_t)pr->p, sizeof(double));
+    sm.off_end = core_calloc(pairs, sizeof(double)), sm.rl_ready = core_calloc(pairs, sizeof(double));
+    sm.first = core_malloc(sizeof(int) * pairs), sm.last = core_malloc(sizeof(int) * pairs);
+    sm.alast = core_malloc(sizeof(int) * pairs);
+    for (int r = 0; r < pr->p; r++) {
+      size_t o = (size_t)r * pr->v * pr->m;
+      sched_pair_ranges(pr, r, sm.first + o, sm.last + o, sm.alast + o);
+    }
+  }
   size_t n = (size_t)steps * (size_t)sm.S * (size_t)sm.m, p = (size_t)pr->p;
   sm.iter = core_calloc(p, sizeof(int)), sm.counted = core_calloc(p, sizeof(int));
   sm.arrived = core_calloc((size_t)steps, sizeof(int));
@@ -337,7 +480,28 @@ int sched_simulate_steps(const sched_program *pr, const sched_costs *c, int step
   free(sm.busy), free(sm.lo), free(sm.hi), free(sm.queue), free(sm.queued);
   free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gmoved), free(sm.gready), free(sm.ngath), free(sm.pgath);
   free(sm.iter), free(sm.counted), free(sm.arrived), free(sm.barrier_at), free(sm.step_end);
+  free(sm.d2h), free(sm.h2d), free(sm.ctime), free(sm.off_end), free(sm.rl_ready), free(sm.mev);
+  free(sm.first), free(sm.last), free(sm.alast);
   return rc;
+}
+
+int sched_simulate_steps(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
+                         sched_sim_result *res, sched_timeline *tl) {
+  return simulate(pr, c, steps, sync, res, tl, NULL, NULL);
+}
+
+int sched_sim_times(const sched_program *pr, const sched_costs *c, double **ts, double **te) {
+  sched_sim_result res;
+  int rc = simulate(pr, c, 1, SCHED_STEP_BARRIER, &res, NULL, ts, te);
+  if (!rc) sched_sim_result_free(&res);
+  return rc;
+}
+
+double sched_offload_cost(const sched_costs *c, int s) {
+  if (c->offload > 0) return c->offload;
+  double bytes = c->stage_act_bytes ? c->stage_act_bytes[s] : c->act_bytes;
+  if (c->offload_gbps > 0 && bytes > 0) return bytes / (c->offload_gbps * 1e9);
+  return -1;
 }
 
 void sched_sim_result_free(sched_sim_result *res) {

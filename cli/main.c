@@ -31,7 +31,8 @@ static const struct command commands[] = {
      "       brigade sim --schedule-file FILE.csv [cost flags]\n"
      "       brigade sim CONFIG [--set key=value ...] [--gflops G] [--dp D] [--dp-gbps BW]\n"
      "shape (as for compile): --schedule, --stages, --virtual V, --microbatches, --mem-limit X,\n"
-     "  --max-pending-w N, --tied, --w-stash F, --zero3 [--keep-gathered] [--prefetch N]\n"
+     "  --max-pending-w N, --tied, --w-stash F, --zero3 [--keep-gathered] [--prefetch N],\n"
+     "  --offload none|full|auto --cost-offload T --offload-gbps G (activations to host memory)\n"
      "costs: --cost-f T --cost-b T --cost-w T --comm T --cost-tied T --cost-reduce T\n"
      "  --cost-step T --cost-gather T --cost-norm T (time units per op; default 1 for F/B/W, 0 for\n"
      "  the rest; norm: the gradient norm's all-reduce before an update)\n"
@@ -52,6 +53,8 @@ static const struct command commands[] = {
      "  --max-pending-w N  cap on deferred weight-gradient ops per rank\n"
      "  --tied             the first and last layers share a weight (adds REDUCE_TIED_GRADS)\n"
      "  --zero3 [--keep-gathered] [--prefetch N]  place GATHER/RELEASE_PARAMS (ZeRO-3)\n"
+     "  --offload none|full|auto  place OFFLOAD/RELOAD of activations (auto: under --mem-limit X),\n"
+     "                     with a slot's copy time --cost-offload T, or --act-bytes N --offload-gbps G\n"
      "  --cost-f T --cost-b T --cost-w T --comm T --w-stash F: the costs it is compiled\n"
      "                     under (F: the part of a slot a pending W holds, default 1)\n"
      "The program is verified (complete, deadlock-free, within its memory) before it is written.\n"},

@@ -246,6 +246,8 @@ pictures: run
 	@mkdir -p docs/img
 	cp out/trace.json.svg docs/img/measured.svg
 	cp out/simulated.svg docs/img/simulated.svg
+	$(BIN) sim --schedule zb-h2 --stages 4 --microbatches 8 --cost-step 0.5 --steps 3 --step-sync post-validation --svg docs/img/post_validation.svg
+	$(BIN) sim --schedule 1f1b --stages 4 --microbatches 8 --cost-offload 0.5 --offload full --svg docs/img/offload.svg
 
 # ---- fuzzing: libFuzzer targets tests/fuzz/fuzz_*.c, built with clang (not by `make test`) ----
 # `make fuzz` runs each for FUZZ_SECONDS on its seeds (tests/malformed, configs) and fails on

@@ -1,4 +1,5 @@
 /* cli/main.c: the brigade program: one binary, subcommands. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,6 +43,9 @@ static const char usage[] =
 
 int main(int argc, char **argv) {
   kernels_cpu_reexec(argv);
+  /* a write past the file-size limit (ulimit -f) fails with EFBIG and is reported as the error it
+   * is, the temporary file removed, rather than killing the process mid-write */
+  signal(SIGXFSZ, SIG_IGN);
   if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
       strcmp(argv[1], "-h") == 0) {
     fputs(usage, argc < 2 ? stderr : stdout);

@@ -126,14 +126,13 @@ int pipe_ckpt_lock_take(pipe_ckpt_lock *lk, const char *dir, char *note, size_t 
   memset(lk, 0, sizeof *lk);
   note[0] = 0;
   if (strlen(dir) + 8 > sizeof lk->path)
-    return core_error_set(CORE_EINPUT, "checkpoint.dir %s: the path is too long", dir);
+    return core_error_set(CORE_EINPUT, "%s: the path is too long", dir);
   if (pipe_ckpt_mkdirs(dir) != 0)
-    return core_error_set(CORE_EINPUT, "checkpoint.dir %s: cannot create it: %s", dir, strerror(errno));
+    return core_error_set(CORE_EINPUT, "cannot create %s: %s", dir, strerror(errno));
   snprintf(lk->path, sizeof lk->path, "%s/.lock", dir);
   int fd = open(lk->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)
-    return core_error_set(CORE_EINPUT, "checkpoint.dir %s is not writable: cannot create %s: %s", dir, lk->path,
-                          strerror(errno));
+    return core_error_set(CORE_EINPUT, "%s is not writable: cannot create %s: %s", dir, lk->path, strerror(errno));
   char me[256] = "", host[256];
   gethostname(me, sizeof me - 1);
   long pid;
@@ -147,30 +146,30 @@ int pipe_ckpt_lock_take(pipe_ckpt_lock *lk, const char *dir, char *note, size_t 
   if (err == EWOULDBLOCK) {
     close(fd);
     if (pid)
-      return core_error_set(CORE_EINPUT, "checkpoint.dir %s is in use by another run: pid %ld on host %s holds %s (one run "
-                            "writes a checkpoint directory; give this one another checkpoint.dir, or wait for that one to "
-                            "end)", dir, pid, host, lk->path);
-    return core_error_set(CORE_EINPUT, "checkpoint.dir %s is in use by another run, which holds %s but has not written its "
-                          "pid and host there", dir, lk->path);
+      return core_error_set(CORE_EINPUT, "%s is in use by another run: pid %ld on host %s holds %s (one run writes a "
+                            "checkpoint directory; give this one another, or wait for that run to end)", dir, pid, host,
+                            lk->path);
+    return core_error_set(CORE_EINPUT, "%s is in use by another run, which holds %s but has not written its pid and host "
+                          "there", dir, lk->path);
   }
   int mine = here && pid == (long)getpid();
   if (!locked && !mine && (here ? alive(pid) : pid > 0)) {
     /* no locks on this file system (NFS without a lock service, say): the holder written in the
      * file decides; one on another host cannot be checked from here */
     close(fd);
-    return core_error_set(CORE_EINPUT, "checkpoint.dir %s is in use by pid %ld on host %s, as %s says (this file system "
-                          "does not lock files: %s; if that run has ended, remove %s)", dir, pid, host, lk->path,
-                          strerror(err), lk->path);
+    return core_error_set(CORE_EINPUT, "%s is in use by pid %ld on host %s, as %s says (this file system does not lock "
+                          "files: %s; if that run has ended, remove %s)", dir, pid, host, lk->path, strerror(err),
+                          lk->path);
   }
   if (pid && !mine)
-    snprintf(note, nn, "checkpoint.dir %s: taking over %s from pid %ld on host %s, %s", dir, lk->path, pid, host,
+    snprintf(note, nn, "taking over %s from pid %ld on host %s, %s", lk->path, pid, host,
              here && !alive(pid) ? "which is no longer running" : "which no longer holds it");
   char text[320];
   int k = snprintf(text, sizeof text, "pid %ld host %s\n", (long)getpid(), me[0] ? me : "unknown");
   if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)k, 0) != k || fsync(fd) != 0) {
     int e = errno;
     close(fd);
-    return core_error_set(CORE_EINPUT, "checkpoint.dir %s is not writable: %s: %s", dir, lk->path, strerror(e));
+    return core_error_set(CORE_EINPUT, "%s is not writable: %s: %s", dir, lk->path, strerror(e));
   }
   lk->fd = fd, lk->held = 1;
   return CORE_OK;

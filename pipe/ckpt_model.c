@@ -37,15 +37,20 @@ char *pipe_ckpt_model_describe(const core_config *cfg, const layers_model *m) {
   add(&t, &n, "model.seq_len", "%d", m->T);
   add(&t, &n, "model.d_model", "%d", m->C);
   add(&t, &n, "model.n_heads", "%d", m->NH);
-  /* the layer list, repeats written out as runs: "embedding, transformer_block x6, ..." */
-  char list[400] = "";
-  size_t at = 0;
-  for (int i = 0, j; i < m->n && at < sizeof list - 64; i = j) {
+  /* the layer list, repeats written out as runs: "embedding, transformer_block x6, ..." (cut
+   * short on a long list: the per-layer lines below hold the rest) */
+  char list[400] = "", run[96];
+  for (int i = 0, j; i < m->n; i = j) {
     const layer *l = &m->layers[i];
     for (j = i + 1; j < m->n && m->layers[j].type == l->type && l->tied_to < 0 && m->layers[j].tied_to < 0; j++) {}
-    at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", i ? ", " : "", l->type->name);
-    if (j - i > 1) at += (size_t)snprintf(list + at, sizeof list - at, " x%d", j - i);
-    if (l->tied_to >= 0) at += (size_t)snprintf(list + at, sizeof list - at, " (tied to layer %d)", l->tied_to);
+    int k = snprintf(run, sizeof run, "%s%s", i ? ", " : "", l->type->name);
+    if (j - i > 1) k += snprintf(run + k, sizeof run - (size_t)k, " x%d", j - i);
+    if (l->tied_to >= 0) snprintf(run + k, sizeof run - (size_t)k, " (tied to layer %d)", l->tied_to);
+    if (strlen(list) + strlen(run) >= sizeof list - 8) {
+      strcat(list, ", ...");
+      break;
+    }
+    strcat(list, run);
   }
   add(&t, &n, "model.layers", "%d layers: %s", m->n, list);
   for (int i = 0; i < m->n; i++) { /* what the list leaves out: widths, MLP, bias, eps (not the user's names) */
@@ -590,7 +595,7 @@ int pipe_ckpt_model_write_weights(const char *dir, const layers_model *m, const 
   pipe_ckpt_lock lock; /* one writer per checkpoint directory, a conversion too */
   int rc = pipe_ckpt_lock_take(&lock, dir, note, sizeof note);
   if (rc) return rc;
-  if (note[0]) core_log(CORE_LOG_WARN, "%s", note);
+  if (note[0]) core_log(CORE_LOG_WARN, "%s: %s", dir, note);
   snprintf(sub, sizeof sub, "%s/step_00000000", dir);
   if (pipe_ckpt_mkdirs(sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
   snprintf(path, sizeof path, "%s/rank_00000.ckpt", sub);

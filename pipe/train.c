@@ -258,7 +258,7 @@ static int take_lock(trainer *tr) {
   if (tr->cfg.ckpt_dir && tr->topo.world_rank == 0) {
     char note[1400];
     rc = pipe_ckpt_lock_take(&tr->lock, tr->cfg.ckpt_dir, note, sizeof note);
-    if (!rc && note[0]) core_log(CORE_LOG_WARN, "%s", note);
+    if (!rc && note[0]) core_log(CORE_LOG_WARN, "checkpoint.dir: %s", note);
     if (rc) { /* the config line that set the directory */
       char w[256];
       core_config_where(tr->cfg.cfg, "checkpoint.dir", -1, w, sizeof w);

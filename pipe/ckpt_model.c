@@ -72,31 +72,45 @@ char *pipe_ckpt_model_describe(const core_config *cfg, const layers_model *m) {
   return t;
 }
 
-/* The value of key in a description (its line after " = "), copied into v; 0 if absent. */
+/* One "key = value" line of a description at *p: key and value into k and v, *p moved to the
+ * next line; 0 at the end. */
+static int desc_line(const char **p, char *k, size_t kn, char *v, size_t vn) {
+  while (**p) {
+    const char *s = *p, *nl = strchr(s, '\n'), *eq = strstr(s, " = ");
+    size_t len = nl ? (size_t)(nl - s) : strlen(s);
+    *p = s + len + (nl != NULL);
+    if (!eq || eq >= s + len) continue; /* not a line of ours */
+    snprintf(k, kn, "%.*s", (int)(eq - s), s);
+    snprintf(v, vn, "%.*s", (int)(s + len - eq - 3), eq + 3);
+    return 1;
+  }
+  return 0;
+}
+
+/* The value of key in a description, into v; 0 if absent. */
 static int desc_get(const char *d, const char *key, char *v, size_t n) {
-  size_t k = strlen(key);
-  for (const char *p = d; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-    if (strncmp(p, key, k) == 0 && strncmp(p + k, " = ", 3) == 0) {
-      const char *e = strchr(p + k + 3, '\n');
-      size_t len = e ? (size_t)(e - (p + k + 3)) : strlen(p + k + 3);
-      snprintf(v, n, "%.*s", (int)len, p + k + 3);
-      return 1;
-    }
+  char k[64];
+  while (desc_line(&d, k, sizeof k, v, n))
+    if (strcmp(k, key) == 0) return 1;
   return 0;
 }
 
 /* Every key of the checkpoint's description (saved) against the run's (mine), in the saved
- * order: the first that differs is the error, naming it and both values. */
+ * order: the first that differs is the error, naming it and both values. A key the run does not
+ * have is not compared. The two are walked side by side (the same keys in the same order unless
+ * a model differs, which model.layers says first); a key out of step is looked up. */
 static int compare_desc(const char *sub, const char *saved, const char *mine) {
-  for (const char *p = saved; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-    const char *eq = strstr(p, " = "), *nl = strchr(p, '\n');
-    if (!eq || (nl && eq > nl)) continue;
-    char key[64], a[512], b[512];
-    snprintf(key, sizeof key, "%.*s", (int)(eq - p < 63 ? eq - p : 63), p);
-    if (!desc_get(saved, key, a, sizeof a) || !desc_get(mine, key, b, sizeof b) || strcmp(a, b) == 0) continue;
-    return core_error_set(CORE_EINPUT, "checkpoint %s was written with %s = %.500s; this run has %s = %.500s (a resumed "
-                          "run keeps the model and optimizer it was saved with; only the layout may change)", sub, key,
-                          a, key, b);
+  char ka[64], a[512], kb[64], b[512];
+  const char *q = mine;
+  while (desc_line(&saved, ka, sizeof ka, a, sizeof a)) {
+    const char *at = q;
+    int found = desc_line(&at, kb, sizeof kb, b, sizeof b) && strcmp(ka, kb) == 0;
+    if (found) q = at;
+    else found = desc_get(mine, ka, b, sizeof b);
+    if (found && strcmp(a, b) != 0)
+      return core_error_set(CORE_EINPUT, "checkpoint %s was written with %s = %.500s; this run has %s = %.500s (a "
+                            "resumed run keeps the model and optimizer it was saved with; only the layout may change)",
+                            sub, ka, a, ka, b);
   }
   return CORE_OK;
 }
@@ -255,8 +269,12 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
         rc = pipe_ckpt_put(&w, "config", PIPE_CKPT_BYTES, text, n);
         free(text);
       }
-      if (!rc) rc = pipe_ckpt_commit(&w), wrote = !rc;
-      else pipe_ckpt_abort(&w); /* its own temporary file, nothing else */
+      if (!rc) {
+        rc = pipe_ckpt_commit(&w);
+        wrote = rc == CORE_OK;
+      } else {
+        pipe_ckpt_abort(&w); /* its own temporary file, nothing else */
+      }
       if (rc) core_error_prefix("saving the checkpoint of step %ld", step);
     }
   }

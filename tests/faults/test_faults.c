@@ -93,13 +93,14 @@ static void checkpoints_load(const char *dir, int killed) {
     DIR *s = opendir(sub);
     cr_assert(s);
     struct dirent *f;
-    int files = 0;
+    int files = 0, tmps = 0;
     while ((f = readdir(s))) {
       if (f->d_name[0] == '.') continue;
       char path[900];
       snprintf(path, sizeof path, "%s/%s", sub, f->d_name);
       if (strstr(f->d_name, ".tmp")) {
         cr_assert(!stray_tmp(f->d_name, killed), "%s: a temporary file was left", path);
+        tmps++;
         continue;
       }
       pipe_ckpt_reader r;
@@ -111,6 +112,12 @@ static void checkpoints_load(const char *dir, int killed) {
       files++;
     }
     closedir(s);
+    if (!files && tmps) { /* the save the kill cut short: latest must not name it */
+      char latest[700], buf[64];
+      snprintf(latest, sizeof latest, "%s/latest", dir);
+      cr_assert(strncmp(slurp(latest, buf, sizeof buf), e->d_name, strlen(e->d_name)) != 0, "latest names %s", sub);
+      continue;
+    }
     cr_assert(files > 0, "%s is empty", sub);
     steps++;
   }

@@ -143,7 +143,7 @@ int pipe_tune_hw(const char *config, const char **sets, int nsets, const pipe_pl
   }
   rc = CORE_OK;
   if (!res->tried)
-    rc = core_error_set(CORE_EINPUT, "%s: no schedule could be built for %d stages: %s", config, res->stages, first_err);
+    rc = core_error_set(CORE_EINPUT, "%s: no schedule could be built for %d stages: %.511s", config, res->stages, first_err);
   else if (!res->nfits) {
     const pipe_tune_cand *s = &res->smallest;
     rc = core_error_set(CORE_EINPUT,

@@ -656,16 +656,16 @@ static void announce_ranks(trainer *tr) {
 }
 
 static void announce(trainer *tr, const char *resume) {
-  announce_ranks(tr);
-  if (tr->topo.world_rank != 0) return;
-  const pipe_ckpt_info *ri = &tr->resumed;
-  if (resume && ri->has_layout)
+  const pipe_ckpt_info *ri = &tr->resumed; /* the first line: where a resumed run comes from */
+  if (tr->topo.world_rank == 0 && resume && ri->has_layout)
     core_log(CORE_LOG_INFO, "resumed from %s, step %ld (layout: %lld stage(s) x %lld replica(s), %lld chunk(s) per "
              "rank, ZeRO stage %lld)", ri->sub, ri->step, (long long)ri->layout[0], (long long)ri->layout[1],
              (long long)ri->layout[2], (long long)ri->layout[3]);
-  else if (resume)
+  else if (tr->topo.world_rank == 0 && resume)
     core_log(CORE_LOG_INFO, "resumed from %s, step %ld (layout not recorded: a checkpoint from before brigade recorded it)",
              ri->sub, ri->step);
+  announce_ranks(tr); /* collective */
+  if (tr->topo.world_rank != 0) return;
   const layers_chunk *k0 = &tr->rn.chunks[0];
   if (tr->pcomm) /* ZeRO's collectives: zero_init says which path */
     core_log(CORE_LOG_INFO, "pipeline transfers: %s send/recv (one GPU per rank: device memory, no host copies)",
@@ -853,6 +853,9 @@ int pipe_train(const pipe_train_opts *o) {
   if (!rc && start == 0 && tr.cfg.eval_interval > 0 && tr.cfg.steps > 0) { /* the weights before any update */
     double val = 0;
     rc = evaluate(&tr, &val);
+    for (int c = 0; c < tr.cfg.v && !rc; c++) /* the first step's figures count from the first step */
+      tr.rn.zb[c].bytes_param_gather = tr.rn.zb[c].bytes_gather = tr.rn.zb[c].bytes_reduce = 0;
+    tr.rn.param_peak = tr.rn.param_live;
     if (!rc && tr.topo.world_rank == 0) {
       core_log(CORE_LOG_INFO, "step     0 | val loss %.6f (before the first update)", val);
       if (tr.log_json) fprintf(tr.log_json, "{\"step\":0,\"val_loss\":%.9g}\n", val), fflush(tr.log_json);

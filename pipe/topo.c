@@ -1,5 +1,6 @@
 #include "pipe/topo.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -19,10 +20,20 @@ int pipe_topo_init(pipe_topo *t, MPI_Comm world, int stages) {
   if (MPI_Comm_split(world, t->data, t->stage, &t->pipe) != MPI_SUCCESS ||
       MPI_Comm_split(world, t->stage, t->data, &t->dp) != MPI_SUCCESS)
     return core_error_set(CORE_ERUNTIME, "MPI_Comm_split failed");
+  /* the ranks sharing this machine's memory, for the memory check before anything is allocated */
+  MPI_Comm node;
+  if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, t->world_rank, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    return core_error_set(CORE_ERUNTIME, "MPI_Comm_split_type failed");
+  MPI_Comm_size(node, &t->nlocal);
+  t->local = core_malloc(sizeof(int) * (size_t)t->nlocal);
+  MPI_Allgather(&t->world_rank, 1, MPI_INT, t->local, 1, MPI_INT, node);
+  MPI_Comm_free(&node);
   return CORE_OK;
 }
 
 void pipe_topo_free(pipe_topo *t) {
+  free(t->local);
+  t->local = NULL;
   if (t->pipe != MPI_COMM_NULL && t->pipe) MPI_Comm_free(&t->pipe);
   if (t->dp != MPI_COMM_NULL && t->dp) MPI_Comm_free(&t->dp);
 }

@@ -11,6 +11,8 @@ typedef struct {
   int stage, data;   /* this rank's coordinates */
   MPI_Comm pipe;     /* the p ranks of this rank's pipeline; rank in it = stage */
   MPI_Comm dp;       /* the d replicas of this rank's stage; rank in it = data */
+  int nlocal;        /* ranks on this machine (sharing its memory), this one included */
+  int *local;        /* [nlocal] their world ranks */
 } pipe_topo;
 
 /* Splits world into pipelines and data-parallel groups. CORE_EINPUT if the world size is not a

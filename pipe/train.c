@@ -12,6 +12,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/mem.h"
+#include "core/progress.h"
 #include "pipe/ckpt_model.h"
 #include "pipe/hfst.h"
 #include "pipe/llmc.h"
@@ -36,6 +38,7 @@ typedef struct {
   char pipe_why[160];       /* why the transfers go through host copies over MPI */
   const char *init_from;    /* --init-from: GPT-2 weights (llm.c or safetensors) */
   int allow_nonfinite;      /* --allow-nonfinite: NaN/Inf weights from it are taken */
+  core_mem_limit mem;       /* --max-memory, $BRIGADE_MAX_MEMORY or the machine's (cfg.lim points here) */
 } trainer;
 
 /* The training program's micro-batch 0 on this replica, as a global micro-batch: data rank r
@@ -244,12 +247,28 @@ static int setup_transfers(trainer *tr) {
   return rc;
 }
 
+/* Before anything large is allocated: what the ranks of this machine will hold (their stages'
+ * parameters, gradients, optimizer state, activation slots and the rest, train_rank_memory)
+ * against the memory limit. Every rank of a machine adds up the same ranks, so they agree. */
+static int check_memory(trainer *tr) {
+  int *stages = core_malloc(sizeof(int) * (size_t)tr->topo.nlocal);
+  for (int i = 0; i < tr->topo.nlocal; i++) stages[i] = tr->topo.local[i] / tr->topo.d;
+  int rc = train_check_memory(&tr->cfg, &tr->model, tr->bounds, &tr->prog, tr->eval_n ? &tr->eval_prog : NULL, stages,
+                              tr->topo.nlocal);
+  free(stages);
+  return rc;
+}
+
 static int setup(trainer *tr, const pipe_train_opts *o) {
   int world;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   int rc = train_read_config(&tr->cfg, o, world);
   if (!rc) rc = pipe_topo_init(&tr->topo, MPI_COMM_WORLD, tr->cfg.stages);
+  if (!rc) rc = core_mem_limit_get(o->max_memory, &tr->mem);
   if (rc) return rc;
+  tr->cfg.lim = (sched_limits){.max_instructions = o->max_instructions, .instr_name = "--max-instructions",
+                               .max_bytes = tr->mem.bytes, .mem_what = tr->mem.what};
+  tr->cfg.ranks = tr->topo.nlocal;
   core_log_set_rank(world > 1 ? tr->topo.world_rank : -1);
   kernels_cpu_init(tr->cfg.threads);
   rc = pipe_data_open(&tr->data, tr->cfg.data_path, tr->cfg.val_path, tr->cfg.val_fraction, tr->cfg.T);
@@ -265,11 +284,13 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   rc = layers_model_build(&tr->model, tr->cfg.cfg, tr->data.vocab);
   if (!rc) rc = cut_model(tr);
   if (!rc) rc = compile_programs(tr);
+  if (!rc) rc = check_memory(tr);
   if (!rc) rc = setup_runner(tr);
   if (!rc) rc = pipe_worker_init(&tr->worker, &tr->prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
   if (!rc && tr->eval_n) rc = pipe_worker_init(&tr->eval_worker, &tr->eval_prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
   if (!rc) rc = setup_transfers(tr);
   tr->worker.timeout_s = tr->eval_worker.timeout_s = tr->cfg.timeout;
+  tr->worker.progress = tr->eval_worker.progress = tr->topo.world_rank == 0;
   if (!rc && o->log_json && tr->topo.world_rank == 0 && !(tr->log_json = fopen(o->log_json, "w")))
     rc = core_error_set(CORE_EINPUT, "cannot write --log-json %s: %s", o->log_json, strerror(errno));
   return rc;
@@ -288,7 +309,12 @@ static int evaluate(trainer *tr, double *val) {
   int rc = CORE_OK;
   if (tr->eval_n) { /* a replica with no share adds nothing to the sum */
     pipe_runner_use(&tr->rn, &tr->eval_prog, tr->eval_lo);
+    if (tr->topo.world_rank == 0) {
+      core_progress_start("evaluation");
+      core_progress_phase("rank 0 at micro-batch", tr->eval_n, "");
+    }
     rc = pipe_worker_step(&tr->eval_worker);
+    if (tr->topo.world_rank == 0) core_progress_stop();
   } else if (tr->cfg.zero_stage == 3) { /* ... but joins its group's parameter gathers */
     rc = pipe_runner_join_gathers(&tr->rn);
   }
@@ -427,9 +453,15 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
     tr->worker.t0 = 0;
     MPI_Barrier(MPI_COMM_WORLD);
   }
+  /* a long step says how far it is: rank 0's micro-batch, every few seconds (core/progress.h) */
+  if (tr->topo.world_rank == 0) {
+    core_progress_start("step %ld", step + 1);
+    core_progress_phase("rank 0 at micro-batch", tr->cfg.m, "");
+  }
   double t0 = MPI_Wtime();
   int rc = pipe_worker_step(&tr->worker);
   *ms = (MPI_Wtime() - t0) * 1e3;
+  if (tr->topo.world_rank == 0) core_progress_stop();
   tr->worker.tl = NULL;
   if (!rc) *loss = mean_loss(tr, (long)tr->cfg.m * tr->cfg.d);
   if (tracing) {

@@ -28,6 +28,8 @@ typedef struct {
 void sched_timeline_init(sched_timeline *tl, const char *schedule, const char *unit, int p, int v,
                          int m);
 void sched_timeline_add(sched_timeline *tl, sched_event e);
+/* Makes room for n events at once (a simulation knows how many it will add). */
+void sched_timeline_reserve(sched_timeline *tl, size_t n);
 void sched_timeline_free(sched_timeline *tl);
 /* Recomputes makespan and bubble_rate (1 - mean busy / max span, compute ops only) from events. */
 void sched_timeline_stats(sched_timeline *tl);

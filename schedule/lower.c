@@ -64,6 +64,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "schedule/internal.h"
 
 double sched_op_cost(const sched_costs *c, sched_op op, int s) {
@@ -273,6 +274,8 @@ typedef struct {
   double **amem, *pmem, ws, meps;
   int **aslot, *pslot, **lastc;
   int guard;            /* the family promises a memory cap: the bounds below hold */
+  size_t built;         /* compute ops appended (progress) */
+  unsigned tick;
   double **slack;       /* [rank] a min segment tree (2 len) over compute ops of the room left
                          * under the bounds, in weighted memory or slots, whichever is less */
   double *bmem;         /* [rank] what the full program may hold: the larger of the compute */
@@ -558,6 +561,7 @@ static void advance(build *bd, int r) {
   bd->start[r][k->g] = k->clock;
   k->clock += op_cost_at(bd, r, k->g);
   int x = bd->prod[r][k->g++];
+  core_progress_tick(&bd->tick, (double)++bd->built);
   k->hx_ok = 0, k->mver++;
   if (x >= 0) {
     pend_add(k, x), pend_add(&bd->rk[bd->x[x].b], x), wake(bd, bd->x[x].b);
@@ -763,6 +767,15 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
   bd->queue = core_malloc(sizeof(int) * p);
   bd->queued = core_calloc(p, sizeof(int));
   collect(bd);
+  for (int r = 0; r < pr->p; r++) { /* each stream's length, exactly: compute ops, loads, transfers, the tail */
+    const sched_stream *st = &pr->streams[r];
+    size_t n = (size_t)st->len + 3;
+    for (int i = 0; i < st->len; i++) {
+      int s = sched_stage_at(pr, r, &st->ins[i]);
+      n += (bd->prod[r][i] >= 0) + (bd->cons[r][i] >= 0) + (st->ins[i].op == SCHED_FORWARD && (s == 0 || s == fl->S - 1));
+    }
+    sched_reserve(out, r, n);
+  }
 }
 
 static void build_free(build *bd) {

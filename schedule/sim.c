@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "schedule/internal.h"
 
 typedef struct {
@@ -123,6 +124,8 @@ static int step(simstate *sm, int r, const sched_instr *in) {
 
 static int run(simstate *sm) {
   const sched_program *pr = sm->pr;
+  unsigned tick = 0;
+  double done = 0;
   for (int r = 0; r < pr->p; r++) wake(sm, r);
   while (sm->qh != sm->qt) {
     int r = sm->queue[sm->qh++ % pr->p];
@@ -131,6 +134,7 @@ static int run(simstate *sm) {
       const sched_instr *in = &pr->streams[r].ins[sm->pc[r]];
       if (!step(sm, r, in)) break;
       sm->pc[r]++;
+      core_progress_tick(&tick, ++done);
     }
   }
   for (int r = 0; r < pr->p; r++)
@@ -282,7 +286,11 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   sm.gready = core_calloc(p * (size_t)pr->v, sizeof(double));
   sm.ngath = core_calloc(p, sizeof(int));
   sm.pgath = core_calloc(p, sizeof(int));
+  if (tl) sched_timeline_reserve(tl, (size_t)tl->n + sched_program_count(pr)); /* one event per instruction */
+  core_progress_start("simulating %s p=%d v=%d m=%d", sched_family_name(pr->family), pr->p, pr->v, pr->m);
+  core_progress_phase("", (double)sched_program_count(pr), "instructions run");
   int rc = run(&sm);
+  core_progress_stop();
   if (!rc) {
     compute_stats(&sm, res);
     if ((rc = check_finite(res))) sched_sim_result_free(res);

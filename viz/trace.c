@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/progress.h"
 #include "viz/viz.h"
 
 enum { TRACE_VERSION = 1, TRACE_PID = 1 };
@@ -62,8 +63,12 @@ int viz_fwrite_trace(const sched_timeline *tl, FILE *f) {
     write_meta(f, &count, "thread_name", r + 1, "name", label, 0);
     write_meta(f, &count, "thread_sort_index", r + 1, "sort_index", NULL, r);
   }
+  unsigned tick = 0;
+  core_progress_start("writing the trace");
+  core_progress_phase("", tl->n, "events");
   for (int i = 0; i < tl->n; i++) {
     const sched_event *e = &tl->ev[i];
+    core_progress_tick(&tick, i);
     viz_event_name(tl, e, label, sizeof label);
     next_event(f, &count);
     fputs("\"name\":", f);
@@ -81,6 +86,7 @@ int viz_fwrite_trace(const sched_timeline *tl, FILE *f) {
     core_json_write_number(f, e->end);
     fputs("}}", f);
   }
+  core_progress_stop();
   fputs("\n]}\n", f);
   return CORE_OK;
 }

@@ -416,13 +416,14 @@ static void key_str(const core_config *c, const char *key, double value, char *b
 }
 
 int train_check_memory(const train_cfg *t, const layers_model *m, const int *bounds, const sched_program *prog,
-                       const sched_program *eval, const int *stages_here, int n) {
+                       const sched_program *eval, const int *stages_here, int n, double data) {
   if (!(t->lim.max_bytes > 0)) return CORE_OK;
   double sum = 0, worst = -1;
   train_mem w = {0}, e;
   int wr = 0;
   for (int i = 0; i < n; i++) {
     train_rank_memory(t, m, bounds, prog, eval, stages_here[i], &e);
+    e.other += data, e.total += data, e.host += data;
     sum += e.host;
     if (e.host > worst) worst = e.host, w = e, wr = stages_here[i];
   }

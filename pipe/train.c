@@ -253,8 +253,9 @@ static int setup_transfers(trainer *tr) {
 static int check_memory(trainer *tr) {
   int *stages = core_malloc(sizeof(int) * (size_t)tr->topo.nlocal);
   for (int i = 0; i < tr->topo.nlocal; i++) stages[i] = tr->topo.local[i] / tr->topo.d;
+  double data = sizeof(uint16_t) * ((double)tr->data.n + (tr->data.val_tok ? (double)tr->data.n_val : 0));
   int rc = train_check_memory(&tr->cfg, &tr->model, tr->bounds, &tr->prog, tr->eval_n ? &tr->eval_prog : NULL, stages,
-                              tr->topo.nlocal);
+                              tr->topo.nlocal, data);
   free(stages);
   return rc;
 }

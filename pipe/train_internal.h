@@ -87,9 +87,9 @@ typedef struct {
 void train_rank_memory(const train_cfg *t, const layers_model *m, const int *bounds, const sched_program *prog,
                        const sched_program *eval, int r, train_mem *out);
 /* CORE_EINPUT when the ranks of this machine (their stages: stages_here[0..n-1]) need more host
- * memory than t->lim.max_bytes; the message gives the estimate by part and names the keys that
- * drive the largest. */
+ * memory than t->lim.max_bytes, each also holding `data` bytes (the tokens it has loaded; counted
+ * in other); the message gives the estimate by part and names the keys that drive the largest. */
 int train_check_memory(const train_cfg *t, const layers_model *m, const int *bounds, const sched_program *prog,
-                       const sched_program *eval, const int *stages_here, int n);
+                       const sched_program *eval, const int *stages_here, int n, double data);
 
 #endif

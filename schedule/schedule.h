@@ -72,7 +72,7 @@ double sched_w_stash(const sched_costs *c);
 sched_costs sched_costs_unit(void);
 
 /* ---- sizes (size.c): what compiling and simulating a shape takes, known before building it ----
- * From the shape alone, in O(p): the instructions of the lowered program (compute ops,
+ * From the shape alone, in O(1): the instructions of the lowered program (compute ops,
  * transfers, loads, the step's tail, ZeRO-3's gathers; exact but for dualpipev's split backwards
  * and ZeRO-3's reshard runs, which are bounded) and the most bytes held at once while it is
  * compiled (the compiler's tables, lowering's, the program) and simulated (with `events`, also

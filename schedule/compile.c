@@ -250,8 +250,7 @@ int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program
     core_progress_stop();
     return rc;
   }
-  core_progress_phase("lowering:", (double)sched_program_count(&compute), "compute ops");
-  rc = sched_lower(&compute, costs, out);
+  rc = sched_lower(&compute, costs, out); /* its phases: timing, preparing, placing transfers */
   sched_program_free(&compute);
   if (rc) {
     core_progress_stop();

@@ -399,7 +399,7 @@ void train_rank_memory(const train_cfg *t, const layers_model *m, const int *bou
   }
   if (zs == 3) out->params += 4 * largest * (prog->gather_limit > 0 ? prog->gather_limit : 1); /* gather buffers */
   double instr = (double)sched_program_count(prog) + (eval && eval->p == prog->p ? (double)sched_program_count(eval) : 0);
-  out->program = sizeof(sched_instr) * instr;
+  out->program = sizeof(sched_instr) * instr, out->startup = startup;
   out->other += out->program + startup; /* and the start-up copy of a chunk's initial parameters */
   out->total = out->params + out->grads + out->optim + out->acts + out->other;
   /* on a GPU (backend "cuda") the buffers are device memory: the host keeps the programs, the
@@ -423,7 +423,7 @@ int train_check_memory(const train_cfg *t, const layers_model *m, const int *bou
   int wr = 0;
   for (int i = 0; i < n; i++) {
     train_rank_memory(t, m, bounds, prog, eval, stages_here[i], &e);
-    e.other += data, e.total += data, e.host += data;
+    e.data = data, e.other += data, e.total += data, e.host += data;
     sum += e.host;
     if (e.host > worst) worst = e.host, w = e, wr = stages_here[i];
   }
@@ -433,12 +433,17 @@ int train_check_memory(const train_cfg *t, const layers_model *m, const int *bou
   core_mem_str(w.host, one, sizeof one), core_mem_str(w.params, pa, sizeof pa), core_mem_str(w.grads, gr, sizeof gr);
   core_mem_str(w.optim, op, sizeof op), core_mem_str(w.acts, ac, sizeof ac), core_mem_str(w.other, ot, sizeof ot);
   /* the keys that drive the largest part */
-  double state = w.params + w.grads + w.optim + (w.other - w.program), params = 0;
+  double state = w.params + w.grads + w.optim + w.startup, params = 0;
   for (int c = 0; c < t->v; c++) {
     int s = prog->stage_of[wr * t->v + c];
     for (int i = bounds[s]; i < bounds[s + 1]; i++) params += (double)m->layers[i].nparams;
   }
-  if (state >= w.acts && state >= w.program) {
+  if (w.data > state && w.data > w.acts && w.data > w.program) {
+    char where[256];
+    if (core_config_where(t->cfg, "data.path", -1, where, sizeof where)) snprintf(where, sizeof where, "the default");
+    snprintf(why, sizeof why, "the tokens of data.path = \"%s\" (%s), which every rank loads whole, are the largest part",
+             t->data_path, where);
+  } else if (state >= w.acts && state >= w.program) {
     key_str(t->cfg, "model.d_model", m->C, k1, sizeof k1);
     key_str(t->cfg, "model.vocab_size", m->V, k2, sizeof k2);
     snprintf(why, sizeof why, "the parameters and their gradients and optimizer state (%.4g %s parameters on stage %d, "

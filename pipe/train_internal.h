@@ -79,8 +79,10 @@ typedef struct {
   double optim;   /* the optimizer's two moments (SGD's too) and the fp32 master (mixed precision, offload) */
   double acts;    /* activation slots and aside parts, shared backward buffers or the checkpointing
                    * workspace, token ids and targets */
-  double other;   /* scratch, the programs, the start-up copy of a chunk's initial parameters */
+  double other;   /* scratch, the programs, the start-up copy of a chunk's initial parameters, the data */
   double program; /* of other: the programs' instructions */
+  double startup; /* of other: the start-up copy */
+  double data;    /* of other: the tokens loaded (train_check_memory's `data`) */
   double total;
   double host;    /* of total, in host memory: all of it but on backend "cuda" */
 } train_mem;

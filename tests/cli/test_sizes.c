@@ -95,22 +95,27 @@ Test(sizes, train_refuses_what_does_not_fit_before_allocating) {
                  (const char *[]){"training needs about", "TiB", "model.d_model = 65536", "--set model.d_model",
                                   "parameters", "optimizer state", "this machine's memory", NULL});
   /* activations the largest part: the keys that make them */
+  expect_refusal("", "train configs/tiny.cfg --max-memory 40M --set train_micro_batch_size_per_gpu=64",
+                 (const char *[]){"more than the memory limit, 40.00 MiB (--max-memory 40M)", "activations",
+                                  "train_micro_batch_size_per_gpu = 64 (--set", "model.seq_len = 32 (configs/tiny.cfg:15)",
+                                  NULL});
+  /* the data the largest part */
   expect_refusal("", "train configs/tiny.cfg --max-memory 2M",
-                 (const char *[]){"more than the memory limit, 2.000 MiB (--max-memory 2M)", "activations",
-                                  "train_micro_batch_size_per_gpu = 4 (configs/tiny.cfg:3)", "model.seq_len = 32", NULL});
+                 (const char *[]){"(--max-memory 2M)", "data.path = \"data/kjv.txt\" (configs/tiny.cfg:9)", NULL});
   /* the program's own size, before it is compiled */
   expect_refusal("", "train configs/tiny.cfg --set gradient_accumulation_steps=1048576 --max-instructions 100000",
                  (const char *[]){"gradient_accumulation_steps = 1048576", "--max-instructions 100000", NULL});
 }
 
 Test(sizes, train_counts_every_rank_of_the_machine) {
-  /* one rank fits in 5 MiB, two ranks of this machine do not: every rank refuses alike */
+  /* one rank fits in 20 MiB (about 12), two ranks of this machine do not (about 24): every rank
+   * refuses alike */
   char *out, cmd[512];
-  snprintf(cmd, sizeof cmd, TEST_MPI_ENV " BRIGADE_MAX_MEMORY=5M timeout 60 mpirun -np 2 %s/brigade train configs/tiny.cfg "
+  snprintf(cmd, sizeof cmd, TEST_MPI_ENV " BRIGADE_MAX_MEMORY=20M timeout 60 mpirun -np 2 %s/brigade train configs/tiny.cfg "
            "--set pipeline.stages=2 --set train.steps=1", test_build_dir());
   int rc = test_capture(cmd, &out);
   cr_assert_eq(rc, 2, "%s", out);
-  cr_assert(strstr(out, "this machine (2 ranks)") && strstr(out, "(BRIGADE_MAX_MEMORY=5M)"), "%s", out);
+  cr_assert(strstr(out, "this machine (2 ranks)") && strstr(out, "(BRIGADE_MAX_MEMORY=20M)"), "%s", out);
   free(out);
 }
 

@@ -181,7 +181,7 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
 }
 
 /* The limits a command keeps to: --max-instructions, and --max-memory, $BRIGADE_MAX_MEMORY or
- * the machine's memory (what.what names it). */
+ * the machine's memory (mem->what names it). */
 static int limits_of(const sched_opts *o, core_mem_limit *mem, sched_limits *lim) {
   int rc = core_mem_limit_get(o->max_memory, mem);
   *lim = (sched_limits){.max_instructions = o->max_instructions, .instr_name = "--max-instructions",

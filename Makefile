@@ -6,6 +6,7 @@
 #   make test-cuda-emu  the CUDA op table against the CPU's with no GPU: kernels/cuda on an emulator
 #   make SANITIZE=1 test   the same under ASan + UBSan (objects go to build-san/)
 #   make run        the main job (see README.md)
+#   make pictures   make run, then its two timelines into docs/img (the README's pictures)
 #   make bench      benchmarks that print figures
 #   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS (60) each
 #   CUDA=1 / CUDA=0 force the CUDA backend on / off (default: on when nvcc is found)
@@ -86,7 +87,7 @@ TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
-.PHONY: all test test-gpu test-cuda-emu bench-gpu run bench clean deps format fuzz FORCE
+.PHONY: pictures all test test-gpu test-cuda-emu bench-gpu run bench clean deps format fuzz FORCE
 .SECONDARY:
 all: $(BIN)
 
@@ -135,10 +136,12 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 	$(CC) $(LDFLAGS) $< $(LIB) $(LDLIBS) -o $@
 
 # Runs every test binary; each prints Criterion's synthesis line. Fails if any fails.
-# The last one is the CUDA backend on the emulator (tests/emu, below).
+# Then the CUDA backend on the emulator (tests/emu, below), and the README's commands, run as
+# written (scripts/readme_commands.sh; its mpirun lines get the MPIRUN below).
 test: $(BIN) $(TEST_BINS) $(WORKER_BINS) $(BUILD)/emu/test_ops_emu $(BUILD)/emu/brigade data/kjv.txt
 	@OMPI_MCA_btl_vader_single_copy_mechanism=$(MPI_SINGLE_COPY) BRIGADE_BIN=$(abspath $(BIN)) \
-	  BRIGADE_BUILD=$(abspath $(BUILD)) sh scripts/run_tests.sh $(TEST_BINS) tests/emu/test_ops_emu.sh
+	  BRIGADE_BUILD=$(abspath $(BUILD)) BRIGADE_MPIRUN='$(MPIRUN)' \
+	  sh scripts/run_tests.sh $(TEST_BINS) tests/emu/test_ops_emu.sh scripts/readme_commands.sh
 
 # The CUDA op table against the CPU one on this machine's GPU (tests/gpu), NCCL's entries, and
 # the tiny GPT trained on it. `make test` runs the same binaries, which skip when there is no
@@ -225,13 +228,26 @@ data/kjv.txt:
 	sh scripts/data.sh $@
 
 # The main job: train configs/default.cfg across 4 pipeline stages on the CPU; writes
-# out/checkpoint/ and the measured bubble timeline out/trace.json (+ .svg), and the simulated
-# timeline of the same schedule next to it.
+# out/checkpoint/ and the measured bubble timeline out/trace.json (+ .svg), and the simulator's
+# prediction of the same run (costs from the config's FLOPs) next to it.
 run: $(BIN) data/kjv.txt
 	@mkdir -p out
+	@echo "make run: training configs/default.cfg (a 0.9M-parameter GPT on data/kjv.txt) across 4 pipeline"
+	@echo "          stages, 300 steps: about a minute on a 2-core machine; progress every 25 steps"
 	$(MPIRUN) -np 4 $(BIN) train configs/default.cfg --log-json out/train.jsonl
 	$(BIN) sample --checkpoint out/checkpoint --prompt "And God said" --tokens 200
-	$(BIN) sim --schedule 1f1b --stages 4 --microbatches 8 --svg out/simulated.svg --trace out/simulated.json
+	$(BIN) sim configs/default.cfg --steps 1 --svg out/simulated.svg --trace out/simulated.json
+	@echo "make run: done. out/checkpoint/ (steps 100, 200, 300; 'latest' names the last),"
+	@echo "          out/trace.json.svg (the measured timeline of step 5; out/trace.json for Perfetto),"
+	@echo "          out/simulated.svg (the simulator's prediction of the same step), out/train.jsonl"
+
+# The README's pictures (docs/img/): the default run's measured and simulated timelines.
+pictures: run
+	@mkdir -p docs/img
+	cp out/trace.json.svg docs/img/measured.svg
+	cp out/simulated.svg docs/img/simulated.svg
+	$(BIN) sim --schedule zb-h2 --stages 4 --microbatches 8 --cost-step 0.5 --steps 3 --step-sync post-validation --svg docs/img/post_validation.svg
+	$(BIN) sim --schedule 1f1b --stages 4 --microbatches 8 --cost-offload 0.5 --offload full --svg docs/img/offload.svg
 
 # ---- fuzzing: libFuzzer targets tests/fuzz/fuzz_*.c, built with clang (not by `make test`) ----
 # `make fuzz` runs each for FUZZ_SECONDS on its seeds (tests/malformed, configs) and fails on

@@ -81,6 +81,7 @@ static int run(const char *mpirun, const char *brigade, const char *config, int 
   static char line[1 << 15];
   double ms[MAX_STEPS];
   while (f && fgets(line, sizeof line, f) && out->n < MAX_STEPS) {
+    if (strncmp(line, "{\"step\":0,", 10) == 0) continue; /* the val loss before the first update */
     core_json *j;
     if (core_json_parse(line, strlen(line), log, &j)) break;
     if (out->n == 0) {

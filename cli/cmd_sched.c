@@ -27,6 +27,8 @@ typedef struct {
   int dp;
   const char *max_memory; /* --max-memory, as given (NULL: $BRIGADE_MAX_MEMORY or the machine's) */
   double max_instructions;
+  int steps;     /* consecutive steps to simulate (0: not given) */
+  int step_sync; /* -1: not given; else a sched_step_sync */
 } sched_opts;
 
 static int fail(void) {
@@ -41,7 +43,7 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
   o->shape.v = 1;
   o->costs = sched_costs_unit();
   o->format = "actions";
-  o->gflops = 50, o->dp = 1, o->dp_gbps = 10;
+  o->gflops = 50, o->dp = 1, o->dp_gbps = 10, o->step_sync = -1;
   o->max_instructions = CLI_MAX_INSTRUCTIONS;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = NULL;
@@ -89,6 +91,17 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       if (!VALUE()) o->out = val;
     } else if (allow_sim && strcmp(a, "--schedule-file") == 0) {
       VALUE(), o->schedule_file = val;
+    } else if (strcmp(a, "--offload") == 0) { /* compile too: OFFLOAD / RELOAD are instructions */
+      if (!VALUE()) {
+        if (strcmp(val, "none") == 0) o->shape.offload = SCHED_OFFLOAD_NONE;
+        else if (strcmp(val, "full") == 0) o->shape.offload = SCHED_OFFLOAD_FULL;
+        else if (strcmp(val, "auto") == 0) o->shape.offload = SCHED_OFFLOAD_AUTO;
+        else rc = core_error_set(CORE_EINPUT, "--offload: '%s' is not none, full or auto", val);
+      }
+    } else if (strcmp(a, "--cost-offload") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.offload);
+    } else if (strcmp(a, "--offload-gbps") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 1e-9, &o->costs.offload_gbps);
     } else if (strcmp(a, "--cost-f") == 0) { /* compile too: the program depends on them */
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.f);
     } else if (strcmp(a, "--cost-b") == 0) {
@@ -101,6 +114,16 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.reduce);
     } else if (allow_sim && strcmp(a, "--cost-step") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.step);
+    } else if (allow_sim && strcmp(a, "--cost-norm") == 0) {
+      if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.norm);
+    } else if (allow_sim && strcmp(a, "--steps") == 0) {
+      if (!VALUE()) rc = cli_parse_int(a, val, 1, 1000, &o->steps);
+    } else if (allow_sim && strcmp(a, "--step-sync") == 0) {
+      if (!VALUE()) {
+        if (strcmp(val, "barrier") == 0) o->step_sync = SCHED_STEP_BARRIER;
+        else if (strcmp(val, "post-validation") == 0) o->step_sync = SCHED_STEP_POST_VALIDATION;
+        else rc = core_error_set(CORE_EINPUT, "--step-sync: '%s' is not barrier or post-validation", val);
+      }
     } else if (allow_sim && strcmp(a, "--cost-tied") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.tied);
     } else if (allow_sim && strcmp(a, "--cost-gather") == 0) {
@@ -171,6 +194,13 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     return CORE_OK;
   }
   if (o->shape.zero3 && !o->have_prefetch) o->shape.prefetch = 1; /* ZeRO-3's default: one run ahead */
+  if (o->shape.offload == SCHED_OFFLOAD_AUTO) { /* --mem-limit is what auto offload brings each rank under */
+    if (!o->have_mem)
+      return core_error_set(CORE_EINPUT, "--offload auto needs --mem-limit X: the memory per rank, in stages' "
+                                         "activations, to bring every rank under");
+    o->shape.offload_limit = o->shape.mem_limit;
+    if (o->shape.family != SCHED_ZB_AUTO) o->shape.mem_limit = 0;
+  }
   /* a V has two chunks; interleaved needs at least two: default to 2 unless --virtual says */
   if ((sched_family_is_v(o->shape.family) || o->shape.family == SCHED_INTERLEAVED) && !o->have_virtual)
     o->shape.v = 2;
@@ -192,17 +222,25 @@ static int limits_of(const sched_opts *o, core_mem_limit *mem, sched_limits *lim
 /* The program the options describe: compiled from the shape, or read from a CSV (lowered by
  * brigade, or in the file's own order where it has transfers). Either way it is verified before
  * anything uses it. A shape is first sized (sched_size_estimate): one over the limits is refused
- * before anything is built. events: the simulation will record one event per instruction. */
-static int build_program(const sched_opts *o, int events, sched_program *pr) {
-  if (o->schedule_file) return sched_csv_read_program(o->schedule_file, o->shape.tied, &o->costs, pr);
-  static const char *const names[3] = {"--stages", "--virtual", "--microbatches"};
-  core_mem_limit mem;
-  sched_limits lim;
-  sched_size sz;
-  int rc = limits_of(o, &mem, &lim);
-  sched_size_estimate(&o->shape, events, &sz);
-  if (!rc) rc = sched_size_check(&o->shape, &sz, &lim, names);
-  return rc ? rc : sched_compile(&o->shape, &o->costs, pr);
+ * before anything is built. steps, events: what the simulation will run and record (compile: 0). */
+static int build_program(const sched_opts *o, int steps, int events, sched_program *pr) {
+  if (!o->schedule_file) {
+    static const char *const names[3] = {"--stages", "--virtual", "--microbatches"};
+    core_mem_limit mem;
+    sched_limits lim;
+    sched_size sz;
+    int rc = limits_of(o, &mem, &lim);
+    sched_size_estimate(&o->shape, steps, events, &sz);
+    if (!rc) rc = sched_size_check(&o->shape, &sz, &lim, names);
+    return rc ? rc : sched_compile(&o->shape, &o->costs, pr);
+  }
+  int rc = sched_csv_read_program(o->schedule_file, o->shape.tied, &o->costs, pr);
+  if (!rc && o->shape.offload) { /* a file's program offloads as a compiled one does */
+    rc = sched_place_offload(pr, &o->costs, (sched_offload_mode)o->shape.offload, o->shape.offload_limit);
+    if (!rc) rc = sched_verify(pr);
+    if (rc) sched_program_free(pr);
+  }
+  return rc;
 }
 
 int cli_compile(int argc, char **argv) {
@@ -214,7 +252,7 @@ int cli_compile(int argc, char **argv) {
     core_error_set(CORE_EINPUT, "--format: '%s' is not one of actions, instructions, csv, csv-comm", o.format);
     return fail(); /* before -o truncates anything */
   }
-  if (build_program(&o, 0, &pr)) return fail();
+  if (build_program(&o, 0, 0, &pr)) return fail();
   FILE *f = stdout;
   if (o.out && !(f = fopen(o.out, "w"))) {
     sched_program_free(&pr);
@@ -231,9 +269,20 @@ int cli_compile(int argc, char **argv) {
   return rc ? fail() : 0;
 }
 
-static void print_json(const sched_program *pr, const sched_sim_result *res, double cap) {
+/* Activation copies in the program: how many pairs go to host memory, over all ranks. */
+static int offloads(const sched_sim_result *res) {
+  int n = 0;
+  for (int r = 0; r < res->p; r++) n += res->ranks[r].offloaded;
+  return n;
+}
+
+static const char *sync_name(int sync) { return sync == SCHED_STEP_POST_VALIDATION ? "post-validation" : "barrier"; }
+
+static void print_json(const sched_program *pr, const sched_sim_result *res, double cap, int sync) {
   printf("{\"schedule\":\"%s\",\"stages\":%d,\"virtual\":%d,\"microbatches\":%d,", 
          sched_family_name(pr->family), pr->p, pr->v, pr->m);
+  printf("\"steps\":%d,\"step_sync\":\"%s\",\"steady_step_time\":%.17g,", res->steps, sync_name(sync),
+         res->steady_step_time);
   printf("\"instructions\":%zu,\"makespan\":%.17g,\"bubble_rate\":%.17g,\"idle_fraction\":%.17g,",
          sched_program_count(pr), res->makespan, res->bubble_rate, res->idle_fraction);
   if (cap >= 0) printf("\"memory_cap\":%.17g,", cap);
@@ -248,27 +297,37 @@ static void print_json(const sched_program *pr, const sched_sim_result *res, dou
     if (pr->gather_limit)
       printf(",\"peak_gathered\":%d,\"peak_gather_bytes\":%.17g,\"gather_time\":%.17g", s->peak_gathered,
              s->peak_gather_bytes, s->gather_time);
+    if (offloads(res))
+      printf(",\"offloaded\":%d,\"kept\":%d,\"copy_time\":%.17g", s->offloaded, s->kept, s->copy_time);
     printf("}");
   }
   printf("]}\n");
 }
 
-static void print_table(const sched_program *pr, const sched_sim_result *res, double cap) {
+static void print_table(const sched_program *pr, const sched_sim_result *res, double cap, int sync) {
   printf("%s  p=%d v=%d m=%d  makespan %.6g  bubble rate %.2f%%  idle fraction %.2f%%\n",
          sched_family_name(pr->family), pr->p, pr->v, pr->m, res->makespan,
          100 * res->bubble_rate, 100 * res->idle_fraction);
+  if (res->steps > 1)
+    printf("%d steps back to back (%s at the optimizer): steady step time %.6g (steps 2..%d)\n", res->steps,
+           sync_name(sync), res->steady_step_time, res->steps);
   if (cap >= 0) printf("memory cap %.4g stage activations per rank (peak_mem below is in the same unit)\n", cap);
   int g = pr->gather_limit > 0;
   if (g) printf("ZeRO-3: at most %d chunks gathered at once per rank (gathered = the most a rank held; "
                 "gather = time on its communication lane)\n", pr->gather_limit);
+  int off = offloads(res) > 0;
+  if (off) printf("activation offload: peak_mem counts a pair from its RELOAD's start, not from its OFFLOAD's end; "
+                  "offl = pairs offloaded, kept = pairs kept on the device, copy = time on the copy streams\n");
   printf("%6s %12s %12s %12s %8s %9s", "rank", "busy", "span", "idle", "peak_act", "peak_mem");
   if (g) printf(" %9s %12s", "gathered", "gather");
+  if (off) printf(" %6s %6s %10s", "offl", "kept", "copy");
   printf("\n");
   for (int r = 0; r < res->p; r++) {
     const sched_rank_stats *s = &res->ranks[r];
     printf("%6d %12.6g %12.6g %12.6g %8d %9.4g", r, s->busy, s->span, s->idle, s->peak_activations,
            s->peak_memory);
     if (g) printf(" %9d %12.6g", s->peak_gathered, s->gather_time);
+    if (off) printf(" %6d %6d %10.6g", s->offloaded, s->kept, s->copy_time);
     printf("\n");
   }
 }
@@ -279,11 +338,14 @@ int cli_sim(int argc, char **argv) {
   pipe_plan plan = {0};
   if (parse_opts(argc, argv, 1, &o)) return fail();
   int events = o.ascii || o.trace || o.svg; /* a timeline only for what draws it */
+  /* a config's step is predicted in its steady state: 4 steps, meeting at the optimizer as the
+   * run would (post-validation for the zero-bubble and V families, its default) */
+  int steps = o.steps ? o.steps : o.config ? 4 : 1;
   if (o.config) { /* predict a training config: FLOP-priced stages, times in seconds */
     pipe_plan_hw hw = {.gflops = o.gflops, .d = o.dp, .dp_gbps = o.dp_gbps};
     core_mem_limit mem;
     if (limits_of(&o, &mem, &hw.limits)) return fail();
-    hw.events = events;
+    hw.sim_steps = steps, hw.events = events;
     if (pipe_plan_build(o.config, o.sets, o.nsets, &hw, &plan)) return fail();
     pr = plan.prog;
     o.costs = plan.costs;
@@ -305,17 +367,20 @@ int cli_sim(int argc, char **argv) {
                "largest rank state %.2f MB\n", o.dp, o.dp_gbps, plan.costs.reduce, plan.costs.step,
                plan.dp_w ? plan.dp_w[0] : 0.0, peak / 1e6);
     }
-  } else if (build_program(&o, events, &pr)) {
+  } else if (build_program(&o, steps, events, &pr)) {
     return fail();
   }
   sched_timeline tl;
-  sched_timeline_init(&tl, sched_family_name(pr.family), o.config ? "s" : "unit", pr.p, pr.v, pr.m);
+  sched_timeline_init(&tl, sched_family_name(pr.family), o.config ? "s, predicted" : "unit", pr.p, pr.v, pr.m);
   sched_sim_result res;
-  int rc = sched_simulate(&pr, &o.costs, &res, events ? &tl : NULL);
+  int sync = o.step_sync >= 0 ? o.step_sync
+             : o.config && (sched_family_is_zb(pr.family) || sched_family_is_v(pr.family)) ? SCHED_STEP_POST_VALIDATION
+                                                                                        : SCHED_STEP_BARRIER;
+  int rc = sched_simulate_steps(&pr, &o.costs, steps, (sched_step_sync)sync, &res, events ? &tl : NULL);
   if (!rc) {
     double cap = o.config || pr.mem_cap <= 0 ? -1 : pr.mem_cap; /* the compiler's promise; none for files */
-    if (o.json) print_json(&pr, &res, cap);
-    else print_table(&pr, &res, cap);
+    if (o.json) print_json(&pr, &res, cap, sync);
+    else print_table(&pr, &res, cap, sync);
     if (o.ascii) viz_write_ascii(&tl, o.json ? stderr : stdout, 100);
     if (o.trace) rc = viz_write_trace(&tl, o.trace);
     if (!rc && o.svg) rc = viz_write_svg(&tl, o.svg);

@@ -109,7 +109,7 @@ int cli_tune(int argc, char **argv) {
   pipe_plan plan;
   if (pipe_plan_build_shape_hw(config, sets, nsets, &hw, &win.shape, &plan)) return fail();
   sched_timeline tl;
-  sched_timeline_init(&tl, sched_family_name(plan.prog.family), "s", plan.prog.p, plan.prog.v, plan.prog.m);
+  sched_timeline_init(&tl, sched_family_name(plan.prog.family), "s, predicted", plan.prog.p, plan.prog.v, plan.prog.m);
   sched_sim_result sim;
   rc = sched_simulate(&plan.prog, &plan.costs, &sim, &tl);
   if (!rc) {

@@ -1,5 +1,6 @@
 /* kernels/ops.c: finding a backend's op table by name. This is the one place that knows which
  * backends the build has; layers only ever see a kernels_ops pointer. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -9,7 +10,26 @@
 /* Defined by kernels/cuda/ when the build has it: fills *out, or returns CORE_ERUNTIME with a
  * message (no driver, no GPU) when the CUDA table cannot be used on this machine. */
 int kernels_cuda_get_ops(const kernels_ops **out);
+void kernels_cuda_describe(char *buf, size_t n);
 #endif
+
+static int local_rank = -1;
+void kernels_set_local_rank(int r) { local_rank = r; }
+int kernels_local_rank(void) { return local_rank; }
+
+void kernels_describe_device(const kernels_ops *ops, char *buf, size_t n) {
+  if (!ops || strcmp(ops->name, "cpu") == 0) {
+    snprintf(buf, n, "CPU");
+    return;
+  }
+#if BRIGADE_CUDA
+  if (strcmp(ops->name, "cuda") == 0) {
+    kernels_cuda_describe(buf, n);
+    return;
+  }
+#endif
+  snprintf(buf, n, "%s (a test backend: the CPU behind device pointers)", ops->name);
+}
 
 int kernels_get_ops(const char *backend, const kernels_ops **out) {
   *out = NULL;

@@ -204,4 +204,14 @@ float kernels_bf16_to_f32(uint16_t h);
 uint16_t kernels_f32_to_f16(float x);
 float kernels_f16_to_f32(uint16_t h);
 
+/* The process's place among the ranks of its node, as MPI found it (pipe/topo), given before
+ * the first kernels_get_ops("cuda"): on a node with several GPUs the CUDA table takes GPU
+ * local_rank mod count (BRIGADE_CUDA_DEVICE overrides; without either, the launcher's
+ * OMPI_COMM_WORLD_LOCAL_RANK and the like). -1 (the default): not known. */
+void kernels_set_local_rank(int local_rank);
+int kernels_local_rank(void);
+/* One line naming what `ops` computes on, for the start-up log: "GPU 1 of 8 (NVIDIA H100 ...,
+ * PCI 0000:1b:00.0)" for "cuda", "CPU" for "cpu", the test double for "fakedev". */
+void kernels_describe_device(const kernels_ops *ops, char *buf, size_t n);
+
 #endif

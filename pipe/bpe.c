@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "pipe/unicode_classes.h"
 
 /* ---- a string -> int map (open addressing, FNV-1a) ---- */
 
@@ -167,14 +168,26 @@ static int is_space(int c) {
   return c == ' ' || (c >= 9 && c <= 13) || c == 0x85 || c == 0xa0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200a) ||
          c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
 }
-static int is_number(int c) { return c >= '0' && c <= '9'; }
+/* whether c lies in one of n sorted, disjoint ranges */
+static int in_ranges(const int32_t (*r)[2], size_t n, int c) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c < r[mid][0]) hi = mid;
+    else if (c > r[mid][1]) lo = mid + 1;
+    else return 1;
+  }
+  return 0;
+}
+/* \p{N} and \p{L}: Unicode's numbers and letters (pipe/unicode_classes.h); a malformed byte
+ * (utf8_get gives it past U+10FFFF) is neither */
+static int is_number(int c) {
+  if (c < 0x80) return c >= '0' && c <= '9';
+  return c < 0x110000 && in_ranges(unicode_numbers, sizeof unicode_numbers / sizeof unicode_numbers[0], c);
+}
 static int is_letter(int c) {
   if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-  if (c >= 0x110000 || is_space(c)) return 0; /* a malformed byte: other */
-  if (c < 0xc0) return c == 0xaa || c == 0xb5 || c == 0xba; /* Latin-1's symbols are not letters */
-  if (c == 0xd7 || c == 0xf7) return 0;
-  if (c >= 0x2000 && c <= 0x206f) return 0; /* General Punctuation */
-  return 1;
+  return c < 0x110000 && in_ranges(unicode_letters, sizeof unicode_letters / sizeof unicode_letters[0], c);
 }
 static int is_other(int c) { return !is_space(c) && !is_letter(c) && !is_number(c); }
 
@@ -267,6 +280,22 @@ int pipe_bpe_encode(const pipe_bpe *b, const char *text, size_t n, int32_t **ids
   free(cp), free(at);
   if (rc) free(*ids), *ids = NULL, *count = 0;
   return rc;
+}
+
+int pipe_bpe_split(const char *text, size_t n, size_t **ends, size_t *count) {
+  size_t ncp = 0;
+  int *cp = core_malloc(sizeof(int) * (n + 1));
+  size_t *at = core_malloc(sizeof(size_t) * (n + 1));
+  for (size_t i = 0; i < n;) at[ncp] = i, cp[ncp++] = utf8_get((const unsigned char *)text, n, &i);
+  at[ncp] = n;
+  *ends = core_malloc(sizeof(size_t) * (ncp + 1)), *count = 0;
+  for (size_t i = 0; i < ncp;) {
+    size_t j = piece_end(cp, ncp, i);
+    (*ends)[(*count)++] = at[j];
+    i = j;
+  }
+  free(cp), free(at);
+  return CORE_OK;
 }
 
 int pipe_bpe_decode(const pipe_bpe *b, int32_t id, char *buf, int cap) {

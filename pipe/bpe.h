@@ -6,11 +6,11 @@
  * are mapped to printable characters (bytes_to_unicode: the printable Latin-1 bytes stand for
  * themselves, the others for U+0100 onwards in byte order), the pieces are merged pair by pair,
  * the lowest-ranked pair of merges.txt first, and each result is looked up in vocab.json.
- * Letters and numbers: ASCII exactly; beyond ASCII, whitespace (U+0085, U+00A0, U+1680,
- * U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000) and Latin-1's and General
- * Punctuation's symbols are neither, other code points are letters (the classes of scripts'
- * own digits and punctuation are not modelled: text in those may split differently).
- * Decoding maps ids back to bytes. */
+ * \p{L} and \p{N} are Unicode's letter and number categories (pipe/unicode_classes.h, generated
+ * from Unicode 14 by scripts/gen_unicode_classes.py: scripts' own digits, superscripts and
+ * fractions are numbers; their punctuation and symbols are neither); \s is Unicode's White_Space
+ * (tab to carriage return, space, U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029,
+ * U+202F, U+205F, U+3000). Decoding maps ids back to bytes. */
 #ifndef BRIGADE_PIPE_BPE_H
 #define BRIGADE_PIPE_BPE_H
 
@@ -27,6 +27,9 @@ int pipe_bpe_vocab(const pipe_bpe *b); /* the largest id + 1 */
 /* Encodes n bytes of text: *ids (caller frees) of *count ids. A piece no vocabulary entry covers
  * is an error naming it. */
 int pipe_bpe_encode(const pipe_bpe *b, const char *text, size_t n, int32_t **ids, size_t *count);
+/* The pre-split alone: the byte offset where each piece of the n bytes of text ends, in order
+ * (*ends: caller frees; *count pieces). */
+int pipe_bpe_split(const char *text, size_t n, size_t **ends, size_t *count);
 /* The bytes token id stands for into buf (at most cap), their count; -1 for an unknown id. */
 int pipe_bpe_decode(const pipe_bpe *b, int32_t id, char *buf, int cap);
 

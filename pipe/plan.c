@@ -133,7 +133,7 @@ sched_shape train_shape(const train_cfg *t, const layers_model *m) {
 int train_check_size(const train_cfg *t, const sched_shape *sh) {
   static const char *const names[3] = {"pipeline.stages", "pipeline.virtual_stages", "gradient_accumulation_steps"};
   sched_size sz;
-  sched_size_estimate(sh, t->events, &sz);
+  sched_size_estimate(sh, t->sim_steps, t->events, &sz);
   int ranks = t->ranks > 1 ? t->ranks : 1;
   sz.bytes *= ranks; /* every rank of this machine compiles the whole program */
   int rc = sched_size_check(sh, &sz, &t->lim, names);
@@ -267,7 +267,7 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
   train_cfg t;
   int64_t vocab = 256;
   int rc = plan_read(config, sets, nsets, &t, &vocab);
-  t.lim = hw->limits, t.events = hw->events, t.ranks = 1;
+  t.lim = hw->limits, t.sim_steps = hw->sim_steps, t.events = hw->events, t.ranks = 1;
   if (!rc && shape) {
     int batch = t.B * t.m;
     if (shape->m < 1 || batch % shape->m != 0)

@@ -46,10 +46,10 @@ typedef struct {
   double gflops;
   int d;
   double dp_gbps;
-  /* what the program may take (sched_size_check; zeroed: no limits), and whether its simulation
-   * will record events (they count in the estimate) */
+  /* what the program may take (sched_size_check; zeroed: no limits), and the steps its
+   * simulation will run and whether it records events (they count in the estimate) */
   sched_limits limits;
-  int events;
+  int sim_steps, events;
 } pipe_plan_hw;
 
 /* Reads the config (with --set overrides) as `brigade train` would, cuts the model, compiles

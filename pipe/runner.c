@@ -194,6 +194,9 @@ void pipe_runner_free(pipe_runner *rn) {
   rn->stage = NULL, rn->htok = rn->htgt = NULL, rn->nstage = 0;
   free(rn->pfirst), free(rn->plast), free(rn->palast);
   rn->pfirst = rn->plast = rn->palast = NULL, rn->pcap = 0;
+  for (int c = 0; c < rn->v && rn->pv_save; c++) rn->pv_ops->free(rn->pv_save[c]);
+  free(rn->pv_save);
+  rn->pv_save = NULL;
   for (int c = 0; c < rn->v && rn->hgrad; c++) free(rn->hgrad[c]);
   free(rn->hgrad);
   rn->hgrad = NULL;
@@ -329,28 +332,21 @@ static void inject_inf(pipe_runner *rn) {
   if (hi > lo) rn->chunks[0].ops->fill((float *)zero_grad(&rn->zb[0]), INFINITY, 1);
 }
 
-static int optimizer_step(pipe_runner *rn) {
-  rn->skipped = 0;
-  inject_inf(rn);
-  if (rn->precision) {
-    int any = 0, rc = overflowed(rn, &any);
-    if (rc) return rc;
-    if (any && rn->precision == 2) return skip_step(rn);
-  }
-  /* ZeRO-0: replicas hold the same gradients, so the norm spans the pipeline; with shards it
-   * spans every rank */
-  MPI_Comm all = rn->zb[0].stage == 0 ? rn->topo->pipe : MPI_COMM_WORLD;
-  double s = local_sumsq(rn), total = 0;
-  if (MPI_Allreduce(&s, &total, 1, MPI_DOUBLE, MPI_SUM, all) != MPI_SUCCESS)
-    return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce failed");
-  rn->grad_norm = sqrt(total) / rn->loss_scale; /* of the unscaled gradients */
-  if (!isfinite(rn->grad_norm))
-    return core_error_set(CORE_ERUNTIME, "step %ld: the gradient norm is not finite (loss diverged); "
-                          "nothing was updated", rn->step);
-  float gscale = rn->opt.clip > 0 && rn->grad_norm > rn->opt.clip ? (float)(rn->opt.clip / rn->grad_norm) : 1.0f;
-  gscale = (float)(gscale / rn->loss_scale);
-  adjust_scale(rn, 0);
-  rn->opt_t++;
+/* The working copy of chunk c's owned range from its master (mixed precision, offload). */
+static void refresh_working(pipe_runner *rn, int c) {
+  size_t base, end;
+  zero_range(&rn->zb[c], &base, &end);
+  if (rn->offload) /* the updated parameters back to the device */
+    rn->chunks[c].ops->to_device(zero_param_shard(&rn->zb[c]), rn->master[c], sizeof(float) * (end - base));
+  else if (rn->precision) /* the new working copy of the owned range */
+    rn->chunks[c].ops->copy(zero_param_shard(&rn->zb[c]), rn->master[c], end - base);
+  if (rn->precision) round_to(rn, rn->chunks[c].ops, zero_param_shard(&rn->zb[c]), end - base);
+}
+
+/* The update of every chunk's owned range with gradient scale gscale (opt_t already advanced),
+ * and the working copy made from it; zero_finish (the gradients cleared, the shards gathered)
+ * comes after. */
+static void update_all(pipe_runner *rn, float gscale) {
   for (int c = 0; c < rn->v; c++) {
     const uint8_t *mask = rn->decay[c];
     size_t base, end;
@@ -374,11 +370,118 @@ static int optimizer_step(pipe_runner *rn) {
       size_t lo = rn->druns[c][k], hi = rn->druns[c][k + 1];
       update_range(rn, c, lo, hi, base, mask[lo] ? (float)rn->opt.weight_decay : 0.0f, gscale);
     }
-    if (rn->offload) /* the updated parameters back to the device */
-      rn->chunks[c].ops->to_device(zero_param_shard(&rn->zb[c]), rn->master[c], sizeof(float) * (end - base));
-    else if (rn->precision) /* the new working copy of the owned range */
-      rn->chunks[c].ops->copy(zero_param_shard(&rn->zb[c]), rn->master[c], end - base);
-    if (rn->precision) round_to(rn, rn->chunks[c].ops, zero_param_shard(&rn->zb[c]), end - base);
+    refresh_working(rn, c);
+  }
+}
+
+/* Post-validation's copies: the arrays an update writes (the parameters it steps: the master or
+ * the shard; m; v), saved before it (save = 1) or put back (save = 0). In the memory of the
+ * table that updates them. */
+static int pv_copy(pipe_runner *rn, int save) {
+  for (int c = 0; c < rn->v; c++) {
+    size_t base, end;
+    zero_range(&rn->zb[c], &base, &end);
+    size_t n = end - base;
+    const kernels_ops *ops = rn->offload ? rn->opt_ops : rn->chunks[c].ops;
+    float *p = rn->master ? rn->master[c] : zero_param_shard(&rn->zb[c]);
+    float *arr[3] = {p, rn->opt_m[c], rn->opt_v[c]};
+    if (!rn->pv_save) rn->pv_save = core_calloc((size_t)rn->v, sizeof(float *)), rn->pv_ops = ops;
+    if (!rn->pv_save[c] && !(rn->pv_save[c] = ops->alloc(sizeof(float) * (3 * n + 1))))
+      return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for post-validation's copy of %zu parameters' "
+                            "update state (optimizer.post_validation = false does without)", ops->name, n);
+    for (int k = 0; k < 3; k++) {
+      if (!arr[k]) continue;
+      if (save) ops->copy(rn->pv_save[c] + k * n, arr[k], n);
+      else ops->copy(arr[k], rn->pv_save[c] + k * n, n);
+    }
+  }
+  return CORE_OK;
+}
+
+/* OPTIMIZER_STEP under post-validation: the norm and the overflow flag reduced without
+ * blocking; the update made at once as if neither clipping nor a skip applies. */
+static int eager_step(pipe_runner *rn) {
+  rn->skipped = 0;
+  inject_inf(rn);
+  int mine = 0;
+  for (int c = 0; c < rn->v && !mine && rn->precision; c++) {
+    size_t lo, hi;
+    zero_range(&rn->zb[c], &lo, &hi);
+    mine = rn->chunks[c].ops->nonfinite(zero_grad(&rn->zb[c]), hi - lo) > 0;
+  }
+  MPI_Comm all = rn->zb[0].stage == 0 ? rn->topo->pipe : MPI_COMM_WORLD;
+  rn->pv_sum[0] = local_sumsq(rn), rn->pv_sum[1] = mine;
+  rn->pv_req[0] = rn->pv_req[1] = MPI_REQUEST_NULL;
+  if (MPI_Iallreduce(MPI_IN_PLACE, &rn->pv_sum[0], 1, MPI_DOUBLE, MPI_SUM, all, &rn->pv_req[0]) != MPI_SUCCESS ||
+      (rn->precision &&
+       MPI_Iallreduce(MPI_IN_PLACE, &rn->pv_sum[1], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &rn->pv_req[1]) != MPI_SUCCESS))
+    return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce (post-validation) failed");
+  rn->pv_pending = 1;
+  int rc = pv_copy(rn, 1);
+  if (rc) return rc;
+  rn->opt_t++;
+  update_all(rn, (float)(1.0f / rn->loss_scale));
+  return CORE_OK;
+}
+
+int pipe_runner_validate(pipe_runner *rn) {
+  if (!rn->pv_pending) return CORE_OK;
+  rn->pv_pending = 0;
+  if (MPI_Waitall(2, rn->pv_req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+    return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce (post-validation) failed");
+  int any = rn->pv_sum[1] > 0;
+  if (any && rn->precision == 2) { /* the synchronous step would have skipped: undo, then skip */
+    int rc = pv_copy(rn, 0);
+    if (rc) return rc;
+    rn->opt_t--;
+    for (int c = 0; c < rn->v; c++) refresh_working(rn, c);
+    rn->rollbacks++;
+    return skip_step(rn);
+  }
+  rn->grad_norm = sqrt(rn->pv_sum[0]) / rn->loss_scale;
+  if (!isfinite(rn->grad_norm))
+    return core_error_set(CORE_ERUNTIME, "step %ld: the gradient norm is not finite (loss diverged); "
+                          "the step's update was made before the norm was known (optimizer.post_validation)", rn->step);
+  adjust_scale(rn, 0);
+  if (rn->opt.clip > 0 && rn->grad_norm > rn->opt.clip) { /* clipping should have applied: redo with it */
+    int rc = pv_copy(rn, 0);
+    if (rc) return rc;
+    float gscale = (float)(rn->opt.clip / rn->grad_norm);
+    update_all(rn, (float)(gscale / rn->loss_scale));
+    rn->rollbacks++;
+  }
+  for (int c = 0; c < rn->v; c++) {
+    int rc = zero_finish(&rn->zb[c]);
+    if (rc) return rc;
+  }
+  return CORE_OK;
+}
+
+static int optimizer_step(pipe_runner *rn) {
+  if (rn->post_validation) return eager_step(rn);
+  rn->skipped = 0;
+  inject_inf(rn);
+  if (rn->precision) {
+    int any = 0, rc = overflowed(rn, &any);
+    if (rc) return rc;
+    if (any && rn->precision == 2) return skip_step(rn);
+  }
+  /* ZeRO-0: replicas hold the same gradients, so the norm spans the pipeline; with shards it
+   * spans every rank */
+  MPI_Comm all = rn->zb[0].stage == 0 ? rn->topo->pipe : MPI_COMM_WORLD;
+  double s = local_sumsq(rn), total = 0;
+  if (MPI_Allreduce(&s, &total, 1, MPI_DOUBLE, MPI_SUM, all) != MPI_SUCCESS)
+    return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce failed");
+  rn->grad_norm = sqrt(total) / rn->loss_scale; /* of the unscaled gradients */
+  if (!isfinite(rn->grad_norm))
+    return core_error_set(CORE_ERUNTIME, "step %ld: the gradient norm is not finite (loss diverged); "
+                          "nothing was updated", rn->step);
+  float gscale = rn->opt.clip > 0 && rn->grad_norm > rn->opt.clip ? (float)(rn->opt.clip / rn->grad_norm) : 1.0f;
+  gscale = (float)(gscale / rn->loss_scale);
+  adjust_scale(rn, 0);
+  rn->opt_t++;
+  update_all(rn, gscale);
+  for (int c = 0; c < rn->v; c++) {
     int rc = zero_finish(&rn->zb[c]);
     if (rc) return rc;
   }
@@ -498,6 +601,12 @@ static int run(void *ctx, const sched_instr *in) {
   case SCHED_OPTIMIZER_STEP: return optimizer_step(rn);
   case SCHED_GATHER_PARAMS: return gather(rn, in);
   case SCHED_RELEASE_PARAMS: return release(rn, in);
+  case SCHED_OFFLOAD:
+  case SCHED_RELOAD: /* the activations are in host memory already on a host-memory table; device
+                      * tables do not take offloaded programs yet (train refuses them) */
+    if (pipe_host_memory(rn->chunks[in->chunk].ops)) return CORE_OK;
+    return core_error_set(CORE_ERUNTIME, "%s on backend %s: activation offload runs on host-memory backends only",
+                          sched_op_name((sched_op)in->op), rn->chunks[in->chunk].ops->name);
   default: return core_error_set(CORE_ERUNTIME, "the runner cannot execute %s", sched_op_name((sched_op)in->op));
   }
 }

@@ -60,6 +60,18 @@ typedef struct {
   int dynamic_scale, scale_window, hysteresis, hyst_left, good_steps;
   double min_scale;
   int skipped;       /* the last step overflowed and was skipped everywhere */
+  /* optimizer post-validation: OPTIMIZER_STEP updates at once with this rank's gradients,
+   * assuming neither clipping nor an overflow skip, while the norm's reduction is in flight
+   * (pv_req); pipe_runner_validate completes it and, where the global result says clipping or a
+   * skip should have applied, restores the update's inputs (pv_save: [v] p, m, v of the owned
+   * range, saved before the update) and does what the synchronous step would have done. */
+  int post_validation;
+  float **pv_save;
+  const kernels_ops *pv_ops; /* the table pv_save's buffers came from */
+  MPI_Request pv_req[2];
+  double pv_sum[2];  /* local, then global: the squared norm; the overflow flag */
+  int pv_pending;
+  long rollbacks;    /* updates redone so far (clipping fired, or an overflow skipped the step) */
   double timeout_s;  /* the device path's waits for collectives (train.timeout) */
   /* host memory for what crosses to and from the backend's (pipe_runner_free releases it) */
   int32_t *htok, *htgt;   /* [B*T] a micro-batch's tokens and targets */
@@ -106,6 +118,12 @@ void pipe_runner_free(pipe_runner *rn);
 /* Copies the owned parameters to the master weights and rounds the working copy
  * (CORE_ERUNTIME: out of backend memory). */
 int pipe_runner_init_master(pipe_runner *rn);
+
+/* Post-validation: completes the step's norm reduction and, where clipping or an overflow skip
+ * should have applied, rolls the eager update back and redoes it as the synchronous step would,
+ * bit for bit; then the gradients are cleared. Every rank calls it after each training step
+ * (nothing to do without post_validation). */
+int pipe_runner_validate(pipe_runner *rn);
 
 pipe_exec pipe_runner_exec(pipe_runner *rn);
 /* loss_sum, with the losses of forwards still on the device read back and added first. */

@@ -141,6 +141,55 @@ static int generate(const pipe_sample_opts *o, layers_chunk *ch, const pipe_bpe 
   return CORE_OK;
 }
 
+/* The tokenizer keys of a config (NULL where unset); an error when only one of GPT-2's two files
+ * is named, or both forms are. */
+static int tokenizer_keys(const core_config *c, const char **vocab, const char **merges, const char **file) {
+  *vocab = *merges = *file = NULL;
+  int rc = core_config_get_string(c, "tokenizer.vocab", NULL, vocab);
+  if (!rc) rc = core_config_get_string(c, "tokenizer.merges", NULL, merges);
+  if (!rc) rc = core_config_get_string(c, "tokenizer.file", NULL, file);
+  char w[256];
+  if (!rc && (!*vocab != !*merges)) {
+    core_config_where(c, *vocab ? "tokenizer.vocab" : "tokenizer.merges", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "tokenizer.vocab and tokenizer.merges go together (GPT-2's vocab.json and "
+                        "merges.txt), but only %s is set (%s)", *vocab ? "tokenizer.vocab" : "tokenizer.merges", w);
+  }
+  if (!rc && *vocab && *file) {
+    core_config_where(c, "tokenizer.file", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "tokenizer.file and tokenizer.vocab/merges name two tokenizers; keep one (%s)", w);
+  }
+  return rc;
+}
+
+int pipe_tokenizer_check(const core_config *c, int V) {
+  const char *vocab, *merges, *file;
+  int rc = tokenizer_keys(c, &vocab, &merges, &file);
+  char w[256];
+  if (!rc && vocab) {
+    pipe_bpe *bpe = NULL;
+    rc = pipe_bpe_load(&bpe, vocab, merges);
+    if (!rc && pipe_bpe_vocab(bpe) > V)
+      rc = core_error_set(CORE_EINPUT, "the tokenizer's vocabulary (%d) is larger than the model's (%d)",
+                          pipe_bpe_vocab(bpe), V);
+    pipe_bpe_free(bpe);
+    if (rc) {
+      core_config_where(c, "tokenizer.vocab", -1, w, sizeof w);
+      rc = core_error_prefix("tokenizer.vocab / tokenizer.merges (%s)", w);
+    }
+  }
+  if (!rc && file) {
+    llmc_tok lt = {0};
+    rc = llmc_tok_load(&lt, file);
+    if (!rc && lt.n > V) rc = core_error_set(CORE_EINPUT, "the tokenizer's vocabulary (%d) is larger than the model's (%d)", lt.n, V);
+    llmc_tok_free(&lt);
+    if (rc) {
+      core_config_where(c, "tokenizer.file", -1, w, sizeof w);
+      rc = core_error_prefix("tokenizer.file (%s)", w);
+    }
+  }
+  return rc;
+}
+
 int pipe_sample(const pipe_sample_opts *o, FILE *out) {
   char *text = NULL;
   int64_t vocab = 0;
@@ -167,6 +216,12 @@ int pipe_sample(const pipe_sample_opts *o, FILE *out) {
     rc = pipe_ckpt_model_load(o->checkpoint, &rn, &topo, &step);
     free(om), free(ov);
   }
+  pipe_sample_opts keyed = *o; /* no tokenizer flags: the ones the run was configured with */
+  if (!rc && !o->vocab && !o->merges && !o->tokenizer) {
+    rc = tokenizer_keys(cfg, &keyed.vocab, &keyed.merges, &keyed.tokenizer);
+    if (rc) rc = core_error_prefix("%s", name);
+  }
+  o = &keyed;
   pipe_bpe *bpe = NULL;
   if (!rc && (o->vocab || o->merges)) {
     if (!o->vocab || !o->merges) rc = core_error_set(CORE_EINPUT, "--vocab and --merges go together (GPT-2's two files)");

@@ -17,7 +17,15 @@ typedef struct {
                                * its end-of-text token, as llm.c samples) */
 } pipe_sample_opts;
 
-/* Writes the prompt and its continuation to out. */
+/* Writes the prompt and its continuation to out. Without --vocab/--merges/--tokenizer in o,
+ * the checkpoint's saved config's tokenizer keys (pipe_tokenizer_check) are used. */
 int pipe_sample(const pipe_sample_opts *o, FILE *out);
+
+struct core_config;
+/* The config's tokenizer keys, which point to files brigade does not ship: tokenizer.vocab and
+ * tokenizer.merges (GPT-2's vocab.json and merges.txt, together), or tokenizer.file (llm.c's
+ * gpt2_tokenizer.bin). Each file is read and checked against a model of vocabulary V; an error
+ * names the key and its line. No keys: nothing to check. */
+int pipe_tokenizer_check(const struct core_config *c, int V);
 
 #endif

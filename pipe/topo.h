@@ -11,9 +11,16 @@ typedef struct {
   int stage, data;   /* this rank's coordinates */
   MPI_Comm pipe;     /* the p ranks of this rank's pipeline; rank in it = stage */
   MPI_Comm dp;       /* the d replicas of this rank's stage; rank in it = data */
-  int nlocal;        /* ranks on this machine (sharing its memory), this one included */
-  int *local;        /* [nlocal] their world ranks */
+  /* where this rank runs: its node's name (MPI_Get_processor_name) and its place among the
+   * ranks of that node (MPI_COMM_TYPE_SHARED: whatever launcher started it) */
+  int local_rank, local_size;
+  char host[MPI_MAX_PROCESSOR_NAME];
+  char *hosts; /* [world_size * PIPE_HOST_LEN]: every rank's node name, for messages */
 } pipe_topo;
+
+enum { PIPE_HOST_LEN = 64 };
+/* The node world rank r runs on ("?" when not known). */
+const char *pipe_topo_host(const pipe_topo *t, int r);
 
 /* Splits world into pipelines and data-parallel groups. CORE_EINPUT if the world size is not a
  * multiple of stages. */

@@ -2,6 +2,7 @@
 #include "pipe/train.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <mpi.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include "pipe/ckpt_model.h"
 #include "pipe/hfst.h"
 #include "pipe/llmc.h"
+#include "pipe/sample.h"
 #include "pipe/train_internal.h"
 #include "viz/viz.h"
 #include "zero/devcomm.h"
@@ -39,6 +41,7 @@ typedef struct {
   const char *init_from;    /* --init-from: GPT-2 weights (llm.c or safetensors) */
   int allow_nonfinite;      /* --allow-nonfinite: NaN/Inf weights from it are taken */
   core_mem_limit mem;       /* --max-memory, $BRIGADE_MAX_MEMORY or the machine's (cfg.lim points here) */
+  char **peer_names;        /* [p]: "rank R (stage s) on HOST", how timeouts name a pipeline peer */
 } trainer;
 
 /* The training program's micro-batch 0 on this replica, as a global micro-batch: data rank r
@@ -133,6 +136,7 @@ static int setup_runner(trainer *tr) {
   ops->matmul_half(c->precision); /* mixed precision: GEMMs on 16-bit units where there are any */
   memset(rn, 0, sizeof *rn);
   rn->topo = &tr->topo, rn->v = c->v, rn->data = &tr->data, rn->seed = c->seed, rn->opt = c->opt;
+  rn->post_validation = c->post_validation;
   rn->timeout_s = c->timeout;
   rn->offload = c->offload, rn->opt_ops = c->offload ? kernels_cpu_ops() : ops; /* ZeRO-Offload: the host's table */
   rn->chunks = core_calloc((size_t)c->v, sizeof(layers_chunk));
@@ -251,11 +255,13 @@ static int setup_transfers(trainer *tr) {
  * parameters, gradients, optimizer state, activation slots and the rest, train_rank_memory)
  * against the memory limit. Every rank of a machine adds up the same ranks, so they agree. */
 static int check_memory(trainer *tr) {
-  int *stages = core_malloc(sizeof(int) * (size_t)tr->topo.nlocal);
-  for (int i = 0; i < tr->topo.nlocal; i++) stages[i] = tr->topo.local[i] / tr->topo.d;
+  int n = 0, *stages = core_malloc(sizeof(int) * (size_t)tr->topo.world_size);
+  const char *me = pipe_topo_host(&tr->topo, tr->topo.world_rank);
+  for (int r = 0; r < tr->topo.world_size; r++) /* the ranks of this node: every rank's node name is known */
+    if (strcmp(pipe_topo_host(&tr->topo, r), me) == 0) stages[n++] = r / tr->topo.d;
   double data = sizeof(uint16_t) * ((double)tr->data.n + (tr->data.val_tok ? (double)tr->data.n_val : 0));
   int rc = train_check_memory(&tr->cfg, &tr->model, tr->bounds, &tr->prog, tr->eval_n ? &tr->eval_prog : NULL, stages,
-                              tr->topo.nlocal, data);
+                              n, data);
   free(stages);
   return rc;
 }
@@ -269,9 +275,17 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   if (rc) return rc;
   tr->cfg.lim = (sched_limits){.max_instructions = o->max_instructions, .instr_name = "--max-instructions",
                                .max_bytes = tr->mem.bytes, .mem_what = tr->mem.what};
-  tr->cfg.ranks = tr->topo.nlocal;
+  tr->cfg.ranks = tr->topo.local_size, tr->cfg.sim_steps = 1; /* report_memory simulates one step */
+  kernels_set_local_rank(tr->topo.local_rank); /* before the backend picks its GPU */
   core_log_set_rank(world > 1 ? tr->topo.world_rank : -1);
   kernels_cpu_init(tr->cfg.threads);
+  /* The model's own mistakes (an unknown layer type, a width heads do not divide) come before
+   * the data's: the layer list is checked once with the smallest vocabulary the data could
+   * have, then built for real once the data says its vocabulary. */
+  layers_model probe = {0};
+  rc = layers_model_build(&probe, tr->cfg.cfg, 1);
+  layers_model_free(&probe);
+  if (rc) return rc;
   rc = pipe_data_open(&tr->data, tr->cfg.data_path, tr->cfg.val_path, tr->cfg.val_fraction, tr->cfg.T);
   if (rc) {
     char w[256];
@@ -283,6 +297,7 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
     return core_error_set(CORE_EINPUT, "train.eval_interval is set but the data has no validation split (data.val_fraction "
                           "= %g leaves it no token of the %zu, and there is no data.val_path)", tr->cfg.val_fraction, tr->data.n);
   rc = layers_model_build(&tr->model, tr->cfg.cfg, tr->data.vocab);
+  if (!rc) rc = pipe_tokenizer_check(tr->cfg.cfg, tr->model.V); /* `sample` will use them: found now, not after training */
   if (!rc) rc = cut_model(tr);
   if (!rc) rc = compile_programs(tr);
   if (!rc) rc = check_memory(tr);
@@ -292,6 +307,15 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   if (!rc) rc = setup_transfers(tr);
   tr->worker.timeout_s = tr->eval_worker.timeout_s = tr->cfg.timeout;
   tr->worker.progress = tr->eval_worker.progress = tr->topo.world_rank == 0;
+  if (!rc) { /* a peer that stops answering is named with its node: on several machines, which one went */
+    tr->peer_names = core_malloc((size_t)tr->topo.p * sizeof *tr->peer_names);
+    for (int q = 0; q < tr->topo.p; q++) {
+      int r = q * tr->topo.d + tr->topo.data;
+      tr->peer_names[q] = core_malloc(PIPE_HOST_LEN + 48);
+      snprintf(tr->peer_names[q], PIPE_HOST_LEN + 48, "rank %d (stage %d) on %s", r, q, pipe_topo_host(&tr->topo, r));
+    }
+    tr->worker.peer_names = tr->eval_worker.peer_names = (const char *const *)tr->peer_names;
+  }
   if (!rc && o->log_json && tr->topo.world_rank == 0 && !(tr->log_json = fopen(o->log_json, "w")))
     rc = core_error_set(CORE_EINPUT, "cannot write --log-json %s: %s", o->log_json, strerror(errno));
   return rc;
@@ -352,6 +376,7 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
       tr->act_report = NULL;
     }
     if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%.17g,\"skipped\":%d", tr->rn.loss_scale, tr->rn.skipped);
+    if (tr->rn.post_validation) fprintf(tr->log_json, ",\"rollbacks\":%ld", tr->rn.rollbacks);
     /* rank 0's ZeRO accounting: bytes this step moved, bytes it keeps */
     double red = 0, gat = 0, state = 0, master = 0, grads = 0;
     for (int c = 0; c < tr->cfg.v; c++) {
@@ -461,6 +486,7 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
   }
   double t0 = MPI_Wtime();
   int rc = pipe_worker_step(&tr->worker);
+  if (!rc) rc = pipe_runner_validate(rn); /* post-validation: the norm known, the update confirmed or redone */
   *ms = (MPI_Wtime() - t0) * 1e3;
   if (tr->topo.world_rank == 0) core_progress_stop();
   tr->worker.tl = NULL;
@@ -558,11 +584,41 @@ static void teardown(trainer *tr) {
   pipe_data_free(&tr->data);
   free(tr->bounds);
   if (tr->log_json) fclose(tr->log_json);
+  for (int q = 0; q < tr->topo.p && tr->peer_names; q++) free(tr->peer_names[q]);
+  free(tr->peer_names);
   pipe_topo_free(&tr->topo);
   core_config_free(tr->cfg.cfg);
 }
 
+/* Every rank's place, gathered to rank 0 and printed there: host, local rank and device, so
+ * a multi-node run shows which GPU each rank took (collective: every rank calls it). */
+static void announce_ranks(trainer *tr) {
+  enum { H = 64, D = 160 };
+  struct where {
+    char host[H], dev[D];
+    int local_rank, local_size;
+  } me, *all = NULL;
+  memset(&me, 0, sizeof me);
+  snprintf(me.host, H, "%.*s", H - 1, tr->topo.host);
+  kernels_describe_device(tr->rn.chunks[0].ops, me.dev, D);
+  me.local_rank = tr->topo.local_rank, me.local_size = tr->topo.local_size;
+  int n = tr->topo.world_size;
+  if (tr->topo.world_rank == 0) all = core_malloc((size_t)n * sizeof *all);
+  MPI_Gather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (tr->topo.world_rank != 0) return;
+  for (int r = 0; r < n; r++) {
+    if (r == 32 && n > 40) { /* a long list: the first 32 and the last 8 */
+      core_log(CORE_LOG_INFO, "  ... ranks 32..%d ...", n - 9);
+      r = n - 8;
+    }
+    core_log(CORE_LOG_INFO, "rank %d (stage %d, replica %d): host %s, local rank %d of %d, %s", r, r / tr->topo.d,
+             r % tr->topo.d, all[r].host, all[r].local_rank, all[r].local_size, all[r].dev);
+  }
+  free(all);
+}
+
 static void announce(trainer *tr) {
+  announce_ranks(tr);
   if (tr->topo.world_rank != 0) return;
   const layers_chunk *k0 = &tr->rn.chunks[0];
   if (tr->pcomm) /* ZeRO's collectives: zero_init says which path */
@@ -586,6 +642,13 @@ static void announce(trainer *tr) {
   core_log(CORE_LOG_INFO, "model: %d layers, %.3f M parameters (a tied weight counted once; %.3f M counting it twice), vocabulary %d, "
            "T=%d, d_model=%d", tr->model.n, (layers_model_params(&tr->model) - tied) / 1e6,
            layers_model_params(&tr->model) / 1e6, tr->model.V, tr->model.T, tr->model.C);
+  if (tr->rn.post_validation) {
+    double pv = 0;
+    for (int c = 0; c < tr->cfg.v; c++) pv += 3.0 * 4.0 * (double)zero_state_len(&tr->rn.zb[c]);
+    core_log(CORE_LOG_INFO, "optimizer post-validation: each rank updates as soon as its step's gradients are done; the "
+             "global norm and overflow check follow, and an update that clipping or a skip should have changed is redone "
+             "(rank 0 keeps a copy of its parameters and optimizer state for it: %.2f MB)", pv / 1e6);
+  }
   core_log(CORE_LOG_INFO, "layout: %d stage(s) x %d replica(s), schedule %s, %d chunk(s) per rank, %d "
            "micro-batches of %d, %zu instructions per step",
            tr->cfg.stages, tr->cfg.d, sched_family_name(tr->prog.family), tr->cfg.v, tr->cfg.m, tr->cfg.B,
@@ -679,6 +742,15 @@ static int agree_start(int rc, int *report) {
   return core_error_set(all[0], "another rank failed to start (its error is reported there)");
 }
 
+/* Whether a --resume path (the directory, or one step directory in it) lies in dir. */
+static int same_dir(const char *resume, const char *dir) {
+  char a[PATH_MAX], b[PATH_MAX];
+  if (!realpath(dir, b)) return 0; /* not there yet: not the one resumed from */
+  if (!realpath(resume, a)) return 0;
+  size_t n = strlen(b);
+  return strncmp(a, b, n) == 0 && (a[n] == 0 || a[n] == '/');
+}
+
 int pipe_train(const pipe_train_opts *o) {
   trainer tr;
   memset(&tr, 0, sizeof tr);
@@ -698,12 +770,31 @@ int pipe_train(const pipe_train_opts *o) {
   }
   rc = agree_start(rc, o->report);
   if (!rc) announce(&tr);
-  if (!rc && tr.topo.world_rank == 0 && start >= tr.cfg.steps && o->resume)
+  /* No step to take: with a checkpoint.dir, the state as loaded is written in this run's layout
+   * (the initial or imported weights at step 0; a resumed checkpoint reshaped to these stages,
+   * replicas and ZeRO stage) unless it would be the very checkpoint it came from. */
+  int reshape = !rc && start >= tr.cfg.steps && tr.cfg.ckpt_dir && !(o->resume && same_dir(o->resume, tr.cfg.ckpt_dir));
+  if (!rc && tr.topo.world_rank == 0 && start >= tr.cfg.steps && o->resume && !reshape)
     core_log(CORE_LOG_WARN, "nothing to train: the checkpoint is at step %ld and train.steps is %d (raise train.steps "
              "to continue)", start, tr.cfg.steps);
+  if (reshape) {
+    rc = pipe_ckpt_model_save(tr.cfg.ckpt_dir, &tr.rn, &tr.topo, start, tr.cfg.cfg);
+    if (!rc && tr.topo.world_rank == 0)
+      core_log(CORE_LOG_INFO, "no step to take (train.steps = %d): wrote the %s state at step %ld to %s in this layout "
+               "(%d stage(s) x %d replica(s), ZeRO stage %d)", tr.cfg.steps, o->resume ? "resumed" : "initial", start,
+               tr.cfg.ckpt_dir, tr.cfg.stages, tr.cfg.d, tr.cfg.zero_stage);
+  }
   if (!rc && tr.topo.world_rank == 0 && tr.cfg.ckpt_interval > 0 && !tr.cfg.ckpt_dir)
     core_log(CORE_LOG_WARN, "checkpoint.interval is %d but checkpoint.dir is not set: no checkpoint will be written",
              tr.cfg.ckpt_interval);
+  if (!rc && start == 0 && tr.cfg.eval_interval > 0 && tr.cfg.steps > 0) { /* the weights before any update */
+    double val = 0;
+    rc = evaluate(&tr, &val);
+    if (!rc && tr.topo.world_rank == 0) {
+      core_log(CORE_LOG_INFO, "step     0 | val loss %.6f (before the first update)", val);
+      if (tr.log_json) fprintf(tr.log_json, "{\"step\":0,\"val_loss\":%.9g}\n", val), fflush(tr.log_json);
+    }
+  }
   for (long step = start; step < tr.cfg.steps && !rc && !stopped; step++) {
     double loss = 0, ms = 0, val = 0;
     rc = train_step(&tr, step, &loss, &ms);
@@ -722,6 +813,9 @@ int pipe_train(const pipe_train_opts *o) {
       core_log(CORE_LOG_WARN, "stopped by %s after step %ld of %d; no checkpoint.dir, so nothing was saved",
                stop_name(stopped), step + 1, tr.cfg.steps);
   }
+  if (!rc && tr.rn.post_validation && tr.topo.world_rank == 0 && tr.rn.rollbacks > 0)
+    core_log(CORE_LOG_INFO, "post-validation: %ld update(s) redone after the global norm or overflow check (clipping "
+             "fired or a step was skipped)", tr.rn.rollbacks);
   teardown(&tr);
   restore_stops(old);
   if (o->stopped_by) *o->stopped_by = stopped;

@@ -19,12 +19,14 @@ static const core_config_key keys[] = {
     {"optimizer.params", CORE_CFG_GROUP}, {"optimizer.params.lr", CORE_CFG_FLOAT},
     {"optimizer.params.betas", CORE_CFG_LIST}, {"optimizer.params.betas.[]", CORE_CFG_FLOAT},
     {"optimizer.params.eps", CORE_CFG_FLOAT}, {"optimizer.params.weight_decay", CORE_CFG_FLOAT},
-    {"optimizer.params.momentum", CORE_CFG_FLOAT},
+    {"optimizer.params.momentum", CORE_CFG_FLOAT}, {"optimizer.post_validation", CORE_CFG_BOOL},
     {"scheduler", CORE_CFG_GROUP}, {"scheduler.type", CORE_CFG_STRING},
     {"scheduler.params", CORE_CFG_GROUP}, {"scheduler.params.warmup_num_steps", CORE_CFG_INT},
     {"scheduler.params.total_num_steps", CORE_CFG_INT}, {"scheduler.params.min_lr", CORE_CFG_FLOAT},
     {"data", CORE_CFG_GROUP}, {"data.path", CORE_CFG_STRING}, {"data.val_path", CORE_CFG_STRING}, {"data.order", CORE_CFG_STRING},
     {"data.val_fraction", CORE_CFG_FLOAT},
+    {"tokenizer", CORE_CFG_GROUP}, {"tokenizer.vocab", CORE_CFG_STRING}, {"tokenizer.merges", CORE_CFG_STRING},
+    {"tokenizer.file", CORE_CFG_STRING},
     {"model", CORE_CFG_GROUP}, {"model.vocab_size", CORE_CFG_INT}, {"model.seq_len", CORE_CFG_INT},
     {"model.d_model", CORE_CFG_INT}, {"model.n_heads", CORE_CFG_INT}, {"model.layers", CORE_CFG_LIST},
     {"model.layers.[]", CORE_CFG_GROUP}, {"model.layers.[].type", CORE_CFG_STRING},
@@ -240,6 +242,10 @@ static int read_pipeline(train_cfg *t, int world) {
     rc = core_error_set(CORE_EINPUT, "pipeline.max_pending_w limits the pending weight gradients of the zb-* "
                         "families; schedule %s has none (%s)", sched_family_name(t->family), w);
   }
+  /* optimizer post-validation: on by default where a synchronized step boundary costs the most
+   * (the zero-bubble and V families, whose ranks end their steps staggered) */
+  if (!rc) rc = core_config_get_bool(c, "optimizer.post_validation",
+                                     sched_family_is_zb(t->family) || sched_family_is_v(t->family), &t->post_validation);
   if (!rc) rc = core_config_get_float(c, "pipeline.mem_limit", 0.0, &t->mem_limit);
   if (!rc && (t->mem_limit != 0 && (t->family != SCHED_ZB_AUTO || !(t->mem_limit >= 1)))) {
     char w[256];

@@ -26,6 +26,7 @@ typedef struct {
   int trace_step;
   int trace_step_auto; /* trace.step unset: the run's second step (moved past a resumed step) */
   int zero_stage;
+  int post_validation;  /* optimizer.post_validation: eager updates, rolled back where clipping/a skip applies */
   int max_pending_w;    /* pipeline.max_pending_w (zb-* families; 0 = the family's default) */
   double mem_limit;     /* pipeline.mem_limit (zb-auto; stages' activations per rank, 0 = p) */
   size_t bucket_floats; /* zero_optimization.reduce_bucket_size (elements) */
@@ -44,7 +45,7 @@ typedef struct {
    * limits), counted for `ranks` processes of this machine building it at once, and whether its
    * simulation records events */
   sched_limits lim;
-  int ranks, events;
+  int ranks, sim_steps, events; /* the steps a simulation of it runs, and whether it records events */
 } train_cfg;
 
 int train_read_config(train_cfg *t, const pipe_train_opts *o, int world);

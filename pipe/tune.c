@@ -131,7 +131,7 @@ static int fits_limits(const pipe_tune_result *res, const pipe_plan_hw *hw, cons
   sched_shape s = {.family = sh->family, .p = res->stages, .v = sh->v, .m = sh->m, .tied = 1, .zero3 = zs == 3,
                    .keep_gathered = sh->set_zero ? sh->keep_gathered : own->keep_gathered};
   sched_size sz;
-  sched_size_estimate(&s, 0, &sz);
+  sched_size_estimate(&s, 1, 0, &sz);
   *instr = sz.instructions;
   const sched_limits *l = &hw->limits;
   return !(l->max_instructions > 0 && sz.instructions > l->max_instructions) && !(l->max_bytes > 0 && sz.bytes > l->max_bytes);

@@ -90,8 +90,11 @@ static int wait_req(pipe_worker *w, MPI_Request *req, MPI_Status *st, int i, con
       struct timespec ts = {0, 20000};
       nanosleep(&ts, NULL); /* yield the core: ranks share cores on small machines */
       if (now() - start > w->timeout_s) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "timed out after %.0f s waiting for rank %d", w->timeout_s, peer);
+        char msg[256];
+        if (w->peer_names && peer >= 0)
+          snprintf(msg, sizeof msg, "timed out after %.0f s waiting for %s (train.timeout)", w->timeout_s, w->peer_names[peer]);
+        else
+          snprintf(msg, sizeof msg, "timed out after %.0f s waiting for rank %d (train.timeout)", w->timeout_s, peer);
         return fail(w, i, in, msg);
       }
     }
@@ -261,6 +264,7 @@ static const op_fn op_table[SCHED_OP_COUNT] = {
     [SCHED_RECV_GRAD] = op_recv,       [SCHED_REDUCE_TIED_GRADS] = op_exec,
     [SCHED_REDUCE_GRADS] = op_exec,    [SCHED_OPTIMIZER_STEP] = op_exec,
     [SCHED_GATHER_PARAMS] = op_exec,   [SCHED_RELEASE_PARAMS] = op_exec,
+    [SCHED_OFFLOAD] = op_exec,         [SCHED_RELOAD] = op_exec,
 };
 
 int pipe_worker_step(pipe_worker *w) {

@@ -55,6 +55,9 @@ typedef struct {
   pipe_exec ex;
   int synchronous;  /* 1: MPI_Issend, so a send completes only when matched (tests) */
   double timeout_s; /* a wait longer than this fails the run, naming the instruction */
+  /* optional: how messages name pipeline rank q (e.g. "rank 5 (stage 2) on node2"); NULL:
+   * "rank q" */
+  const char *const *peer_names;
   sched_timeline *tl; /* when not NULL, one event per instruction (seconds from t0) */
   double t0;
   /* internal */

@@ -257,6 +257,12 @@ int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program
     return rc;
   }
   if (sh->zero3) rc = sched_place_gathers(out, sh->keep_gathered, sh->prefetch);
+  if (!rc && sh->offload &&
+      (rc = sched_place_offload(out, costs, (sched_offload_mode)sh->offload, sh->offload_limit))) {
+    core_progress_stop();
+    sched_program_free(out); /* the placement's own error (a limit no placement meets) */
+    return rc;
+  }
   core_progress_phase("verifying:", (double)sched_program_count(out), "instructions");
   if (!rc) rc = sched_verify(out);
   core_progress_stop();

@@ -54,4 +54,8 @@ void sched_push_compute(sched_program *out, int r, sched_instr in);
 void sched_append_tail(sched_program *out);
 void sched_assign_slots(sched_program *out, int r);
 
+/* Simulates one step of pr (sched_simulate) and fills ts[r][i] / te[r][i] with the start and end
+ * of rank r's instruction i (a transfer or copy: the rank's clock when it issued it). */
+int sched_sim_times(const sched_program *pr, const sched_costs *c, double **ts, double **te);
+
 #endif

@@ -10,7 +10,7 @@
 static const char *const op_names[SCHED_OP_COUNT] = {
     "LOAD_MICROBATCH", "FORWARD",  "BACKWARD",  "BACKWARD_INPUT",    "BACKWARD_WEIGHT",
     "SEND_ACT",        "RECV_ACT", "SEND_GRAD", "RECV_GRAD",         "REDUCE_TIED_GRADS",
-    "REDUCE_GRADS",    "OPTIMIZER_STEP", "GATHER_PARAMS", "RELEASE_PARAMS",
+    "REDUCE_GRADS",    "OPTIMIZER_STEP", "GATHER_PARAMS", "RELEASE_PARAMS", "OFFLOAD", "RELOAD",
 };
 
 static const char *const family_names[SCHED_FAMILY_COUNT] = {"gpipe", "1f1b", "interleaved",
@@ -167,7 +167,7 @@ void sched_pair_ranges(const sched_program *pr, int r, int *first, int *last, in
     int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
     if (first[k] < 0) first[k] = i;
     last[k] = i;
-    if (in->op != SCHED_BACKWARD_WEIGHT) alast[k] = i;
+    if (in->op != SCHED_BACKWARD_WEIGHT && in->op != SCHED_OFFLOAD && in->op != SCHED_RELOAD) alast[k] = i;
     if (kp >= 0 && first[kp] >= 0) last[kp] = alast[kp] = i; /* a later op of the pair raises them again */
   }
 }

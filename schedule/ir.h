@@ -29,6 +29,13 @@ typedef enum {
    * the chunk's next compute op waits for it), RELEASE_PARAMS drops them. chunk set, mb -1. */
   SCHED_GATHER_PARAMS,
   SCHED_RELEASE_PARAMS,
+  /* Activation offload (schedule/offload.c): OFFLOAD copies a (chunk, micro-batch) pair's
+   * activations (both parts) to host memory on the rank's device-to-host copy stream, issued
+   * after the pair's forward work; its device memory is free once the copy ends. RELOAD copies
+   * them back on the host-to-device stream before the pair's backward work, which waits for it.
+   * mb, chunk and slot set, peer -1. */
+  SCHED_OFFLOAD,
+  SCHED_RELOAD,
   SCHED_OP_COUNT
 } sched_op;
 
@@ -119,7 +126,8 @@ int sched_nstages(const sched_program *pr);           /* p*v */
  * instruction using each and the last that is not a BACKWARD_WEIGHT (where its aslot part
  * ends), -1 for a pair the stream does not name. A pair is used by the instructions naming it,
  * and by the FORWARD of the next virtual stage when that stage is on the same rank (it takes the
- * pair's output in place of a transfer: sched_local_input). */
+ * pair's output in place of a transfer: sched_local_input). OFFLOAD and RELOAD count for first
+ * and last, not for alast (they move the parts; they use neither). */
 void sched_pair_ranges(const sched_program *pr, int r, int *first, int *last, int *alast);
 /* The pair (index as above) whose output instruction `in` of rank r takes without a transfer: a
  * FORWARD whose previous virtual stage is on rank r; -1 otherwise. (Inline: every pass over a

@@ -30,7 +30,16 @@ typedef struct {
    * again for each run of its backward ops; prefetch: a run's gather is issued that many runs
    * early (0: right before it), so at most prefetch + 1 chunks are gathered at once. */
   int zero3, keep_gathered, prefetch;
+  /* activation offload (schedule/offload.c), one of sched_offload_mode; offload_limit: "auto"'s
+   * memory limit per rank in stages' activations (M_B, as peak_memory counts) */
+  int offload;
+  double offload_limit;
 } sched_shape;
+
+/* Which activations go to host memory: none; every pair whose time between its forward and its
+ * backward hides both copies; or the fewest (longest gaps first) that bring every rank's peak
+ * under offload_limit. */
+typedef enum { SCHED_OFFLOAD_NONE = 0, SCHED_OFFLOAD_FULL, SCHED_OFFLOAD_AUTO } sched_offload_mode;
 
 /* Cost model: times of one op of one chunk (one virtual stage) on one micro-batch. A full
  * BACKWARD costs b + w. stage_f/b/w, when not NULL, give per-virtual-stage times instead. */
@@ -59,7 +68,19 @@ typedef struct {
   /* per virtual stage, when not NULL: the bytes one of its gathers brings in (its replicas'
    * shards), summed per rank as gather_bytes */
   const double *stage_gather_bytes;
+  /* the all-reduce of the gradient norm (and overflow flag) before an update: under a barrier
+   * it delays every rank's OPTIMIZER_STEP; under post-validation it overlaps the next step */
+  double norm;
+  /* activation offload: time to copy one (chunk, micro-batch) pair's activations one way, or,
+   * when 0, its bytes (stage_act_bytes / act_bytes) over offload_gbps GB/s */
+  double offload, offload_gbps;
 } sched_costs;
+
+/* How consecutive steps meet at the optimizer (sched_simulate_steps). BARRIER: every rank's
+ * OPTIMIZER_STEP waits for the last rank to reach its own, plus the norm's all-reduce (what a
+ * synchronous clip or overflow check does). POST_VALIDATION: each rank steps as soon as its own
+ * ops of the step are done; the norm's reduction overlaps the next step. */
+typedef enum { SCHED_STEP_BARRIER, SCHED_STEP_POST_VALIDATION } sched_step_sync;
 
 /* A family's memory cap per rank in stages' activations (M_B), what sim's peak_memory stays
  * within: gpipe m, 1f1b and zb-h1 p, zb-h2 2p - 1, zb-v and v-zb p, v-half floor((p+2)/2),
@@ -75,9 +96,10 @@ sched_costs sched_costs_unit(void);
  * From the shape alone, in O(1): the instructions of the lowered program (compute ops,
  * transfers, loads, the step's tail, ZeRO-3's gathers; exact but for dualpipev's split backwards
  * and ZeRO-3's reshard runs, which are bounded) and the most bytes held at once while it is
- * compiled (the compiler's tables, lowering's, the program) and simulated (with `events`, also
- * one timeline event per instruction). A shape is refused from these before anything is built,
- * so a run never finds out by running out of memory. */
+ * compiled (the compiler's tables, lowering's, the offload placement's, the program) and
+ * simulated for `steps` steps (with `events`, also one timeline event per instruction and step).
+ * A shape is refused from these before anything is built, so a run never finds out by running
+ * out of memory. */
 typedef struct {
   double pairs;        /* (virtual stage, micro-batch) pairs, p v m */
   double compute;      /* compute instructions */
@@ -85,7 +107,7 @@ typedef struct {
   double bytes;        /* peak bytes compiling and simulating it */
 } sched_size;
 
-void sched_size_estimate(const sched_shape *sh, int events, sched_size *out);
+void sched_size_estimate(const sched_shape *sh, int steps, int events, sched_size *out);
 
 /* What a command may build: at most max_instructions instructions (0: no limit; raised with the
  * flag or key instr_name) and max_bytes bytes (0: no limit; mem_what says where it comes from,
@@ -126,20 +148,46 @@ typedef struct {
   double peak_gather_bytes; /* the same in bytes (stage_param_bytes), 0 when not given */
   double gather_time;       /* time its gathers occupy the rank's communication lane */
   double gather_bytes;      /* bytes its gathers bring in (stage_gather_bytes), 0 when not given */
+  /* activation offload: pairs this rank offloads, the pairs it keeps (a backward, but no
+   * offload), and the time its copies occupy the two copy streams together. With offloads,
+   * peak_memory and peak_bytes follow time: a pair is freed when its OFFLOAD ends and held
+   * again from its RELOAD's start (and, as without, from its first instruction's start to its
+   * last's end) */
+  int offloaded, kept;
+  double copy_time;
 } sched_rank_stats;
 
 typedef struct {
   int p;
-  double makespan;      /* all ops, tail included */
+  int steps;            /* consecutive steps simulated */
+  double makespan;      /* all ops of all steps, tail included */
+  /* the time from one step's end (its last OPTIMIZER_STEP) to the next's, averaged over steps
+   * 2..N; with one step, the makespan */
+  double steady_step_time;
   double bubble_rate;   /* 1 - mean(busy) / max(span) */
   double idle_fraction; /* 1 - sum(busy) / (p * makespan) */
   sched_rank_stats *ranks;
 } sched_sim_result;
 
-/* Replays a full program; tl (may be NULL) receives one event per instruction. */
+/* Replays a full program; tl (may be NULL) receives one event per instruction. One step, its
+ * OPTIMIZER_STEPs under a barrier. */
 int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_result *res,
                    sched_timeline *tl);
+/* The same for `steps` consecutive steps of the program: a rank's next step begins after its
+ * own OPTIMIZER_STEP; the steps meet at the optimizer as `sync` says. Busy, span and bubble
+ * figures cover all steps. */
+int sched_simulate_steps(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
+                         sched_sim_result *res, sched_timeline *tl);
 void sched_sim_result_free(sched_sim_result *res);
+
+/* Time to copy one of virtual stage s's activation slots one way (sched_costs.offload, or its
+ * bytes over offload_gbps); -1 when the costs give neither. */
+double sched_offload_cost(const sched_costs *c, int s);
+/* Places OFFLOAD / RELOAD in a full program (schedule/offload.c) as mode says, under the costs:
+ * each OFFLOAD right after its pair's forward work, each RELOAD where, by the simulated times of
+ * the program, it ends before the pair's backward work needs it. AUTO refuses (CORE_EINPUT,
+ * naming the rank and its peak) a limit no placement meets. Verified after. */
+int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_mode mode, double limit);
 
 /* PyTorch pipelining's schedule CSV: one row per rank, one compute action per cell ("0F3"). */
 int sched_csv_write(const sched_program *pr, FILE *f);

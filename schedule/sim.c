@@ -3,7 +3,10 @@
  * Each rank runs its stream in order. A compute op occupies its rank for its cost. A send does
  * not block and its data arrives `comm` later; a receive waits until its data has arrived (so a
  * cross-rank dependency adds the latency without occupying either device, as in the zero-bubble
- * paper). REDUCE_TIED_GRADS meets its peer; REDUCE_GRADS and OPTIMIZER_STEP take their cost. */
+ * paper). REDUCE_TIED_GRADS meets its peer; REDUCE_GRADS and OPTIMIZER_STEP take their cost.
+ * Several steps run back to back: a rank starts its stream again after its OPTIMIZER_STEP, which
+ * either waits for every rank to reach theirs and for the norm's all-reduce (barrier) or not
+ * (post-validation). Messages and tied reductions are told apart by step. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,9 +29,26 @@ typedef struct {
   int *ngath, *pgath;
   int *pc;
   int *queue, *queued, qh, qt;
+  /* consecutive steps: each rank's step number; the barrier's arrivals (per step: how many
+   * ranks, the latest time); each step's end (its last OPTIMIZER_STEP) */
+  int steps, *iter, *arrived, *counted;
+  sched_step_sync sync;
+  double *barrier_at, *step_end;
+  /* activation offload: per rank, when each copy stream (device to host, host to device) is
+   * free and the time both copied; per (rank, pair), when its OFFLOAD ends and its RELOAD
+   * ends (its backward work waits for that); the memory changes, in time, for the peak */
+  int offload;
+  double *d2h, *h2d, *ctime, *off_end, *rl_ready;
+  struct memev { double t, mem, bytes; int r; } *mev;
+  size_t nmev, cmev;
+  /* per-instruction start and end of the first step (sched_sim_times), when not NULL */
+  double **ts, **te;
+  double last_t0, last_t1;
+  int *first, *last, *alast; /* [p][v*m] sched_pair_ranges, offloaded programs only */
 } simstate;
 
 static void emit(simstate *sm, int r, const sched_instr *in, double t0, double t1) {
+  sm->last_t0 = t0, sm->last_t1 = t1;
   if (sched_op_is_compute((sched_op)in->op)) {
     sm->busy[r] += t1 - t0;
     if (t0 < sm->lo[r]) sm->lo[r] = t0;
@@ -49,11 +69,12 @@ static void wake(simstate *sm, int r) {
 /* Arrival slot of the message a transfer instruction sends or receives. */
 static double *msg_slot(simstate *sm, int r, const sched_instr *in) {
   int s = sched_stage_at(sm->pr, r, in);
+  size_t base = (size_t)sm->iter[r] * (size_t)sm->S * (size_t)sm->m; /* this step's messages */
   switch (in->op) {
-  case SCHED_SEND_ACT: return &sm->act_ready[(size_t)(s + 1) * sm->m + in->mb];
-  case SCHED_RECV_ACT: return &sm->act_ready[(size_t)s * sm->m + in->mb];
-  case SCHED_SEND_GRAD: return &sm->grad_ready[(size_t)(s - 1) * sm->m + in->mb];
-  default: return &sm->grad_ready[(size_t)s * sm->m + in->mb];
+  case SCHED_SEND_ACT: return &sm->act_ready[base + (size_t)(s + 1) * sm->m + in->mb];
+  case SCHED_RECV_ACT: return &sm->act_ready[base + (size_t)s * sm->m + in->mb];
+  case SCHED_SEND_GRAD: return &sm->grad_ready[base + (size_t)(s - 1) * sm->m + in->mb];
+  default: return &sm->grad_ready[base + (size_t)s * sm->m + in->mb];
   }
 }
 
@@ -61,11 +82,54 @@ static double param_bytes(const simstate *sm, int s) {
   return sm->c->stage_param_bytes ? sm->c->stage_param_bytes[s] : 0;
 }
 
+static void mem_event(simstate *sm, int r, double t, double mem, double bytes) {
+  if (sm->nmev == sm->cmev) sm->mev = core_realloc(sm->mev, sizeof *sm->mev * (sm->cmev = sm->cmev ? 2 * sm->cmev : 1024));
+  sm->mev[sm->nmev++] = (struct memev){t, mem, bytes, r};
+}
+
+/* A pair's full weight: stages' activations (1/v) and bytes. */
+static void pair_full(const simstate *sm, int s, double *mem, double *bytes) {
+  *mem = 1.0 / sm->pr->v;
+  *bytes = sm->c->stage_act_bytes ? sm->c->stage_act_bytes[s] : sm->c->act_bytes;
+}
+
+/* The part of a pair an OFFLOAD or RELOAD at rank r's current instruction moves: all of it
+ * before the pair's last instruction that is not its W, the part its W keeps after. */
+static double moved_part(const simstate *sm, int r, int s, size_t pk) {
+  if (sm->pc[r] < sm->alast[pk]) return 1;
+  return sm->c->stage_w_stash ? sm->c->stage_w_stash[s] : sched_w_stash(sm->c);
+}
+
 /* Runs one instruction if it can run now; returns 0 when the rank must wait. */
 static int step(simstate *sm, int r, const sched_instr *in) {
   double t = sm->t[r];
   int s = sched_stage_at(sm->pr, r, in);
+  sm->last_t0 = sm->last_t1 = t;
+  size_t pk = sm->offload && in->chunk >= 0 && in->mb >= 0 && in->chunk < sm->pr->v && in->mb < sm->pr->m
+                  ? ((size_t)r * sm->pr->v + in->chunk) * sm->pr->m + in->mb
+                  : (size_t)-1; /* the pair an offloaded program's instruction names */
+  if (pk != (size_t)-1 && in->op != SCHED_OFFLOAD && in->op != SCHED_RELOAD && sm->rl_ready[pk] > t)
+    t = sm->rl_ready[pk]; /* its activations are coming back: wait for them */
   switch (in->op) {
+  case SCHED_OFFLOAD: { /* on the device-to-host stream, from its issue; the pair freed at its end */
+    double f = moved_part(sm, r, s, pk), c = sched_offload_cost(sm->c, s) * f, st = t > sm->d2h[r] ? t : sm->d2h[r], mem, bytes;
+    sm->d2h[r] = sm->off_end[pk] = st + c, sm->ctime[r] += c;
+    pair_full(sm, s, &mem, &bytes);
+    mem_event(sm, r, st + c, -mem * f, -bytes * f);
+    emit(sm, r, in, st, st + c);
+    sm->last_t0 = sm->last_t1 = t;
+    return 1;
+  }
+  case SCHED_RELOAD: { /* host to device, after its offload; the pair held again from its start */
+    double f = moved_part(sm, r, s, pk), c = sched_offload_cost(sm->c, s) * f, st = t > sm->h2d[r] ? t : sm->h2d[r], mem, bytes;
+    if (sm->off_end[pk] > st) st = sm->off_end[pk];
+    sm->h2d[r] = sm->rl_ready[pk] = st + c, sm->ctime[r] += c;
+    pair_full(sm, s, &mem, &bytes);
+    mem_event(sm, r, st, mem * f, bytes * f);
+    emit(sm, r, in, st, st + c);
+    sm->last_t0 = sm->last_t1 = t;
+    return 1;
+  }
   case SCHED_SEND_ACT:
   case SCHED_SEND_GRAD:
     *msg_slot(sm, r, in) = t + sm->c->comm;
@@ -86,18 +150,36 @@ static int step(simstate *sm, int r, const sched_instr *in) {
       emit(sm, r, in, t, sm->t[r]);
       return 1;
     }
-    if (sm->tied_at[r] < 0) sm->tied_at[r] = t, wake(sm, in->peer);
-    double other = sm->tied_at[in->peer];
+    size_t k = (size_t)sm->iter[r] * (size_t)sm->pr->p; /* this step's meeting */
+    if (sm->tied_at[k + r] < 0) sm->tied_at[k + r] = t, wake(sm, in->peer);
+    double other = sm->tied_at[k + in->peer];
     if (other < 0) return 0; /* wait for the peer to arrive */
     sm->t[r] = (t > other ? t : other) + sm->c->tied;
     emit(sm, r, in, t, sm->t[r]);
     return 1;
   }
   case SCHED_REDUCE_GRADS:
-  case SCHED_OPTIMIZER_STEP:
-    sm->t[r] = t + (in->op == SCHED_REDUCE_GRADS ? sm->c->reduce : sm->c->step);
+    sm->t[r] = t + sm->c->reduce;
     emit(sm, r, in, t, sm->t[r]);
     return 1;
+  case SCHED_OPTIMIZER_STEP: {
+    int k = sm->iter[r];
+    double start = t;
+    if (sm->sync == SCHED_STEP_BARRIER) { /* every rank's arrival, then the norm's all-reduce */
+      if (sm->counted[r] != k + 1) {
+        sm->counted[r] = k + 1;
+        if (t > sm->barrier_at[k]) sm->barrier_at[k] = t;
+        if (++sm->arrived[k] == sm->pr->p)
+          for (int q = 0; q < sm->pr->p; q++) wake(sm, q);
+      }
+      if (sm->arrived[k] < sm->pr->p) return 0;
+      start = sm->barrier_at[k] + sm->c->norm;
+    }
+    sm->t[r] = start + sm->c->step;
+    if (sm->t[r] > sm->step_end[k]) sm->step_end[k] = sm->t[r];
+    emit(sm, r, in, start, sm->t[r]);
+    return 1;
+  }
   case SCHED_LOAD_MICROBATCH: return 1;
   case SCHED_GATHER_PARAMS: { /* on the lane beside compute, from when it is issued */
     double g = sm->c->stage_gather ? sm->c->stage_gather[s] : sm->c->gather, st = t > sm->lane[r] ? t : sm->lane[r];
@@ -122,6 +204,35 @@ static int step(simstate *sm, int r, const sched_instr *in) {
   }
 }
 
+/* After instruction i of rank r ran (from last_t0 to last_t1): the first step's times, and in an
+ * offloaded program the memory its pairs take and give back, as rank_memory counts them. */
+static void after_step(simstate *sm, int r, int i, const sched_instr *in) {
+  const sched_program *pr = sm->pr;
+  if (sm->ts && sm->iter[r] == 0) sm->ts[r][i] = sm->last_t0, sm->te[r][i] = sm->last_t1;
+  if (!sm->offload || in->chunk < 0 || in->mb < 0 || in->chunk >= pr->v || in->mb >= pr->m) return;
+  const int *first = sm->first + (size_t)r * pr->v * pr->m, *last = sm->last + (size_t)r * pr->v * pr->m,
+            *alast = sm->alast + (size_t)r * pr->v * pr->m;
+  int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+  double mem, bytes;
+  if (first[k] == i) {
+    pair_full(sm, sched_stage_at(pr, r, in), &mem, &bytes);
+    mem_event(sm, r, sm->last_t0, mem, bytes);
+  }
+  for (int q = 0; q < 2; q++) {
+    int x = q ? kp : k;
+    if (x < 0 || (q && x == k)) continue;
+    int s = pr->stage_of[r * pr->v + x / pr->m];
+    double ws = sm->c->stage_w_stash ? sm->c->stage_w_stash[s] : sched_w_stash(sm->c);
+    pair_full(sm, s, &mem, &bytes);
+    if (last[x] == i) {
+      double f = alast[x] == i ? 1 : ws;
+      mem_event(sm, r, sm->last_t1, -mem * f, -bytes * f);
+    } else if (alast[x] == i) {
+      mem_event(sm, r, sm->last_t1, -mem * (1 - ws), -bytes * (1 - ws));
+    }
+  }
+}
+
 static int run(simstate *sm) {
   const sched_program *pr = sm->pr;
   unsigned tick = 0;
@@ -130,17 +241,23 @@ static int run(simstate *sm) {
   while (sm->qh != sm->qt) {
     int r = sm->queue[sm->qh++ % pr->p];
     sm->queued[r] = 0;
-    while (sm->pc[r] < pr->streams[r].len) {
+    for (;;) {
+      if (sm->pc[r] == pr->streams[r].len) { /* the step's stream done: the next step's, from its start */
+        if (sm->iter[r] + 1 >= sm->steps) break;
+        sm->iter[r]++, sm->pc[r] = 0;
+        continue;
+      }
       const sched_instr *in = &pr->streams[r].ins[sm->pc[r]];
       if (!step(sm, r, in)) break;
+      after_step(sm, r, sm->pc[r], in);
       sm->pc[r]++;
       core_progress_tick(&tick, ++done);
     }
   }
   for (int r = 0; r < pr->p; r++)
-    if (sm->pc[r] < pr->streams[r].len)
-      return core_error_set(CORE_EINPUT, "simulation stuck: rank %d waits at instruction %d (run "
-                                         "the verifier for details)", r, sm->pc[r]);
+    if (sm->pc[r] < pr->streams[r].len || sm->iter[r] + 1 < sm->steps)
+      return core_error_set(CORE_EINPUT, "simulation stuck: rank %d waits at instruction %d of step %d (run "
+                                         "the verifier for details)", r, sm->pc[r], sm->iter[r] + 1);
   return CORE_OK;
 }
 
@@ -221,6 +338,43 @@ static void rank_memory(const sched_program *pr, const sched_costs *c, int r, sc
   free(first), free(last), free(alast);
 }
 
+static int by_time(const void *a, const void *b) {
+  const struct memev *x = a, *y = b;
+  if (x->r != y->r) return x->r < y->r ? -1 : 1;
+  if (x->t != y->t) return x->t < y->t ? -1 : 1;
+  return (x->mem > y->mem) - (x->mem < y->mem); /* at one time, what is freed goes first */
+}
+
+/* An offloaded program's memory in time: each rank's peak of the events after_step and the
+ * copies recorded; and its offloaded and kept pairs. */
+static void offload_stats(simstate *sm, sched_sim_result *res) {
+  const sched_program *pr = sm->pr;
+  qsort(sm->mev, sm->nmev, sizeof *sm->mev, by_time);
+  for (int r = 0; r < pr->p; r++) res->ranks[r].peak_memory = res->ranks[r].peak_bytes = 0;
+  double mem = 0, bytes = 0;
+  for (size_t i = 0; i < sm->nmev; i++) {
+    const struct memev *e = &sm->mev[i];
+    if (i == 0 || e->r != sm->mev[i - 1].r) mem = bytes = 0;
+    mem += e->mem, bytes += e->bytes;
+    sched_rank_stats *rs = &res->ranks[e->r];
+    if (mem > rs->peak_memory + 1e-12) rs->peak_memory = mem;
+    if (bytes > rs->peak_bytes) rs->peak_bytes = bytes;
+  }
+  for (int r = 0; r < pr->p; r++) {
+    sched_rank_stats *rs = &res->ranks[r];
+    int with_bwd = 0, km = pr->v * pr->m;
+    unsigned char *off = core_calloc((size_t)km, 1); /* pairs with an OFFLOAD (one window or two) */
+    for (int i = 0; i < pr->streams[r].len; i++) {
+      const sched_instr *in = &pr->streams[r].ins[i];
+      if (in->op == SCHED_OFFLOAD && !off[in->chunk * pr->m + in->mb]) off[in->chunk * pr->m + in->mb] = 1, rs->offloaded++;
+      with_bwd += in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT;
+    }
+    free(off);
+    rs->kept = with_bwd - rs->offloaded;
+    rs->copy_time = sm->ctime[r];
+  }
+}
+
 static void compute_stats(simstate *sm, sched_sim_result *res) {
   const sched_program *pr = sm->pr;
   double sumbusy = 0, maxspan = 0;
@@ -240,6 +394,9 @@ static void compute_stats(simstate *sm, sched_sim_result *res) {
     if (rs->span > maxspan) maxspan = rs->span;
     if (sm->t[r] > res->makespan) res->makespan = sm->t[r];
   }
+  if (sm->offload) offload_stats(sm, res);
+  res->steps = sm->steps;
+  res->steady_step_time = sm->steps > 1 ? (sm->step_end[sm->steps - 1] - sm->step_end[0]) / (sm->steps - 1) : res->makespan;
   res->bubble_rate = maxspan > 0 ? 1.0 - (sumbusy / pr->p) / maxspan : 0;
   res->idle_fraction = res->makespan > 0 ? 1.0 - sumbusy / (pr->p * res->makespan) : 0;
 }
@@ -263,9 +420,39 @@ static int check_finite(const sched_sim_result *res) {
 
 int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_result *res,
                    sched_timeline *tl) {
+  return sched_simulate_steps(pr, c, 1, SCHED_STEP_BARRIER, res, tl);
+}
+
+static int simulate(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
+                    sched_sim_result *res, sched_timeline *tl, double **ts, double **te) {
   memset(res, 0, sizeof *res);
-  simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m};
-  size_t n = (size_t)sm.S * (size_t)sm.m, p = (size_t)pr->p;
+  if (steps < 1) return core_error_set(CORE_EINPUT, "steps to simulate must be at least 1 (got %d)", steps);
+  simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m, .steps = steps, .sync = sync,
+                 .ts = ts, .te = te};
+  for (int r = 0; r < pr->p && !sm.offload; r++)
+    for (int i = 0; i < pr->streams[r].len && !sm.offload; i++) sm.offload = pr->streams[r].ins[i].op == SCHED_OFFLOAD;
+  if (sm.offload) {
+    size_t pairs = (size_t)pr->p * pr->v * pr->m;
+    for (int s = 0; s < sm.S; s++)
+      if (!(sched_offload_cost(c, s) >= 0))
+        return core_error_set(CORE_EINPUT, "the program offloads activations, but the costs give no copy time: set "
+                              "the time of one slot's copy (--cost-offload), or its bytes (--act-bytes) and a "
+                              "bandwidth (--offload-gbps)");
+    sm.d2h = core_calloc((size_t)pr->p, sizeof(double)), sm.h2d = core_calloc((size_t)pr->p, sizeof(double));
+    sm.ctime = core_calloc((size_t)pr->p, sizeof(double));
+    sm.off_end = core_calloc(pairs, sizeof(double)), sm.rl_ready = core_calloc(pairs, sizeof(double));
+    sm.first = core_malloc(sizeof(int) * pairs), sm.last = core_malloc(sizeof(int) * pairs);
+    sm.alast = core_malloc(sizeof(int) * pairs);
+    for (int r = 0; r < pr->p; r++) {
+      size_t o = (size_t)r * pr->v * pr->m;
+      sched_pair_ranges(pr, r, sm.first + o, sm.last + o, sm.alast + o);
+    }
+  }
+  size_t n = (size_t)steps * (size_t)sm.S * (size_t)sm.m, p = (size_t)pr->p;
+  sm.iter = core_calloc(p, sizeof(int)), sm.counted = core_calloc(p, sizeof(int));
+  sm.arrived = core_calloc((size_t)steps, sizeof(int));
+  sm.barrier_at = core_malloc(sizeof(double) * (size_t)steps), sm.step_end = core_malloc(sizeof(double) * (size_t)steps);
+  for (int k = 0; k < steps; k++) sm.barrier_at[k] = sm.step_end[k] = -INFINITY;
   sm.act_ready = core_malloc(sizeof(double) * n);
   sm.grad_ready = core_malloc(sizeof(double) * n);
   for (size_t i = 0; i < n; i++) sm.act_ready[i] = sm.grad_ready[i] = -1;
@@ -273,8 +460,9 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   sm.busy = core_calloc(p, sizeof(double));
   sm.lo = core_malloc(sizeof(double) * p);
   sm.hi = core_malloc(sizeof(double) * p);
-  sm.tied_at = core_malloc(sizeof(double) * p);
-  for (size_t r = 0; r < p; r++) sm.tied_at[r] = -1, sm.lo[r] = INFINITY, sm.hi[r] = -INFINITY;
+  sm.tied_at = core_malloc(sizeof(double) * p * (size_t)steps);
+  for (size_t r = 0; r < p * (size_t)steps; r++) sm.tied_at[r] = -1;
+  for (size_t r = 0; r < p; r++) sm.lo[r] = INFINITY, sm.hi[r] = -INFINITY;
   sm.pc = core_calloc(p, sizeof(int));
   sm.queue = core_malloc(sizeof(int) * p);
   sm.queued = core_calloc(p, sizeof(int));
@@ -299,7 +487,29 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   free(sm.act_ready), free(sm.grad_ready), free(sm.t), free(sm.tied_at), free(sm.pc);
   free(sm.busy), free(sm.lo), free(sm.hi), free(sm.queue), free(sm.queued);
   free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gmoved), free(sm.gready), free(sm.ngath), free(sm.pgath);
+  free(sm.iter), free(sm.counted), free(sm.arrived), free(sm.barrier_at), free(sm.step_end);
+  free(sm.d2h), free(sm.h2d), free(sm.ctime), free(sm.off_end), free(sm.rl_ready), free(sm.mev);
+  free(sm.first), free(sm.last), free(sm.alast);
   return rc;
+}
+
+int sched_simulate_steps(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
+                         sched_sim_result *res, sched_timeline *tl) {
+  return simulate(pr, c, steps, sync, res, tl, NULL, NULL);
+}
+
+int sched_sim_times(const sched_program *pr, const sched_costs *c, double **ts, double **te) {
+  sched_sim_result res;
+  int rc = simulate(pr, c, 1, SCHED_STEP_BARRIER, &res, NULL, ts, te);
+  if (!rc) sched_sim_result_free(&res);
+  return rc;
+}
+
+double sched_offload_cost(const sched_costs *c, int s) {
+  if (c->offload > 0) return c->offload;
+  double bytes = c->stage_act_bytes ? c->stage_act_bytes[s] : c->act_bytes;
+  if (c->offload_gbps > 0 && bytes > 0) return bytes / (c->offload_gbps * 1e9);
+  return -1;
 }
 
 void sched_sim_result_free(sched_sim_result *res) {

@@ -9,6 +9,8 @@
  * and OPTIMIZER_STEP per rank, REDUCE_TIED_GRADS on the one or two ranks of the tied stages.
  * ZeRO-3: a GATHER_PARAMS and a RELEASE_PARAMS per run of a chunk's compute ops: one run per
  * chunk when kept gathered or when a rank has one chunk, at most one per compute op otherwise.
+ * Offload: at most an OFFLOAD and a RELOAD per pair, and per split pair another two for its W's
+ * part (offload.c); a bound, as the placement keeps only the copies that hide.
  *
  * Bytes, from the structures as they are (sizes of this build; a sched_instr is 24 bytes): the
  * peak is the largest of
@@ -18,9 +20,13 @@
  *   - lowering (lower.c): the compute program, the dataflow's times (24 bytes per pair, 16 per
  *     compute op), the builder's per-op tables (60 bytes), its transfer table (2 per pair of 56
  *     bytes) and pending lists, and the full program;
+ *   - placing offloads (offload.c): the program, its simulated start and end times, the
+ *     simulation's own tables, the candidates of one rank (two windows of a pair, about 100
+ *     bytes each), its stream rebuilt;
  *   - verifying: the program and a few bytes per pair;
- *   - simulating (sim.c): the program, two arrival times per pair, and with events one
- *     sched_event (40 bytes) per instruction.
+ *   - simulating (sim.c) `steps` steps: the program, two arrival times per pair and step (with
+ *     offloads, five more figures per pair and memory events), and with events one sched_event
+ *     (40 bytes) per instruction and step.
  * tests/schedule/test_size.c checks the counts against compiled programs and the bytes against
  * what compiling and simulating allocate. */
 #include <math.h>
@@ -35,7 +41,7 @@ enum { B_INSTR = sizeof(sched_instr), B_EVENT = sizeof(sched_event), B_RANK = 51
 
 static double maxd(double a, double b) { return a > b ? a : b; }
 
-void sched_size_estimate(const sched_shape *sh, int events, sched_size *out) {
+void sched_size_estimate(const sched_shape *sh, int steps, int events, sched_size *out) {
   memset(out, 0, sizeof *out);
   double p = sh->p > 0 ? sh->p : 1, v = sh->v > 0 ? sh->v : 1, m = sh->m > 0 ? sh->m : 1, S = p * v;
   int fwd_only = sh->family == SCHED_INFERENCE, isv = sched_family_is_v(sh->family);
@@ -48,9 +54,10 @@ void sched_size_estimate(const sched_shape *sh, int events, sched_size *out) {
   double X = hops * m * (fwd_only ? 1 : 2); /* transfers, each a SEND and a RECV */
   double loads = S == 1 ? m : 2 * m;
   double tail = fwd_only ? 0 : 2 * p + (sh->tied ? (isv || p == 1 ? 1 : 2) : 0); /* one rank holds both ends */
-  double gathers = 0;
+  double gathers = 0, copies = 0;
   if (sh->zero3) gathers = sh->keep_gathered || v == 1 ? 2 * S : 2 * C;
-  double I = C + 2 * X + loads + tail + gathers;
+  if (sh->offload && !fwd_only) copies = (C > 2 * P ? 4 : 2) * P;
+  double I = C + 2 * X + loads + tail + gathers + copies;
   out->pairs = P, out->compute = C, out->instructions = I;
 
   double zb = 0;
@@ -63,12 +70,18 @@ void sched_size_estimate(const sched_shape *sh, int events, sched_size *out) {
   } else if (sh->family == SCHED_DUALPIPE_V) {
     zb = B_INSTR * C + 8 * m;
   }
-  double lower = B_INSTR * C + 24 * P + 16 * C + 60 * C + 2 * 56 * (P + 1) + 16 * X + B_INSTR * (I - gathers) +
-                 B_RANK * p;
+  double lower = B_INSTR * C + 24 * P + 16 * C + 60 * C + 2 * 56 * (P + 1) + 16 * X +
+                 B_INSTR * (I - gathers - copies) + B_RANK * p;
   double gather = sh->zero3 ? B_INSTR * I * (1 + 1 / p) + 20 * C / p : 0; /* one rank's stream rebuilt at a time */
+  double k = steps > 1 ? steps : 1;
+  /* with offloads the simulator also keeps per pair its copies' times and ranges, and a memory
+   * event (32 bytes) for each change of a pair's memory, up to twice as many as it holds */
+  double sim1 = B_INSTR * I + 16 * P + 12 * v * m + (copies > 0 ? 28 * P + 64 * (3 * P + copies) : 0);
+  double offload = copies > 0 ? sim1 + 16 * I + 2 * 112 * v * m + 12 * v * m + B_INSTR * I / p : 0;
   double verify = B_INSTR * I + 13 * P;
-  double sim = B_INSTR * I + 16 * P + 12 * v * m + (events ? (double)B_EVENT * I : 0);
-  out->bytes = maxd(maxd(zb, lower), maxd(maxd(gather, verify), sim));
+  double sim = B_INSTR * I + 16 * P * k + 12 * v * m + (copies > 0 ? 28 * P + 64 * (3 * P + copies) * k : 0) +
+               (events ? (double)B_EVENT * I * k : 0);
+  out->bytes = maxd(maxd(maxd(zb, lower), offload), maxd(maxd(gather, verify), sim));
 }
 
 /* "--stages 4096" or "pipeline.stages = 4096" */

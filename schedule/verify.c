@@ -68,6 +68,14 @@ static int check_fields(const sched_program *pr) {
           return fail_at(pr, r, i, msg);
         }
       }
+      if (in->op == SCHED_OFFLOAD || in->op == SCHED_RELOAD) {
+        if (in->chunk < 0 || in->chunk >= pr->v || in->mb < 0 || in->mb >= pr->m || in->peer != -1) {
+          snprintf(msg, sizeof msg, "an offload or reload names chunk %d micro-batch %d (v=%d, m=%d) and no peer",
+                   in->chunk, in->mb, pr->v, pr->m);
+          return fail_at(pr, r, i, msg);
+        }
+        continue;
+      }
       if (!needs_chunk((sched_op)in->op)) continue;
       if (in->chunk < 0 || in->chunk >= pr->v || in->mb < 0 || in->mb >= pr->m) {
         snprintf(msg, sizeof msg, "chunk or micro-batch out of range (v=%d, m=%d)", pr->v, pr->m);
@@ -434,10 +442,55 @@ static int check_gathers(const sched_program *pr) {
   return rc;
 }
 
+/* Activation offload: a pair is offloaded only after its forward ran and while its activations
+ * are on the device; no instruction uses it (nor a local FORWARD takes its output) between its
+ * OFFLOAD and its RELOAD; a RELOAD follows its OFFLOAD; nothing is left on the host at the end.
+ * (Each copy stream runs its copies one at a time in issue order: the runtime has one stream
+ * per direction, the simulator one lane per direction.) */
+static int check_offloads(const sched_program *pr) {
+  int km = pr->v * pr->m, rc = CORE_OK;
+  unsigned char *state = core_malloc((size_t)km); /* 0 not yet used, 1 on the device, 2 on the host */
+  char msg[200];
+  for (int r = 0; r < pr->p && !rc; r++) {
+    const sched_stream *st = &pr->streams[r];
+    memset(state, 0, (size_t)km);
+    for (int i = 0; i < st->len && !rc; i++) {
+      const sched_instr *in = &st->ins[i];
+      if (in->chunk < 0 || in->mb < 0 || in->chunk >= pr->v || in->mb >= pr->m) continue;
+      int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+      if (in->op == SCHED_OFFLOAD) {
+        if (state[k] != 1) rc = fail_at(pr, r, i, state[k] ? "offloads activations that are on the host already"
+                                                            : "offloads a pair before its forward made its activations");
+        state[k] = 2;
+      } else if (in->op == SCHED_RELOAD) {
+        if (state[k] != 2) rc = fail_at(pr, r, i, "reloads a pair whose activations are not on the host (no OFFLOAD before it)");
+        state[k] = 1;
+      } else {
+        if (state[k] == 2 || (kp >= 0 && state[kp] == 2)) {
+          snprintf(msg, sizeof msg, "%s uses activations that are on the host (a RELOAD of chunk %d micro-batch %d must "
+                   "come first)", sched_op_name((sched_op)in->op), state[k] == 2 ? in->chunk : kp / pr->m,
+                   state[k] == 2 ? in->mb : kp % pr->m);
+          rc = fail_at(pr, r, i, msg);
+        }
+        state[k] = 1;
+      }
+    }
+    for (int k = 0; k < km && !rc; k++)
+      if (state[k] == 2) {
+        snprintf(msg, sizeof msg, "chunk %d micro-batch %d is still on the host at the end of the step (no RELOAD)",
+                 k / pr->m, k % pr->m);
+        rc = fail_at(pr, r, st->len - 1, msg);
+      }
+  }
+  free(state);
+  return rc;
+}
+
 int sched_verify(const sched_program *pr) {
   int rc = check_fields(pr);
   if (!rc) rc = sched_check_compute(pr);
   if (!rc) rc = check_gathers(pr);
+  if (!rc) rc = check_offloads(pr);
   if (!rc) rc = check_pairs(pr);
   if (rc) return rc;
   replay rp = {.pr = pr, .S = pr->p * pr->v, .m = pr->m};

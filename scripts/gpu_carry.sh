@@ -1,7 +1,7 @@
 #!/bin/bash
-# Prepares .gpu/ (git-ignored, local to this checkout) for a lent GPU machine, which has no
+# Prepares .gpu/ (git-ignored, local to this checkout) for a machine with a GPU that has no
 # network and may lack brigade's system libraries. Run it HERE (Debian 12, x86-64, network),
-# then carry .gpu in the device call that runs scripts/gpu_session.sh (see README.md).
+# then copy the tree with .gpu to the GPU machine and run scripts/gpu_session.sh there (see docs/backends.md).
 #   .gpu/debs/*.deb   Debian 12 packages: Open MPI (mpirun, mpicc, libmpi + the libraries its
 #                     components load), libconfig, Criterion, OpenBLAS, pkgconf, and the shared
 #                     libraries they need that are not glibc / libgcc / libstdc++ / zlib /

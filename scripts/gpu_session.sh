@@ -1,6 +1,6 @@
 #!/bin/sh
-# POSIX sh. The whole GPU session in one device call, run THERE in the repo root:
-#     sh scripts/gpu_session.sh          (device call with carry [".gpu"], see README.md)
+# POSIX sh. The whole GPU session in one run, on the machine with the GPU, in the repo root:
+#     sh scripts/gpu_session.sh          (with .gpu/ from scripts/gpu_carry.sh; see docs/backends.md)
 # 1. prints what the machine has (GPU, nvcc, compilers, mpirun, libconfig/Criterion/OpenBLAS);
 # 2. when brigade's libraries or mpirun are missing, unpacks the .debs that scripts/gpu_carry.sh
 #    put in .gpu/debs with dpkg -x into a private prefix (never into /), and points PATH,

@@ -56,7 +56,7 @@ void viz_write_ascii(const sched_timeline *tl, FILE *f, int width) {
   if (maxcols < MIN_COLS) maxcols = MIN_COLS;
   if (width < maxcols + 8 + rw) width = maxcols + 8 + rw;
 
-  int seconds = strcmp(tl->unit, "s") == 0;
+  int seconds = sched_unit_is_seconds(tl->unit);
   char head[256], scale[64] = "";
   double span = t1 - t0;
   int cols = maxcols;

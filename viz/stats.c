@@ -132,6 +132,6 @@ void viz_write_stats(const sched_timeline *tl, FILE *f) {
     fprintf(f, "%6d %8d %12.6g %12.6g %12.6g %7.2f%%\n", r, s[r].ops, s[r].busy, s[r].span,
             s[r].idle, 100 * s[r].bubble);
   fprintf(f, "%s p=%d v=%d m=%d  makespan %.6g %s  bubble rate %.2f%%\n", tl->schedule, tl->p,
-          tl->v, tl->m, mk, strcmp(tl->unit, "s") == 0 ? "s" : "units", 100 * rate);
+          tl->v, tl->m, mk, sched_unit_is_seconds(tl->unit) ? "s" : "units", 100 * rate);
   free(s);
 }

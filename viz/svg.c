@@ -43,6 +43,8 @@ static unsigned base_colour(sched_op op) {
   case SCHED_REDUCE_GRADS: return 0x9d9d9d;
   case SCHED_GATHER_PARAMS:
   case SCHED_RELEASE_PARAMS: return 0xe15759;
+  case SCHED_OFFLOAD: return 0xedc948;
+  case SCHED_RELOAD: return 0x76b7b2;
   default: return 0x707070; /* OPTIMIZER_STEP */
   }
 }
@@ -175,6 +177,8 @@ static int legend(FILE *f, const layout *L, double y0) {
       {has[SCHED_SEND_GRAD] | has[SCHED_RECV_GRAD], base_colour(SCHED_SEND_GRAD),
        "gradient send/recv (strip)"},
       {has[SCHED_GATHER_PARAMS], base_colour(SCHED_GATHER_PARAMS), "parameter gather (strip)"},
+      {has[SCHED_OFFLOAD], base_colour(SCHED_OFFLOAD), "activations to host (copy strip)"},
+      {has[SCHED_RELOAD], base_colour(SCHED_RELOAD), "activations back (copy strip)"},
       {1, 0, "idle (bubble)"},
   };
   int lines = 1;
@@ -226,10 +230,12 @@ static void event_box(FILE *f, const layout *L, const sched_event *e) {
   viz_event_name(tl, e, name, sizeof name);
   if (!sched_op_is_compute(op) && !(e->end > e->start)) return; /* nothing to see */
   if (!sched_op_is_compute(op) && !is_tail(op)) { /* loads and transfers: a strip under the row */
+    double h = L->gap > 6 ? 3.0 : L->gap / 2;
+    int copy = op == SCHED_OFFLOAD || op == SCHED_RELOAD; /* the copy streams: a second strip below */
     fprintf(f,
-            "<rect class=\"xfer\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
+            "<rect class=\"%s\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
             "fill=\"#%06x\"><title>",
-            x, y + L->row_h + 1, w, L->gap > 6 ? 3.0 : L->gap / 2, base_colour(op));
+            copy ? "copy" : "xfer", x, y + L->row_h + 1 + (copy ? h + 0.5 : 0), w, h, base_colour(op));
   } else {
     unsigned rgb =
         sched_op_is_compute(op) ? shade(base_colour(op), e->chunk, tl->v) : base_colour(op);
@@ -282,7 +288,7 @@ static void make_layout(const sched_timeline *tl, layout *L) {
   L->gap = fmax(3, round(L->row_h * 0.36));
   double span = L->t1 - L->t0;
   L->scale = 1, L->axis_unit = "cost units";
-  if (strcmp(tl->unit, "s") == 0) {
+  if (sched_unit_is_seconds(tl->unit)) {
     if (span < 1e-3)
       L->scale = 1e6, L->axis_unit = "\xc2\xb5s";
     else if (span < 1)
@@ -310,7 +316,7 @@ int viz_fwrite_svg(const sched_timeline *tl, FILE *f) {
     idle_sum += tl->n ? 1 - st[r].busy / drawn : 0;
   double axis_y = row_y(&L, L.nrows) - L.gap + 8, legend_y = axis_y + 54;
   int height = (int)ceil(legend_y + 22 * legend(NULL, &L, legend_y) + 8);
-  const char *label_unit = strcmp(tl->unit, "s") == 0      ? "s"
+  const char *label_unit = sched_unit_is_seconds(tl->unit) ? "s"
                            : strcmp(tl->unit, "unit") == 0 ? "cost units"
                                                            : tl->unit;
 
@@ -333,7 +339,7 @@ int viz_fwrite_svg(const sched_timeline *tl, FILE *f) {
   xml_text(f, label_unit);
   fprintf(f,
           ", %s \xc2\xb7 idle fraction %.1f%% \xc2\xb7 %d events \xc2\xb7 rank 0 on top%s</text>\n",
-          strcmp(tl->unit, "s") == 0 ? "measured" : "simulated", 100 * idle_sum / tl->p, tl->n,
+          sched_unit_is_measured(tl->unit) ? "measured" : "simulated", 100 * idle_sum / tl->p, tl->n,
           tl->n ? "" : " \xc2\xb7 no events");
 
   for (int k = 0; k < L.nrows; k++) { /* row backgrounds (the bubble shows through), names, idle */

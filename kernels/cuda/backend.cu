@@ -18,6 +18,8 @@
 extern "C" {
 int core_error_set(int code, const char *fmt, ...); // core/error.h is C11, not C++
 int kernels_cuda_get_ops(const kernels_ops **out);
+void kernels_cuda_describe(char *buf, size_t n);
+int kernels_local_rank(void);
 }
 
 static const int kRuntimeError = 1; // CORE_ERUNTIME
@@ -42,9 +44,10 @@ static struct {
 } st;
 
 // The GPU of this process: with several on the node, local rank r takes device r mod count
-// (BRIGADE_CUDA_DEVICE if set, else the launcher's local rank: Open MPI's
-// OMPI_COMM_WORLD_LOCAL_RANK, MPICH / Intel MPI's MPI_LOCALRANKID, Slurm srun's SLURM_LOCALID,
-// torchrun-style LOCAL_RANK; without any, device 0); ranks that
+// (BRIGADE_CUDA_DEVICE if set, else the local rank MPI gave (kernels_set_local_rank: the rank
+// among the node's ranks, whatever launcher started them), else the launcher's own variable:
+// Open MPI's OMPI_COMM_WORLD_LOCAL_RANK, MPICH / Intel MPI's MPI_LOCALRANKID, Slurm srun's
+// SLURM_LOCALID, torchrun-style LOCAL_RANK; without any, device 0); ranks that
 // outnumber the GPUs share them (pipeline transfers and ZeRO's collectives then take their MPI
 // path through host copies: zero/devcomm.c sees the equal GPU identities).
 // A failed cudaSetDevice is an error, not a silent fall-back to device 0: that would put this
@@ -55,10 +58,14 @@ static int pick_device(void) {
   if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) return 0;
   static const char *const vars[] = {"BRIGADE_CUDA_DEVICE", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
                                       "SLURM_LOCALID", "LOCAL_RANK"};
-  const char *e = nullptr;
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0] && !(e && *e); i++) e = getenv(vars[i]);
-  if (!e || !*e) return 0;
-  int d = atoi(e) % n;
+  const char *e = getenv(vars[0]);
+  int local = -1;
+  if (e && *e) local = atoi(e);
+  else if (kernels_local_rank() >= 0) local = kernels_local_rank();
+  for (size_t i = 1; i < sizeof vars / sizeof vars[0] && local < 0; i++)
+    if ((e = getenv(vars[i])) && *e) local = atoi(e);
+  if (local < 0) return 0;
+  int d = local % n;
   if (d < 0) d += n;
   cudaError_t r = cudaSetDevice(d);
   if (r == cudaSuccess) return 0;
@@ -195,6 +202,20 @@ static void fill_table(void) {
   table.attention_backward = cuda_attention_backward;
   table.attention_cache_floats = cuda_attention_cache_floats;
   table.coll = cuda_coll(); // NCCL; zero/ uses it when every rank of a group has its own GPU
+}
+
+// "GPU d of n (name, PCI bus id)" for the start-up log's rank map.
+extern "C" void kernels_cuda_describe(char *buf, size_t n) {
+  int d = 0, count = 0;
+  cudaDeviceProp prop;
+  if (cudaGetDevice(&d) != cudaSuccess || cudaGetDeviceCount(&count) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, d) != cudaSuccess) {
+    snprintf(buf, n, "GPU (unknown)");
+    return;
+  }
+  char bus[32] = "?";
+  cudaDeviceGetPCIBusId(bus, (int)sizeof bus, d);
+  snprintf(buf, n, "GPU %d of %d (%s, PCI %s)", d, count, prop.name, bus);
 }
 
 extern "C" int kernels_cuda_get_ops(const kernels_ops **out) {

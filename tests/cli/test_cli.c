@@ -69,7 +69,7 @@ Test(cli, compile_formats_and_schedule_file_round_trip) {
   remove(csv);
 }
 
-/* compile takes the cost flags, as the README says: the program it writes is the one sim
+/* compile takes the cost flags, as docs/reference.md says: the program it writes is the one sim
  * compiles under the same costs (zb-h1 places W by them, lowering the transfers). */
 Test(cli, compile_under_the_cost_flags) {
   char csv[] = "/tmp/brigade_cli_XXXXXX";
@@ -323,5 +323,50 @@ Test(cli, cuda_backend_without_a_gpu_is_one_clear_error) {
   cr_assert_eq(rc, 2, "exit %d: %s", rc, out);
   cr_assert(strncmp(out, "brigade: error: backend", 23) == 0 && strstr(out, "use backend \"cpu\""), "%s", out);
   cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "more than one line: %s", out);
+  free(out);
+}
+
+/* Every command answers --help (anywhere among its arguments) and `brigade help COMMAND` with
+ * its own usage on stdout, exit 0; the overview lists every command. */
+Test(cli, every_command_has_help) {
+  const char *cmds[] = {"train", "sim", "compile", "tune", "plot", "sample", "tokenize", "convert"};
+  char *out, args[128], want[64];
+  cr_assert_eq(brigade("help", &out), 0, "%s", out);
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    snprintf(want, sizeof want, "\n  %s ", cmds[i]);
+    cr_assert(strstr(out, want), "overview lacks %s: %s", cmds[i], out);
+  }
+  free(out);
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+    snprintf(want, sizeof want, "usage: brigade %s ", cmds[i]);
+    const char *forms[] = {"%s --help", "%s -h", "help %s", "%s some.cfg --set a=1 --help"};
+    for (size_t f = 0; f < 4; f++) {
+      snprintf(args, sizeof args, forms[f], cmds[i]);
+      cr_assert_eq(brigade(args, &out), 0, "brigade %s: %s", args, out);
+      cr_assert(strncmp(out, want, strlen(want)) == 0, "brigade %s printed: %s", args, out);
+      free(out);
+    }
+  }
+  cr_assert_eq(brigade("help nosuch", &out), 2, "%s", out);
+  cr_assert(strstr(out, "unknown command 'nosuch'"), "%s", out);
+  free(out);
+}
+
+/* sim --steps: consecutive steps, meeting at the optimizer under a barrier or not; the JSON says
+ * how many, which way, and the steady step time (zb-h2 p=4 m=8: 27.5 vs 24.5). */
+Test(cli, sim_steps_and_step_sync) {
+  char *out;
+  const char *base = "sim --schedule zb-h2 --stages 4 --microbatches 8 --cost-step 0.5 --steps 4 --json";
+  char args[256];
+  snprintf(args, sizeof args, "%s --step-sync post-validation", base);
+  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  cr_assert(strstr(out, "\"steps\":4,\"step_sync\":\"post-validation\",\"steady_step_time\":24.5,"), "%s", out);
+  free(out);
+  snprintf(args, sizeof args, "%s --step-sync barrier --cost-norm 0.25", base);
+  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  cr_assert(strstr(out, "\"step_sync\":\"barrier\",\"steady_step_time\":27.75,"), "%s", out);
+  free(out);
+  cr_assert_eq(brigade("sim --schedule 1f1b --stages 2 --microbatches 2 --step-sync sometimes", &out), 2);
+  cr_assert(strstr(out, "--step-sync: 'sometimes' is not barrier or post-validation"), "%s", out);
   free(out);
 }

@@ -151,7 +151,21 @@ cudaError_t cudaGetDeviceCount(int *n) {
   *n = 1;
   return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaGetDevice(int *d) {
+  *d = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int d) {
+  if (d != 0) return cudaErrorInvalidValue;
+  snprintf(prop->name, sizeof prop->name, "CUDA emulator (tests/emu)");
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d) {
+  if (d != 0 || len < 1) return cudaErrorInvalidValue;
+  snprintf(bus, (size_t)len, "emulated");
+  return cudaSuccess;
+}
 
 static const int SMEM_OPTIN_MAX = 232448; // sm_90: 227 KiB of dynamic shared memory per block
 static std::map<const void *, int> smem_optin;

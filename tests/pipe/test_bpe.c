@@ -159,3 +159,69 @@ Test(bpe, sample_speaks_bpe, .timeout = 60) {
   test_sh(cmd);
   unlink(vocab), unlink(merges);
 }
+
+/* The tokenizer as config keys: a run with tokenizer.vocab / tokenizer.merges checks the files
+ * at start-up (a missing one: exit 2 naming the key, before any step), and `sample` on its
+ * checkpoint uses them with no tokenizer flags, printing what the flags would print. */
+Test(bpe, tokenizer_from_config_keys, .timeout = 60) {
+  char vocab[] = "/tmp/brigade_vocab_XXXXXX", merges[] = "/tmp/brigade_merges_XXXXXX", dir[] = "/tmp/brigade_bpe_XXXXXX";
+  close(mkstemp(vocab)), close(mkstemp(merges));
+  cr_assert(mkdtemp(dir));
+  write_files(vocab, merges);
+  char cmd[2048], *out = NULL, *flags = NULL;
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=1 "
+           "--set model.vocab_size=260 --set checkpoint.dir=%s --set 'tokenizer.vocab=\"%s\"' "
+           "--set 'tokenizer.merges=\"/nonexistent/merges.txt\"' 2>&1", test_build_dir(), dir, vocab);
+  int rc = test_capture(cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "tokenizer.vocab / tokenizer.merges (") && strstr(out, "/nonexistent/merges.txt") &&
+            !strstr(out, "step     1"), "exit %d: %s", rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=1 "
+           "--set model.vocab_size=260 --set checkpoint.dir=%s --set 'tokenizer.vocab=\"%s\"' 2>&1", test_build_dir(), dir, vocab);
+  rc = test_capture(cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "tokenizer.vocab and tokenizer.merges go together"), "exit %d: %s", rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=1 "
+           "--set model.vocab_size=260 --set checkpoint.dir=%s --set 'tokenizer.vocab=\"%s\"' "
+           "--set 'tokenizer.merges=\"%s\"' 1>&2", test_build_dir(), dir, vocab, merges);
+  cr_assert_eq(test_sh(cmd), 0);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s --prompt 'hello the' --tokens 8 "
+           "--temperature 0", test_build_dir(), dir);
+  rc = test_capture(cmd, &out);
+  cr_assert(rc == 0, "exit %d: %s", rc, out);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s --prompt 'hello the' --tokens 8 "
+           "--temperature 0 --vocab %s --merges %s", test_build_dir(), dir, vocab, merges);
+  cr_assert_eq(test_capture(cmd, &flags), 0, "%s", flags);
+  cr_assert_str_eq(out, flags, "sample from the config's keys printed '%s', with the flags '%s'", out, flags);
+  free(out), free(flags);
+  unlink(vocab); /* the file the checkpoint's config names is gone: sample says which key */
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s --prompt 'hello' --tokens 2 2>&1",
+           test_build_dir(), dir);
+  rc = test_capture(cmd, &out);
+  cr_assert(rc == 2 && strstr(out, vocab), "exit %d: %s", rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+  unlink(merges);
+}
+
+/* GPT-2's pre-split beyond ASCII: Unicode's letters and numbers (\p{L}, \p{N}) by category, so
+ * scripts' own digits, superscripts and fractions are numbers and their punctuation and currency
+ * signs are neither; each piece as the reference pattern cuts it. */
+Test(bpe, presplit_uses_unicode_classes) {
+  /* x ² ½ ٣٤ 日本語 naïve 。€5 «ok» Ⅻ */
+  const char *text = "x\xc2\xb2 \xc2\xbd \xd9\xa3\xd9\xa4 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e na\xc3\xafve"
+                     "\xe3\x80\x82\xe2\x82\xac" "5 \xc2\xabok\xc2\xbb \xe2\x85\xab";
+  const char *want[] = {"x", "\xc2\xb2", " \xc2\xbd", " \xd9\xa3\xd9\xa4", " \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e",
+                        " na\xc3\xafve", "\xe3\x80\x82\xe2\x82\xac", "5", " \xc2\xab", "ok", "\xc2\xbb", " \xe2\x85\xab"};
+  size_t *ends, n;
+  cr_assert_eq(pipe_bpe_split(text, strlen(text), &ends, &n), 0);
+  cr_assert_eq(n, sizeof want / sizeof want[0], "%zu pieces", n);
+  size_t from = 0;
+  for (size_t i = 0; i < n; i++) {
+    cr_assert(ends[i] - from == strlen(want[i]) && !memcmp(text + from, want[i], strlen(want[i])),
+              "piece %zu is '%.*s', want '%s'", i, (int)(ends[i] - from), text + from, want[i]);
+    from = ends[i];
+  }
+  free(ends);
+}

@@ -9,6 +9,13 @@
 
 #include "tests/common/mpirun.h"
 
+/* This machine's name as MPI gives it to brigade (Open MPI: the host name). */
+static const char *pipe_test_host(void) {
+  static char h[256];
+  if (!h[0] && gethostname(h, sizeof h - 1) != 0) snprintf(h, sizeof h, "?");
+  return h;
+}
+
 static void last_loss(const char *log, char *out, size_t n) {
   FILE *f = fopen(log, "r");
   cr_assert(f, "no log %s", log);
@@ -198,9 +205,52 @@ Test(fault, rank_stuck_in_evaluation_ends_the_job, .timeout = 120) {
   fclose(f);
   cr_assert_neq(rc, 0, "the job with a stuck rank exited 0");
   cr_assert(secs <= 12, "the job took %d s to end after a rank stopped (train.timeout = 2)", secs);
-  snprintf(cmd, sizeof cmd, "grep -q 'timed out after 2 s waiting for rank [01]' %s/out && ! grep -q 'rank -1' %s/out",
-           dir, dir);
+  snprintf(cmd, sizeof cmd, "grep -q 'timed out after 2 s waiting for rank [01] (stage [01]) on %s' %s/out && "
+           "! grep -q 'rank -1' %s/out", pipe_test_host(), dir, dir);
   cr_assert_eq(test_sh(cmd), 0, "no error naming the rank waited for");
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+}
+
+/* Several machines: a rank killed outright (its node lost, say) in a hostfile run over Open MPI's
+ * TCP transport ends the job on every other rank within seconds, non-zero, the message naming the
+ * rank and its host; the last checkpoint stays loadable. */
+Test(fault, killed_rank_in_a_hostfile_run_ends_the_job, .timeout = 120) {
+  char dir[] = "/tmp/brigade_killed_XXXXXX", cmd[4096];
+  cr_assert(mkdtemp(dir));
+  const char *b = test_build_dir();
+  const char *sets = "--set pipeline.stages=2 --set gradient_accumulation_steps=2 --set train.steps=100000 "
+                     "--set train.eval_interval=0 --set train.timeout=5 --set checkpoint.interval=2";
+  snprintf(cmd, sizeof cmd,
+           "export " TEST_MPI_ENV "; D=%s; echo 'localhost slots=2' > $D/hosts; "
+           "mpirun --hostfile $D/hosts --mca btl tcp,self -np 2 %s/brigade train configs/tiny.cfg %s "
+           "--set checkpoint.dir=$D/ck --log-json $D/log >$D/out 2>&1 & pid=$!; "
+           "for i in $(seq 1 1000); do [ -s $D/ck/latest ] && break; sleep 0.02; done; sleep 0.2; "
+           "victim=$(pgrep -f \"^%s/brigade train configs/tiny.cfg.*$D/log\" | sed -n 2p); "
+           "[ -n \"$victim\" ] && kill -KILL $victim; t0=$(date +%%s); "
+           "for i in $(seq 1 600); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done; "
+           "echo $(( $(date +%%s) - t0 )) > $D/secs; wait $pid; echo $? > $D/rc",
+           dir, b, sets, b);
+  test_sh(cmd);
+  char path[256];
+  int rc = 0, secs = 99;
+  snprintf(path, sizeof path, "%s/rc", dir);
+  FILE *f = fopen(path, "r");
+  cr_assert(f && fscanf(f, "%d", &rc) == 1);
+  fclose(f);
+  snprintf(path, sizeof path, "%s/secs", dir);
+  f = fopen(path, "r");
+  cr_assert(f && fscanf(f, "%d", &secs) == 1);
+  fclose(f);
+  cr_assert_neq(rc, 0, "the job with a killed rank exited 0");
+  cr_assert(secs <= 15, "the job took %d s to end after a rank was killed (train.timeout = 5)", secs);
+  /* Open MPI's launcher names the dead process (its rank and node), or brigade's timeout does */
+  snprintf(cmd, sizeof cmd, "grep -Eq 'rank 1 .*on node %s|rank 1 \\(stage 1\\) on %s' %s/out", pipe_test_host(),
+           pipe_test_host(), dir);
+  cr_assert_eq(test_sh(cmd), 0, "no message naming the killed rank and its host (%s/out)", dir);
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s/ck --prompt x --tokens 4 >/dev/null",
+           b, dir);
+  cr_assert_eq(test_sh(cmd), 0, "the last checkpoint does not load");
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   test_sh(cmd);
 }

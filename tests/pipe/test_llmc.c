@@ -398,3 +398,96 @@ Test(llmc, imported_weights_match_pytorch, .timeout = 200) {
   cr_assert_eq(got.loss[0], one, "4 stages: %.9g, one process %.9g", got.loss[0], one);
   unlink(path), unlink(log);
 }
+
+/* Reproducing a reference run: from an llm.c file, 5 steps of fine-tuning across 4 stages in the
+ * sequential order (AdamW 0.9/0.999, eps 1e-8, no decay, constant lr, no clipping) against
+ * PyTorch (float64) doing the same: the validation loss before the first update (the step-0
+ * record), every step's loss and the last validation loss within 1e-5 relative; and the file
+ * exported from the run's checkpoint has, in the reference, brigade's last validation loss.
+ * Skipped, saying so, where PyTorch is not installed. */
+Test(llmc, fine_tuning_matches_pytorch, .timeout = 300) {
+  if (test_sh("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
+    cr_skip_test("PyTorch (python3-torch) is not installed: no reference trainer to compare fine-tuning with");
+    return;
+  }
+  char path[] = "/tmp/brigade_llmc_XXXXXX", val[] = "/tmp/brigade_val_XXXXXX", out_bin[] = "/tmp/brigade_llmc_XXXXXX";
+  char log[] = "/tmp/brigade_train_XXXXXX", dir[] = "/tmp/brigade_llmc_ck_XXXXXX", cmd[2048], *out = NULL;
+  close(mkstemp(path)), close(mkstemp(val)), close(mkstemp(out_bin)), close(mkstemp(log));
+  cr_assert(mkdtemp(dir));
+  write_initial(path);
+  snprintf(cmd, sizeof cmd, "tail -c 20000 data/kjv.txt > %s", val); /* text the training batches never reach */
+  cr_assert_eq(test_sh(cmd), 0);
+  run_log got;
+  train_read(4, log, &got,
+             "--set data.order=sequential --set train.steps=5 --set train.eval_interval=5 --set train.eval_batches=2 "
+             "--set data.val_path=%s --set gradient_clipping=0 --set scheduler.type=constant "
+             "--set 'optimizer.params.betas=[0.9,0.999]' --set optimizer.params.weight_decay=0 "
+             "--set gradient_accumulation_steps=4 --set pipeline.stages=4 --set checkpoint.dir=%s --init-from %s",
+             val, dir, path);
+  cr_assert_eq(got.n, 5);
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/fixtures/ref_gpt2_loss.py %s data/kjv.txt 4 4 --steps 5 --lr 3e-3 "
+           "--val %s 2", path, val);
+  cr_assert_eq(test_capture(cmd, &out), 0, "%s", out);
+  double ref_val0 = -1, ref_val = -1, ref_loss[5];
+  int nl = 0;
+  for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n")) {
+    if (strncmp(l, "val0 ", 5) == 0) ref_val0 = atof(l + 5);
+    else if (strncmp(l, "val ", 4) == 0) ref_val = atof(l + 4);
+    else if (strncmp(l, "loss ", 5) == 0 && nl < 5) ref_loss[nl++] = atof(l + 5);
+  }
+  free(out);
+  cr_assert_eq(nl, 5, "the reference printed %d losses", nl);
+  cr_assert(fabs(got.val0 - ref_val0) <= 1e-5 * ref_val0, "step 0 val loss: brigade %.9g, PyTorch %.9g", got.val0, ref_val0);
+  for (int s = 0; s < 5; s++)
+    cr_assert(fabs(got.loss[s] - ref_loss[s]) <= 1e-5 * ref_loss[s], "step %d loss: brigade %.9g, PyTorch %.9g", s + 1,
+              got.loss[s], ref_loss[s]);
+  cr_assert(fabs(got.val[4] - ref_val) <= 1e-5 * ref_val, "last val loss: brigade %.9g, PyTorch %.9g", got.val[4], ref_val);
+  snprintf(cmd, sizeof cmd, "%s/brigade convert %s %s --to llmc 1>&2", test_build_dir(), dir, out_bin);
+  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/fixtures/ref_gpt2_loss.py %s %s 2 4", out_bin, val);
+  cr_assert_eq(test_capture(cmd, &out), 0, "%s", out);
+  double exported = atof(out);
+  free(out);
+  cr_assert(fabs(exported - got.val[4]) <= 1e-5 * exported, "the exported file's val loss %.9g, brigade's last %.9g",
+            exported, got.val[4]);
+  /* the same checkpoint as model.safetensors, read by the safetensors package where installed (else
+   * the reference's own reading of the format): the same weights, so the same loss */
+  snprintf(cmd, sizeof cmd, "%s/brigade convert %s %s.safetensors --to safetensors 1>&2", test_build_dir(), dir, out_bin);
+  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/fixtures/ref_gpt2_loss.py %s.safetensors %s 2 4 --heads 4", out_bin, val);
+  cr_assert_eq(test_capture(cmd, &out), 0, "%s", out);
+  double st = atof(out);
+  free(out);
+  cr_assert(fabs(st - exported) <= 1e-12 * exported, "model.safetensors' loss %.17g, the llm.c file's %.17g", st, exported);
+  snprintf(cmd, sizeof cmd, "%s.safetensors", out_bin);
+  unlink(cmd);
+  remove_tree(dir);
+  unlink(path), unlink(val), unlink(out_bin), unlink(log);
+}
+
+/* llm.c file -> a brigade checkpoint written across 4 stages x 2 ZeRO-2 replicas (train.steps
+ * = 0 writes the imported state in the run's layout) -> llm.c file: byte for byte the original;
+ * and the same checkpoint reshaped (resumed with no step to take into another directory) to 2
+ * stages x 2 ZeRO-3 replicas, then exported to model.safetensors and back: the same bytes. */
+Test(llmc, round_trip_through_a_pipelined_zero_checkpoint, .timeout = 200) {
+  char path[] = "/tmp/brigade_llmc_XXXXXX", back[] = "/tmp/brigade_llmc_XXXXXX", dir[] = "/tmp/brigade_llmc_ck_XXXXXX";
+  char cmd[2048];
+  close(mkstemp(path)), close(mkstemp(back));
+  cr_assert(mkdtemp(dir));
+  write_initial(path);
+  snprintf(cmd, sizeof cmd, TEST_MPI_ENV " mpirun -np 8 %s/brigade train configs/tiny.cfg --set train.steps=0 "
+           "--set pipeline.stages=4 --set zero_optimization.stage=2 --set gradient_accumulation_steps=2 "
+           "--set checkpoint.dir=%s/a --init-from %s 1>&2 && ls %s/a/step_00000000/rank_00003.ckpt >/dev/null && "
+           "%s/brigade convert %s/a %s --to llmc 1>&2 && cmp %s %s",
+           test_build_dir(), dir, path, dir, test_build_dir(), dir, back, path, back);
+  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  snprintf(cmd, sizeof cmd, TEST_MPI_ENV " mpirun -np 4 %s/brigade train configs/tiny.cfg --set train.steps=0 "
+           "--set pipeline.stages=2 --set zero_optimization.stage=3 --set gradient_accumulation_steps=2 "
+           "--set checkpoint.dir=%s/b --resume %s/a 1>&2 && %s/brigade convert %s/b %s/st --to safetensors 1>&2 && "
+           "%s/brigade convert %s/st %s/c --heads 4 1>&2 && %s/brigade convert %s/c %s --to llmc 1>&2 && cmp %s %s",
+           test_build_dir(), dir, dir, test_build_dir(), dir, dir, test_build_dir(), dir, dir, test_build_dir(), dir, back,
+           path, back);
+  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  remove_tree(dir);
+  unlink(path), unlink(back);
+}

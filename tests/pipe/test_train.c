@@ -378,9 +378,19 @@ Test(train, hostfile_over_tcp_matches_shared_memory, .timeout = 200) {
   const char *sets = "--set pipeline.stages=2 --set zero_optimization.stage=2 --set gradient_accumulation_steps=2";
   train_read(4, log, &shm, "%s", sets);
   snprintf(cmd, sizeof cmd, TEST_MPI_ENV " timeout 150 mpirun --hostfile %s --mca btl tcp,self -np 4 %s/brigade train "
-           "configs/tiny.cfg --set train.steps=20 --set train.eval_interval=10 %s --log-json %s 1>&2", hosts,
+           "configs/tiny.cfg --set train.steps=20 --set train.eval_interval=10 %s --log-json %s 2>&1", hosts,
            test_build_dir(), sets, log);
-  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  char *out = NULL;
+  cr_assert_eq(test_capture(cmd, &out), 0, "%s", cmd);
+  for (int r = 0; r < 4; r++) { /* the start-up log's rank map: host, local rank, device */
+    char want[96];
+    snprintf(want, sizeof want, "rank %d (stage %d, replica %d): host ", r, r / 2, r % 2);
+    const char *at = strstr(out, want);
+    cr_assert(at, "no rank map line for rank %d: %s", r, out);
+    snprintf(want, sizeof want, ", local rank %d of 4, CPU", r);
+    cr_assert(strstr(at, want) && strstr(at, want) < strchr(at, '\n'), "rank %d's line lacks '%s': %s", r, want, out);
+  }
+  free(out);
   read_log(log, &tcp);
   cr_assert_eq(tcp.n, shm.n);
   close_to(&shm, &tcp, 0, "hostfile, --mca btl tcp,self");
@@ -415,6 +425,7 @@ Test(train, mixed_precision, .timeout = 300) {
   int skipped = 0, first_ok = -1, step = 0;
   double prev_scale = 1e300;
   while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "{\"step\":0,", 10) == 0) continue; /* the val loss before the first update */
     step++;
     char *s = strstr(line, "\"skipped\":"), *sc = strstr(line, "\"loss_scale\":");
     cr_assert(s && sc, "no loss_scale/skipped in %s", line);
@@ -517,6 +528,7 @@ Test(train, one_rank_overflow_skips_everywhere, .timeout = 120) {
   double scale[9] = {0}, lr[9] = {0};
   int skipped[9] = {0}, n = 0;
   while (fgets(line, sizeof line, f) && n < 8) {
+    if (strncmp(line, "{\"step\":0,", 10) == 0) continue; /* the val loss before the first update */
     scale[n] = atof(strstr(line, "\"loss_scale\":") + 13);
     lr[n] = atof(strstr(line, "\"lr\":") + 5);
     skipped[n] = strstr(line, "\"skipped\":1") != NULL;
@@ -540,6 +552,7 @@ static int read_skipped(const char *log, int *skipped, int max) {
   char line[1024];
   int n = 0;
   while (fgets(line, sizeof line, f) && n < max) {
+    if (strncmp(line, "{\"step\":0,", 10) == 0) continue; /* the val loss before the first update */
     cr_assert(strstr(line, "\"skipped\":"), "no skipped flag in %s", line);
     skipped[n++] = strstr(line, "\"skipped\":1") != NULL;
   }
@@ -733,5 +746,57 @@ Test(train, measured_activation_peak_is_the_simulators, .timeout = 300) {
     }
     core_json_free(rec), core_json_free(sim), free(out);
   }
+  unlink(log);
+}
+
+/* The rollback count of a --log-json file's last record (-1 without one). */
+static long last_rollbacks(const char *log) {
+  FILE *f = fopen(log, "r");
+  cr_assert(f, "no log %s", log);
+  char line[1 << 14];
+  long n = -1;
+  while (fgets(line, sizeof line, f)) {
+    const char *r = strstr(line, "\"rollbacks\":");
+    if (r) n = atol(r + 12);
+  }
+  fclose(f);
+  return n;
+}
+
+/* Optimizer post-validation (each rank updates as soon as its gradients are done, the global
+ * norm follows, an update clipping should have changed is redone): the synchronous step's losses
+ * bit for bit, on 2 stages (1f1b) and 4 (zb-h2), with clipping that never fires (no rollback) and
+ * with clipping at 0.01 (fires every step: one rollback per step), and on 2 stages x 2 ZeRO-2
+ * replicas; under fp16 an overflow injected into one rank's gradient still skips the step on
+ * every rank (undone there, counted as a rollback). */
+Test(train, post_validation_matches_the_synchronous_step, .timeout = 300) {
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  run_log sync, post;
+  const char *layouts[] = {"--set pipeline.stages=2 --set pipeline.schedule=1f1b", "--set pipeline.stages=4 --set pipeline.schedule=zb-h2",
+                           "--set pipeline.stages=2 --set zero_optimization.stage=2 --set gradient_accumulation_steps=2"};
+  const int np[] = {2, 4, 4};
+  const char *clips[] = {"--set gradient_clipping=1e9", "--set gradient_clipping=0.01"};
+  for (int l = 0; l < 3; l++)
+    for (int k = 0; k < 2; k++) {
+      if (l == 2 && k == 0) continue;
+      train_read(np[l], log, &sync, "%s %s --set train.steps=10 --set optimizer.post_validation=false", layouts[l], clips[k]);
+      cr_assert_eq(last_rollbacks(log), -1, "a synchronous run logged rollbacks");
+      train_read(np[l], log, &post, "%s %s --set train.steps=10 --set optimizer.post_validation=true", layouts[l], clips[k]);
+      same_bits(&sync, &post, layouts[l]);
+      long rb = last_rollbacks(log);
+      cr_assert_eq(rb, k == 0 ? 0 : 10, "%s %s: %ld rollbacks", layouts[l], clips[k], rb);
+    }
+  char args[1024];
+  snprintf(args, sizeof args, "train configs/tiny.cfg --set fp16.enabled=true --set fp16.hysteresis=1 --set pipeline.stages=4 "
+           "--set pipeline.schedule=zb-h2 --set optimizer.post_validation=true --set train.steps=6 --set gradient_clipping=0 "
+           "--log-json %s", log);
+  setenv("BRIGADE_INJECT_INF", "3:2", 1);
+  cr_assert_eq(test_mpirun(4, "brigade", args), 0);
+  unsetenv("BRIGADE_INJECT_INF");
+  int skipped[8], n = read_skipped(log, skipped, 8);
+  cr_assert_eq(n, 6);
+  for (int i = 0; i < n; i++) cr_assert_eq(skipped[i], i == 2, "step %d skipped %d", i + 1, skipped[i]);
+  cr_assert_eq(last_rollbacks(log), 1);
   unlink(log);
 }

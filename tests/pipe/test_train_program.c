@@ -52,7 +52,7 @@ static void same_program(int np, int p, const char *shape, const char *sim_flags
   snprintf(args, sizeof args, "train configs/tiny.cfg %s --set train.steps=1 --set train.eval_interval=0 "
            "--set trace.path=%s --set trace.step=1", shape, ran);
   cr_assert_eq(test_mpirun(np, "brigade", args), 0, "brigade %s failed", args);
-  snprintf(cmd, sizeof cmd, "%s/brigade sim configs/tiny.cfg %s %s --trace %s >/dev/null", test_build_dir(), shape,
+  snprintf(cmd, sizeof cmd, "%s/brigade sim configs/tiny.cfg --steps 1 %s %s --trace %s >/dev/null", test_build_dir(), shape,
            sim_flags, sim);
   cr_assert_eq(test_sh(cmd), 0, "%s failed", cmd);
   sched_timeline t_ran, t_sim, t_unit;

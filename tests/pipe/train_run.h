@@ -18,6 +18,7 @@
 
 typedef struct {
   int n;
+  double val0; /* the step-0 record's validation loss (before any update); -1 without one */
   double loss[64], val[64];
   char text[64][32]; /* losses as printed (%.9g): compared as text, i.e. bit for bit */
 } run_log;
@@ -26,10 +27,15 @@ static inline void read_log(const char *path, run_log *lg) {
   FILE *f = fopen(path, "r");
   cr_assert(f, "no log %s", path);
   static char line[1 << 14]; /* the first record also carries every rank's activation memory */
-  lg->n = 0;
+  lg->n = 0, lg->val0 = -1;
   while (fgets(line, sizeof line, f) && lg->n < 64) {
     core_json *j;
     cr_assert_eq(core_json_parse(line, strlen(line), path, &j), 0, "bad log line %s", line);
+    if (core_json_get(j, "step")->num == 0) { /* evaluation before the first update */
+      lg->val0 = core_json_get(j, "val_loss")->num;
+      core_json_free(j);
+      continue;
+    }
     lg->loss[lg->n] = core_json_get(j, "loss")->num;
     const core_json *v = core_json_get(j, "val_loss");
     lg->val[lg->n] = v ? v->num : -1;
@@ -84,11 +90,13 @@ static inline void train_read(int np, const char *log, run_log *out, const char 
   read_log(log, out);
 }
 
-/* The first step's line of a --log-json file, parsed (the caller frees it). */
+/* The first step's line of a --log-json file, parsed (the caller frees it); a step-0 record
+ * (the validation loss before any update) comes before it. */
 static inline core_json *first_step(const char *log) {
   FILE *f = fopen(log, "r");
   static char line[1 << 14]; /* it carries every rank's memory figures too */
   cr_assert(f && fgets(line, sizeof line, f), "no step in %s", log);
+  if (strncmp(line, "{\"step\":0,", 10) == 0) cr_assert(fgets(line, sizeof line, f), "no step after step 0 in %s", log);
   fclose(f);
   core_json *j;
   cr_assert_eq(core_json_parse(line, strlen(line), log, &j), 0);
@@ -97,6 +105,7 @@ static inline core_json *first_step(const char *log) {
 
 static inline void same_bits(const run_log *a, const run_log *b, const char *what) {
   cr_assert_eq(a->n, b->n, "%s: %d steps vs %d", what, a->n, b->n);
+  cr_assert(a->val0 == b->val0, "%s: step 0 val loss %.9g vs %.9g", what, a->val0, b->val0);
   for (int i = 0; i < a->n; i++) {
     cr_assert_str_eq(a->text[i], b->text[i], "%s: step %d loss %s vs %s", what, i + 1, a->text[i], b->text[i]);
     cr_assert(a->val[i] == b->val[i], "%s: step %d val loss %.9g vs %.9g", what, i + 1, a->val[i], b->val[i]);
@@ -106,6 +115,8 @@ static inline void same_bits(const run_log *a, const run_log *b, const char *wha
 /* Losses within 1e-5 relative of ref's from step from + 1 on, and the validation losses too: an
  * evaluation is the same eval_batches global micro-batches whatever the layout. */
 static inline void close_to(const run_log *ref, const run_log *got, int from, const char *what) {
+  if (from == 0 && ref->val0 >= 0 && got->val0 >= 0)
+    cr_assert(fabs(got->val0 - ref->val0) <= 1e-5 * ref->val0, "%s: step 0 val loss %.9g vs %.9g", what, got->val0, ref->val0);
   for (int i = 0; i < got->n; i++) {
     double want = ref->loss[from + i], val = ref->val[from + i];
     cr_assert(fabs(got->loss[i] - want) <= 1e-5 * fabs(want), "%s: step %d loss %.9g vs %.9g", what,

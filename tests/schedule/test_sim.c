@@ -446,3 +446,44 @@ Test(sim, span_starts_at_the_first_op_on_a_huge_clock) {
   sched_sim_result_free(&res);
   sched_program_free(&pr);
 }
+
+/* Steps back to back. zb-h2 (p=4, m=8, unit costs, a step of 0.5): each rank's own span has no
+ * bubble, so when every rank steps on its own (post-validation) the next step's warm-up
+ * overlaps the last one's tail and a step takes 24 + 0.5; a barrier at the optimizer makes every
+ * step one whole makespan, 27.5. At the zero-bubble paper's 1.5B costs (p=8, m=24, step 2, the
+ * norm's all-reduce 1.5), for every family: post-validation's steady step is never above the
+ * barrier's, and the barrier's is one step's makespan plus the norm. */
+Test(sim, steps_back_to_back_under_barrier_and_post_validation) {
+  sched_shape sh = {.family = SCHED_ZB_H2, .p = 4, .v = 1, .m = 8};
+  sched_costs c = sched_costs_unit();
+  c.step = 0.5;
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  sched_sim_result res;
+  cr_assert_eq(sched_simulate_steps(&pr, &c, 4, SCHED_STEP_POST_VALIDATION, &res, NULL), CORE_OK);
+  cr_assert(res.steps == 4 && res.steady_step_time <= 24.5 + 1e-9, "post-validation: %.17g", res.steady_step_time);
+  sched_sim_result_free(&res);
+  cr_assert_eq(sched_simulate_steps(&pr, &c, 4, SCHED_STEP_BARRIER, &res, NULL), CORE_OK);
+  cr_assert(res.steady_step_time >= 27.5 - 1e-9, "barrier: %.17g", res.steady_step_time);
+  sched_sim_result_free(&res);
+  sched_program_free(&pr);
+  const sched_family fams[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_AUTO,
+                               SCHED_ZB_V, SCHED_V_ZB, SCHED_V_HALF, SCHED_V_MIN, SCHED_DUALPIPE_V};
+  sched_costs pc = {.f = 18.522, .b = 18.086, .w = 9.337, .comm = 0.601, .step = 2, .norm = 1.5};
+  for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++) {
+    sched_shape s8 = {.family = fams[k], .p = 8, .v = 1, .m = 24};
+    if (fams[k] == SCHED_INTERLEAVED || sched_family_is_v(fams[k])) s8.v = 2;
+    if (fams[k] == SCHED_ZB_AUTO) s8.mem_limit = 16;
+    cr_assert_eq(sched_compile(&s8, &pc, &pr), CORE_OK, "%s: %s", sched_family_name(fams[k]), core_error_msg());
+    sched_sim_result one, bar, post;
+    cr_assert_eq(sched_simulate(&pr, &pc, &one, NULL), CORE_OK);
+    cr_assert_eq(sched_simulate_steps(&pr, &pc, 4, SCHED_STEP_BARRIER, &bar, NULL), CORE_OK);
+    cr_assert_eq(sched_simulate_steps(&pr, &pc, 4, SCHED_STEP_POST_VALIDATION, &post, NULL), CORE_OK);
+    cr_assert(post.steady_step_time <= bar.steady_step_time + 1e-6, "%s: post-validation %.17g > barrier %.17g",
+              sched_family_name(fams[k]), post.steady_step_time, bar.steady_step_time);
+    cr_assert(fabs(bar.steady_step_time - one.makespan) < 1e-6 * one.makespan, "%s: barrier step %.17g, one makespan %.17g",
+              sched_family_name(fams[k]), bar.steady_step_time, one.makespan);
+    sched_sim_result_free(&one), sched_sim_result_free(&bar), sched_sim_result_free(&post);
+    sched_program_free(&pr);
+  }
+}

@@ -20,7 +20,7 @@ static int check_count(sched_shape sh) {
   sched_costs c = sched_costs_unit();
   if (sched_compile(&sh, &c, &pr) != CORE_OK) return 0;
   sched_size sz;
-  sched_size_estimate(&sh, 0, &sz);
+  sched_size_estimate(&sh, 1, 0, &sz);
   double real = (double)sched_program_count(&pr), compute = 0;
   for (int r = 0; r < pr.p; r++)
     for (int i = 0; i < pr.streams[r].len; i++) compute += sched_op_is_compute((sched_op)pr.streams[r].ins[i].op);
@@ -61,12 +61,34 @@ Test(size, zero3_gathers_counted_or_bounded) {
       }
 }
 
+/* Offload keeps only the copies that hide: the estimate is a bound, and the program's count with
+ * none placed. */
+Test(size, offload_copies_bounded) {
+  sched_family fams[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZB_H1, SCHED_ZB_V, SCHED_INTERLEAVED};
+  for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)
+    for (int p = 2; p <= 4; p++) {
+      sched_shape sh = {.family = fams[f], .p = p, .v = chunks_of(fams[f]), .m = 3 * p, .offload = SCHED_OFFLOAD_FULL};
+      sched_costs c = sched_costs_unit();
+      c.offload = 0.25;
+      sched_program pr;
+      cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+      sched_size sz, none;
+      sched_size_estimate(&sh, 1, 0, &sz);
+      sh.offload = 0;
+      sched_size_estimate(&sh, 1, 0, &none);
+      double real = (double)sched_program_count(&pr);
+      cr_assert(real <= sz.instructions && real > none.instructions, "%s p=%d: %g built, bound %g, %g without copies",
+                sched_family_name(fams[f]), p, real, sz.instructions, none.instructions);
+      sched_program_free(&pr);
+    }
+}
+
 Test(size, bytes_grow_with_the_program_not_faster) {
   for (int f = 0; f < SCHED_CUSTOM; f++) {
     sched_shape a = {.family = (sched_family)f, .p = 64, .v = chunks_of((sched_family)f), .m = 1024}, b = a;
     b.m = 4096;
     sched_size x, y, e;
-    sched_size_estimate(&a, 0, &x), sched_size_estimate(&b, 0, &y), sched_size_estimate(&b, 1, &e);
+    sched_size_estimate(&a, 1, 0, &x), sched_size_estimate(&b, 1, 0, &y), sched_size_estimate(&b, 4, 1, &e);
     double ri = y.instructions / x.instructions, rb = y.bytes / x.bytes;
     cr_assert(rb <= 1.05 * ri, "%s: 4x the micro-batches, %gx the instructions, %gx the bytes", sched_family_name(a.family),
               ri, rb);
@@ -83,7 +105,7 @@ Test(size, over_a_limit_is_refused_at_once_naming_the_shape) {
                       .mem_what = "this machine's memory"};
   clock_t t0 = clock();
   sched_size sz;
-  sched_size_estimate(&sh, 0, &sz);
+  sched_size_estimate(&sh, 1, 0, &sz);
   cr_assert_eq(sched_size_check(&sh, &sz, &lim, flags), CORE_EINPUT);
   cr_assert((double)(clock() - t0) / CLOCKS_PER_SEC < 0.1);
   const char *msg = core_error_msg();
@@ -93,7 +115,7 @@ Test(size, over_a_limit_is_refused_at_once_naming_the_shape) {
 
   /* within memory, over the instruction limit: says so and how to go on */
   sched_shape mid = {.family = SCHED_INTERLEAVED, .p = 4096, .v = 2, .m = 4096};
-  sched_size_estimate(&mid, 0, &sz);
+  sched_size_estimate(&mid, 1, 0, &sz);
   lim.max_bytes = 1e15;
   cr_assert_eq(sched_size_check(&mid, &sz, &lim, flags), CORE_EINPUT);
   msg = core_error_msg();
@@ -103,7 +125,7 @@ Test(size, over_a_limit_is_refused_at_once_naming_the_shape) {
   static const char *const keys[3] = {"pipeline.stages", "pipeline.virtual_stages", "gradient_accumulation_steps"};
   lim.max_instructions = 0, lim.max_bytes = 1000, lim.mem_what = "--max-memory 1000";
   sched_shape small = {.family = SCHED_GPIPE, .p = 2, .v = 1, .m = 64};
-  sched_size_estimate(&small, 0, &sz);
+  sched_size_estimate(&small, 1, 0, &sz);
   cr_assert_eq(sched_size_check(&small, &sz, &lim, keys), CORE_EINPUT);
   msg = core_error_msg();
   cr_assert(strstr(msg, "pipeline.stages = 2") && strstr(msg, "gradient_accumulation_steps = 64") &&
@@ -112,7 +134,7 @@ Test(size, over_a_limit_is_refused_at_once_naming_the_shape) {
   /* no limits given: only what a program's int counters can hold */
   lim = (sched_limits){0};
   cr_assert_eq(sched_size_check(&small, &sz, &lim, keys), CORE_OK);
-  sched_size_estimate(&sh, 0, &sz);
+  sched_size_estimate(&sh, 1, 0, &sz);
   cr_assert_eq(sched_size_check(&sh, &sz, &lim, flags), CORE_EINPUT);
   cr_assert(strstr(core_error_msg(), "a program can hold"), "%s", core_error_msg());
 }

@@ -435,8 +435,10 @@ Test(viz, read_trace_refuses_what_is_not_a_brigade_trace) {
   refuse("{\"name\":\"F0\"", "7,{\"name\":\"F0\"", "a trace event must be an object");
   refuse("\"ph\":\"X\"", "\"ph\":\"B\"", "unexpected event phase");
   refuse("\"ph\":\"X\"", "\"ph\":1", "'ph' must be a string, found a number");
+  refuse("\"tid\":2,\"args\":{\"mb\":0", "\"tid\":5,\"args\":{\"mb\":0",
+         "'tid' must be an integer in [1, 4], found 5"); /* ranks' rows, then their copy rows */
   refuse("\"tid\":2,\"args\":{\"mb\":0", "\"tid\":3,\"args\":{\"mb\":0",
-         "'tid' must be an integer in [1, 2], found 3");
+         "'tid' names a copy row but the event is not a copy");
   refuse("\"cat\":\"FORWARD\"", "\"cat\":\"FORWARDS\"", "'cat' is not one of brigade's op names");
   refuse("\"cat\":\"FORWARD\"", "\"kat\":\"FORWARD\"", "missing member 'cat'");
   refuse("\"dur\":1000", "\"dur\":-1000", "'dur' must not be negative");

@@ -27,7 +27,7 @@ Test(lr, kinds) {
   cr_assert_eq(zero_lr_at(&c, 0), 3.0);
 }
 
-/* The three names README documents for scheduler.type, each to its own schedule. */
+/* The three names docs/reference.md documents for scheduler.type, each to its own schedule. */
 Test(lr, every_documented_name) {
   const char *names[] = {"constant", "WarmupLR", "WarmupCosineLR"};
   zero_lr_kind want[] = {ZERO_LR_CONSTANT, ZERO_LR_WARMUP, ZERO_LR_WARMUP_COSINE};

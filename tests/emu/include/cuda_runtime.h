@@ -68,6 +68,12 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int d);
+cudaError_t cudaGetDevice(int *d);
+struct cudaDeviceProp {
+  char name[256];
+};
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int d);
+cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d);
 cudaError_t emu_func_set_attr(const void *k, int attr, int value);
 template <class K> cudaError_t cudaFuncSetAttribute(K k, cudaFuncAttribute a, int v) {
   return emu_func_set_attr((const void *)k, (int)a, v);

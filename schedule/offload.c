@@ -1,0 +1,292 @@
+/* schedule/offload.c: activation offload placed by the compiler.
+ *
+ * A (chunk, micro-batch) pair's activations sit idle on the device from the end of its forward
+ * work (its FORWARD, the SEND_ACT after it, or the next virtual stage's FORWARD on the same rank
+ * that takes its output) to the start of its backward work (its RECV_GRAD, B or I). OFFLOAD,
+ * issued right after the forward work, copies them to host memory on the rank's device-to-host
+ * copy stream; RELOAD, issued before the backward work, copies them back on the host-to-device
+ * stream. Each stream runs one copy at a time, in issue order.
+ *
+ * Placement works from the simulated times of the program without offload (sched_sim_times):
+ * the offload of a pair can start when its forward work ends (or when the stream is free), its
+ * reload must end when its backward work starts, as late as the stream allows. A pair is
+ * offloaded only when both copies fit ("hide") that way. FULL offloads every pair that hides;
+ * AUTO offloads, rank by rank, the pair with the longest gap among those that would be on the
+ * host at the rank's memory peak, until the peak is within the limit. Each RELOAD goes before
+ * the last instruction that starts by its planned start, so it is issued in time (a little early
+ * at most: the pair is held from then). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/progress.h"
+#include "schedule/internal.h"
+
+typedef struct {
+  int k;              /* pair: chunk * m + mb */
+  int s;              /* its virtual stage */
+  int fe, bf;         /* its last forward-work instruction, its first backward-work one */
+  int slot, aslot;    /* its buffers (for the instructions' fields) */
+  double part;        /* the part of the pair it moves: 1, or (from its I to its W) the W's part */
+  double t_off, t_need, c; /* forward work ends, backward work starts, one copy's time */
+  int chosen, bad;    /* offloaded; can never hide (tried and failed) */
+  double off_end, rl_start; /* planned: the offload's end, the reload's latest start */
+  int rl_pos;               /* the RELOAD goes before this instruction */
+  double rl_hold;           /* when the reload, issued there, starts: the pair is held from then */
+} cand;
+
+/* Where a reload planned to start at rl_start goes: before the last instruction of its window
+ * that starts by then (a wait or a long op spanning rl_start makes it start a little early). */
+static int reload_pos(const cand *x, const double *ts) {
+  /* a rank runs its stream in order, so its start times never decrease: the last such j by
+   * bisection (a scan of the window would make a long gap, gpipe's, quadratic in m) */
+  double by = x->rl_start + 1e-9 * (1 + fabs(x->rl_start));
+  int lo = x->fe + 1, hi = x->bf; /* the answer is in [lo, hi]; lo when none starts by then */
+  while (lo < hi) {
+    int mid = lo + (hi - lo + 1) / 2;
+    if (ts[mid] <= by) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+static int by_off(const void *a, const void *b) {
+  const cand *x = *(cand *const *)a, *y = *(cand *const *)b;
+  return x->t_off != y->t_off ? (x->t_off < y->t_off ? -1 : 1) : x->k - y->k;
+}
+static int by_need(const void *a, const void *b) {
+  const cand *x = *(cand *const *)a, *y = *(cand *const *)b;
+  return x->t_need != y->t_need ? (x->t_need < y->t_need ? -1 : 1) : x->k - y->k;
+}
+
+/* Plans both copy streams of one rank for its chosen candidates: offloads as early as their
+ * forward work and the stream allow, reloads (earliest deadline first) as late as the stream
+ * allows. Returns the candidate whose reload cannot end in time, if any (the one with the
+ * shortest gap among those), else NULL. */
+static cand *plan_lanes(cand *cs, int n, cand **tmp, const double *ts) {
+  int q = 0;
+  for (int i = 0; i < n; i++)
+    if (cs[i].chosen) tmp[q++] = &cs[i];
+  qsort(tmp, (size_t)q, sizeof *tmp, by_off);
+  double d2h = -INFINITY, h2d = -INFINITY;
+  for (int i = 0; i < q; i++) {
+    double st = tmp[i]->t_off > d2h ? tmp[i]->t_off : d2h;
+    tmp[i]->off_end = d2h = st + tmp[i]->c;
+  }
+  qsort(tmp, (size_t)q, sizeof *tmp, by_need);
+  cand *worst = NULL;
+  for (int i = 0; i < q; i++) {
+    double st = tmp[i]->t_need - tmp[i]->c;
+    if (st < h2d) st = h2d;
+    if (st < tmp[i]->off_end) st = tmp[i]->off_end;
+    tmp[i]->rl_start = st;
+    tmp[i]->rl_pos = reload_pos(tmp[i], ts);
+    double hold = ts[tmp[i]->rl_pos]; /* issued there: it starts then, once the stream and its offload allow */
+    if (hold < h2d) hold = h2d;
+    if (hold < tmp[i]->off_end) hold = tmp[i]->off_end;
+    tmp[i]->rl_hold = hold < st ? hold : st;
+    h2d = st + tmp[i]->c;
+    if (h2d > tmp[i]->t_need + 1e-9 * (1 + fabs(tmp[i]->t_need)) &&
+        (!worst || tmp[i]->t_need - tmp[i]->t_off < worst->t_need - worst->t_off))
+      worst = tmp[i];
+  }
+  return worst;
+}
+
+/* Drops chosen candidates until the plan hides every copy. */
+static void settle(cand *cs, int n, cand **tmp, const double *ts) {
+  cand *w;
+  while ((w = plan_lanes(cs, n, tmp, ts))) w->chosen = 0, w->bad = 1;
+}
+
+typedef struct {
+  double t, mem;
+} mev;
+
+static int by_t(const void *a, const void *b) {
+  const mev *x = a, *y = b;
+  if (x->t != y->t) return x->t < y->t ? -1 : 1;
+  return (x->mem > y->mem) - (x->mem < y->mem);
+}
+
+/* The rank's planned memory peak in stages' activations and when it happens: pairs from their
+ * first instruction's start to their last's end (the part a pending W keeps, after their last
+ * other instruction), chosen ones away from their offload's end to their reload's start. */
+static double planned_peak(const sched_program *pr, int r, const sched_costs *c, double *const *ts, double *const *te,
+                           const int *first, const int *last, const int *alast, const cand *cs, int n, double *at) {
+  int km = pr->v * pr->m;
+  mev *ev = core_malloc(sizeof(mev) * (size_t)(3 * km + 2 * n + 1));
+  int ne = 0;
+  for (int k = 0; k < km; k++) {
+    if (first[k] < 0) continue;
+    int s = pr->stage_of[r * pr->v + k / pr->m];
+    double full = 1.0 / pr->v, ws = c->stage_w_stash ? c->stage_w_stash[s] : sched_w_stash(c);
+    ev[ne++] = (mev){ts[r][first[k]], full};
+    if (alast[k] == last[k]) {
+      ev[ne++] = (mev){te[r][last[k]], -full};
+    } else {
+      ev[ne++] = (mev){te[r][alast[k]], -full * (1 - ws)};
+      ev[ne++] = (mev){te[r][last[k]], -full * ws};
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (cs[i].chosen)
+      ev[ne++] = (mev){cs[i].off_end, -cs[i].part / pr->v}, ev[ne++] = (mev){cs[i].rl_hold, cs[i].part / pr->v};
+  qsort(ev, (size_t)ne, sizeof *ev, by_t);
+  double mem = 0, peak = 0;
+  *at = 0;
+  for (int i = 0; i < ne; i++) {
+    mem += ev[i].mem;
+    if (mem > peak + 1e-12) peak = mem, *at = ev[i].t;
+  }
+  free(ev);
+  return peak;
+}
+
+/* Rank r's candidates: pairs with backward work, from their forward work's end to their backward
+ * work's start by the simulated times; and pairs whose backward is split, the part their W keeps,
+ * from their last instruction but the W (the I, or the SEND_GRAD after it) to the W. */
+static int candidates(const sched_program *pr, int r, const sched_costs *c, double *const *ts, double *const *te,
+                      cand *cs) {
+  const sched_stream *st = &pr->streams[r];
+  int km = pr->v * pr->m, n = 0;
+  int *fe = core_malloc(sizeof(int) * (size_t)km), *bf = core_malloc(sizeof(int) * (size_t)km);
+  int *slot = core_malloc(sizeof(int) * (size_t)km), *aslot = core_malloc(sizeof(int) * (size_t)km);
+  int *al = core_malloc(sizeof(int) * (size_t)km), *wi = core_malloc(sizeof(int) * (size_t)km);
+  for (int k = 0; k < km; k++) fe[k] = bf[k] = slot[k] = aslot[k] = al[k] = wi[k] = -1;
+  for (int i = 0; i < st->len; i++) {
+    const sched_instr *in = &st->ins[i];
+    if (in->chunk < 0 || in->mb < 0 || in->chunk >= pr->v || in->mb >= pr->m) continue;
+    int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+    if (slot[k] < 0) slot[k] = in->slot, aslot[k] = in->aslot;
+    int bwd = in->op == SCHED_RECV_GRAD || in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT ||
+              in->op == SCHED_BACKWARD_WEIGHT || in->op == SCHED_SEND_GRAD;
+    if (in->op == SCHED_BACKWARD_WEIGHT) wi[k] = i;
+    else al[k] = i;
+    if (bwd && bf[k] < 0) bf[k] = i;
+    else if (!bwd && bf[k] < 0) fe[k] = i;
+    if (kp >= 0 && bf[kp] < 0) fe[kp] = i;
+  }
+  for (int k = 0; k < km; k++) {
+    if (fe[k] < 0 || bf[k] < 0 || fe[k] >= bf[k]) continue;
+    int s = pr->stage_of[r * pr->v + k / pr->m];
+    cs[n++] = (cand){.k = k, .s = s, .fe = fe[k], .bf = bf[k], .slot = slot[k], .aslot = aslot[k], .part = 1,
+                     .t_off = te[r][fe[k]], .t_need = ts[r][bf[k]], .c = sched_offload_cost(c, s)};
+  }
+  for (int k = 0; k < km; k++) {
+    if (wi[k] < 0 || al[k] < 0 || al[k] >= wi[k]) continue;
+    int s = pr->stage_of[r * pr->v + k / pr->m];
+    double ws = c->stage_w_stash ? c->stage_w_stash[s] : sched_w_stash(c);
+    cs[n++] = (cand){.k = k, .s = s, .fe = al[k], .bf = wi[k], .slot = slot[k], .aslot = -1, .part = ws,
+                     .t_off = te[r][al[k]], .t_need = ts[r][wi[k]], .c = sched_offload_cost(c, s) * ws};
+  }
+  free(fe), free(bf), free(slot), free(aslot), free(al), free(wi);
+  return n;
+}
+
+/* Orders of the chosen candidates for insert(): reloads by position, then planned start (ties:
+ * candidate order); offloads by their forward work's instruction (ties: candidate order). */
+static const cand *order_base;
+static int by_reload(const void *a, const void *b) {
+  const cand *x = &order_base[*(const int *)a], *y = &order_base[*(const int *)b];
+  if (x->rl_pos != y->rl_pos) return x->rl_pos < y->rl_pos ? -1 : 1;
+  if (x->rl_start != y->rl_start) return x->rl_start < y->rl_start ? -1 : 1;
+  return *(const int *)a - *(const int *)b;
+}
+static int by_fe(const void *a, const void *b) {
+  const cand *x = &order_base[*(const int *)a], *y = &order_base[*(const int *)b];
+  return x->fe != y->fe ? (x->fe < y->fe ? -1 : 1) : *(const int *)a - *(const int *)b;
+}
+
+/* Rank r's stream with the chosen candidates' OFFLOADs and RELOADs in it: before instruction j
+ * the reloads planned there, earliest planned start first; after it the offloads of the pairs
+ * whose forward work it ends, in candidate order. Both lists sorted once and merged in one pass
+ * (looking through every candidate at every instruction was quadratic in the micro-batches). */
+static void insert(sched_program *pr, int r, cand *cs, int n) {
+  sched_stream *st = &pr->streams[r];
+  int q = 0;
+  for (int i = 0; i < n; i++) q += cs[i].chosen;
+  if (!q) return;
+  int *rl = core_malloc(sizeof(int) * (size_t)q), *of = core_malloc(sizeof(int) * (size_t)q);
+  for (int i = 0, k = 0; i < n; i++)
+    if (cs[i].chosen) rl[k] = of[k] = i, k++;
+  order_base = cs;
+  qsort(rl, (size_t)q, sizeof *rl, by_reload);
+  qsort(of, (size_t)q, sizeof *of, by_fe);
+  sched_stream out = {.len = 0, .cap = st->len + 2 * q};
+  out.ins = core_malloc(sizeof(sched_instr) * (size_t)out.cap);
+  int a = 0, b = 0;
+  for (int j = 0; j <= st->len; j++) {
+    for (; a < q && cs[rl[a]].rl_pos == j; a++)
+      out.ins[out.len++] = (sched_instr){.op = SCHED_RELOAD, .mb = cs[rl[a]].k % pr->m, .chunk = cs[rl[a]].k / pr->m,
+                                         .peer = -1, .slot = cs[rl[a]].slot, .aslot = cs[rl[a]].aslot};
+    if (j == st->len) break;
+    out.ins[out.len++] = st->ins[j];
+    for (; b < q && cs[of[b]].fe == j; b++)
+      out.ins[out.len++] = (sched_instr){.op = SCHED_OFFLOAD, .mb = cs[of[b]].k % pr->m, .chunk = cs[of[b]].k / pr->m,
+                                         .peer = -1, .slot = cs[of[b]].slot, .aslot = cs[of[b]].aslot};
+  }
+  CORE_ASSERT(a == q && b == q);
+  free(rl), free(of);
+  free(st->ins);
+  *st = out;
+}
+
+int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_mode mode, double limit) {
+  if (mode == SCHED_OFFLOAD_NONE) return CORE_OK;
+  if (pr->forward_only) return CORE_OK; /* no backward: nothing to bring back */
+  for (int s = 0; s < pr->p * pr->v; s++)
+    if (!(sched_offload_cost(c, s) >= 0))
+      return core_error_set(CORE_EINPUT, "offload: the costs give no copy time for an activation slot: give the time "
+                            "of one slot's copy (--cost-offload) or its bytes (--act-bytes) and a bandwidth "
+                            "(--offload-gbps)");
+  if (mode == SCHED_OFFLOAD_AUTO && !(limit > 0))
+    return core_error_set(CORE_EINPUT, "offload auto needs a memory limit per rank in stages' activations (got %g)", limit);
+  double **ts = core_malloc(sizeof(double *) * (size_t)pr->p), **te = core_malloc(sizeof(double *) * (size_t)pr->p);
+  for (int r = 0; r < pr->p; r++) {
+    ts[r] = core_malloc(sizeof(double) * (size_t)(pr->streams[r].len + 1));
+    te[r] = core_malloc(sizeof(double) * (size_t)(pr->streams[r].len + 1));
+  }
+  int rc = sched_sim_times(pr, c, ts, te);
+  int km = pr->v * pr->m;
+  cand *cs = core_malloc(sizeof(cand) * (size_t)(2 * km + 1)); /* two windows per pair at most */
+  cand **tmp = core_malloc(sizeof(cand *) * (size_t)(2 * km + 1));
+  int *first = core_malloc(sizeof(int) * (size_t)km), *last = core_malloc(sizeof(int) * (size_t)km);
+  int *alast = core_malloc(sizeof(int) * (size_t)km);
+  core_progress_phase("placing offloads:", pr->p, "ranks");
+  for (int r = 0; r < pr->p && !rc; r++) {
+    core_progress_at(r);
+    int n = candidates(pr, r, c, ts, te, cs);
+    if (mode == SCHED_OFFLOAD_FULL) {
+      for (int i = 0; i < n; i++) cs[i].chosen = cs[i].t_need - cs[i].t_off >= 2 * cs[i].c;
+      settle(cs, n, tmp, ts[r]);
+    } else {
+      sched_pair_ranges(pr, r, first, last, alast);
+      for (;;) { /* one pair more each time, each time the whole plan again: quadratic in the rank's pairs */
+        core_progress_at(r);
+        double at, peak = planned_peak(pr, r, c, ts, te, first, last, alast, cs, n, &at);
+        if (peak <= limit + 1e-9) break;
+        int best = -1; /* on the host at the peak, if offloaded: the longest gap */
+        for (int i = 0; i < n; i++) {
+          if (cs[i].chosen || cs[i].bad || cs[i].t_off + cs[i].c > at || cs[i].t_need - cs[i].c <= at) continue;
+          if (best < 0 || cs[i].t_need - cs[i].t_off > cs[best].t_need - cs[best].t_off) best = i;
+        }
+        if (best < 0) {
+          rc = core_error_set(CORE_EINPUT, "offload auto: rank %d holds %.4g stages' activations at its peak (time %.6g), "
+                              "above the limit of %.4g, and none of the pairs it holds then can go to host memory with "
+                              "both copies hidden; raise the limit or make the copies faster", r, peak, at, limit);
+          break;
+        }
+        cs[best].chosen = 1;
+        cand *w = plan_lanes(cs, n, tmp, ts[r]);
+        if (w) cs[best].chosen = 0, cs[best].bad = 1, plan_lanes(cs, n, tmp, ts[r]);
+      }
+    }
+    if (!rc) insert(pr, r, cs, n);
+  }
+  for (int r = 0; r < pr->p; r++) free(ts[r]), free(te[r]);
+  free(ts), free(te), free(cs), free(tmp), free(first), free(last), free(alast);
+  return rc;
+}

@@ -1,0 +1,173 @@
+/* Activation offload as instructions: placement (full and auto), the verifier's rules, the
+ * simulator's copy streams and memory in time. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "schedule/schedule.h"
+
+static double peak(const sched_sim_result *res) {
+  double m = 0;
+  for (int r = 0; r < res->p; r++) m = res->ranks[r].peak_memory > m ? res->ranks[r].peak_memory : m;
+  return m;
+}
+
+/* Compiles and simulates a shape with and without offload; the results' makespans and peaks. */
+static void both(sched_shape sh, double copy, double *mk_none, double *mk_off, double *pk_none, double *pk_off,
+                 sched_sim_result *off_res) {
+  sched_costs c = sched_costs_unit();
+  c.offload = copy;
+  sched_program pr;
+  sched_sim_result res;
+  int mode = sh.offload;
+  sh.offload = SCHED_OFFLOAD_NONE;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
+  *mk_none = res.makespan, *pk_none = peak(&res);
+  sched_sim_result_free(&res);
+  sched_program_free(&pr);
+  sh.offload = mode;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_simulate(&pr, &c, off_res, NULL), CORE_OK, "%s", core_error_msg());
+  *mk_off = off_res->makespan, *pk_off = peak(off_res);
+  sched_program_free(&pr);
+}
+
+/* 1F1B, F = B = W = 1, a slot's copy 0.5, m = 2p: offloading every slot whose copies hide keeps
+ * the makespan within 1% and every rank's peak at most 4 stages' activations (p without). */
+Test(offload, full_1f1b_holds_a_constant_peak_at_no_cost) {
+  for (int p = 4; p <= 32; p *= 2) {
+    sched_shape sh = {.family = SCHED_1F1B, .p = p, .v = 1, .m = 2 * p, .offload = SCHED_OFFLOAD_FULL};
+    double mn, mo, pn, po;
+    sched_sim_result res;
+    both(sh, 0.5, &mn, &mo, &pn, &po, &res);
+    cr_assert(mo <= 1.01 * mn, "p=%d: makespan %g with offload, %g without", p, mo, mn);
+    cr_assert(po <= 4 + 1e-9, "p=%d: peak %g stages' activations with offload", p, po);
+    cr_assert_eq(pn, p, "p=%d: peak %g without offload", p, pn);
+    cr_assert(res.ranks[0].offloaded == 2 * p && res.ranks[0].kept == 0 && res.ranks[0].copy_time == 2 * p,
+              "p=%d: rank 0 offloaded %d, kept %d, copied for %g", p, res.ranks[0].offloaded, res.ranks[0].kept,
+              res.ranks[0].copy_time);
+    sched_sim_result_free(&res);
+  }
+}
+
+/* Interleaved 1F1B (v = 2, a chunk's copy 0.25) and zb-h1 (its W's part offloaded between I and W
+ * too): the makespan within 2% of no offload, the peak at most 4 where no receive posted early
+ * holds more (interleaved p <= 8; zb-h1 every p). */
+Test(offload, full_interleaved_and_zb_h1) {
+  for (int p = 4; p <= 16; p *= 2) {
+    double mn, mo, pn, po;
+    sched_sim_result res;
+    sched_shape zb = {.family = SCHED_ZB_H1, .p = p, .v = 1, .m = 2 * p, .offload = SCHED_OFFLOAD_FULL};
+    both(zb, 0.5, &mn, &mo, &pn, &po, &res);
+    cr_assert(mo <= 1.02 * mn && po <= 4 + 1e-9, "zb-h1 p=%d: makespan %g vs %g, peak %g (without %g)", p, mo, mn, po, pn);
+    sched_sim_result_free(&res);
+    sched_shape il = {.family = SCHED_INTERLEAVED, .p = p, .v = 2, .m = 2 * p, .offload = SCHED_OFFLOAD_FULL};
+    both(il, 0.25, &mn, &mo, &pn, &po, &res);
+    cr_assert(mo <= 1.02 * mn, "interleaved p=%d: makespan %g vs %g", p, mo, mn);
+    cr_assert(po < pn, "interleaved p=%d: peak %g, without %g", p, po, pn);
+    if (p <= 8) cr_assert(po <= 4 + 1e-9, "interleaved p=%d: peak %g", p, po);
+    sched_sim_result_free(&res);
+  }
+}
+
+/* Every family compiles with full offload (its programs verified), V shapes included. */
+Test(offload, every_family_verifies_with_offload) {
+  const sched_family fams[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_AUTO,
+                               SCHED_ZB_V, SCHED_V_ZB, SCHED_V_HALF, SCHED_V_MIN, SCHED_DUALPIPE_V};
+  for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++) {
+    sched_shape sh = {.family = fams[k], .p = 4, .v = 1, .m = 8, .offload = SCHED_OFFLOAD_FULL};
+    if (fams[k] == SCHED_INTERLEAVED || sched_family_is_v(fams[k])) sh.v = 2;
+    double mn, mo, pn, po;
+    sched_sim_result res;
+    both(sh, 0.25, &mn, &mo, &pn, &po, &res);
+    int off = 0;
+    for (int r = 0; r < res.p; r++) off += res.ranks[r].offloaded;
+    cr_assert(off > 0 && mo <= 1.05 * mn, "%s: %d offloaded, makespan %g vs %g", sched_family_name(fams[k]), off, mo, mn);
+    sched_sim_result_free(&res);
+  }
+}
+
+/* Copies slower than the gaps: full offloads only the slots whose copies hide and says how many
+ * it kept; the makespan does not grow. */
+Test(offload, slow_copies_keep_what_cannot_hide) {
+  sched_shape sh = {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 8, .offload = SCHED_OFFLOAD_FULL};
+  double mn, mo, pn, po;
+  sched_sim_result res;
+  both(sh, 3, &mn, &mo, &pn, &po, &res);
+  cr_assert(mo <= mn + 1e-9, "makespan %g vs %g", mo, mn);
+  int kept = 0, off = 0;
+  for (int r = 0; r < res.p; r++) kept += res.ranks[r].kept, off += res.ranks[r].offloaded;
+  cr_assert(kept > 0 && off > 0 && kept + off == 4 * 8, "offloaded %d, kept %d", off, kept);
+  sched_sim_result_free(&res);
+}
+
+/* auto: the fewest offloads that bring every rank under the limit (p/2), with a makespan no worse
+ * than full's; a limit no placement can meet is refused, naming the rank. */
+Test(offload, auto_meets_a_limit_or_says_it_cannot) {
+  for (int p = 8; p <= 16; p *= 2) {
+    sched_shape sh = {.family = SCHED_1F1B, .p = p, .v = 1, .m = 2 * p, .offload = SCHED_OFFLOAD_FULL};
+    double mn, full_mk, pn, full_pk, auto_mk, auto_pk;
+    sched_sim_result full, au;
+    both(sh, 0.5, &mn, &full_mk, &pn, &full_pk, &full);
+    sh.offload = SCHED_OFFLOAD_AUTO, sh.offload_limit = p / 2;
+    both(sh, 0.5, &mn, &auto_mk, &pn, &auto_pk, &au);
+    int nf = 0, na = 0;
+    for (int r = 0; r < p; r++) nf += full.ranks[r].offloaded, na += au.ranks[r].offloaded;
+    cr_assert(auto_pk <= p / 2 + 1e-9 && auto_mk <= full_mk + 1e-9 && na < nf,
+              "p=%d: auto peak %g makespan %g (%d offloaded), full makespan %g (%d)", p, auto_pk, auto_mk, na, full_mk, nf);
+    sched_sim_result_free(&full), sched_sim_result_free(&au);
+  }
+  sched_shape sh = {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 8, .offload = SCHED_OFFLOAD_AUTO, .offload_limit = 1};
+  sched_costs c = sched_costs_unit();
+  c.offload = 0.5;
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "offload auto: rank 0 holds") && strstr(core_error_msg(), "above the limit of 1"),
+            "%s", core_error_msg());
+  c.offload = 0; /* no copy time at all: refused, naming the flags */
+  sh.offload = SCHED_OFFLOAD_FULL;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "--cost-offload"), "%s", core_error_msg());
+}
+
+/* The verifier: a reload without an offload, a use of activations on the host, an offload left
+ * on the host, an offload before the forward. */
+Test(offload, verifier_rules) {
+  sched_shape sh = {.family = SCHED_1F1B, .p = 2, .v = 1, .m = 2, .offload = SCHED_OFFLOAD_FULL};
+  sched_costs c = sched_costs_unit();
+  c.offload = 0.1;
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  sched_stream *st = &pr.streams[0];
+  int off = -1, rl = -1;
+  for (int i = 0; i < st->len; i++) {
+    if (st->ins[i].op == SCHED_OFFLOAD && off < 0) off = i;
+    if (st->ins[i].op == SCHED_RELOAD && rl < 0) rl = i;
+  }
+  cr_assert(off >= 0 && rl > off, "rank 0: offload at %d, reload at %d", off, rl);
+  sched_instr keep = st->ins[rl];
+  st->ins[rl].op = SCHED_OFFLOAD; /* offloaded twice, never back */
+  cr_assert_eq(sched_verify(&pr), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "offloads activations that are on the host already"), "%s", core_error_msg());
+  st->ins[rl] = keep;
+  st->ins[off].op = SCHED_RELOAD; /* back before it went */
+  cr_assert_eq(sched_verify(&pr), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "reloads a pair whose activations are not on the host"), "%s", core_error_msg());
+  st->ins[off].op = SCHED_OFFLOAD;
+  int u = rl + 1; /* the reload moved after the pair's next use: that use finds its activations on the host */
+  while (u < st->len && !(st->ins[u].chunk == keep.chunk && st->ins[u].mb == keep.mb)) u++;
+  cr_assert(u < st->len);
+  memmove(&st->ins[rl], &st->ins[rl + 1], sizeof(sched_instr) * (size_t)(u - rl));
+  st->ins[u] = keep;
+  cr_assert_eq(sched_verify(&pr), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "uses activations that are on the host (a RELOAD of chunk 0"), "%s", core_error_msg());
+  memmove(&st->ins[rl + 1], &st->ins[rl], sizeof(sched_instr) * (size_t)(u - rl));
+  st->ins[rl] = keep;
+  cr_assert_eq(sched_verify(&pr), CORE_OK, "%s", core_error_msg());
+  st->ins[rl].op = SCHED_OFFLOAD, st->ins[rl].mb = -5; /* out of range */
+  cr_assert_eq(sched_verify(&pr), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "an offload or reload names chunk 0 micro-batch -5"), "%s", core_error_msg());
+  sched_program_free(&pr);
+}

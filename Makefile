@@ -9,6 +9,7 @@
 #   make pictures   make run, then its two timelines into docs/img (the README's pictures)
 #   make bench      benchmarks that print figures
 #   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS (60) each
+#   make faults     the fault suite in full (tests/faults: FAULT_TRIALS (30) concurrent-writer trials), then tests/pipe/test_fault
 #   CUDA=1 / CUDA=0 force the CUDA backend on / off (default: on when nvcc is found)
 
 # ---- dependencies: checked (and installed) before anything is compiled ----
@@ -87,7 +88,7 @@ TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRCS))
 
-.PHONY: pictures all test test-gpu test-cuda-emu bench-gpu run bench clean deps format fuzz FORCE
+.PHONY: pictures all test test-gpu test-cuda-emu bench-gpu run bench clean deps format fuzz faults FORCE
 .SECONDARY:
 all: $(BIN)
 
@@ -142,6 +143,16 @@ test: $(BIN) $(TEST_BINS) $(WORKER_BINS) $(BUILD)/emu/test_ops_emu $(BUILD)/emu/
 	@OMPI_MCA_btl_vader_single_copy_mechanism=$(MPI_SINGLE_COPY) BRIGADE_BIN=$(abspath $(BIN)) \
 	  BRIGADE_BUILD=$(abspath $(BUILD)) BRIGADE_MPIRUN='$(MPIRUN)' \
 	  sh scripts/run_tests.sh $(TEST_BINS) tests/emu/test_ops_emu.sh scripts/readme_commands.sh
+
+# The fault suite in full: every case of tests/faults/test_faults.c (`make test` runs the fast ones
+# and 3 trials of two runs into one checkpoint directory; here FAULT_TRIALS of them and the
+# multi-rank refusal), then the older fault tests (a killed rank, a stuck rank, a signal, a damaged
+# checkpoint). `make SANITIZE=1 faults`: the same under ASan + UBSan.
+FAULT_TRIALS ?= 30
+faults: $(BIN) $(BUILD)/tests/faults/test_faults $(BUILD)/tests/pipe/test_fault data/kjv.txt
+	@OMPI_MCA_btl_vader_single_copy_mechanism=$(MPI_SINGLE_COPY) BRIGADE_BIN=$(abspath $(BIN)) \
+	  BRIGADE_BUILD=$(abspath $(BUILD)) BRIGADE_FAULTS=all BRIGADE_FAULT_TRIALS=$(FAULT_TRIALS) \
+	  sh scripts/run_tests.sh $(BUILD)/tests/faults/test_faults $(BUILD)/tests/pipe/test_fault
 
 # The CUDA op table against the CPU one on this machine's GPU (tests/gpu), NCCL's entries, and
 # the tiny GPT trained on it. `make test` runs the same binaries, which skip when there is no

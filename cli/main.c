@@ -1,4 +1,5 @@
 /* cli/main.c: the brigade program: one binary, subcommands. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -114,6 +115,9 @@ static int is_help(const char *a) { return strcmp(a, "--help") == 0 || strcmp(a,
 
 int main(int argc, char **argv) {
   kernels_cpu_reexec(argv);
+  /* a write past the file-size limit (ulimit -f) fails with EFBIG and is reported as the error it
+   * is, the temporary file removed, rather than killing the process mid-write */
+  signal(SIGXFSZ, SIG_IGN);
   if (argc < 2) {
     print_overview(stderr);
     return 2;

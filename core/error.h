@@ -15,6 +15,12 @@ enum {
   CORE_EINPUT = 2,   /* the user's input is wrong: config, flags, schedule file, data */
 };
 
+/* A string argument (%s, no precision) longer than CORE_ERROR_CUT bytes goes into a message as its
+ * first 60 and last 40 bytes around "...", so an echoed value (a 100 KB --set, a long path) never
+ * pushes the reason out of the message; give a precision (%.500s) to keep a longer string whole
+ * (another message, say). */
+enum { CORE_ERROR_CUT = 120 };
+
 /* Sets the message (printf-style) and returns code, so callers can `return core_error_set(...)`. */
 int core_error_set(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Puts "<prefix>: " in front of the current message; returns the current code. */

@@ -1,12 +1,17 @@
 #include "pipe/ckpt.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/file.h"
+#include "core/log.h"
 
 static const char MAGIC[8] = "BRIGADE";
 enum { VERSION = 1, MAX_NAME = 4096 };
@@ -29,7 +34,8 @@ int pipe_ckpt_create(pipe_ckpt_writer *w, const char *path) {
   memset(w, 0, sizeof *w);
   if (strlen(path) >= sizeof w->path) return core_error_set(CORE_EINPUT, "checkpoint path too long");
   snprintf(w->path, sizeof w->path, "%s", path);
-  snprintf(w->tmp, sizeof w->tmp, "%s.tmp", path);
+  /* the writer's own name (its pid; the rank is in PATH): a run removes only its own */
+  snprintf(w->tmp, sizeof w->tmp, "%s.%ld.tmp", path, (long)getpid());
   w->f = fopen(w->tmp, "wb");
   if (!w->f) return core_error_set(CORE_ERUNTIME, "cannot write %s: %s", w->tmp, strerror(errno));
   w->hash = 0xcbf29ce484222325ull;
@@ -59,6 +65,7 @@ int pipe_ckpt_commit(pipe_ckpt_writer *w) {
   if (fclose(w->f) != 0 && !w->failed) w->failed = errno;
   w->f = NULL;
   if (!w->failed && rename(w->tmp, w->path) != 0) w->failed = errno;
+  if (!w->failed && pipe_ckpt_sync_dir(w->path, 1) != 0) w->failed = errno; /* the rename itself */
   if (w->failed) {
     unlink(w->tmp);
     return core_error_set(CORE_ERUNTIME, "saving checkpoint %s: %s", w->path, strerror(w->failed));
@@ -72,6 +79,111 @@ void pipe_ckpt_abort(pipe_ckpt_writer *w) {
   unlink(w->tmp);
 }
 
+int pipe_ckpt_sync_dir(const char *path, int parent) {
+  char dir[1100];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (parent && !slash) snprintf(dir, sizeof dir, ".");
+  else if (parent) *(slash == dir ? slash + 1 : slash) = 0;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = fsync(fd) != 0 && errno != EINVAL ? -1 : 0; /* EINVAL: the file system does not sync directories */
+  int err = errno;
+  close(fd);
+  errno = err;
+  return rc;
+}
+
+int pipe_ckpt_mkdirs(const char *path) {
+  char buf[1100];
+  if (strlen(path) >= sizeof buf) return errno = ENAMETOOLONG, -1;
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+      *p = '/';
+    }
+  if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+  struct stat st;
+  if (stat(buf, &st) != 0) return -1;
+  return S_ISDIR(st.st_mode) ? 0 : (errno = ENOTDIR, -1);
+}
+
+/* The holder the lock file names ("pid P host H"), or pid 0. */
+static void read_holder(int fd, long *pid, char host[256]) {
+  char text[400];
+  ssize_t k = pread(fd, text, sizeof text - 1, 0);
+  text[k > 0 ? k : 0] = 0;
+  *pid = 0, host[0] = 0;
+  if (sscanf(text, "pid %ld host %255s", pid, host) != 2 || *pid <= 0) *pid = 0, host[0] = 0;
+}
+
+/* Whether process pid runs on this machine (one we may not signal runs too). */
+static int alive(long pid) { return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM); }
+
+int pipe_ckpt_lock_take(pipe_ckpt_lock *lk, const char *dir, char *note, size_t nn) {
+  memset(lk, 0, sizeof *lk);
+  note[0] = 0;
+  if (strlen(dir) + 8 > sizeof lk->path)
+    return core_error_set(CORE_EINPUT, "%s: the path is too long", dir);
+  if (pipe_ckpt_mkdirs(dir) != 0)
+    return core_error_set(CORE_EINPUT, "cannot create %s: %s", dir, strerror(errno));
+  snprintf(lk->path, sizeof lk->path, "%s/.lock", dir);
+  int fd = open(lk->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return core_error_set(CORE_EINPUT, "%s is not writable: cannot create %s: %s", dir, lk->path, strerror(errno));
+  char me[256] = "", host[256];
+  gethostname(me, sizeof me - 1);
+  long pid;
+  int locked = flock(fd, LOCK_EX | LOCK_NB) == 0, err = locked ? 0 : errno;
+  read_holder(fd, &pid, host);
+  for (int i = 0; i < 50 && err == EWOULDBLOCK && !pid; i++) { /* the holder writes its name just after locking */
+    usleep(10000);
+    read_holder(fd, &pid, host);
+  }
+  int here = pid > 0 && strcmp(host, me) == 0;
+  if (err == EWOULDBLOCK) {
+    close(fd);
+    if (pid)
+      return core_error_set(CORE_EINPUT, "%s is in use by another run: pid %ld on host %s holds %s (one run writes a "
+                            "checkpoint directory; give this one another, or wait for that run to end)", dir, pid, host,
+                            lk->path);
+    return core_error_set(CORE_EINPUT, "%s is in use by another run, which holds %s but has not written its pid and host "
+                          "there", dir, lk->path);
+  }
+  int mine = here && pid == (long)getpid();
+  if (!locked && !mine && (here ? alive(pid) : pid > 0)) {
+    /* no locks on this file system (NFS without a lock service, say): the holder written in the
+     * file decides; one on another host cannot be checked from here */
+    close(fd);
+    return core_error_set(CORE_EINPUT, "%s is in use by pid %ld on host %s, as %s says (this file system does not lock "
+                          "files: %s; if that run has ended, remove %s)", dir, pid, host, lk->path, strerror(err),
+                          lk->path);
+  }
+  if (pid && !mine)
+    snprintf(note, nn, "taking over %s from pid %ld on host %s, %s", lk->path, pid, host,
+             here && !alive(pid) ? "which is no longer running" : "which no longer holds it");
+  char text[320];
+  int k = snprintf(text, sizeof text, "pid %ld host %s\n", (long)getpid(), me[0] ? me : "unknown");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)k, 0) != k || fsync(fd) != 0) {
+    int e = errno;
+    close(fd);
+    return core_error_set(CORE_EINPUT, "%s is not writable: %s: %s", dir, lk->path, strerror(e));
+  }
+  lk->fd = fd, lk->held = 1;
+  return CORE_OK;
+}
+
+void pipe_ckpt_lock_release(pipe_ckpt_lock *lk) {
+  if (!lk->held) return;
+  /* emptied first: a file naming no holder is a released lock (a run that dies leaves its pid,
+   * which the next run reports as it takes the lock over) */
+  if (ftruncate(lk->fd, 0) != 0) core_log(CORE_LOG_WARN, "cannot empty %s (%s): the next run will report it as left over", lk->path, strerror(errno));
+  close(lk->fd);
+  lk->held = 0;
+}
+
 static int bad(pipe_ckpt_reader *r, const char *what) {
   int rc = core_error_set(CORE_EINPUT, "checkpoint %s is damaged: %s", r->path, what);
   pipe_ckpt_close(r);
@@ -81,12 +193,13 @@ static int bad(pipe_ckpt_reader *r, const char *what) {
 int pipe_ckpt_open(pipe_ckpt_reader *r, const char *path) {
   memset(r, 0, sizeof *r);
   snprintf(r->path, sizeof r->path, "%s", path);
-  FILE *f = fopen(path, "rb");
-  if (!f) return core_error_set(CORE_EINPUT, "cannot open checkpoint %s: %s", path, strerror(errno));
+  FILE *f;
+  int rc = core_file_open_regular(path, "checkpoint", &f); /* a FIFO is refused, not waited on */
+  if (rc) return rc;
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fileno(f), &st) != 0) {
     fclose(f);
-    return core_error_set(CORE_EINPUT, "checkpoint %s is not a regular file", path);
+    return core_error_set(CORE_EINPUT, "cannot read checkpoint %s: %s", path, strerror(errno));
   }
   r->size = (size_t)st.st_size;
   r->buf = core_malloc(r->size + 1);

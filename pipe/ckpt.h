@@ -3,9 +3,9 @@
  *
  * Layout: "BRIGADE\0", u32 version, then records {u32 name length, name, u32 dtype, u64 count,
  * data}, then a trailer {u32 record count, u64 FNV-1a hash of every byte before it}. Written to
- * PATH.tmp, flushed and synced, then renamed, so a crash never leaves a half-written PATH. The
- * reader treats the file as untrusted: sizes are checked against the file before use, and the
- * hash must match. */
+ * PATH.<pid>.tmp (the writer's own name), flushed and synced, renamed, and the directory synced,
+ * so a crash never leaves a half-written PATH. The reader treats the file as untrusted: sizes are
+ * checked against the file before use, and the hash must match. */
 #ifndef BRIGADE_PIPE_CKPT_H
 #define BRIGADE_PIPE_CKPT_H
 
@@ -27,6 +27,25 @@ int pipe_ckpt_create(pipe_ckpt_writer *w, const char *path);
 int pipe_ckpt_put(pipe_ckpt_writer *w, const char *name, int dtype, const void *data, uint64_t count);
 int pipe_ckpt_commit(pipe_ckpt_writer *w); /* trailer, fsync, rename */
 void pipe_ckpt_abort(pipe_ckpt_writer *w);  /* removes the temporary file */
+
+/* fsync of a directory (parent: of the one holding path), so a rename or a new entry in it
+ * survives a crash; 0, or -1 with errno set. */
+int pipe_ckpt_sync_dir(const char *path, int parent);
+/* mkdir -p; 0, or -1 with errno set (ENOTDIR: path is something else). */
+int pipe_ckpt_mkdirs(const char *path);
+
+/* One writer per checkpoint directory: DIR/.lock, held with flock(2) for the run's life and
+ * naming its holder ("pid P host H"). A second run is refused (CORE_EINPUT) with the holder's pid
+ * and host. The kernel drops the lock of a process that dies; the pid it left in the file is then
+ * taken over, *note (n bytes) saying so. On a file system without locks the pid and host in the
+ * file decide: a live process of this host, or any of another host, holds it. Released (the file
+ * emptied, then closed) by pipe_ckpt_lock_release. */
+typedef struct {
+  int fd, held;
+  char path[1100];
+} pipe_ckpt_lock;
+int pipe_ckpt_lock_take(pipe_ckpt_lock *lk, const char *dir, char *note, size_t n);
+void pipe_ckpt_lock_release(pipe_ckpt_lock *lk);
 
 typedef struct {
   const char *name;

@@ -4,25 +4,141 @@
 #include <errno.h>
 #include <math.h>
 #include <mpi.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "pipe/ckpt.h"
 
-static int mkdirs(const char *path) {
-  char buf[1024];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1; *p; p++)
-    if (*p == '/') {
-      *p = 0;
-      if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-      *p = '/';
+/* ---- what a checkpoint was written with ---- */
+
+static void add(char **text, size_t *len, const char *key, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void add(char **text, size_t *len, const char *key, const char *fmt, ...) {
+  char v[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(v, sizeof v, fmt, ap);
+  va_end(ap);
+  size_t k = strlen(key) + strlen(v) + 5;
+  *text = core_realloc(*text, *len + k);
+  *len += (size_t)snprintf(*text + *len, k, "%s = %s\n", key, v);
+}
+
+char *pipe_ckpt_model_describe(const core_config *cfg, const layers_model *m) {
+  char *t = NULL;
+  size_t n = 0;
+  add(&t, &n, "model.vocab_size", "%d", m->V);
+  add(&t, &n, "model.seq_len", "%d", m->T);
+  add(&t, &n, "model.d_model", "%d", m->C);
+  add(&t, &n, "model.n_heads", "%d", m->NH);
+  /* the layer list, repeats written out as runs: "embedding, transformer_block x6, ..." (cut
+   * short on a long list: the per-layer lines below hold the rest) */
+  char list[400] = "", run[96];
+  for (int i = 0, j; i < m->n; i = j) {
+    const layer *l = &m->layers[i];
+    for (j = i + 1; j < m->n && m->layers[j].type == l->type && l->tied_to < 0 && m->layers[j].tied_to < 0; j++) {}
+    int k = snprintf(run, sizeof run, "%s%s", i ? ", " : "", l->type->name);
+    if (j - i > 1) k += snprintf(run + k, sizeof run - (size_t)k, " x%d", j - i);
+    if (l->tied_to >= 0) snprintf(run + k, sizeof run - (size_t)k, " (tied to layer %d)", l->tied_to);
+    if (strlen(list) + strlen(run) >= sizeof list - 8) {
+      strcat(list, ", ...");
+      break;
     }
-  return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+    strcat(list, run);
+  }
+  add(&t, &n, "model.layers", "%d layers: %s", m->n, list);
+  for (int i = 0; i < m->n; i++) { /* what the list leaves out: widths, MLP, bias, eps (not the user's names) */
+    const layer *l = &m->layers[i];
+    char key[32];
+    snprintf(key, sizeof key, "layer %d", i);
+    add(&t, &n, key, "%s, width %d -> %d, heads %d, hidden %d, bias %d, eps %.9g, %zu parameters", l->type->name,
+        l->in_width, l->out_width, l->NH, l->hidden, l->bias, l->eps, l->nparams);
+  }
+  if (cfg) { /* a weights-only checkpoint (convert) has no optimizer state: any run may take it */
+    int bf = 0, fp = 0;
+    const char *opt = "AdamW";
+    if (core_config_get_bool(cfg, "bf16.enabled", 0, &bf) || core_config_get_bool(cfg, "fp16.enabled", 0, &fp) ||
+        core_config_get_string(cfg, "optimizer.type", "AdamW", &opt))
+      core_error_clear(), opt = "AdamW"; /* the run's was checked; an old checkpoint's, read as far as it goes */
+    add(&t, &n, "precision", "%s", bf ? "bf16" : fp ? "fp16" : "fp32");
+    add(&t, &n, "optimizer.type", "%s", strcasecmp(opt, "sgd") == 0 ? "SGD" : "AdamW"); /* Adam runs as AdamW */
+  }
+  return t;
+}
+
+/* One "key = value" line of a description at *p: key and value into k and v, *p moved to the
+ * next line; 0 at the end. */
+static int desc_line(const char **p, char *k, size_t kn, char *v, size_t vn) {
+  while (**p) {
+    const char *s = *p, *nl = strchr(s, '\n'), *eq = strstr(s, " = ");
+    size_t len = nl ? (size_t)(nl - s) : strlen(s);
+    *p = s + len + (nl != NULL);
+    if (!eq || eq >= s + len) continue; /* not a line of ours */
+    snprintf(k, kn, "%.*s", (int)(eq - s), s);
+    snprintf(v, vn, "%.*s", (int)(s + len - eq - 3), eq + 3);
+    return 1;
+  }
+  return 0;
+}
+
+/* The value of key in a description, into v; 0 if absent. */
+static int desc_get(const char *d, const char *key, char *v, size_t n) {
+  char k[64];
+  while (desc_line(&d, k, sizeof k, v, n))
+    if (strcmp(k, key) == 0) return 1;
+  return 0;
+}
+
+/* Every key of the checkpoint's description (saved) against the run's (mine), in the saved
+ * order: the first that differs is the error, naming it and both values. A key the run does not
+ * have is not compared. The two are walked side by side (the same keys in the same order unless
+ * a model differs, which model.layers says first); a key out of step is looked up. */
+static int compare_desc(const char *sub, const char *saved, const char *mine) {
+  char ka[64], a[512], kb[64], b[512];
+  const char *q = mine;
+  while (desc_line(&saved, ka, sizeof ka, a, sizeof a)) {
+    const char *at = q;
+    int found = desc_line(&at, kb, sizeof kb, b, sizeof b) && strcmp(ka, kb) == 0;
+    if (found) q = at;
+    else found = desc_get(mine, ka, b, sizeof b);
+    if (found && strcmp(a, b) != 0)
+      return core_error_set(CORE_EINPUT, "checkpoint %s was written with %s = %.500s; this run has %s = %.500s (a "
+                            "resumed run keeps the model and optimizer it was saved with; only the layout may change)",
+                            sub, ka, a, ka, b);
+  }
+  return CORE_OK;
+}
+
+/* The description a checkpoint written before the "model" record implies: its saved config
+ * (rank_00000 holds it), built as that run built its model; NULL (nothing to compare) without
+ * one. The optimizer and precision only when the config says them (convert wrote none). */
+static int old_desc(const pipe_ckpt_reader *r, char **out) {
+  *out = NULL;
+  const pipe_ckpt_record *c = pipe_ckpt_find(r, "config");
+  if (!c) return CORE_OK;
+  int64_t vocab = 256;
+  int rc = pipe_ckpt_find(r, "vocab") ? pipe_ckpt_get(r, "vocab", PIPE_CKPT_I64, &vocab, 1) : CORE_OK;
+  if (!rc && (vocab < 1 || vocab > (1 << 24)))
+    rc = core_error_set(CORE_EINPUT, "checkpoint %s: vocabulary %lld is not in [1, %d]", r->path, (long long)vocab, 1 << 24);
+  char *text = core_malloc(c->count + 1), name[1100];
+  memcpy(text, c->data, c->count);
+  text[c->count] = 0;
+  snprintf(name, sizeof name, "%s (saved config)", r->path);
+  core_config *cfg = NULL;
+  layers_model m = {0};
+  if (!rc) rc = core_config_load_string(&cfg, text, name);
+  if (!rc) rc = layers_model_build(&m, cfg, (int)vocab);
+  if (!rc) *out = pipe_ckpt_model_describe(core_config_has(cfg, "optimizer") ? cfg : NULL, &m);
+  if (m.built) layers_model_free(&m);
+  if (cfg) core_config_free(cfg);
+  free(text);
+  return rc ? core_error_prefix("checkpoint %s", r->path) : CORE_OK;
 }
 
 /* Whole optimizer-state tensors of every chunk (gathered from the ZeRO shards; collective). */
@@ -99,20 +215,42 @@ static int remove_stale(const char *sub, int p) {
   return rc;
 }
 
+/* DIR/latest -> step_N, replaced by rename (the writer's own temporary name) and the directory
+ * synced: the step directory's entry and latest's survive a crash. */
+static int write_latest(const char *dir, long step) {
+  char latest[1100], tmp[1140];
+  snprintf(latest, sizeof latest, "%s/latest", dir);
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", latest, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  int ok = f && fprintf(f, "step_%08ld\n", step) > 0;
+  if (f) ok &= fflush(f) == 0 && fsync(fileno(f)) == 0, ok &= fclose(f) == 0;
+  ok = ok && rename(tmp, latest) == 0;
+  int err = errno;
+  if (!ok) unlink(tmp);
+  else if (pipe_ckpt_sync_dir(dir, 0) != 0) ok = 0, err = errno;
+  return ok ? CORE_OK : core_error_set(CORE_ERUNTIME, "cannot write %s: %s", latest, strerror(err));
+}
+
 int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo *topo, long step,
-                         const core_config *cfg) {
+                         const core_config *cfg, const char *desc) {
   char sub[1024], path[1100];
   snprintf(sub, sizeof sub, "%s/step_%08ld", dir, step);
   float **full_m, **full_v, **full_p = gather_params(rn);
-  int rc = gather_states(rn, &full_m, &full_v);
+  int rc = gather_states(rn, &full_m, &full_v), made = 0, wrote = 0;
   if (!rc && topo->data == 0) { /* replicas hold the same state: one copy per stage */
-    if (mkdirs(sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
+    made = mkdir(sub, 0755) == 0; /* this run's own: removed again if the save fails */
+    if (!made && pipe_ckpt_mkdirs(sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
     snprintf(path, sizeof path, "%s/rank_%05d.ckpt", sub, topo->stage);
     pipe_ckpt_writer w;
     if (!rc) rc = pipe_ckpt_create(&w, path);
     if (!rc) {
       int64_t st = step, t = rn->opt_t;
-      rc = put_layers(&w, rn, full_m, full_v, full_p);
+      /* what resuming checks before it reads a tensor: the model and optimizer, and the layout
+       * whose rank files make the checkpoint (stages, replicas, chunks per rank, ZeRO stage) */
+      int64_t layout[4] = {topo->p, topo->d, rn->v, rn->zb ? rn->zb[0].stage : 0};
+      rc = pipe_ckpt_put(&w, "model", PIPE_CKPT_BYTES, desc, strlen(desc));
+      if (!rc) rc = pipe_ckpt_put(&w, "layout", PIPE_CKPT_I64, layout, 4);
+      if (!rc) rc = put_layers(&w, rn, full_m, full_v, full_p);
       double scale = rn->loss_scale;
       int64_t good = rn->good_steps, hyst = rn->hyst_left;
       if (!rc && rn->precision == 2) rc = pipe_ckpt_put(&w, "loss_scale", PIPE_CKPT_BYTES, &scale, sizeof scale);
@@ -131,8 +269,13 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
         rc = pipe_ckpt_put(&w, "config", PIPE_CKPT_BYTES, text, n);
         free(text);
       }
-      if (!rc) rc = pipe_ckpt_commit(&w);
-      else pipe_ckpt_abort(&w);
+      if (!rc) {
+        rc = pipe_ckpt_commit(&w);
+        wrote = rc == CORE_OK;
+      } else {
+        pipe_ckpt_abort(&w); /* its own temporary file, nothing else */
+      }
+      if (rc) core_error_prefix("saving the checkpoint of step %ld", step);
     }
   }
   free_states(rn, full_m, full_v);
@@ -141,17 +284,14 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
   /* `latest` moves only when every rank has written its file */
   int bad = rc != CORE_OK, any = 0;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any) return rc ? rc : core_error_set(CORE_ERUNTIME, "another rank failed to save step %ld", step);
-  if (topo->world_rank == 0) rc = remove_stale(sub, topo->p);
-  if (!rc && topo->world_rank == 0) {
-    char latest[1100], tmp[1110];
-    snprintf(latest, sizeof latest, "%s/latest", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", latest);
-    FILE *f = fopen(tmp, "w");
-    int ok = f && fprintf(f, "step_%08ld\n", step) > 0;
-    if (f) ok &= fflush(f) == 0 && fsync(fileno(f)) == 0, fclose(f);
-    if (!ok || rename(tmp, latest) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot write %s", latest);
+  if (any) { /* the step directory this run made goes again, with its rank files: latest never names it */
+    if (wrote) unlink(path);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (made) rmdir(sub); /* only if empty: a file of an earlier run stays */
+    return rc ? rc : core_error_set(CORE_ERUNTIME, "another rank failed to save step %ld", step);
   }
+  if (topo->world_rank == 0) rc = remove_stale(sub, topo->p);
+  if (!rc && topo->world_rank == 0) rc = write_latest(dir, step);
   return rc;
 }
 
@@ -240,12 +380,56 @@ static int get_window(const pipe_ckpt_reader *r, const char *name, size_t off, s
   return pipe_ckpt_get_part(r, name, PIPE_CKPT_F32, n, a - off, b - a, dst + (a - lo));
 }
 
+/* What a rank file says about the checkpoint, checked before any tensor is read: its layout
+ * (the first file that has the record; every rank file it implies must be there) and, with desc
+ * (the run's description), the model and optimizer it was written with. A checkpoint written
+ * before those records has its config in rank_00000 only: the model is checked when that file is
+ * met; its layout is not known. */
+static int check_file(const char *sub, const pipe_ckpt_reader *r, const char *desc, int *model_checked,
+                      pipe_ckpt_info *info) {
+  int rc = CORE_OK;
+  if (desc && !*model_checked) {
+    const pipe_ckpt_record *m = pipe_ckpt_find(r, "model");
+    char *saved = NULL;
+    if (m) {
+      saved = core_malloc(m->count + 1);
+      memcpy(saved, m->data, m->count);
+      saved[m->count] = 0;
+    } else {
+      rc = old_desc(r, &saved);
+    }
+    *model_checked = m || saved;
+    if (!rc && saved) rc = compare_desc(sub, saved, desc);
+    free(saved);
+  }
+  if (rc || info->has_layout || !pipe_ckpt_find(r, "layout")) return rc;
+  int64_t *l = info->layout;
+  rc = pipe_ckpt_get(r, "layout", PIPE_CKPT_I64, l, 4);
+  if (!rc && !(l[0] >= 1 && l[0] <= 1 << 16 && l[1] >= 1 && l[1] <= 1 << 20 && l[2] >= 1 && l[2] <= 64 && l[3] >= 0 &&
+               l[3] <= 3))
+    rc = core_error_set(CORE_EINPUT, "checkpoint %s: layout (%lld stages, %lld replicas, %lld chunks per rank, ZeRO "
+                        "stage %lld) is not one a run writes", r->path, (long long)l[0], (long long)l[1],
+                        (long long)l[2], (long long)l[3]);
+  info->has_layout = !rc;
+  for (long long q = 0; !rc && q < l[0]; q++) { /* one rank file per stage */
+    char path[1500];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/rank_%05lld.ckpt", sub, q);
+    if (stat(path, &st) != 0)
+      rc = core_error_set(CORE_EINPUT, "checkpoint %s lacks rank_%05lld.ckpt: it was written by %lld stage(s) x %lld "
+                          "replica(s) (%lld chunk(s) per rank, ZeRO stage %lld), one rank file per stage, "
+                          "rank_00000.ckpt .. rank_%05lld.ckpt", sub, q, (long long)l[0], (long long)l[1],
+                          (long long)l[2], (long long)l[3], (long long)l[0] - 1);
+  }
+  return rc;
+}
+
 /* Copies the records of every layer this rank owns from whichever rank file holds them. */
 static int load_layers(const char *sub, pipe_runner *rn, const window *win, float **full_p, float **full_m,
-                       float **full_v, long *step) {
+                       float **full_v, const char *desc, pipe_ckpt_info *info) {
   DIR *d = opendir(sub);
   if (!d) return core_error_set(CORE_EINPUT, "cannot open checkpoint %s: %s", sub, strerror(errno));
-  int total = 0, found = 0, nfiles = 0, rc = CORE_OK;
+  int total = 0, found = 0, nfiles = 0, rc = CORE_OK, model_checked = 0;
   ckpt_counters first = {0};
   char first_name[256] = "";
   for (int c = 0; c < rn->v; c++) total += rn->chunks[c].n;
@@ -258,7 +442,8 @@ static int load_layers(const char *sub, pipe_runner *rn, const window *win, floa
     rc = pipe_ckpt_open(&r, path);
     if (rc) break;
     ckpt_counters cnt;
-    rc = read_counters(&r, rn->precision, &cnt);
+    rc = check_file(sub, &r, desc, &model_checked, info);
+    if (!rc) rc = read_counters(&r, rn->precision, &cnt);
     if (!rc && nfiles++ == 0) first = cnt, snprintf(first_name, sizeof first_name, "%s", e->d_name);
     else if (!rc) rc = same_counters(sub, first_name, &first, e->d_name, &cnt);
     if (rc) {
@@ -293,7 +478,7 @@ static int load_layers(const char *sub, pipe_runner *rn, const window *win, floa
     rc = core_error_set(CORE_EINPUT, "checkpoint %s lacks %d of this rank's %d layers (a different model?)", sub,
                         total - found, total);
   if (!rc && nfiles > 0) { /* checked above: within [0, PIPE_MAX_STEPS] and int's range */
-    *step = first.step, rn->opt_t = first.opt_t;
+    info->step = first.step, rn->opt_t = first.opt_t;
     if (first.scaler) rn->loss_scale = first.scale, rn->good_steps = (int)first.good, rn->hyst_left = (int)first.hyst;
   }
   return rc;
@@ -343,11 +528,12 @@ int pipe_ckpt_model_config(const char *dir, char **text, int64_t *vocab) {
   return rc;
 }
 
-int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo, long *step) {
-  char sub[1400];
-  int rc = latest_dir(dir, sub, sizeof sub);
+int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const char *desc, pipe_ckpt_info *info) {
+  memset(info, 0, sizeof *info);
+  char *sub = info->sub;
+  int rc = latest_dir(dir, sub, sizeof info->sub);
   if (rc) return rc;
-  *step = -1;
+  info->step = -1;
   float **full_m = core_calloc((size_t)rn->v, sizeof(float *)), **full_v = core_calloc((size_t)rn->v, sizeof(float *));
   float **full_p = core_calloc((size_t)rn->v, sizeof(float *));
   window *win = core_calloc((size_t)rn->v, sizeof(window));
@@ -361,7 +547,7 @@ int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo
     full_m[c] = core_calloc(w->shi - w->slo + 1, sizeof(float));
     full_v[c] = core_calloc(w->shi - w->slo + 1, sizeof(float));
   }
-  rc = load_layers(sub, rn, win, full_p, full_m, full_v, step);
+  rc = load_layers(sub, rn, win, full_p, full_m, full_v, desc, info);
   for (int c = 0; c < rn->v && !rc && rn->zb && rn->zb[c].stage == 3; c++) { /* the shard is all there is */
     zero_buffer *z = &rn->zb[c];
     size_t len = z->hi - z->lo;
@@ -390,8 +576,7 @@ int pipe_ckpt_model_load(const char *dir, pipe_runner *rn, const pipe_topo *topo
   for (int c = 0; c < rn->v; c++) free(full_p[c]);
   free(full_p), free(win);
   free_states(rn, full_m, full_v);
-  if (!rc && *step < 0) rc = core_error_set(CORE_EINPUT, "checkpoint %s has no step record", sub);
-  (void)topo;
+  if (!rc && info->step < 0) rc = core_error_set(CORE_EINPUT, "checkpoint %s has no step record", sub);
   return rc;
 }
 
@@ -424,16 +609,28 @@ int pipe_ckpt_model_params(const char *dir, const layers_model *m, float **param
 }
 
 int pipe_ckpt_model_write_weights(const char *dir, const layers_model *m, const char *config_text, float *const *params) {
-  char sub[1024], path[1100];
+  char sub[1024], path[1100], note[1400];
+  pipe_ckpt_lock lock; /* one writer per checkpoint directory, a conversion too */
+  int rc = pipe_ckpt_lock_take(&lock, dir, note, sizeof note);
+  if (rc) return rc;
+  if (note[0]) core_log(CORE_LOG_WARN, "%s: %s", dir, note);
   snprintf(sub, sizeof sub, "%s/step_00000000", dir);
-  if (mkdirs(sub) != 0) return core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
+  if (pipe_ckpt_mkdirs(sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
   snprintf(path, sizeof path, "%s/rank_00000.ckpt", sub);
   pipe_ckpt_writer w;
-  int rc = pipe_ckpt_create(&w, path);
-  if (rc) return rc;
+  if (!rc) rc = pipe_ckpt_create(&w, path);
+  if (rc) {
+    pipe_ckpt_lock_release(&lock);
+    return rc;
+  }
   size_t most = 1;
   for (int i = 0; i < m->n; i++) most = m->layers[i].nparams > most ? m->layers[i].nparams : most;
   float *zeros = core_calloc(most, sizeof(float));
+  char *desc = pipe_ckpt_model_describe(NULL, m); /* weights only: any optimizer and precision take it */
+  int64_t layout[4] = {1, 1, 1, 0};
+  rc = pipe_ckpt_put(&w, "model", PIPE_CKPT_BYTES, desc, strlen(desc));
+  if (!rc) rc = pipe_ckpt_put(&w, "layout", PIPE_CKPT_I64, layout, 4);
+  free(desc);
   for (int i = 0; i < m->n && !rc; i++) {
     const layer *l = &m->layers[i];
     char name[128];
@@ -454,13 +651,7 @@ int pipe_ckpt_model_write_weights(const char *dir, const layers_model *m, const 
   if (!rc) rc = pipe_ckpt_put(&w, "config", PIPE_CKPT_BYTES, config_text, strlen(config_text));
   if (!rc) rc = pipe_ckpt_commit(&w);
   else pipe_ckpt_abort(&w);
-  if (rc) return rc;
-  char latest[1100], tmp[1110];
-  snprintf(latest, sizeof latest, "%s/latest", dir);
-  snprintf(tmp, sizeof tmp, "%s.tmp", latest);
-  FILE *f = fopen(tmp, "w");
-  int ok = f && fprintf(f, "step_00000000\n") > 0;
-  if (f) ok &= fflush(f) == 0 && fsync(fileno(f)) == 0, fclose(f);
-  if (!ok || rename(tmp, latest) != 0) return core_error_set(CORE_ERUNTIME, "cannot write %s", latest);
-  return CORE_OK;
+  if (!rc) rc = write_latest(dir, 0);
+  pipe_ckpt_lock_release(&lock);
+  return rc;
 }

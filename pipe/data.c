@@ -7,18 +7,20 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/rng.h"
 
 #define TOKEN_MAGIC 20240520
 #define TOKEN_HEADER_INTS 256
 
 static int read_file(const char *path, unsigned char **buf, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return core_error_set(CORE_EINPUT, "cannot open data file %s: %s", path, strerror(errno));
+  FILE *f;
+  int rc = core_file_open_regular(path, "data file", &f); /* a FIFO is refused, not waited on */
+  if (rc) return rc;
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fileno(f), &st) != 0) {
     fclose(f);
-    return core_error_set(CORE_EINPUT, "data file %s is not a regular file", path);
+    return core_error_set(CORE_EINPUT, "cannot read data file %s: %s", path, strerror(errno));
   }
   off_t size = st.st_size;
   *buf = core_malloc((size_t)size + 1);

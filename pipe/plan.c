@@ -465,9 +465,10 @@ int train_check_memory(const train_cfg *t, const layers_model *m, const int *bou
              (double)sched_program_count(prog), k1, k2);
   }
   int machine = strncmp(t->lim.mem_what, "this machine", 12) == 0;
-  return core_error_set(CORE_EINPUT, "%s: training needs about %s on this machine (%d rank%s), more than the memory "
-                        "limit, %s (%s%s), estimated before allocating: stage %d alone needs %s (parameters %s, gradients "
-                        "%s, optimizer state %s, activations %s, other %s); %s",
+  /* the parts are this message's own: kept whole (a %s without precision is cut, core/error.h) */
+  return core_error_set(CORE_EINPUT, "%s: training needs about %.40s on this machine (%d rank%s), more than the memory "
+                        "limit, %.40s (%.100s%s), estimated before allocating: stage %d alone needs %.40s (parameters "
+                        "%.40s, gradients %.40s, optimizer state %.40s, activations %.40s, other %.40s); %.700s",
                         core_config_name(t->cfg), all, n, n == 1 ? "" : "s", lim, t->lim.mem_what,
                         machine ? "; --max-memory or BRIGADE_MAX_MEMORY sets a lower one" : "", wr, one, pa, gr, op, ac,
                         ot, why);

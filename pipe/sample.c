@@ -212,8 +212,8 @@ int pipe_sample(const pipe_sample_opts *o, FILE *out) {
     float *om = core_calloc(ch.nparams, sizeof(float)), *ov = core_calloc(ch.nparams, sizeof(float));
     pipe_topo topo = {0};
     pipe_runner rn = {.v = 1, .chunks = &ch, .opt_m = &om, .opt_v = &ov, .topo = &topo};
-    long step;
-    rc = pipe_ckpt_model_load(o->checkpoint, &rn, &topo, &step);
+    pipe_ckpt_info info;
+    rc = pipe_ckpt_model_load(o->checkpoint, &rn, NULL, &info); /* its own model: nothing to compare */
     free(om), free(ov);
   }
   pipe_sample_opts keyed = *o; /* no tokenizer flags: the ones the run was configured with */

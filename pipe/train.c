@@ -2,6 +2,7 @@
 #include "pipe/train.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
@@ -10,11 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/progress.h"
+#include "pipe/ckpt.h"
 #include "pipe/ckpt_model.h"
 #include "pipe/hfst.h"
 #include "pipe/llmc.h"
@@ -42,6 +45,9 @@ typedef struct {
   int allow_nonfinite;      /* --allow-nonfinite: NaN/Inf weights from it are taken */
   core_mem_limit mem;       /* --max-memory, $BRIGADE_MAX_MEMORY or the machine's (cfg.lim points here) */
   char **peer_names;        /* [p]: "rank R (stage s) on HOST", how timeouts name a pipeline peer */
+  pipe_ckpt_lock lock;      /* world rank 0: checkpoint.dir's, for the run's life */
+  char *desc;               /* the model and optimizer, as checkpoints record them (pipe_ckpt_model_describe) */
+  pipe_ckpt_info resumed;   /* --resume: where from */
 } trainer;
 
 /* The training program's micro-batch 0 on this replica, as a global micro-batch: data rank r
@@ -266,6 +272,67 @@ static int check_memory(trainer *tr) {
   return rc;
 }
 
+/* checkpoint.dir has one writer: world rank 0 takes DIR/.lock before anything else is set up,
+ * and every rank learns at once whether it did (a refused run trains nothing, and its other ranks
+ * go no further either). */
+static int take_lock(trainer *tr) {
+  int rc = CORE_OK;
+  if (tr->cfg.ckpt_dir && tr->topo.world_rank == 0) {
+    char note[1400];
+    rc = pipe_ckpt_lock_take(&tr->lock, tr->cfg.ckpt_dir, note, sizeof note);
+    if (!rc && note[0]) core_log(CORE_LOG_WARN, "checkpoint.dir: %s", note);
+    if (rc) { /* the config line that set the directory */
+      char w[256];
+      core_config_where(tr->cfg.cfg, "checkpoint.dir", -1, w, sizeof w);
+      core_error_prefix("checkpoint.dir (%s)", w);
+    }
+  }
+  int bad = rc != CORE_OK, any = bad;
+  if (tr->topo.world_size > 1) MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any && !rc) rc = core_error_set(CORE_EINPUT, "another rank failed to start (its error is reported there)");
+  return rc;
+}
+
+/* Whether path can be written, before the first step rather than after the last: opened for
+ * writing (created, and removed again, if it was not there). */
+static int writable(const char *path, const char *key, const core_config *cfg) {
+  int existed = access(path, F_OK) == 0;
+  int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    close(fd);
+    if (!existed) unlink(path);
+    return CORE_OK;
+  }
+  char w[256];
+  core_config_where(cfg, key, -1, w, sizeof w);
+  return core_error_set(CORE_EINPUT, "%s: cannot write %s: %s (%s)", key, path, strerror(errno), w);
+}
+
+/* The files the run writes, checked at start-up: trace.path (and its .svg) on world rank 0,
+ * which writes them; checkpoint.dir on the other ranks that write rank files (rank 0 made it,
+ * taking its lock). */
+static int check_outputs(trainer *tr) {
+  const train_cfg *c = &tr->cfg;
+  int rc = CORE_OK;
+  if (c->trace_path && tr->topo.world_rank == 0) {
+    char svg[1100];
+    snprintf(svg, sizeof svg, "%s.svg", c->trace_path);
+    rc = writable(c->trace_path, "trace.path", c->cfg);
+    if (!rc) rc = writable(svg, "trace.path", c->cfg);
+  }
+  if (rc || !c->ckpt_dir || tr->topo.world_rank == 0 || tr->topo.data != 0) return rc;
+  struct stat st;
+  const char *why = stat(c->ckpt_dir, &st) != 0           ? strerror(errno)
+                    : !S_ISDIR(st.st_mode)                 ? "not a directory"
+                    : access(c->ckpt_dir, W_OK | X_OK) != 0 ? strerror(errno)
+                                                           : NULL;
+  if (!why) return CORE_OK;
+  char w[256];
+  core_config_where(c->cfg, "checkpoint.dir", -1, w, sizeof w);
+  return core_error_set(CORE_EINPUT, "checkpoint.dir %s cannot be written from rank %d: %s (%s)", c->ckpt_dir,
+                        tr->topo.world_rank, why, w);
+}
+
 static int setup(trainer *tr, const pipe_train_opts *o) {
   int world;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -278,6 +345,9 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   tr->cfg.ranks = tr->topo.local_size, tr->cfg.sim_steps = 1; /* report_memory simulates one step */
   kernels_set_local_rank(tr->topo.local_rank); /* before the backend picks its GPU */
   core_log_set_rank(world > 1 ? tr->topo.world_rank : -1);
+  rc = take_lock(tr);
+  if (!rc) rc = check_outputs(tr);
+  if (rc) return rc;
   kernels_cpu_init(tr->cfg.threads);
   /* The model's own mistakes (an unknown layer type, a width heads do not divide) come before
    * the data's: the layer list is checked once with the smallest vocabulary the data could
@@ -298,6 +368,7 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
                           "= %g leaves it no token of the %zu, and there is no data.val_path)", tr->cfg.val_fraction, tr->data.n);
   rc = layers_model_build(&tr->model, tr->cfg.cfg, tr->data.vocab);
   if (!rc) rc = pipe_tokenizer_check(tr->cfg.cfg, tr->model.V); /* `sample` will use them: found now, not after training */
+  if (!rc) tr->desc = pipe_ckpt_model_describe(tr->cfg.cfg, &tr->model);
   if (!rc) rc = cut_model(tr);
   if (!rc) rc = compile_programs(tr);
   if (!rc) rc = check_memory(tr);
@@ -586,6 +657,8 @@ static void teardown(trainer *tr) {
   if (tr->log_json) fclose(tr->log_json);
   for (int q = 0; q < tr->topo.p && tr->peer_names; q++) free(tr->peer_names[q]);
   free(tr->peer_names);
+  free(tr->desc);
+  pipe_ckpt_lock_release(&tr->lock); /* after the last checkpoint */
   pipe_topo_free(&tr->topo);
   core_config_free(tr->cfg.cfg);
 }
@@ -617,9 +690,17 @@ static void announce_ranks(trainer *tr) {
   free(all);
 }
 
-static void announce(trainer *tr) {
+static void announce(trainer *tr, const char *resume) {
   announce_ranks(tr);
   if (tr->topo.world_rank != 0) return;
+  const pipe_ckpt_info *ri = &tr->resumed;
+  if (resume && ri->has_layout)
+    core_log(CORE_LOG_INFO, "resumed from %s, step %ld (layout: %lld stage(s) x %lld replica(s), %lld chunk(s) per "
+             "rank, ZeRO stage %lld)", ri->sub, ri->step, (long long)ri->layout[0], (long long)ri->layout[1],
+             (long long)ri->layout[2], (long long)ri->layout[3]);
+  else if (resume)
+    core_log(CORE_LOG_INFO, "resumed from %s, step %ld (layout not recorded: a checkpoint from before brigade recorded it)",
+             ri->sub, ri->step);
   const layers_chunk *k0 = &tr->rn.chunks[0];
   if (tr->pcomm) /* ZeRO's collectives: zero_init says which path */
     core_log(CORE_LOG_INFO, "pipeline transfers: %s send/recv (one GPU per rank: device memory, no host copies)",
@@ -704,14 +785,28 @@ static void on_stop(int sig) {
   stop_signal = sig;
 }
 
-static void catch_stops(struct sigaction *old) {
+/* Until training starts the stop signals have their default action: set-up (a config read from
+ * a FIFO, a checkpoint on a slow disk) ends at once with 128 + the signal rather than carrying on
+ * to a step boundary, which a blocking open restarted after the handler (SA_RESTART) would never
+ * reach. */
+static void default_stops(struct sigaction *old) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < NSTOP; i++) sigaction(stop_signals[i], &sa, &old[i]);
+}
+
+/* From the first step on, a stop signal only notes itself (the loop stops at a step's end); the
+ * step's waits restart after the handler. */
+static void catch_stops(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop;
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   stop_signal = 0;
-  for (int i = 0; i < NSTOP; i++) sigaction(stop_signals[i], &sa, &old[i]);
+  for (int i = 0; i < NSTOP; i++) sigaction(stop_signals[i], &sa, NULL);
 }
 
 static void restore_stops(const struct sigaction *old) {
@@ -756,10 +851,11 @@ int pipe_train(const pipe_train_opts *o) {
   memset(&tr, 0, sizeof tr);
   tr.init_from = o->init_from, tr.allow_nonfinite = o->allow_nonfinite;
   struct sigaction old[NSTOP];
-  catch_stops(old);
+  default_stops(old);
   int rc = setup(&tr, o), stopped = 0;
   long start = 0;
-  if (!rc && o->resume) rc = pipe_ckpt_model_load(o->resume, &tr.rn, &tr.topo, &start);
+  if (!rc && o->resume) rc = pipe_ckpt_model_load(o->resume, &tr.rn, tr.desc, &tr.resumed);
+  if (!rc && o->resume) start = tr.resumed.step;
   if (!rc && tr.cfg.trace_step_auto && start > 0) /* the second step this run takes, as a fresh run's */
     tr.cfg.trace_step = (int)(start + (tr.cfg.steps - start >= 2 ? 2 : 1));
   else if (!rc && tr.cfg.trace_path && tr.cfg.trace_step <= start) {
@@ -769,7 +865,9 @@ int pipe_train(const pipe_train_opts *o) {
                         tr.cfg.trace_step, start, w);
   }
   rc = agree_start(rc, o->report);
-  if (!rc) announce(&tr);
+  if (!rc) announce(&tr, o->resume);
+  if (!rc && tr.topo.world_rank == 0) train_cfg_warn(&tr.cfg);
+  if (!rc) catch_stops(); /* set-up is over */
   /* No step to take: with a checkpoint.dir, the state as loaded is written in this run's layout
    * (the initial or imported weights at step 0; a resumed checkpoint reshaped to these stages,
    * replicas and ZeRO stage) unless it would be the very checkpoint it came from. */
@@ -778,7 +876,7 @@ int pipe_train(const pipe_train_opts *o) {
     core_log(CORE_LOG_WARN, "nothing to train: the checkpoint is at step %ld and train.steps is %d (raise train.steps "
              "to continue)", start, tr.cfg.steps);
   if (reshape) {
-    rc = pipe_ckpt_model_save(tr.cfg.ckpt_dir, &tr.rn, &tr.topo, start, tr.cfg.cfg);
+    rc = pipe_ckpt_model_save(tr.cfg.ckpt_dir, &tr.rn, &tr.topo, start, tr.cfg.cfg, tr.desc);
     if (!rc && tr.topo.world_rank == 0)
       core_log(CORE_LOG_INFO, "no step to take (train.steps = %d): wrote the %s state at step %ld to %s in this layout "
                "(%d stage(s) x %d replica(s), ZeRO stage %d)", tr.cfg.steps, o->resume ? "resumed" : "initial", start,
@@ -805,7 +903,7 @@ int pipe_train(const pipe_train_opts *o) {
     if (!rc && step + 1 < tr.cfg.steps) stopped = agreed_stop();
     int save = tr.cfg.ckpt_dir && ((tr.cfg.ckpt_interval > 0 && (step + 1) % tr.cfg.ckpt_interval == 0) ||
                                    step + 1 == tr.cfg.steps || stopped);
-    if (!rc && save) rc = pipe_ckpt_model_save(tr.cfg.ckpt_dir, &tr.rn, &tr.topo, step + 1, tr.cfg.cfg);
+    if (!rc && save) rc = pipe_ckpt_model_save(tr.cfg.ckpt_dir, &tr.rn, &tr.topo, step + 1, tr.cfg.cfg, tr.desc);
     if (!rc && stopped && tr.topo.world_rank == 0 && tr.cfg.ckpt_dir)
       core_log(CORE_LOG_WARN, "stopped by %s after step %ld of %d; checkpoint written to %s (continue with --resume %s)",
                stop_name(stopped), step + 1, tr.cfg.steps, tr.cfg.ckpt_dir, tr.cfg.ckpt_dir);

@@ -22,13 +22,15 @@ typedef struct {
 } pipe_train_opts;
 
 /* Runs after MPI_Init. Returns CORE_OK, or an error status with the message set. Start-up
- * (config, data, model, --log-json, --resume) is agreed by every rank before the first step: when
- * it failed on some ranks only, every rank returns the worst status, and *report says which
- * ranks' messages are the errors (the others only say that another rank failed).
- * SIGTERM, SIGINT or SIGUSR1 (the one mpirun passes on to every rank) on any rank stops the run
- * at the end of the step in progress: every rank learns of it there, the checkpoint of that step
- * is written (with checkpoint.dir), and the run ends with CORE_OK and *stopped_by set. A second
- * such signal to a process ends it at once. */
+ * (config, checkpoint.dir's lock, data, model, --log-json, --resume) is agreed by every rank
+ * before the first step: when it failed on some ranks only, every rank returns the worst status,
+ * and *report says which ranks' messages are the errors (the others only say that another rank
+ * failed). World rank 0 holds checkpoint.dir's lock (pipe_ckpt_lock_take) until it returns.
+ * During start-up SIGTERM, SIGINT and SIGUSR1 have their default action (the process ends at once).
+ * From the first step on, one of them (SIGUSR1 is the one mpirun passes on to every rank) on any
+ * rank stops the run at the end of the step in progress: every rank learns of it there, the
+ * checkpoint of that step is written (with checkpoint.dir), and the run ends with CORE_OK and
+ * *stopped_by set. A second such signal to a process ends it at once. */
 int pipe_train(const pipe_train_opts *o);
 
 #endif

@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "pipe/train_internal.h"
 
 static const core_config_key keys[] = {
@@ -189,7 +190,36 @@ static int read_schedule(train_cfg *t) {
   if (!rc) rc = core_config_get_float(c, "scheduler.params.min_lr", 0.0, &t->lr.min_lr);
   t->lr.warmup = w, t->lr.total = total;
   if (!rc && t->lr.kind != ZERO_LR_CONSTANT && w == 0 && t->lr.kind == ZERO_LR_WARMUP) t->lr.warmup = 1;
+  char wm[256], wl[256];
+  core_config_where(c, "scheduler.params.min_lr", -1, wm, sizeof wm);
+  core_config_where(c, "optimizer.params.lr", -1, wl, sizeof wl);
+  if (!rc && !(t->lr.min_lr >= 0))
+    rc = core_error_set(CORE_EINPUT, "scheduler.params.min_lr = %g must be >= 0 (%s)", t->lr.min_lr, wm);
+  if (!rc && t->lr.min_lr > t->lr.lr) /* the schedule would decay upwards */
+    rc = core_error_set(CORE_EINPUT, "scheduler.params.min_lr = %g (%s) is above optimizer.params.lr = %g (%s): the "
+                        "minimum must not exceed the peak", t->lr.min_lr, wm, t->lr.lr, wl);
+  if (!rc && t->lr.kind == ZERO_LR_WARMUP_COSINE && w >= total && core_config_has(c, "scheduler.params.total_num_steps")) {
+    char ww[256]; /* both given: a schedule that never decays is a mistake (unset, the total is the run's steps) */
+    core_config_where(c, "scheduler.params.warmup_num_steps", -1, ww, sizeof ww);
+    rc = core_error_set(CORE_EINPUT, "scheduler.params.warmup_num_steps = %lld (%s) is not below "
+                        "scheduler.params.total_num_steps = %lld: the cosine would never decay", (long long)w, ww,
+                        (long long)total);
+  }
   return rc;
+}
+
+void train_cfg_warn(const train_cfg *t) {
+  const zero_lr *s = &t->lr;
+  long steps = t->steps;
+  if (s->kind != ZERO_LR_CONSTANT && steps > 0 && s->warmup > steps)
+    core_log(CORE_LOG_WARN, "scheduler.params.warmup_num_steps = %ld is longer than the run (train.steps = %ld): the "
+             "learning rate never reaches optimizer.params.lr = %g", s->warmup, steps, s->lr);
+  else if (s->kind == ZERO_LR_WARMUP_COSINE && s->total < steps && s->total > s->warmup)
+    core_log(CORE_LOG_WARN, "scheduler.params.total_num_steps = %ld is shorter than the run (train.steps = %ld): the "
+             "last %ld steps run at scheduler.params.min_lr = %g", s->total, steps, steps - s->total, s->min_lr);
+  if (s->kind == ZERO_LR_CONSTANT && core_config_has(t->cfg, "scheduler.params.warmup_num_steps"))
+    core_log(CORE_LOG_WARN, "scheduler.params.warmup_num_steps is set, but scheduler.type is constant: there is no "
+             "warm-up (WarmupLR or WarmupCosineLR have one)");
 }
 
 /* bf16.enabled, fp16.* with DeepSpeed's meaning (loss_scale 0 = dynamic). */

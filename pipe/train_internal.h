@@ -49,6 +49,9 @@ typedef struct {
 } train_cfg;
 
 int train_read_config(train_cfg *t, const pipe_train_opts *o, int world);
+/* Settings a user may mean but likely does not (a warm-up longer than the run, a cosine that ends
+ * before it, a warm-up the schedule has none of), logged as warnings; world rank 0 calls it once. */
+void train_cfg_warn(const train_cfg *t);
 /* The schema of a training config (for core_config_check; the fuzz target uses it too). */
 const core_config_key *train_cfg_schema(size_t *n);
 /* Cuts the model into stages x virtual stages pieces (*bounds: [p*v + 1], caller frees); the

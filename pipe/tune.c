@@ -195,10 +195,10 @@ int pipe_tune_hw(const char *config, const char **sets, int nsets, const pipe_pl
   if (!res->tried && res->too_large)
     rc = core_error_set(CORE_EINPUT, "%s: every shape for %d stages and a batch of %d is too large to simulate: the "
                         "smallest program is about %.3g instructions, more than %s %.0f, or more than the memory limit "
-                        "(%s)%s%s", config, res->stages, res->batch, res->least_skipped, hw->limits.instr_name,
+                        "(%s)%s%.511s", config, res->stages, res->batch, res->least_skipped, hw->limits.instr_name,
                         hw->limits.max_instructions, hw->limits.mem_what, first_err[0] ? "; others: " : "", first_err);
   else if (!res->tried)
-    rc = core_error_set(CORE_EINPUT, "%s: no schedule could be built for %d stages: %s", config, res->stages, first_err);
+    rc = core_error_set(CORE_EINPUT, "%s: no schedule could be built for %d stages: %.511s", config, res->stages, first_err);
   else if (!res->nfits) {
     const pipe_tune_cand *s = &res->smallest;
     rc = core_error_set(CORE_EINPUT,

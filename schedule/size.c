@@ -113,8 +113,10 @@ int sched_size_check(const sched_shape *sh, const sched_size *sz, const sched_li
   if (over_i && hard) snprintf(ins, sizeof ins, "more than the %.0f instructions a program can hold", most);
   else if (over_i && over_b) snprintf(ins, sizeof ins, "more than %s %.0f", lim->instr_name, most);
   else if (over_i) snprintf(ins, sizeof ins, "more than %s %.0f (raise it to build this anyway)", lim->instr_name, most);
-  return core_error_set(CORE_EINPUT, "schedule %s with %s%s, %s is too large to build: about %.3g instructions (%.3g "
-                        "compute ops) and %s to compile and simulate, estimated from the shape; that is %s%s%s",
+  /* the parts are this message's own: kept whole (a %s without precision is cut, core/error.h) */
+  return core_error_set(CORE_EINPUT, "schedule %s with %.60s%.60s, %.60s is too large to build: about %.3g instructions "
+                        "(%.3g compute ops) and %.40s to compile and simulate, estimated from the shape; that is "
+                        "%.300s%s%.200s",
                         sched_family_name(sh->family), p, v, m, sz->instructions, sz->compute, bytes, mem,
                         over_b && over_i ? ", and " : "", ins);
 }

@@ -229,7 +229,7 @@ extern "C" int kernels_cuda_get_ops(const kernels_ops **out) {
   if (n == 0)
     return core_error_set(kRuntimeError, "backend \"cuda\": no GPU found; use backend \"cpu\"");
   if (cuda_init() != 0)
-    return core_error_set(kRuntimeError, "backend \"cuda\": %s; use backend \"cpu\"", st.init_msg);
+    return core_error_set(kRuntimeError, "backend \"cuda\": %.255s; use backend \"cpu\"", st.init_msg);
   static std::once_flag filled;
   std::call_once(filled, fill_table);
   *out = &table;

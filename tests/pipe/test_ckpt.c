@@ -35,8 +35,8 @@ Test(ckpt, round_trip) {
   char path[] = "/tmp/brigade_ckpt_XXXXXX";
   close(mkstemp(path));
   write_sample(path);
-  char tmp[64];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  char tmp[64]; /* the writer's temporary file, PATH.<pid>.tmp */
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
   cr_assert(access(tmp, F_OK) != 0, "%s is left behind after the commit", tmp);
   pipe_ckpt_reader r;
   cr_assert_eq(pipe_ckpt_open(&r, path), CORE_OK, "%s", core_error_msg());
@@ -92,16 +92,17 @@ Test(ckpt, every_truncation_and_bit_flip_is_refused) {
   unlink(bad), unlink(path);
 }
 
-/* Until the commit, PATH keeps the previous checkpoint (the new one grows in PATH.tmp); an abort
- * removes PATH.tmp and leaves PATH as it was. */
+/* Until the commit, PATH keeps the previous checkpoint (the new one grows in PATH.<pid>.tmp, the
+ * writer's own name); an abort removes that file and leaves PATH as it was. */
 Test(ckpt, path_is_untouched_until_commit) {
   char path[] = "/tmp/brigade_ckpt_XXXXXX", tmp[64];
   close(mkstemp(path));
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
   write_sample(path);
   for (int abort_it = 0; abort_it < 2; abort_it++) {
     pipe_ckpt_writer w;
     cr_assert_eq(pipe_ckpt_create(&w, path), CORE_OK, "%s", core_error_msg());
+    cr_assert_str_eq(w.tmp, tmp);
     int64_t step = 43 + abort_it;
     cr_assert_eq(pipe_ckpt_put(&w, "step", PIPE_CKPT_I64, &step, 1), CORE_OK);
     cr_assert_eq(fflush(w.f), 0);
@@ -134,12 +135,12 @@ Test(ckpt, path_is_untouched_until_commit) {
 }
 
 /* A write that fails (here: the file size limit) is an error of the commit, and leaves neither
- * PATH nor PATH.tmp. */
+ * PATH nor its temporary file. */
 Test(ckpt, failed_write_leaves_nothing) {
   char path[] = "/tmp/brigade_ckpt_XXXXXX", tmp[64];
   close(mkstemp(path));
   unlink(path);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
   signal(SIGXFSZ, SIG_IGN); /* writes past the limit fail with EFBIG instead */
   struct rlimit lim = {.rlim_cur = 1000, .rlim_max = RLIM_INFINITY};
   cr_assert_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);

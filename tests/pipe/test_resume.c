@@ -316,8 +316,8 @@ static void greedy_reference(const char *dir, const char *prompt, int ntok, char
   float *om = calloc(ch.nparams, sizeof(float)), *ov = calloc(ch.nparams, sizeof(float));
   pipe_topo topo = {0};
   pipe_runner rn = {.v = 1, .chunks = &ch, .opt_m = &om, .opt_v = &ov, .topo = &topo};
-  long step;
-  cr_assert_eq(pipe_ckpt_model_load(dir, &rn, &topo, &step), 0, "%s", core_error_msg());
+  pipe_ckpt_info info;
+  cr_assert_eq(pipe_ckpt_model_load(dir, &rn, NULL, &info), 0, "%s", core_error_msg());
   int n = (int)strlen(prompt), T = m.T, V = m.V;
   strcpy(text, prompt);
   int32_t *tok = calloc((size_t)T, sizeof(int32_t));

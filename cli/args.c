@@ -28,6 +28,16 @@ int cli_parse_double(const char *flag, const char *text, double lo, double *out)
   return CORE_OK;
 }
 
+int cli_parse_count(const char *flag, const char *text, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (errno || end == text || *end || !(v >= 1 && v <= 1e15) || v != floor(v))
+    return core_error_set(CORE_EINPUT, "%s: '%s' is not a whole number in [1, 1e15]", flag, text);
+  *out = v;
+  return CORE_OK;
+}
+
 int cli_take(int argc, char **argv, int *i, const char **out) {
   if (*i + 1 >= argc) return core_error_set(CORE_EINPUT, "%s needs a value", argv[*i]);
   *out = argv[++*i];

@@ -7,6 +7,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/mem.h"
 #include "pipe/plan.h"
 #include "schedule/schedule.h"
 #include "viz/viz.h"
@@ -24,6 +25,8 @@ typedef struct {
   int nsets;
   double gflops, dp_gbps;
   int dp;
+  const char *max_memory; /* --max-memory, as given (NULL: $BRIGADE_MAX_MEMORY or the machine's) */
+  double max_instructions;
   int steps;     /* consecutive steps to simulate (0: not given) */
   int step_sync; /* -1: not given; else a sched_step_sync */
 } sched_opts;
@@ -41,6 +44,7 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
   o->costs = sched_costs_unit();
   o->format = "actions";
   o->gflops = 50, o->dp = 1, o->dp_gbps = 10, o->step_sync = -1;
+  o->max_instructions = CLI_MAX_INSTRUCTIONS;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = NULL;
     int rc = CORE_OK;
@@ -76,6 +80,11 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     } else if (strcmp(a, "--prefetch") == 0) {
       if (!VALUE()) rc = cli_parse_int(a, val, 0, 64, &o->shape.prefetch);
       o->have_prefetch = 1;
+    } else if (strcmp(a, "--max-memory") == 0) {
+      double b;
+      if (!VALUE() && !(rc = core_mem_parse(a, val, &b))) o->max_memory = val;
+    } else if (strcmp(a, "--max-instructions") == 0) {
+      if (!VALUE()) rc = cli_parse_count(a, val, &o->max_instructions);
     } else if (strcmp(a, "--format") == 0 && !allow_sim) {
       if (!VALUE()) o->format = val;
     } else if (strcmp(a, "-o") == 0 && !allow_sim) {
@@ -201,11 +210,30 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
   return CORE_OK;
 }
 
+/* The limits a command keeps to: --max-instructions, and --max-memory, $BRIGADE_MAX_MEMORY or
+ * the machine's memory (mem->what names it). */
+static int limits_of(const sched_opts *o, core_mem_limit *mem, sched_limits *lim) {
+  int rc = core_mem_limit_get(o->max_memory, mem);
+  *lim = (sched_limits){.max_instructions = o->max_instructions, .instr_name = "--max-instructions",
+                        .max_bytes = mem->bytes, .mem_what = mem->what};
+  return rc;
+}
+
 /* The program the options describe: compiled from the shape, or read from a CSV (lowered by
  * brigade, or in the file's own order where it has transfers). Either way it is verified before
- * anything uses it. */
-static int build_program(const sched_opts *o, sched_program *pr) {
-  if (!o->schedule_file) return sched_compile(&o->shape, &o->costs, pr);
+ * anything uses it. A shape is first sized (sched_size_estimate): one over the limits is refused
+ * before anything is built. steps, events: what the simulation will run and record (compile: 0). */
+static int build_program(const sched_opts *o, int steps, int events, sched_program *pr) {
+  if (!o->schedule_file) {
+    static const char *const names[3] = {"--stages", "--virtual", "--microbatches"};
+    core_mem_limit mem;
+    sched_limits lim;
+    sched_size sz;
+    int rc = limits_of(o, &mem, &lim);
+    sched_size_estimate(&o->shape, steps, events, &sz);
+    if (!rc) rc = sched_size_check(&o->shape, &sz, &lim, names);
+    return rc ? rc : sched_compile(&o->shape, &o->costs, pr);
+  }
   int rc = sched_csv_read_program(o->schedule_file, o->shape.tied, &o->costs, pr);
   if (!rc && o->shape.offload) { /* a file's program offloads as a compiled one does */
     rc = sched_place_offload(pr, &o->costs, (sched_offload_mode)o->shape.offload, o->shape.offload_limit);
@@ -224,7 +252,7 @@ int cli_compile(int argc, char **argv) {
     core_error_set(CORE_EINPUT, "--format: '%s' is not one of actions, instructions, csv, csv-comm", o.format);
     return fail(); /* before -o truncates anything */
   }
-  if (build_program(&o, &pr)) return fail();
+  if (build_program(&o, 0, 0, &pr)) return fail();
   FILE *f = stdout;
   if (o.out && !(f = fopen(o.out, "w"))) {
     sched_program_free(&pr);
@@ -309,8 +337,15 @@ int cli_sim(int argc, char **argv) {
   sched_program pr;
   pipe_plan plan = {0};
   if (parse_opts(argc, argv, 1, &o)) return fail();
+  int events = o.ascii || o.trace || o.svg; /* a timeline only for what draws it */
+  /* a config's step is predicted in its steady state: 4 steps, meeting at the optimizer as the
+   * run would (post-validation for the zero-bubble and V families, its default) */
+  int steps = o.steps ? o.steps : o.config ? 4 : 1;
   if (o.config) { /* predict a training config: FLOP-priced stages, times in seconds */
     pipe_plan_hw hw = {.gflops = o.gflops, .d = o.dp, .dp_gbps = o.dp_gbps};
+    core_mem_limit mem;
+    if (limits_of(&o, &mem, &hw.limits)) return fail();
+    hw.sim_steps = steps, hw.events = events;
     if (pipe_plan_build(o.config, o.sets, o.nsets, &hw, &plan)) return fail();
     pr = plan.prog;
     o.costs = plan.costs;
@@ -332,19 +367,16 @@ int cli_sim(int argc, char **argv) {
                "largest rank state %.2f MB\n", o.dp, o.dp_gbps, plan.costs.reduce, plan.costs.step,
                plan.dp_w ? plan.dp_w[0] : 0.0, peak / 1e6);
     }
-  } else if (build_program(&o, &pr)) {
+  } else if (build_program(&o, steps, events, &pr)) {
     return fail();
   }
   sched_timeline tl;
   sched_timeline_init(&tl, sched_family_name(pr.family), o.config ? "s, predicted" : "unit", pr.p, pr.v, pr.m);
   sched_sim_result res;
-  /* a config's step is predicted in its steady state: 4 steps, meeting at the optimizer as the
-   * run would (post-validation for the zero-bubble and V families, its default) */
-  int steps = o.steps ? o.steps : o.config ? 4 : 1;
   int sync = o.step_sync >= 0 ? o.step_sync
              : o.config && (sched_family_is_zb(pr.family) || sched_family_is_v(pr.family)) ? SCHED_STEP_POST_VALIDATION
                                                                                         : SCHED_STEP_BARRIER;
-  int rc = sched_simulate_steps(&pr, &o.costs, steps, (sched_step_sync)sync, &res, &tl);
+  int rc = sched_simulate_steps(&pr, &o.costs, steps, (sched_step_sync)sync, &res, events ? &tl : NULL);
   if (!rc) {
     double cap = o.config || pr.mem_cap <= 0 ? -1 : pr.mem_cap; /* the compiler's promise; none for files */
     if (o.json) print_json(&pr, &res, cap, sync);

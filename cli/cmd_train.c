@@ -7,10 +7,11 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/mem.h"
 #include "pipe/train.h"
 
 int cli_train(int argc, char **argv) {
-  pipe_train_opts o = {0};
+  pipe_train_opts o = {.max_instructions = CLI_MAX_INSTRUCTIONS};
   const char *sets[256];
   int rc = CORE_OK;
   for (int i = 1; i < argc && !rc; i++) {
@@ -30,6 +31,11 @@ int cli_train(int argc, char **argv) {
       rc = cli_take(argc, argv, &i, &o.init_from);
     } else if (strcmp(argv[i], "--allow-nonfinite") == 0) {
       o.allow_nonfinite = 1;
+    } else if (strcmp(argv[i], "--max-memory") == 0) {
+      double b;
+      if (!(rc = cli_take(argc, argv, &i, &v)) && !(rc = core_mem_parse(argv[i - 1], v, &b))) o.max_memory = v;
+    } else if (strcmp(argv[i], "--max-instructions") == 0) {
+      if (!(rc = cli_take(argc, argv, &i, &v))) rc = cli_parse_count(argv[i - 1], v, &o.max_instructions);
     } else if (argv[i][0] == '-') {
       rc = core_error_set(CORE_EINPUT, "train: unknown option '%s'", argv[i]);
     } else if (o.config) {
@@ -38,7 +44,7 @@ int cli_train(int argc, char **argv) {
       o.config = argv[i];
     }
   }
-  if (!rc && !o.config) rc = core_error_set(CORE_EINPUT, "usage: brigade train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR] [--init-from FILE]");
+  if (!rc && !o.config) rc = core_error_set(CORE_EINPUT, "usage: brigade train CONFIG [--set key=value ...] [--log-json FILE] [--resume DIR] [--init-from FILE] [--max-memory BYTES] [--max-instructions N]");
   if (!rc && o.resume && o.init_from)
     rc = core_error_set(CORE_EINPUT, "--resume continues a run (weights, optimizer state, step); --init-from starts one "
                                      "from a file's weights: give one of them");

@@ -8,35 +8,13 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/mem.h"
 #include "pipe/tune.h"
 #include "viz/viz.h"
 
 static int fail(void) {
   fprintf(stderr, "brigade: error: %s\n", core_error_msg());
   return core_error_code() == CORE_EINPUT ? 2 : 1;
-}
-
-/* "1000000", "1.5e9", "512M", "80G", "80GiB": bytes, with binary K/M/G/T suffixes. */
-static int parse_bytes(const char *flag, const char *text, double *out) {
-  char *end;
-  double v = strtod(text, &end);
-  double mult = 1;
-  if (end != text && *end) {
-    const char *units = "KMGT";
-    const char *u = strchr(units, toupper((unsigned char)*end));
-    if (u) {
-      for (const char *q = units; q <= u; q++) mult *= 1024;
-      end++;
-      if (*end == 'i' && end[1] == 'B') end += 2;
-      else if (*end == 'B') end++;
-    } else if (*end == 'B') {
-      end++;
-    }
-  }
-  if (end == text || *end || !(v * mult >= 1) || v * mult > 1e18) /* whole bytes: 0.5 is no limit */
-    return core_error_set(CORE_EINPUT, "%s: '%s' is not a positive byte count (e.g. 1000000, 512M, 80G)", flag, text);
-  *out = v * mult;
-  return CORE_OK;
 }
 
 static const char *zero_of(const pipe_plan_shape *sh) {
@@ -49,14 +27,20 @@ static void print_mib(double bytes, char *buf, size_t n) { snprintf(buf, n, "%.3
 
 int cli_tune(int argc, char **argv) {
   const char *config = NULL, *svg = "tune.svg", *sets[64];
+  const char *max_memory = NULL;
   int nsets = 0, top = 5, have_memory = 0, rc = CORE_OK;
-  double memory = 0, gflops = 50;
+  double memory = 0, gflops = 50, max_instructions = CLI_TUNE_MAX_INSTRUCTIONS;
   pipe_plan_hw hw = {.d = 1, .dp_gbps = 10};
   for (int i = 1; i < argc && !rc; i++) {
     const char *a = argv[i], *val = NULL;
     if (strcmp(a, "--memory") == 0) {
-      if (!(rc = cli_take(argc, argv, &i, &val))) rc = parse_bytes(a, val, &memory);
+      if (!(rc = cli_take(argc, argv, &i, &val))) rc = core_mem_parse(a, val, &memory);
       have_memory = 1;
+    } else if (strcmp(a, "--max-memory") == 0) {
+      double b;
+      if (!(rc = cli_take(argc, argv, &i, &val)) && !(rc = core_mem_parse(a, val, &b))) max_memory = val;
+    } else if (strcmp(a, "--max-instructions") == 0) {
+      if (!(rc = cli_take(argc, argv, &i, &val))) rc = cli_parse_count(a, val, &max_instructions);
     } else if (strcmp(a, "--gflops") == 0) {
       if (!(rc = cli_take(argc, argv, &i, &val))) rc = cli_parse_double(a, val, 1e-6, &gflops);
     } else if (strcmp(a, "--dp") == 0) {
@@ -80,9 +64,14 @@ int cli_tune(int argc, char **argv) {
   }
   if (!rc && (!config || !have_memory))
     rc = core_error_set(CORE_EINPUT, "usage: brigade tune CONFIG --memory BYTES [--set key=value ...] "
-                                     "[--gflops G] [--dp D] [--dp-gbps G] [--top K] [--svg FILE]");
+                                     "[--gflops G] [--dp D] [--dp-gbps G] [--top K] [--svg FILE] [--max-instructions N] "
+                                     "[--max-memory BYTES]");
+  core_mem_limit mlim;
+  if (!rc) rc = core_mem_limit_get(max_memory, &mlim);
   if (rc) return fail();
   hw.gflops = gflops;
+  hw.limits = (sched_limits){.max_instructions = max_instructions, .instr_name = "--max-instructions",
+                             .max_bytes = mlim.bytes, .mem_what = mlim.what};
 
   pipe_tune_result res;
   if (pipe_tune_hw(config, sets, nsets, &hw, memory, &res)) return fail();
@@ -95,6 +84,9 @@ int cli_tune(int argc, char **argv) {
   printf("%d candidates simulated (%d shapes could not be cut), %d fit in %s per rank, %d distinct; "
          "the best %d:\n",
          res.tried, res.uncut, res.fitting, mem, res.nfits, top < res.nfits ? top : res.nfits);
+  if (res.too_large)
+    printf("%d shapes not simulated, from m = %d on: their programs are over --max-instructions %.0f (or %s, the memory "
+           "limit); raise it to try them\n", res.too_large, res.skipped_m, max_instructions, mlim.what);
   if (hw.d > 1)
     printf("%d replicas of every stage, ZeRO's collectives at %.4g GB/s per rank (--dp, --dp-gbps): each candidate "
            "at ZeRO stages 0 to 3 (3: resharding, prefetching the next chunk or not, or kept gathered)\n", hw.d, hw.dp_gbps);

@@ -26,6 +26,9 @@ static const struct command commands[] = {
      "  --resume DIR       continue from a checkpoint directory, in any pipeline layout\n"
      "  --init-from FILE   start from GPT-2 weights: llm.c's .bin or model.safetensors\n"
      "  --allow-nonfinite  accept NaN/Inf weights in FILE\n"
+     "  --max-memory BYTES refuse, before allocating, what this machine's ranks would not fit in\n"
+     "                     (default $BRIGADE_MAX_MEMORY, else the machine's memory)\n"
+     "  --max-instructions N  the most instructions its program may have (default 2^25)\n"
      "run across ranks: mpirun -np N build/brigade train CONFIG (N = stages x data replicas)\n"},
     {"sim", cli_sim, "simulate a schedule under a cost model (no MPI, no model)",
      "usage: brigade sim --schedule FAMILY --stages P --microbatches M [shape and cost flags]\n"
@@ -44,7 +47,9 @@ static const struct command commands[] = {
      "outputs: --json (bubble rate, makespan, peak memory per rank), --trace FILE.json (Chrome\n"
      "  trace), --svg FILE.svg, --ascii (a chart in the terminal)\n"
      "CONFIG form: predicts a training config's step from per-layer FLOPs at G GFLOP/s (50)\n"
-     "  (backward twice the forward); D replicas per stage, ZeRO's collectives at BW GB/s\n"},
+     "  (backward twice the forward); D replicas per stage, ZeRO's collectives at BW GB/s\n"
+     "limits: --max-instructions N (default 2^25), --max-memory BYTES (default $BRIGADE_MAX_MEMORY,\n"
+     "  else the machine's memory): a shape over either is refused before it is built\n"},
     {"compile", cli_compile, "compile a pipeline schedule into per-rank instruction streams",
      "usage: brigade compile --schedule FAMILY --stages P [--virtual V] --microbatches M\n"
      "                       [--format actions|instructions|csv|csv-comm] [-o FILE]\n"
@@ -58,6 +63,8 @@ static const struct command commands[] = {
      "                     with a slot's copy time --cost-offload T, or --act-bytes N --offload-gbps G\n"
      "  --cost-f T --cost-b T --cost-w T --comm T --w-stash F: the costs it is compiled\n"
      "                     under (F: the part of a slot a pending W holds, default 1)\n"
+     "  --max-instructions N --max-memory BYTES  refuse a shape over them before building it\n"
+     "                     (defaults 2^25 and $BRIGADE_MAX_MEMORY, else the machine's memory)\n"
      "The program is verified (complete, deadlock-free, within its memory) before it is written.\n"},
     {"tune", cli_tune, "search schedules and shapes for the fastest step under a memory limit",
      "usage: brigade tune CONFIG --memory BYTES [--set key=value ...] [--gflops G] [--top K]\n"
@@ -66,7 +73,9 @@ static const struct command commands[] = {
      "  --gflops G         the rate per-layer FLOPs are costed at\n"
      "  --top K            print the K best candidates\n"
      "  --dp D --dp-gbps BW  D replicas per stage; ZeRO stages compared at BW GB/s\n"
-     "  --svg FILE         the best candidate's simulated timeline\n"},
+     "  --svg FILE         the best candidate's simulated timeline\n"
+     "  --max-instructions N --max-memory BYTES  candidates over them are skipped, not built\n"
+     "                     (defaults 2^20 per candidate and the machine's memory)\n"},
     {"plot", cli_plot, "draw a trace brigade wrote (simulated or measured)",
      "usage: brigade plot TRACE.json [-o FILE.svg] [--ascii]\n"
      "  TRACE.json         a Chrome trace from `sim --trace` or a training run's trace.path\n"

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/mem.h"
 #include "pipe/train_internal.h"
 
 int train_cut_model(const train_cfg *t, const layers_model *m, int **bounds_out) {
@@ -73,7 +74,8 @@ int pipe_plan_config_shape(const char *config, const char **sets, int nsets, pip
   int rc = plan_read(config, sets, nsets, &t, &vocab);
   if (!rc) {
     *shape = (pipe_plan_shape){.family = t.family, .v = t.v, .m = t.m, .part = t.part,
-                               .mem_limit = t.family == SCHED_ZB_AUTO ? (t.mem_limit > 0 ? t.mem_limit : t.stages) : 0};
+                               .mem_limit = t.family == SCHED_ZB_AUTO ? (t.mem_limit > 0 ? t.mem_limit : t.stages) : 0,
+                               .zero_stage = t.zero_stage, .keep_gathered = t.keep_gathered, .prefetch = t.prefetch};
     *stages = t.stages, *batch = t.B * t.m;
   }
   core_config_free(t.cfg);
@@ -120,17 +122,38 @@ static double compile_w_stash(const train_cfg *t, const layers_model *m, const i
   return ws > 0 ? ws : 1;
 }
 
-int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, sched_program *out) {
+sched_shape train_shape(const train_cfg *t, const layers_model *m) {
   sched_shape sh = {.family = t->family, .p = t->stages, .v = t->v, .m = t->m, .max_pending_w = t->max_pending_w,
                     .mem_limit = t->mem_limit, .zero3 = t->zero_stage == 3, .keep_gathered = t->keep_gathered,
                     .prefetch = t->zero_stage == 3 ? t->prefetch : 0};
-  for (int i = 0; i < m->n; i++) sh.tied |= m->layers[i].tied_to >= 0;
+  for (int i = 0; m && i < m->n; i++) sh.tied |= m->layers[i].tied_to >= 0;
+  return sh;
+}
+
+int train_check_size(const train_cfg *t, const sched_shape *sh) {
+  static const char *const names[3] = {"pipeline.stages", "pipeline.virtual_stages", "gradient_accumulation_steps"};
+  sched_size sz;
+  sched_size_estimate(sh, t->sim_steps, t->events, &sz);
+  int ranks = t->ranks > 1 ? t->ranks : 1;
+  sz.bytes *= ranks; /* every rank of this machine compiles the whole program */
+  int rc = sched_size_check(sh, &sz, &t->lim, names);
+  if (rc && ranks > 1)
+    core_error_prefix("%s: %d ranks of this machine each compile the program", core_config_name(t->cfg), ranks);
+  else if (rc)
+    core_error_prefix("%s", core_config_name(t->cfg));
+  return rc;
+}
+
+int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, sched_program *out) {
+  sched_shape sh = train_shape(t, m);
+  int rc = train_check_size(t, &sh);
+  if (rc) return rc;
   int S = t->stages * t->v;
   double *fbw = core_calloc(3 * (size_t)S, sizeof(double));
   train_stage_costs(t, m, bounds, 1.0, fbw, fbw + S, fbw + 2 * S);
   sched_costs costs = {.stage_f = fbw, .stage_b = fbw + S, .stage_w = fbw + 2 * S,
                        .w_stash = compile_w_stash(t, m, bounds)};
-  int rc = sched_compile(&sh, &costs, out);
+  rc = sched_compile(&sh, &costs, out);
   free(fbw);
   return rc ? core_error_prefix("%s: pipeline", core_config_name(t->cfg)) : CORE_OK;
 }
@@ -188,6 +211,23 @@ static void plan_dp_w(const train_cfg *t, const layers_model *m, const int *boun
  * t->zero_stage: stage 0's all-reduce or stage 1's reduce-scatter (ZeRO-2 and 3: the kept
  * layers' all-reduce) at REDUCE_GRADS, the parameter all-gather (stages 1, 2) at
  * OPTIMIZER_STEP. */
+/* Virtual stage s's chunk with d replicas under ZeRO stage t->zero_stage: its parameters n (and
+ * those of layers holding a tied weight, kept) and the gradient floats it holds, as
+ * zero_grad_bytes counts them: the full buffer (ZeRO-1: with the shard's accumulator and the
+ * reduce-scatter's padded staging), or ZeRO-2's accumulator, buckets and kept layers. */
+static void chunk_grads(const train_cfg *t, const layers_model *m, const int *bounds, int s, int tied, int d, double *n,
+                        double *kept, double *grads) {
+  double largest = 0;
+  int zs = t->zero_stage;
+  stage_params(m, bounds, s, tied, n, kept);
+  for (int i = bounds[s]; i < bounds[s + 1]; i++)
+    if (!(tied && (i == 0 || m->layers[i].tied_to >= 0)) && (double)m->layers[i].nparams > largest)
+      largest = (double)m->layers[i].nparams;
+  double cap = (double)t->bucket_floats > largest ? (double)t->bucket_floats : largest;
+  if (cap > *n - *kept) cap = *n - *kept;
+  *grads = zs == 0 ? *n : zs == 1 ? *n + ceil(*n / d) * (d + 2) : ceil(*n / d) + (t->overlap_comm ? 2 : 1) * cap + *kept;
+}
+
 static void plan_ranks(const train_cfg *t, const layers_model *m, const int *bounds, int tied,
                        const pipe_plan_hw *hw, pipe_plan *out) {
   int d = hw->d > 1 ? hw->d : 1, zs = t->zero_stage;
@@ -197,21 +237,13 @@ static void plan_ranks(const train_cfg *t, const layers_model *m, const int *bou
     double N = 0, K = 0, grads = 0, ws = 0, pshards = 0;
     for (int c = 0; c < t->v; c++) {
       int s = out->prog.stage_of[r * t->v + c];
-      double n, kept, largest = 0;
+      double n, kept, g;
       size_t bwd = 0;
       if (t->ckpt_act) ws += 4 * slot_floats(m, bounds[s], bounds[s + 1], t->B, 0); /* the workspace */
       else if (shares_backward(t, &out->prog)) layers_slot_floats(m, bounds[s], bounds[s + 1], t->B, 1, &bwd);
       ws += 4.0 * (double)bwd; /* the shared backward buffers */
-      stage_params(m, bounds, s, tied, &n, &kept);
-      N += n, K += kept;
-      for (int i = bounds[s]; i < bounds[s + 1]; i++)
-        if (!(tied && (i == 0 || m->layers[i].tied_to >= 0)) && (double)m->layers[i].nparams > largest)
-          largest = (double)m->layers[i].nparams;
-      double cap = (double)t->bucket_floats > largest ? (double)t->bucket_floats : largest;
-      if (cap > n - kept) cap = n - kept;
-      /* as zero_grad_bytes: the full buffer (ZeRO-1: with the shard's accumulator and the
-       * reduce-scatter's padded staging), or ZeRO-2's accumulator, buckets and kept layers */
-      grads += zs == 0 ? n : zs == 1 ? n + ceil(n / d) * (d + 2) : ceil(n / d) + (t->overlap_comm ? 2 : 1) * cap + kept;
+      chunk_grads(t, m, bounds, s, tied, d, &n, &kept, &g);
+      N += n, K += kept, grads += g;
       pshards += ceil(n / d);
     }
     double shard = zs >= 1 ? ceil(N / d) : N;
@@ -235,6 +267,7 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
   train_cfg t;
   int64_t vocab = 256;
   int rc = plan_read(config, sets, nsets, &t, &vocab);
+  t.lim = hw->limits, t.sim_steps = hw->sim_steps, t.events = hw->events, t.ranks = 1;
   if (!rc && shape) {
     int batch = t.B * t.m;
     if (shape->m < 1 || batch % shape->m != 0)
@@ -321,4 +354,122 @@ void pipe_plan_free(pipe_plan *p) {
   free(p->f), free(p->b), free(p->w), free(p->dp_w), free(p->state_bytes), free(p->slot_bytes), free(p->w_stash);
   free(p->gather), free(p->param_bytes);
   memset(p, 0, sizeof *p);
+}
+
+/* ---- what training allocates, before it allocates it ---- */
+
+void train_rank_memory(const train_cfg *t, const layers_model *m, const int *bounds, const sched_program *prog,
+                       const sched_program *eval, int r, train_mem *out) {
+  memset(out, 0, sizeof *out);
+  int tied = 0, d = t->d > 1 ? t->d : 1, zs = t->zero_stage, shared = shares_backward(t, prog);
+  for (int i = 0; i < m->n; i++) tied |= m->layers[i].tied_to >= 0;
+  int nslots = prog->nslots[r], naside = prog->naslots[r];
+  if (eval && eval->p == prog->p && eval->nslots[r] > nslots) nslots = eval->nslots[r];
+  if (eval && eval->p == prog->p && eval->naslots[r] > naside) naside = eval->naslots[r];
+  nslots = nslots > 0 ? nslots : 1, naside = naside > 0 ? naside : 1;
+  double N = (double)t->B * m->T, largest = 0, startup = 0;
+  for (int c = 0; c < t->v; c++) {
+    int s = prog->stage_of[r * t->v + c], lo = bounds[s], hi = bounds[s + 1];
+    double n, kept, grads;
+    chunk_grads(t, m, bounds, s, tied, d, &n, &kept, &grads);
+    double shard = zs >= 1 ? ceil(n / d) : n;
+    out->params += 4 * (zs == 3 ? shard : n);
+    largest = n > largest ? n : largest;
+    startup = 4 * (zs == 3 ? shard : n) > startup ? 4 * (zs == 3 ? shard : n) : startup;
+    for (int i = lo; i < hi; i++) /* a tied head beside its embedding: its own gradient buffer */
+      if (m->layers[i].tied_to >= lo) out->grads += 4.0 * (double)m->layers[i].nparams;
+    out->grads += 4 * grads;
+    out->optim += 4 * shard * (2 + (t->precision || t->offload ? 1 : 0)); /* two moments, the fp32 master */
+    size_t home, aside, bwd = 0;
+    double scratch = 0;
+    if (t->ckpt_act) { /* a slot: the input and the output's gradient, its aside part their mirror; one workspace */
+      const layer *f = &m->layers[lo], *l = &m->layers[hi - 1];
+      double io = (f->type->input != LAYER_IN_TOKENS ? N * f->in_width : 0) + N * l->out_width;
+      out->acts += 4 * (io * nslots + io * naside + (double)layers_slot_floats(m, lo, hi, t->B, 0, NULL));
+    } else {
+      layers_slot_parts(m, lo, hi, t->B, shared, &home, &aside, shared ? &bwd : NULL);
+      out->acts += 4 * ((double)home * nslots + (double)aside * naside + (double)bwd);
+    }
+    out->acts += 2 * 4 * N * nslots; /* token ids and targets */
+    for (int i = lo; i < hi; i++) {
+      double sc = (double)m->layers[i].type->scratch_floats(&m->layers[i], t->B, m->T);
+      scratch = sc > scratch ? sc : scratch;
+    }
+    out->other += 4 * scratch + 4 * N + n; /* scratch, the losses read back, the decay mask */
+  }
+  if (zs == 3) out->params += 4 * largest * (prog->gather_limit > 0 ? prog->gather_limit : 1); /* gather buffers */
+  double instr = (double)sched_program_count(prog) + (eval && eval->p == prog->p ? (double)sched_program_count(eval) : 0);
+  out->program = sizeof(sched_instr) * instr, out->startup = startup;
+  out->other += out->program + startup; /* and the start-up copy of a chunk's initial parameters */
+  out->total = out->params + out->grads + out->optim + out->acts + out->other;
+  /* on a GPU (backend "cuda") the buffers are device memory: the host keeps the programs, the
+   * start-up copy and, offloaded, the optimizer state */
+  int device = strcmp(t->backend ? t->backend : "cpu", "cuda") == 0;
+  out->host = device ? out->other + (t->offload ? out->optim : 0) : out->total;
+}
+
+/* "model.d_model = 65536 (configs/x.cfg:15)", or "(the default)" */
+static void key_str(const core_config *c, const char *key, double value, char *buf, size_t n) {
+  char w[256];
+  if (core_config_where(c, key, -1, w, sizeof w)) snprintf(w, sizeof w, "the default");
+  snprintf(buf, n, "%s = %.0f (%s)", key, value, w);
+}
+
+int train_check_memory(const train_cfg *t, const layers_model *m, const int *bounds, const sched_program *prog,
+                       const sched_program *eval, const int *stages_here, int n, double data) {
+  if (!(t->lim.max_bytes > 0)) return CORE_OK;
+  double sum = 0, worst = -1;
+  train_mem w = {0}, e;
+  int wr = 0;
+  for (int i = 0; i < n; i++) {
+    train_rank_memory(t, m, bounds, prog, eval, stages_here[i], &e);
+    e.data = data, e.other += data, e.total += data, e.host += data;
+    sum += e.host;
+    if (e.host > worst) worst = e.host, w = e, wr = stages_here[i];
+  }
+  if (sum <= t->lim.max_bytes) return CORE_OK;
+  char all[32], lim[32], one[32], pa[32], gr[32], op[32], ac[32], ot[32], k1[400], k2[400], k3[400], why[1400];
+  core_mem_str(sum, all, sizeof all), core_mem_str(t->lim.max_bytes, lim, sizeof lim);
+  core_mem_str(w.host, one, sizeof one), core_mem_str(w.params, pa, sizeof pa), core_mem_str(w.grads, gr, sizeof gr);
+  core_mem_str(w.optim, op, sizeof op), core_mem_str(w.acts, ac, sizeof ac), core_mem_str(w.other, ot, sizeof ot);
+  /* the keys that drive the largest part */
+  double state = w.params + w.grads + w.optim + w.startup, params = 0;
+  for (int c = 0; c < t->v; c++) {
+    int s = prog->stage_of[wr * t->v + c];
+    for (int i = bounds[s]; i < bounds[s + 1]; i++) params += (double)m->layers[i].nparams;
+  }
+  if (w.data > state && w.data > w.acts && w.data > w.program) {
+    char where[256];
+    if (core_config_where(t->cfg, "data.path", -1, where, sizeof where)) snprintf(where, sizeof where, "the default");
+    snprintf(why, sizeof why, "the tokens of data.path = \"%s\" (%s), which every rank loads whole, are the largest part",
+             t->data_path, where);
+  } else if (state >= w.acts && state >= w.program) {
+    key_str(t->cfg, "model.d_model", m->C, k1, sizeof k1);
+    key_str(t->cfg, "model.vocab_size", m->V, k2, sizeof k2);
+    snprintf(why, sizeof why, "the parameters and their gradients and optimizer state (%.4g %s parameters on stage %d, "
+             "of the model's %d layers) grow with %s (a transformer block holds about 12 d_model^2), the layers of "
+             "model.layers and %s; more pipeline.stages, zero_optimization.stage or a smaller model lower them",
+             params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "G" : "M", wr, m->n, k1, k2);
+  } else if (w.acts >= w.program) {
+    key_str(t->cfg, "train_micro_batch_size_per_gpu", t->B, k1, sizeof k1);
+    key_str(t->cfg, "model.seq_len", m->T, k2, sizeof k2);
+    key_str(t->cfg, "model.d_model", m->C, k3, sizeof k3);
+    snprintf(why, sizeof why, "the activations (%d slot%s on stage %d, as pipeline.schedule \"%s\" keeps them) grow with "
+             "%s, %s (attention keeps seq_len^2 per head) and %s; a smaller micro-batch or activation_checkpointing "
+             "lower them", prog->nslots[wr], prog->nslots[wr] == 1 ? "" : "s", wr, sched_family_name(t->family), k1, k2,
+             k3);
+  } else {
+    key_str(t->cfg, "pipeline.stages", t->stages, k1, sizeof k1);
+    key_str(t->cfg, "gradient_accumulation_steps", t->m, k2, sizeof k2);
+    snprintf(why, sizeof why, "the schedule's program (%.4g instructions) grows with %s x %s",
+             (double)sched_program_count(prog), k1, k2);
+  }
+  int machine = strncmp(t->lim.mem_what, "this machine", 12) == 0;
+  /* the parts are this message's own: kept whole (a %s without precision is cut, core/error.h) */
+  return core_error_set(CORE_EINPUT, "%s: training needs about %.40s on this machine (%d rank%s), more than the memory "
+                        "limit, %.40s (%.100s%s), estimated before allocating: stage %d alone needs %.40s (parameters "
+                        "%.40s, gradients %.40s, optimizer state %.40s, activations %.40s, other %.40s); %.700s",
+                        core_config_name(t->cfg), all, n, n == 1 ? "" : "s", lim, t->lim.mem_what,
+                        machine ? "; --max-memory or BRIGADE_MAX_MEMORY sets a lower one" : "", wr, one, pa, gr, op, ac,
+                        ot, why);
 }

@@ -46,6 +46,10 @@ typedef struct {
   double gflops;
   int d;
   double dp_gbps;
+  /* what the program may take (sched_size_check; zeroed: no limits), and the steps its
+   * simulation will run and whether it records events (they count in the estimate) */
+  sched_limits limits;
+  int sim_steps, events;
 } pipe_plan_hw;
 
 /* Reads the config (with --set overrides) as `brigade train` would, cuts the model, compiles
@@ -60,7 +64,8 @@ int pipe_plan_build_shape(const char *config, const char **sets, int nsets, doub
 /* The same with the machine given (hw->d replicas under the shape's or the config's ZeRO stage). */
 int pipe_plan_build_shape_hw(const char *config, const char **sets, int nsets, const pipe_plan_hw *hw,
                              const pipe_plan_shape *shape, pipe_plan *out);
-/* The config's own shape, stage count and per-replica batch, without building anything. */
+/* The config's own shape (its ZeRO stage and policy too, set_zero left 0), stage count and
+ * per-replica batch, without building anything. */
 int pipe_plan_config_shape(const char *config, const char **sets, int nsets, pipe_plan_shape *shape,
                            int *stages, int *batch);
 /* Peak memory of rank r after a simulation: state_bytes[r] + its peak activation bytes (+ the

@@ -15,6 +15,8 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/mem.h"
+#include "core/progress.h"
 #include "pipe/ckpt.h"
 #include "pipe/ckpt_model.h"
 #include "pipe/hfst.h"
@@ -41,6 +43,7 @@ typedef struct {
   char pipe_why[160];       /* why the transfers go through host copies over MPI */
   const char *init_from;    /* --init-from: GPT-2 weights (llm.c or safetensors) */
   int allow_nonfinite;      /* --allow-nonfinite: NaN/Inf weights from it are taken */
+  core_mem_limit mem;       /* --max-memory, $BRIGADE_MAX_MEMORY or the machine's (cfg.lim points here) */
   char **peer_names;        /* [p]: "rank R (stage s) on HOST", how timeouts name a pipeline peer */
   pipe_ckpt_lock lock;      /* world rank 0: checkpoint.dir's, for the run's life */
   char *desc;               /* the model and optimizer, as checkpoints record them (pipe_ckpt_model_describe) */
@@ -254,6 +257,21 @@ static int setup_transfers(trainer *tr) {
   return rc;
 }
 
+/* Before anything large is allocated: what the ranks of this machine will hold (their stages'
+ * parameters, gradients, optimizer state, activation slots and the rest, train_rank_memory)
+ * against the memory limit. Every rank of a machine adds up the same ranks, so they agree. */
+static int check_memory(trainer *tr) {
+  int n = 0, *stages = core_malloc(sizeof(int) * (size_t)tr->topo.world_size);
+  const char *me = pipe_topo_host(&tr->topo, tr->topo.world_rank);
+  for (int r = 0; r < tr->topo.world_size; r++) /* the ranks of this node: every rank's node name is known */
+    if (strcmp(pipe_topo_host(&tr->topo, r), me) == 0) stages[n++] = r / tr->topo.d;
+  double data = sizeof(uint16_t) * ((double)tr->data.n + (tr->data.val_tok ? (double)tr->data.n_val : 0));
+  int rc = train_check_memory(&tr->cfg, &tr->model, tr->bounds, &tr->prog, tr->eval_n ? &tr->eval_prog : NULL, stages,
+                              n, data);
+  free(stages);
+  return rc;
+}
+
 /* checkpoint.dir has one writer: world rank 0 takes DIR/.lock before anything else is set up,
  * and every rank learns at once whether it did (a refused run trains nothing, and its other ranks
  * go no further either). */
@@ -320,7 +338,11 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   int rc = train_read_config(&tr->cfg, o, world);
   if (!rc) rc = pipe_topo_init(&tr->topo, MPI_COMM_WORLD, tr->cfg.stages);
+  if (!rc) rc = core_mem_limit_get(o->max_memory, &tr->mem);
   if (rc) return rc;
+  tr->cfg.lim = (sched_limits){.max_instructions = o->max_instructions, .instr_name = "--max-instructions",
+                               .max_bytes = tr->mem.bytes, .mem_what = tr->mem.what};
+  tr->cfg.ranks = tr->topo.local_size, tr->cfg.sim_steps = 1; /* report_memory simulates one step */
   kernels_set_local_rank(tr->topo.local_rank); /* before the backend picks its GPU */
   core_log_set_rank(world > 1 ? tr->topo.world_rank : -1);
   rc = take_lock(tr);
@@ -349,11 +371,13 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   if (!rc) tr->desc = pipe_ckpt_model_describe(tr->cfg.cfg, &tr->model);
   if (!rc) rc = cut_model(tr);
   if (!rc) rc = compile_programs(tr);
+  if (!rc) rc = check_memory(tr);
   if (!rc) rc = setup_runner(tr);
   if (!rc) rc = pipe_worker_init(&tr->worker, &tr->prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
   if (!rc && tr->eval_n) rc = pipe_worker_init(&tr->eval_worker, &tr->eval_prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
   if (!rc) rc = setup_transfers(tr);
   tr->worker.timeout_s = tr->eval_worker.timeout_s = tr->cfg.timeout;
+  tr->worker.progress = tr->eval_worker.progress = tr->topo.world_rank == 0;
   if (!rc) { /* a peer that stops answering is named with its node: on several machines, which one went */
     tr->peer_names = core_malloc((size_t)tr->topo.p * sizeof *tr->peer_names);
     for (int q = 0; q < tr->topo.p; q++) {
@@ -381,7 +405,12 @@ static int evaluate(trainer *tr, double *val) {
   int rc = CORE_OK;
   if (tr->eval_n) { /* a replica with no share adds nothing to the sum */
     pipe_runner_use(&tr->rn, &tr->eval_prog, tr->eval_lo);
+    if (tr->topo.world_rank == 0) {
+      core_progress_start("evaluation");
+      core_progress_phase("rank 0 at micro-batch", tr->eval_n, "");
+    }
     rc = pipe_worker_step(&tr->eval_worker);
+    if (tr->topo.world_rank == 0) core_progress_stop();
   } else if (tr->cfg.zero_stage == 3) { /* ... but joins its group's parameter gathers */
     rc = pipe_runner_join_gathers(&tr->rn);
   }
@@ -521,10 +550,16 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
     tr->worker.t0 = 0;
     MPI_Barrier(MPI_COMM_WORLD);
   }
+  /* a long step says how far it is: rank 0's micro-batch, every few seconds (core/progress.h) */
+  if (tr->topo.world_rank == 0) {
+    core_progress_start("step %ld", step + 1);
+    core_progress_phase("rank 0 at micro-batch", tr->cfg.m, "");
+  }
   double t0 = MPI_Wtime();
   int rc = pipe_worker_step(&tr->worker);
   if (!rc) rc = pipe_runner_validate(rn); /* post-validation: the norm known, the update confirmed or redone */
   *ms = (MPI_Wtime() - t0) * 1e3;
+  if (tr->topo.world_rank == 0) core_progress_stop();
   tr->worker.tl = NULL;
   if (!rc) *loss = mean_loss(tr, (long)tr->cfg.m * tr->cfg.d);
   if (tracing) {

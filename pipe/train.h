@@ -12,6 +12,10 @@ typedef struct {
   const char *resume;   /* checkpoint directory to continue from */
   const char *init_from; /* GPT-2 weights (llm.c .bin, model.safetensors) the run starts from (step 0, fresh optimizer) */
   int allow_nonfinite;   /* --allow-nonfinite: take NaN/Inf weights from --init-from */
+  /* limits checked before anything is built or allocated: --max-memory as given (NULL:
+   * $BRIGADE_MAX_MEMORY or the machine's memory), --max-instructions (0: none) */
+  const char *max_memory;
+  double max_instructions;
   int *stopped_by;      /* out, may be NULL: the signal that stopped the run early, 0 if none */
   int *report;          /* out, may be NULL: after an error, 1 (every rank failed alike), 2 (this rank
                          * failed, others did not) or 0 (another rank's error, reported there) */

@@ -41,6 +41,11 @@ typedef struct {
   int dynamic_scale, scale_window, hysteresis;
   pipe_optim opt;
   zero_lr lr;
+  /* what the training program may take (train_compile refuses a shape over it; zeroed: no
+   * limits), counted for `ranks` processes of this machine building it at once, and whether its
+   * simulation records events */
+  sched_limits lim;
+  int ranks, sim_steps, events; /* the steps a simulation of it runs, and whether it records events */
 } train_cfg;
 
 int train_read_config(train_cfg *t, const pipe_train_opts *o, int world);
@@ -63,5 +68,34 @@ void train_stage_costs(const train_cfg *t, const layers_model *m, const int *bou
  * W's by it and lowering times every family's transfers by it. The machine (--gflops, --dp,
  * ZeRO's collectives) changes what the simulator charges for the ops, never the program. */
 int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, sched_program *out);
+/* The training program's shape (train_compile's), and the check of its size against t->lim
+ * (sched_size_check, naming pipeline.stages, pipeline.virtual_stages and
+ * gradient_accumulation_steps), before anything is built. */
+sched_shape train_shape(const train_cfg *t, const layers_model *m);
+int train_check_size(const train_cfg *t, const sched_shape *sh);
+
+/* What stage r's rank allocates for training (one of t->d replicas), from the config, the model,
+ * the cut and the compiled programs (their slot counts; eval may be NULL), before anything is
+ * allocated: the layout layers_chunk_init, zero_init and the runner will make. */
+typedef struct {
+  double params;  /* the chunks' parameters (ZeRO-3: the shards and the gather buffers) */
+  double grads;   /* gradient buffers as zero_grad_bytes counts them, and a tied head's own */
+  double optim;   /* the optimizer's two moments (SGD's too) and the fp32 master (mixed precision, offload) */
+  double acts;    /* activation slots and aside parts, shared backward buffers or the checkpointing
+                   * workspace, token ids and targets */
+  double other;   /* scratch, the programs, the start-up copy of a chunk's initial parameters, the data */
+  double program; /* of other: the programs' instructions */
+  double startup; /* of other: the start-up copy */
+  double data;    /* of other: the tokens loaded (train_check_memory's `data`) */
+  double total;
+  double host;    /* of total, in host memory: all of it but on backend "cuda" */
+} train_mem;
+void train_rank_memory(const train_cfg *t, const layers_model *m, const int *bounds, const sched_program *prog,
+                       const sched_program *eval, int r, train_mem *out);
+/* CORE_EINPUT when the ranks of this machine (their stages: stages_here[0..n-1]) need more host
+ * memory than t->lim.max_bytes, each also holding `data` bytes (the tokens it has loaded; counted
+ * in other); the message gives the estimate by part and names the keys that drive the largest. */
+int train_check_memory(const train_cfg *t, const layers_model *m, const int *bounds, const sched_program *prog,
+                       const sched_program *eval, const int *stages_here, int n, double data);
 
 #endif

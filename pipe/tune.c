@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/progress.h"
 
 void pipe_shape_name(const pipe_plan_shape *sh, char *buf, size_t n) {
   if (sh->family == SCHED_ZB_AUTO && sh->mem_limit > 0) snprintf(buf, n, "zb-auto@%g", sh->mem_limit);
@@ -103,24 +104,69 @@ int pipe_tune(const char *config, const char **sets, int nsets, double gflops, d
   return pipe_tune_hw(config, sets, nsets, &hw, memory, res);
 }
 
+/* The divisors of n in increasing order (*count of them; caller frees): O(sqrt n), not O(n). */
+static int *divisors(int n, int *count) {
+  int k = 0, cap = 64, *d = core_malloc(sizeof(int) * (size_t)cap), *hi = core_malloc(sizeof(int) * (size_t)cap), nhi = 0;
+  for (int a = 1; (long)a * a <= n; a++) {
+    if (n % a) continue;
+    if (k == cap || nhi == cap) {
+      cap *= 2;
+      d = core_realloc(d, sizeof(int) * (size_t)cap), hi = core_realloc(hi, sizeof(int) * (size_t)cap);
+    }
+    d[k++] = a;
+    if (a != n / a) hi[nhi++] = n / a;
+  }
+  d = core_realloc(d, sizeof(int) * (size_t)(k + nhi));
+  while (nhi > 0) d[k++] = hi[--nhi];
+  free(hi);
+  *count = k;
+  return d;
+}
+
+/* Whether a candidate's program is within the limits, from its shape alone (sched_size_check:
+ * a candidate over them is skipped, not built). */
+static int fits_limits(const pipe_tune_result *res, const pipe_plan_hw *hw, const pipe_plan_shape *sh, double *instr) {
+  const pipe_plan_shape *own = &res->own;
+  int zs = sh->set_zero ? sh->zero_stage : own->zero_stage;
+  sched_shape s = {.family = sh->family, .p = res->stages, .v = sh->v, .m = sh->m, .tied = 1, .zero3 = zs == 3,
+                   .keep_gathered = sh->set_zero ? sh->keep_gathered : own->keep_gathered};
+  sched_size sz;
+  sched_size_estimate(&s, 1, 0, &sz);
+  *instr = sz.instructions;
+  const sched_limits *l = &hw->limits;
+  return !(l->max_instructions > 0 && sz.instructions > l->max_instructions) && !(l->max_bytes > 0 && sz.bytes > l->max_bytes);
+}
+
 int pipe_tune_hw(const char *config, const char **sets, int nsets, const pipe_plan_hw *hw, double memory,
                  pipe_tune_result *res) {
   memset(res, 0, sizeof *res);
   int rc = pipe_plan_config_shape(config, sets, nsets, &res->own, &res->stages, &res->batch);
   if (rc) return rc;
-  int cap = 0, nz = hw->d > 1 ? (int)(sizeof zeros / sizeof zeros[0]) : 1;
+  int cap = 0, nz = hw->d > 1 ? (int)(sizeof zeros / sizeof zeros[0]) : 1, ndiv;
+  int *ms = divisors(res->batch, &ndiv);
+  int nf = (int)(sizeof families / sizeof families[0]), np = (int)(sizeof parts / sizeof parts[0]);
   char first_err[512] = "";
-  for (int m = 1; m <= res->batch; m++) {
-    if (res->batch % m) continue;
-    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
-      for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++)
+  core_progress_start("tune %s", config);
+  core_progress_phase("", (double)ndiv * nf * np * nz, "shapes looked at");
+  double seen = 0;
+  for (int di = 0; di < ndiv; di++) {
+    int m = ms[di];
+    for (int f = 0; f < nf; f++)
+      for (int k = 0; k < np; k++)
         for (int z = 0; z < nz; z++) {
+          core_progress_at(seen++);
           pipe_plan_shape sh = {.family = families[f].family, .v = families[f].v, .m = m, .part = parts[k],
                                 .mem_limit = families[f].lim * res->stages};
           if (hw->d > 1) {
             if (zeros[z].stage == 3 && sh.v == 1 && (zeros[z].keep || !zeros[z].prefetch)) continue;
             sh.set_zero = 1, sh.zero_stage = zeros[z].stage, sh.keep_gathered = zeros[z].keep;
             sh.prefetch = zeros[z].prefetch;
+          }
+          double instr;
+          if (!fits_limits(res, hw, &sh, &instr)) {
+            if (!res->too_large++ || instr < res->least_skipped) res->least_skipped = instr;
+            if (!res->skipped_m || m < res->skipped_m) res->skipped_m = m;
+            continue;
           }
           pipe_tune_cand c;
           rc = try_one(config, sets, nsets, hw, &sh, &c);
@@ -130,6 +176,8 @@ int pipe_tune_hw(const char *config, const char **sets, int nsets, const pipe_pl
             continue;
           }
           if (rc) {
+            core_progress_stop();
+            free(ms);
             pipe_tune_result_free(res);
             return rc;
           }
@@ -141,8 +189,15 @@ int pipe_tune_hw(const char *config, const char **sets, int nsets, const pipe_pl
           res->fits[res->nfits++] = c;
         }
   }
+  core_progress_stop();
+  free(ms);
   rc = CORE_OK;
-  if (!res->tried)
+  if (!res->tried && res->too_large)
+    rc = core_error_set(CORE_EINPUT, "%s: every shape for %d stages and a batch of %d is too large to simulate: the "
+                        "smallest program is about %.3g instructions, more than %s %.0f, or more than the memory limit "
+                        "(%s)%s%.511s", config, res->stages, res->batch, res->least_skipped, hw->limits.instr_name,
+                        hw->limits.max_instructions, hw->limits.mem_what, first_err[0] ? "; others: " : "", first_err);
+  else if (!res->tried)
     rc = core_error_set(CORE_EINPUT, "%s: no schedule could be built for %d stages: %.511s", config, res->stages, first_err);
   else if (!res->nfits) {
     const pipe_tune_cand *s = &res->smallest;

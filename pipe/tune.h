@@ -23,6 +23,9 @@ typedef struct {
   pipe_plan_shape own;  /* the config's own shape */
   int tried;            /* candidates compiled and simulated */
   int uncut;            /* shapes the model cannot be cut into (more pieces than layers) */
+  int too_large;        /* shapes skipped as over the limits (hw->limits), estimated before building */
+  int skipped_m;        /* the least micro-batch count among them (0: none skipped) */
+  double least_skipped; /* the fewest instructions among them */
   int fitting;          /* candidates within the limit, before merging equal partitions */
   pipe_tune_cand *fits; /* those within the limit, fastest first (then least memory); a
                            partition giving the same predictions as an earlier one is left out */

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "kernels/coll.h"
 
 int pipe_tag(const sched_program *pr, int dst_stage, int mb, int is_grad) {
@@ -278,6 +279,7 @@ int pipe_worker_step(pipe_worker *w) {
     if (!rc && w->tl) rc = trace_wait(w, i, in);
     if (rc) return rc;
     if (w->ex.retired) w->ex.retired(w->ex.ctx, i, in);
+    if (w->progress && in->mb >= 0) core_progress_at(in->mb + 1);
     if (w->tl) {
       sched_event e = {.rank = w->rank, .op = in->op, .mb = in->mb, .chunk = in->chunk,
                        .stage = in->chunk >= 0 ? stage_of(w, in) : -1, .peer = in->peer,

@@ -68,6 +68,7 @@ typedef struct {
   struct kernels_coll_comm *dcomm;
   unsigned char *tpend;          /* [naslots * 4] device path: ticket in flight */
   int dsynced;                   /* device path: this step's transfers are done (the tail began) */
+  int progress;                  /* 1: each instruction reports its micro-batch (core_progress_at) */
 } pipe_worker;
 
 int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm comm, pipe_exec ex);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "schedule/internal.h"
 
 /* GPipe (fill-drain): all forwards, then all backwards. */
@@ -215,6 +216,12 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
   free(vshape);
   if (rc) return rc;
   out->tied = sh->tied;
+  for (int r = 0; r < sh->p; r++) { /* each rank's compute ops, exactly (dualpipev: its split backwards too) */
+    size_t vm = (size_t)sh->v * (size_t)sh->m;
+    size_t n = sh->family == SCHED_INFERENCE ? vm : sched_family_is_zb(sh->family) ? 3 * vm : 2 * vm;
+    if (sh->family == SCHED_DUALPIPE_V) n += 2 * (size_t)(sh->p - r - 1) + (size_t)r + 1;
+    sched_reserve(out, r, n);
+  }
   double cap = sched_memory_cap(sh);
   out->mem_cap = cap < INFINITY ? cap : 0;
   switch (sh->family) {
@@ -236,18 +243,29 @@ sched_costs sched_costs_unit(void) {
 
 int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
   sched_program compute;
+  core_progress_start("compiling %s p=%d v=%d m=%d", sched_family_name(sh->family), sh->p, sh->v, sh->m);
+  core_progress_phase("ordering compute ops:", 0, "ops placed");
   int rc = sched_compile_compute(sh, costs, &compute);
-  if (rc) return rc;
-  rc = sched_lower(&compute, costs, out);
+  if (rc) {
+    core_progress_stop();
+    return rc;
+  }
+  rc = sched_lower(&compute, costs, out); /* its phases: timing, preparing, placing transfers */
   sched_program_free(&compute);
-  if (rc) return rc;
+  if (rc) {
+    core_progress_stop();
+    return rc;
+  }
   if (sh->zero3) rc = sched_place_gathers(out, sh->keep_gathered, sh->prefetch);
   if (!rc && sh->offload &&
       (rc = sched_place_offload(out, costs, (sched_offload_mode)sh->offload, sh->offload_limit))) {
+    core_progress_stop();
     sched_program_free(out); /* the placement's own error (a limit no placement meets) */
     return rc;
   }
+  core_progress_phase("verifying:", (double)sched_program_count(out), "instructions");
   if (!rc) rc = sched_verify(out);
+  core_progress_stop();
   if (rc) {
     core_error_prefix("compiled %s schedule (p=%d v=%d m=%d) failed verification",
                       sched_family_name(sh->family), sh->p, sh->v, sh->m);

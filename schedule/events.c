@@ -1,5 +1,6 @@
 #include "schedule/events.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,10 +18,18 @@ void sched_timeline_init(sched_timeline *tl, const char *schedule, const char *u
 
 void sched_timeline_add(sched_timeline *tl, sched_event e) {
   if (tl->n == tl->cap) {
+    CORE_ASSERT(tl->cap <= INT_MAX / 2);
     tl->cap = tl->cap ? 2 * tl->cap : 256;
     tl->ev = core_realloc(tl->ev, sizeof(sched_event) * (size_t)tl->cap);
   }
   tl->ev[tl->n++] = e;
+}
+
+void sched_timeline_reserve(sched_timeline *tl, size_t n) {
+  CORE_ASSERT(n <= INT_MAX);
+  if ((size_t)tl->cap >= n) return;
+  tl->ev = core_realloc(tl->ev, sizeof(sched_event) * n);
+  tl->cap = (int)n;
 }
 
 void sched_timeline_free(sched_timeline *tl) {

@@ -30,6 +30,8 @@ typedef struct {
 void sched_timeline_init(sched_timeline *tl, const char *schedule, const char *unit, int p, int v,
                          int m);
 void sched_timeline_add(sched_timeline *tl, sched_event e);
+/* Makes room for n events at once (a simulation knows how many it will add). */
+void sched_timeline_reserve(sched_timeline *tl, size_t n);
 void sched_timeline_free(sched_timeline *tl);
 /* Whether a timeline's unit is seconds (measured or predicted), and measured seconds. */
 static inline int sched_unit_is_seconds(const char *u) { return u[0] == 's' && (u[1] == 0 || u[1] == ','); }

@@ -1,5 +1,6 @@
 #include "schedule/ir.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,10 +100,19 @@ void sched_program_free(sched_program *pr) {
   memset(pr, 0, sizeof *pr);
 }
 
+void sched_reserve(sched_program *pr, int rank, size_t n) {
+  CORE_ASSERT(rank >= 0 && rank < pr->p && n <= INT_MAX);
+  sched_stream *st = &pr->streams[rank];
+  if ((size_t)st->cap >= n) return;
+  st->ins = core_realloc(st->ins, sizeof(sched_instr) * n);
+  st->cap = (int)n;
+}
+
 void sched_push(sched_program *pr, int rank, sched_instr in) {
   CORE_ASSERT(rank >= 0 && rank < pr->p);
   sched_stream *st = &pr->streams[rank];
   if (st->len == st->cap) {
+    CORE_ASSERT(st->cap <= INT_MAX / 2); /* sched_size_check keeps programs far below */
     st->cap = st->cap ? 2 * st->cap : 64;
     st->ins = core_realloc(st->ins, sizeof(sched_instr) * (size_t)st->cap);
   }

@@ -112,6 +112,8 @@ int sched_family_parse(const char *name, sched_family *out); /* CORE_EINPUT on u
 int sched_program_init(sched_program *pr, sched_family f, int p, int v, int m, const int *stage_of);
 void sched_program_free(sched_program *pr);
 void sched_push(sched_program *pr, int rank, sched_instr in);
+/* Makes room for n instructions in rank's stream at once (no doubling past what is needed). */
+void sched_reserve(sched_program *pr, int rank, size_t n);
 /* Pushes a compute action of virtual stage s (F/B/I/W) on the rank that holds s. */
 void sched_push_action(sched_program *pr, sched_op op, int s, int mb);
 int sched_program_equal(const sched_program *a, const sched_program *b);

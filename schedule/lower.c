@@ -64,6 +64,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "schedule/internal.h"
 
 double sched_op_cost(const sched_costs *c, sched_op op, int s) {
@@ -109,6 +110,8 @@ typedef struct {
   int *pc;
   double *free_at;
   int *queue, qhead, qtail, *queued;
+  double done; /* compute ops timed (progress) */
+  unsigned tick;
 } flow;
 
 static void flow_push(flow *fl, int r) {
@@ -157,6 +160,7 @@ static void flow_advance(flow *fl, int r) {
     double cost = sched_op_cost(&fl->costs, (sched_op)in->op, s);
     double t1 = t0 + cost;
     fl->start[r][fl->pc[r]] = t0, fl->end[r][fl->pc[r]] = t1;
+    core_progress_tick(&fl->tick, ++fl->done);
     fl->free_at[r] = t1;
     int k = s * fl->m + in->mb;
     if (in->op == SCHED_FORWARD) {
@@ -273,6 +277,8 @@ typedef struct {
   double **amem, *pmem, ws, meps;
   int **aslot, *pslot, **lastc;
   int guard;            /* the family promises a memory cap: the bounds below hold */
+  size_t built;         /* compute ops appended (progress) */
+  unsigned tick;
   double **slack;       /* [rank] a min segment tree (2 len) over compute ops of the room left
                          * under the bounds, in weighted memory or slots, whichever is less */
   double *bmem;         /* [rank] what the full program may hold: the larger of the compute */
@@ -558,6 +564,7 @@ static void advance(build *bd, int r) {
   bd->start[r][k->g] = k->clock;
   k->clock += op_cost_at(bd, r, k->g);
   int x = bd->prod[r][k->g++];
+  core_progress_tick(&bd->tick, (double)++bd->built);
   k->hx_ok = 0, k->mver++;
   if (x >= 0) {
     pend_add(k, x), pend_add(&bd->rk[bd->x[x].b], x), wake(bd, bd->x[x].b);
@@ -698,8 +705,10 @@ static void collect(build *bd) {
         b_at[2 * k] = r, b_at[2 * k + 1] = i;
     }
   bd->x = core_malloc(sizeof(xfer) * 2 * (n + 1));
-  for (int r = 0; r < pr->p; r++)
+  for (int r = 0; r < pr->p; r++) {
     for (int i = 0; i < pr->streams[r].len; i++) link_inputs(bd, f_at, b_at, r, i);
+    core_progress_at(2.0 * pr->p + r);
+  }
   free(f_at), free(b_at);
 }
 
@@ -737,6 +746,7 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
     bd->aslot[r] = core_malloc(sizeof(int) * (len + 1));
     bd->lastc[r] = core_malloc(sizeof(int) * (len + 1));
     sched_stream_memory(pr, r, bd->ws, 1, &bd->pmem[r], &bd->pslot[r], bd->amem[r], bd->aslot[r], bd->lastc[r]);
+    core_progress_at(r); /* three passes over the ranks: these, the room left, the transfers */
   }
   /* The bound: a program with a memory promise (mem_cap, set by the compiler) holds it; where
    * the compute order stays below the promise (1f1b's ranks after the first, zb-v's), an
@@ -758,11 +768,21 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
       t[n + i] = a < b ? a : b;
     }
     for (size_t i = n - 1; i >= 1 && i < n; i--) t[i] = t[2 * i] < t[2 * i + 1] ? t[2 * i] : t[2 * i + 1];
+    core_progress_at(pr->p + r);
   }
   bd->rk = core_calloc(p, sizeof(lrank));
   bd->queue = core_malloc(sizeof(int) * p);
   bd->queued = core_calloc(p, sizeof(int));
   collect(bd);
+  for (int r = 0; r < pr->p; r++) { /* each stream's length, exactly: compute ops, loads, transfers, the tail */
+    const sched_stream *st = &pr->streams[r];
+    size_t n = (size_t)st->len + 3;
+    for (int i = 0; i < st->len; i++) {
+      int s = sched_stage_at(pr, r, &st->ins[i]);
+      n += (bd->prod[r][i] >= 0) + (bd->cons[r][i] >= 0) + (st->ins[i].op == SCHED_FORWARD && (s == 0 || s == fl->S - 1));
+    }
+    sched_reserve(out, r, n);
+  }
 }
 
 static void build_free(build *bd) {
@@ -835,6 +855,8 @@ int sched_lower(const sched_program *compute, const sched_costs *costs, sched_pr
     for (int i = 0; i < compute->streams[r].len; i++)
       if (!sched_op_is_compute((sched_op)compute->streams[r].ins[i].op))
         return core_error_set(CORE_EINPUT, "lowering takes compute actions only (rank %d #%d)", r, i);
+  double nc = (double)sched_program_count(compute);
+  core_progress_phase("lowering, timing the compute order:", nc, "compute ops");
   flow fl;
   flow_init(&fl, compute, costs);
   rc = flow_run(&fl);
@@ -852,7 +874,9 @@ int sched_lower(const sched_program *compute, const sched_costs *costs, sched_pr
   out->forward_only = compute->forward_only;
   out->mem_cap = compute->mem_cap;
   build bd;
+  core_progress_phase("lowering, preparing:", 3.0 * compute->p, "rank passes");
   build_init(&bd, &fl, out);
+  core_progress_phase("lowering, placing transfers:", nc, "compute ops");
   rc = build_run(&bd);
   build_free(&bd);
   if (rc) {

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "schedule/internal.h"
 
 typedef struct {
@@ -39,10 +40,16 @@ typedef struct {
 /* Where a reload planned to start at rl_start goes: before the last instruction of its window
  * that starts by then (a wait or a long op spanning rl_start makes it start a little early). */
 static int reload_pos(const cand *x, const double *ts) {
-  int pos = x->fe + 1;
-  for (int j = x->fe + 1; j <= x->bf; j++)
-    if (ts[j] <= x->rl_start + 1e-9 * (1 + fabs(x->rl_start))) pos = j;
-  return pos;
+  /* a rank runs its stream in order, so its start times never decrease: the last such j by
+   * bisection (a scan of the window would make a long gap, gpipe's, quadratic in m) */
+  double by = x->rl_start + 1e-9 * (1 + fabs(x->rl_start));
+  int lo = x->fe + 1, hi = x->bf; /* the answer is in [lo, hi]; lo when none starts by then */
+  while (lo < hi) {
+    int mid = lo + (hi - lo + 1) / 2;
+    if (ts[mid] <= by) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 static int by_off(const void *a, const void *b) {
@@ -179,35 +186,50 @@ static int candidates(const sched_program *pr, int r, const sched_costs *c, doub
   return n;
 }
 
-/* Rank r's stream with the chosen candidates' OFFLOADs and RELOADs in it. */
+/* Orders of the chosen candidates for insert(): reloads by position, then planned start (ties:
+ * candidate order); offloads by their forward work's instruction (ties: candidate order). */
+static const cand *order_base;
+static int by_reload(const void *a, const void *b) {
+  const cand *x = &order_base[*(const int *)a], *y = &order_base[*(const int *)b];
+  if (x->rl_pos != y->rl_pos) return x->rl_pos < y->rl_pos ? -1 : 1;
+  if (x->rl_start != y->rl_start) return x->rl_start < y->rl_start ? -1 : 1;
+  return *(const int *)a - *(const int *)b;
+}
+static int by_fe(const void *a, const void *b) {
+  const cand *x = &order_base[*(const int *)a], *y = &order_base[*(const int *)b];
+  return x->fe != y->fe ? (x->fe < y->fe ? -1 : 1) : *(const int *)a - *(const int *)b;
+}
+
+/* Rank r's stream with the chosen candidates' OFFLOADs and RELOADs in it: before instruction j
+ * the reloads planned there, earliest planned start first; after it the offloads of the pairs
+ * whose forward work it ends, in candidate order. Both lists sorted once and merged in one pass
+ * (looking through every candidate at every instruction was quadratic in the micro-batches). */
 static void insert(sched_program *pr, int r, cand *cs, int n) {
   sched_stream *st = &pr->streams[r];
   int q = 0;
   for (int i = 0; i < n; i++) q += cs[i].chosen;
   if (!q) return;
-  int *rl_pos = core_malloc(sizeof(int) * (size_t)n);
-  for (int i = 0; i < n; i++) rl_pos[i] = cs[i].chosen ? cs[i].rl_pos : -1;
+  int *rl = core_malloc(sizeof(int) * (size_t)q), *of = core_malloc(sizeof(int) * (size_t)q);
+  for (int i = 0, k = 0; i < n; i++)
+    if (cs[i].chosen) rl[k] = of[k] = i, k++;
+  order_base = cs;
+  qsort(rl, (size_t)q, sizeof *rl, by_reload);
+  qsort(of, (size_t)q, sizeof *of, by_fe);
   sched_stream out = {.len = 0, .cap = st->len + 2 * q};
   out.ins = core_malloc(sizeof(sched_instr) * (size_t)out.cap);
+  int a = 0, b = 0;
   for (int j = 0; j <= st->len; j++) {
-    /* reloads planned before instruction j, earliest planned start first */
-    for (;;) {
-      int best = -1;
-      for (int i = 0; i < n; i++)
-        if (cs[i].chosen && rl_pos[i] == j && (best < 0 || cs[i].rl_start < cs[best].rl_start)) best = i;
-      if (best < 0) break;
-      out.ins[out.len++] = (sched_instr){.op = SCHED_RELOAD, .mb = cs[best].k % pr->m, .chunk = cs[best].k / pr->m,
-                                         .peer = -1, .slot = cs[best].slot, .aslot = cs[best].aslot};
-      rl_pos[best] = -1;
-    }
+    for (; a < q && cs[rl[a]].rl_pos == j; a++)
+      out.ins[out.len++] = (sched_instr){.op = SCHED_RELOAD, .mb = cs[rl[a]].k % pr->m, .chunk = cs[rl[a]].k / pr->m,
+                                         .peer = -1, .slot = cs[rl[a]].slot, .aslot = cs[rl[a]].aslot};
     if (j == st->len) break;
     out.ins[out.len++] = st->ins[j];
-    for (int i = 0; i < n; i++) /* offloads right after the pair's forward work (candidates in pair order) */
-      if (cs[i].chosen && cs[i].fe == j)
-        out.ins[out.len++] = (sched_instr){.op = SCHED_OFFLOAD, .mb = cs[i].k % pr->m, .chunk = cs[i].k / pr->m,
-                                           .peer = -1, .slot = cs[i].slot, .aslot = cs[i].aslot};
+    for (; b < q && cs[of[b]].fe == j; b++)
+      out.ins[out.len++] = (sched_instr){.op = SCHED_OFFLOAD, .mb = cs[of[b]].k % pr->m, .chunk = cs[of[b]].k / pr->m,
+                                         .peer = -1, .slot = cs[of[b]].slot, .aslot = cs[of[b]].aslot};
   }
-  free(rl_pos);
+  CORE_ASSERT(a == q && b == q);
+  free(rl), free(of);
   free(st->ins);
   *st = out;
 }
@@ -233,14 +255,17 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
   cand **tmp = core_malloc(sizeof(cand *) * (size_t)(2 * km + 1));
   int *first = core_malloc(sizeof(int) * (size_t)km), *last = core_malloc(sizeof(int) * (size_t)km);
   int *alast = core_malloc(sizeof(int) * (size_t)km);
+  core_progress_phase("placing offloads:", pr->p, "ranks");
   for (int r = 0; r < pr->p && !rc; r++) {
+    core_progress_at(r);
     int n = candidates(pr, r, c, ts, te, cs);
     if (mode == SCHED_OFFLOAD_FULL) {
       for (int i = 0; i < n; i++) cs[i].chosen = cs[i].t_need - cs[i].t_off >= 2 * cs[i].c;
       settle(cs, n, tmp, ts[r]);
     } else {
       sched_pair_ranges(pr, r, first, last, alast);
-      for (;;) {
+      for (;;) { /* one pair more each time, each time the whole plan again: quadratic in the rank's pairs */
+        core_progress_at(r);
         double at, peak = planned_peak(pr, r, c, ts, te, first, last, alast, cs, n, &at);
         if (peak <= limit + 1e-9) break;
         int best = -1; /* on the host at the peak, if offloaded: the longest gap */

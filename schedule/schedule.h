@@ -92,6 +92,38 @@ double sched_w_stash(const sched_costs *c);
 /* Unit costs F = B = W = 1, everything else 0. */
 sched_costs sched_costs_unit(void);
 
+/* ---- sizes (size.c): what compiling and simulating a shape takes, known before building it ----
+ * From the shape alone, in O(1): the instructions of the lowered program (compute ops,
+ * transfers, loads, the step's tail, ZeRO-3's gathers; exact but for dualpipev's split backwards
+ * and ZeRO-3's reshard runs, which are bounded) and the most bytes held at once while it is
+ * compiled (the compiler's tables, lowering's, the offload placement's, the program) and
+ * simulated for `steps` steps (with `events`, also one timeline event per instruction and step).
+ * A shape is refused from these before anything is built, so a run never finds out by running
+ * out of memory. */
+typedef struct {
+  double pairs;        /* (virtual stage, micro-batch) pairs, p v m */
+  double compute;      /* compute instructions */
+  double instructions; /* all instructions of the lowered program, all ranks */
+  double bytes;        /* peak bytes compiling and simulating it */
+} sched_size;
+
+void sched_size_estimate(const sched_shape *sh, int steps, int events, sched_size *out);
+
+/* What a command may build: at most max_instructions instructions (0: no limit; raised with the
+ * flag or key instr_name) and max_bytes bytes (0: no limit; mem_what says where it comes from,
+ * e.g. "this machine's memory"). */
+typedef struct {
+  double max_instructions;
+  const char *instr_name;
+  double max_bytes;
+  const char *mem_what;
+} sched_limits;
+
+/* CORE_EINPUT when the shape is over a limit: the message names the shape as the user gave it
+ * (names[0..2]: how p, v and m were given, flags such as "--stages" or keys such as
+ * "pipeline.stages"; v only when it is not 1), the estimate and the limit it passes. */
+int sched_size_check(const sched_shape *sh, const sched_size *sz, const sched_limits *lim, const char *const names[3]);
+
 /* costs: the zero-bubble families place W by list scheduling under them. */
 int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched_program *out);
 int sched_lower(const sched_program *compute, const sched_costs *costs, sched_program *out);

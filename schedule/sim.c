@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "schedule/internal.h"
 
 typedef struct {
@@ -234,6 +235,8 @@ static void after_step(simstate *sm, int r, int i, const sched_instr *in) {
 
 static int run(simstate *sm) {
   const sched_program *pr = sm->pr;
+  unsigned tick = 0;
+  double done = 0;
   for (int r = 0; r < pr->p; r++) wake(sm, r);
   while (sm->qh != sm->qt) {
     int r = sm->queue[sm->qh++ % pr->p];
@@ -248,6 +251,7 @@ static int run(simstate *sm) {
       if (!step(sm, r, in)) break;
       after_step(sm, r, sm->pc[r], in);
       sm->pc[r]++;
+      core_progress_tick(&tick, ++done);
     }
   }
   for (int r = 0; r < pr->p; r++)
@@ -470,7 +474,11 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   sm.gready = core_calloc(p * (size_t)pr->v, sizeof(double));
   sm.ngath = core_calloc(p, sizeof(int));
   sm.pgath = core_calloc(p, sizeof(int));
+  if (tl) sched_timeline_reserve(tl, (size_t)tl->n + sched_program_count(pr)); /* one event per instruction */
+  core_progress_start("simulating %s p=%d v=%d m=%d", sched_family_name(pr->family), pr->p, pr->v, pr->m);
+  core_progress_phase("", (double)sched_program_count(pr), "instructions run");
   int rc = run(&sm);
+  core_progress_stop();
   if (!rc) {
     compute_stats(&sm, res);
     if ((rc = check_finite(res))) sched_sim_result_free(res);

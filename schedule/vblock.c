@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "schedule/internal.h"
 
 typedef struct {
@@ -103,7 +104,8 @@ static void vp_squeeze(vpat *v, int implicit) {
   for (size_t i = 0; i < (size_t)p * T; i++) peak = v->mem[i] > peak ? v->mem[i] : peak;
   int *orig = core_malloc(sizeof(int) * (size_t)p * T);
   memcpy(orig, v->occ, sizeof(int) * (size_t)p * T);
-  for (int x = 0; x < T; x++)
+  for (int x = 0; x < T; x++) {
+    core_progress_at((double)implicit * T + x); /* a column of p slots at a time */
     for (int r = 0; r < p; r++) {
       int c = orig[(size_t)r * T + x];
       if (!c) continue;
@@ -144,6 +146,7 @@ static void vp_squeeze(vpat *v, int implicit) {
       if (e < 2 || e == 4)
         for (int y = to; y < x; y++) mem[y] += e < 2 ? 1 : -1;
     }
+  }
   free(orig);
 }
 
@@ -165,8 +168,10 @@ int *sched_vblock_slots(int p, int m, int half, int *T) {
       }
     vp_put_w(&v, r);
   }
+  core_progress_phase("ordering compute ops, the building block's two passes:", 2.0 * v.T, "slots");
   vp_squeeze(&v, 0);
   vp_squeeze(&v, 1);
+  core_progress_phase("ordering compute ops:", 0, "ops placed");
   for (int r = 0; r < p; r++) vp_put_w(&v, r);
   for (size_t i = 0; i < (size_t)p * v.T; i++) v.occ[i] = v.occ[i] ? 1 + vp_kind(&v, v.occ[i]) : 0;
   free(v.t), free(v.mem), free(v.due);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "schedule/internal.h"
 
 void sched_excerpt(const sched_program *pr, int r, int i, char *buf, size_t n) {
@@ -307,12 +308,15 @@ static int replay_run(replay *rp) {
   int p = pr->p;
   int *queue = core_malloc(sizeof(int) * (size_t)p), *queued = core_calloc((size_t)p, sizeof(int));
   int qh = 0, qt = 0, rc = 0;
+  unsigned tick = 0;
+  double done = 0;
   for (int r = 0; r < p; r++) queue[qt++ % p] = r, queued[r] = 1;
   while (qh != qt && !rc) {
     int r = queue[qh++ % p];
     queued[r] = 0;
     while (rp->pc[r] < pr->streams[r].len && !rc) {
       const sched_instr *in = &pr->streams[r].ins[rp->pc[r]];
+      core_progress_tick(&tick, done++);
       if (!is_transfer(in)) {
         rc = exec_local(rp, r, in);
         rp->pc[r]++;
@@ -323,7 +327,7 @@ static int replay_run(replay *rp) {
       const sched_instr *other = &pr->streams[q].ins[rp->pc[q]];
       if (!matches(pr, r, in, q, other)) break; /* q will look at us when it gets to its transfer */
       rc = exec_pair(rp, r, in, q, other);
-      rp->pc[r]++, rp->pc[q]++;
+      rp->pc[r]++, rp->pc[q]++, done++;
       if (!queued[q]) queue[qt++ % p] = q, queued[q] = 1;
     }
   }

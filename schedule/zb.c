@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "schedule/internal.h"
 
 typedef struct {
@@ -85,6 +86,8 @@ typedef struct {
   size_t norder;
   double bound;         /* a variant whose longest span must exceed this is given up */
   double max_idle;      /* the largest idle time of a rank so far */
+  size_t placed;        /* ops placed over every variant tried (progress) */
+  unsigned tick;
 } zb_state;
 
 static double cost(const zb_state *z, sched_op op, int s) { return sched_op_cost(z->c, op, s); }
@@ -288,6 +291,7 @@ static void run_op(zb_state *z, int r) {
   k->last = end;
   k->left -= end - k->t;
   k->free_at = end;
+  core_progress_tick(&z->tick, (double)++z->placed);
   int *o = &z->order[4 * z->norder++];
   o[0] = r, o[1] = k->op, o[2] = s, o[3] = j;
 }

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/progress.h"
 #include "viz/viz.h"
 
 enum { TRACE_VERSION = 1, TRACE_PID = 1 };
@@ -71,8 +72,12 @@ int viz_fwrite_trace(const sched_timeline *tl, FILE *f) {
     write_meta(f, &count, "thread_name", tl->p + 1 + r, "name", label, 0);
     write_meta(f, &count, "thread_sort_index", tl->p + 1 + r, "sort_index", NULL, 2 * r + 1);
   }
+  unsigned tick = 0;
+  core_progress_start("writing the trace");
+  core_progress_phase("", tl->n, "events");
   for (int i = 0; i < tl->n; i++) {
     const sched_event *e = &tl->ev[i];
+    core_progress_tick(&tick, i);
     viz_event_name(tl, e, label, sizeof label);
     next_event(f, &count);
     fputs("\"name\":", f);
@@ -90,6 +95,7 @@ int viz_fwrite_trace(const sched_timeline *tl, FILE *f) {
     core_json_write_number(f, e->end);
     fputs("}}", f);
   }
+  core_progress_stop();
   fputs("\n]}\n", f);
   return CORE_OK;
 }

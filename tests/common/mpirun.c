@@ -10,7 +10,13 @@ const char *test_build_dir(void) {
   return b && *b ? b : "build";
 }
 
+/* Progress lines (core/progress.h) go to stderr after 2 s: a slow run (a sanitizer build, a busy
+ * machine) must not put them into output a test reads. A test that wants them sets
+ * BRIGADE_PROGRESS in its command, which wins over this. */
+static void quiet_progress(void) { setenv("BRIGADE_PROGRESS", "0", 0); }
+
 int test_sh(const char *cmd) {
+  quiet_progress();
   int st = system(cmd);
   if (st == -1 || !WIFEXITED(st)) return -1;
   return WEXITSTATUS(st);
@@ -28,6 +34,7 @@ int test_mpirun(int np, const char *prog, const char *args) {
 }
 
 int test_capture(const char *cmd, char **out) {
+  quiet_progress();
   size_t len = strlen(cmd) + 8, cap = 1 << 16, n = 0, k;
   char *full = malloc(len);
   snprintf(full, len, "%s 2>&1", cmd);

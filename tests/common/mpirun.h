@@ -18,7 +18,8 @@ const char *test_build_dir(void);
  * The output goes to the test's stderr. */
 int test_mpirun(int np, const char *prog, const char *args);
 /* Runs a shell command line with stderr joined to stdout; returns its exit status (128 + signal
- * when killed, -1 when it could not start) and the output in *out (caller frees). */
+ * when killed, -1 when it could not start) and the output in *out (caller frees). These three
+ * run their commands with BRIGADE_PROGRESS=0 unless the environment or the command sets it. */
 int test_capture(const char *cmd, char **out);
 /* Runs a shell command; returns its exit status. */
 int test_sh(const char *cmd);

@@ -40,7 +40,8 @@ void sched_excerpt(const sched_program *pr, int r, int i, char *buf, size_t n) {
 static int fail_at(const sched_program *pr, int r, int i, const char *what) {
   char ex[1024];
   sched_excerpt(pr, r, i, ex, sizeof ex);
-  return core_error_set(CORE_EINPUT, "rank %d instruction %d: %s\n%s", r, i, what, ex);
+  /* composed here, not a user's value: precisions keep them whole (core_error_set cuts a bare %s) */
+  return core_error_set(CORE_EINPUT, "rank %d instruction %d: %.*s\n%.*s", r, i, (int)strlen(what), what, (int)strlen(ex), ex);
 }
 
 static int needs_chunk(sched_op op) {
@@ -300,7 +301,7 @@ static int report_stuck(replay *rp) {
     k += (size_t)w;
   }
   return core_error_set(CORE_EINPUT, "deadlock with blocking send/recv: every rank left waits for "
-                                     "a partner that waits elsewhere:%s", buf);
+                                     "a partner that waits elsewhere:%.*s", (int)strlen(buf), buf);
 }
 
 static int replay_run(replay *rp) {

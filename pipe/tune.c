@@ -56,9 +56,13 @@ static int try_one(const char *config, const char **sets, int nsets, const pipe_
   int rc = pipe_plan_build_shape_hw(config, sets, nsets, hw, sh, &plan);
   if (rc) return rc;
   sched_sim_result res;
-  rc = sched_simulate(&plan.prog, &plan.costs, &res, NULL);
+  /* the steady state: 4 steps back to back, meeting at the optimizer as training would (each
+   * rank on its own for the zero-bubble and V families, post-validation's default) */
+  sched_family f = plan.prog.family;
+  sched_step_sync sync = sched_family_is_zb(f) || sched_family_is_v(f) ? SCHED_STEP_POST_VALIDATION : SCHED_STEP_BARRIER;
+  rc = sched_simulate_steps(&plan.prog, &plan.costs, 4, sync, &res, NULL);
   if (!rc) {
-    *out = (pipe_tune_cand){.shape = *sh, .B = plan.B, .time = res.makespan, .bubble_rate = res.bubble_rate};
+    *out = (pipe_tune_cand){.shape = *sh, .B = plan.B, .time = res.steady_step_time, .bubble_rate = res.bubble_rate};
     for (int r = 0; r < plan.stages; r++) {
       double peak = pipe_plan_rank_peak(&plan, &res, r);
       if (peak > out->peak_bytes) out->peak_bytes = peak, out->worst_rank = r;

@@ -12,7 +12,7 @@
 typedef struct {
   pipe_plan_shape shape;
   int B;              /* sequences per micro-batch: the per-replica batch / m */
-  double time;        /* predicted step time in seconds (the simulated makespan) */
+  double time;        /* predicted step time in seconds (the steady state of 4 simulated steps) */
   double bubble_rate;
   double peak_bytes;  /* peak memory of the worst rank */
   int worst_rank;

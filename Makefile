@@ -304,5 +304,5 @@ format:
 clean:
 	rm -rf build build-san build-fuzz out
 
--include $(FUZZ_OBJS:.o=.d) $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:=.d) $(WORKER_BINS:=.d) \
+-include $(FUZZ_OBJS:.o=.d) $(FUZZ_SRCS:%.c=$(FUZZ_BUILD)/%.d) $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:=.d) $(WORKER_BINS:=.d) \
   $(TEST_HELPER_OBJS:.o=.d) $(BENCH_BINS:=.d)

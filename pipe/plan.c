@@ -125,7 +125,8 @@ static double compile_w_stash(const train_cfg *t, const layers_model *m, const i
 sched_shape train_shape(const train_cfg *t, const layers_model *m) {
   sched_shape sh = {.family = t->family, .p = t->stages, .v = t->v, .m = t->m, .max_pending_w = t->max_pending_w,
                     .mem_limit = t->mem_limit, .zero3 = t->zero_stage == 3, .keep_gathered = t->keep_gathered,
-                    .prefetch = t->zero_stage == 3 ? t->prefetch : 0};
+                    .prefetch = t->zero_stage == 3 ? t->prefetch : 0, .offload = t->act_offload,
+                    .offload_limit = t->memory_limit};
   for (int i = 0; m && i < m->n; i++) sh.tied |= m->layers[i].tied_to >= 0;
   return sh;
 }
@@ -153,8 +154,18 @@ int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, 
   train_stage_costs(t, m, bounds, 1.0, fbw, fbw + S, fbw + 2 * S);
   sched_costs costs = {.stage_f = fbw, .stage_b = fbw + S, .stage_w = fbw + 2 * S,
                        .w_stash = compile_w_stash(t, m, bounds)};
+  double *slot = NULL;
+  if (t->act_offload) { /* copies of each stage's slot, in the costs' unit (compute at 1 GFLOP/s): a
+                     * copy at offload_gbps beside compute at offload_gflops */
+    slot = core_calloc((size_t)S, sizeof(double));
+    for (int s = 0; s < S; s++) {
+      double ws;
+      stage_slot(t, m, bounds, s, 0, &slot[s], &ws);
+    }
+    costs.stage_act_bytes = slot, costs.offload_gbps = t->offload_gbps / t->offload_gflops;
+  }
   rc = sched_compile(&sh, &costs, out);
-  free(fbw);
+  free(fbw), free(slot);
   return rc ? core_error_prefix("%s: pipeline", core_config_name(t->cfg)) : CORE_OK;
 }
 
@@ -311,7 +322,8 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
     out->costs = (sched_costs){.stage_f = out->f, .stage_b = out->b, .stage_w = out->w, .stage_dp_w = out->dp_w,
                                .act_bytes = out->act_bytes, .w_stash = compile_w_stash(&t, &m, bounds),
                                .stage_act_bytes = out->slot_bytes, .stage_w_stash = out->w_stash,
-                               .stage_gather = out->gather, .stage_param_bytes = out->param_bytes};
+                               .stage_gather = out->gather, .stage_param_bytes = out->param_bytes,
+                               .offload_gbps = t.offload_gbps};
   }
   if (!rc) {
     out->stages = t.stages, out->v = t.v, out->m = t.m, out->B = t.B;

@@ -194,6 +194,9 @@ void pipe_runner_free(pipe_runner *rn) {
   rn->stage = NULL, rn->htok = rn->htgt = NULL, rn->nstage = 0;
   free(rn->pfirst), free(rn->plast), free(rn->palast);
   rn->pfirst = rn->plast = rn->palast = NULL, rn->pcap = 0;
+  for (size_t k = 0; rn->off_host && k < (size_t)rn->v * rn->m; k++) free(rn->off_host[k]);
+  free(rn->off_host), free(rn->off_aside);
+  rn->off_host = NULL, rn->off_aside = NULL;
   for (int c = 0; c < rn->v && rn->pv_save; c++) rn->pv_ops->free(rn->pv_save[c]);
   free(rn->pv_save);
   rn->pv_save = NULL;
@@ -562,6 +565,51 @@ int pipe_runner_join_gathers(pipe_runner *rn) {
   return CORE_OK;
 }
 
+/* OFFLOAD / RELOAD. On a host-memory table the activations are host memory already: nothing to
+ * do. On a device table OFFLOAD copies the pair's home part, and its aside part while it has one,
+ * into a host buffer of the pair's own and fills them with NaN on the device, so that a use
+ * before the RELOAD shows in the results; RELOAD copies them back. (The copies are synchronous
+ * through the table's to_host / to_device; the buffers stay in their pools.) act_live counts the
+ * pair out of device memory in between. */
+static int copy_pair(pipe_runner *rn, const sched_instr *in) {
+  layers_chunk *ch = &rn->chunks[in->chunk];
+  const kernels_ops *ops = ch->ops;
+  if (pipe_host_memory(ops)) return CORE_OK;
+  size_t k = (size_t)in->chunk * rn->m + in->mb;
+  if (!rn->off_host) {
+    rn->off_host = core_calloc((size_t)rn->v * rn->m, sizeof(float *));
+    rn->off_aside = core_calloc((size_t)rn->v * rn->m, 1);
+  }
+  float *home = ch->slots + (size_t)in->slot * ch->home_floats;
+  if (in->op == SCHED_OFFLOAD) {
+    int b = ch->bound[in->slot];
+    float *aside = b >= 0 ? ch->aside + (size_t)b * ch->aside_floats : NULL;
+    if (!rn->off_host[k]) rn->off_host[k] = core_malloc(sizeof(float) * (ch->home_floats + ch->aside_floats + 1));
+    ops->to_host(rn->off_host[k], home, sizeof(float) * ch->home_floats);
+    ops->fill(home, NAN, ch->home_floats);
+    if (aside) {
+      ops->to_host(rn->off_host[k] + ch->home_floats, aside, sizeof(float) * ch->aside_floats);
+      ops->fill(aside, NAN, ch->aside_floats);
+    }
+    rn->off_aside[k] = aside != NULL;
+    rn->act_live -= 4.0 * (double)(ch->home_floats + (aside ? ch->aside_floats : 0));
+    return CORE_OK;
+  }
+  if (!rn->off_host || !rn->off_host[k])
+    return core_error_set(CORE_ERUNTIME, "RELOAD of chunk %d micro-batch %d, which was never offloaded", in->chunk, in->mb);
+  ops->to_device(home, rn->off_host[k], sizeof(float) * ch->home_floats);
+  if (rn->off_aside[k]) {
+    int b = ch->bound[in->slot];
+    if (b < 0)
+      return core_error_set(CORE_ERUNTIME, "RELOAD of chunk %d micro-batch %d: its slot has no aside part to fill",
+                            in->chunk, in->mb);
+    ops->to_device(ch->aside + (size_t)b * ch->aside_floats, rn->off_host[k] + ch->home_floats,
+                   sizeof(float) * ch->aside_floats);
+  }
+  rn->act_live += 4.0 * (double)(ch->home_floats + (rn->off_aside[k] ? ch->aside_floats : 0));
+  return CORE_OK;
+}
+
 /* The pair an instruction names: its slot, and the aside part the slot uses while it has one. */
 static void pair_at(pipe_runner *rn, const sched_instr *in) {
   if (in->chunk < 0 || in->mb < 0) return;
@@ -602,11 +650,7 @@ static int run(void *ctx, const sched_instr *in) {
   case SCHED_GATHER_PARAMS: return gather(rn, in);
   case SCHED_RELEASE_PARAMS: return release(rn, in);
   case SCHED_OFFLOAD:
-  case SCHED_RELOAD: /* the activations are in host memory already on a host-memory table; device
-                      * tables do not take offloaded programs yet (train refuses them) */
-    if (pipe_host_memory(rn->chunks[in->chunk].ops)) return CORE_OK;
-    return core_error_set(CORE_ERUNTIME, "%s on backend %s: activation offload runs on host-memory backends only",
-                          sched_op_name((sched_op)in->op), rn->chunks[in->chunk].ops->name);
+  case SCHED_RELOAD: return copy_pair(rn, in);
   default: return core_error_set(CORE_ERUNTIME, "the runner cannot execute %s", sched_op_name((sched_op)in->op));
   }
 }

@@ -72,6 +72,10 @@ typedef struct {
   double pv_sum[2];  /* local, then global: the squared norm; the overflow flag */
   int pv_pending;
   long rollbacks;    /* updates redone so far (clipping fired, or an overflow skipped the step) */
+  /* activation offload on a device table: per (chunk, micro-batch), the host copy of its parts
+   * while offloaded (home, then the aside part when it had one: off_aside) */
+  float **off_host;
+  unsigned char *off_aside;
   double timeout_s;  /* the device path's waits for collectives (train.timeout) */
   /* host memory for what crosses to and from the backend's (pipe_runner_free releases it) */
   int32_t *htok, *htgt;   /* [B*T] a micro-batch's tokens and targets */

@@ -730,6 +730,18 @@ static void announce(trainer *tr, const char *resume) {
              "global norm and overflow check follow, and an update that clipping or a skip should have changed is redone "
              "(rank 0 keeps a copy of its parameters and optimizer state for it: %.2f MB)", pv / 1e6);
   }
+  if (tr->cfg.act_offload) {
+    int n = 0;
+    for (int i = 0; i < tr->prog.streams[0].len; i++) n += tr->prog.streams[0].ins[i].op == SCHED_OFFLOAD;
+    if (k0->ops && k0->ops->device_memory)
+      core_log(CORE_LOG_INFO, "activation offload (pipeline.offload): rank 0 offloads %d time(s) per step; the copies "
+               "run through host buffers with the table's blocking copies (no copy stream yet), the device parts filled "
+               "with NaN while away", n);
+    else
+      core_log(CORE_LOG_INFO, "activation offload (pipeline.offload): the program offloads %d time(s) per step on rank "
+               "0, but on the %s backend activations are host memory already: OFFLOAD and RELOAD do nothing", n,
+               k0->ops ? k0->ops->name : "cpu");
+  }
   core_log(CORE_LOG_INFO, "layout: %d stage(s) x %d replica(s), schedule %s, %d chunk(s) per rank, %d "
            "micro-batches of %d, %zu instructions per step",
            tr->cfg.stages, tr->cfg.d, sched_family_name(tr->prog.family), tr->cfg.v, tr->cfg.m, tr->cfg.B,

@@ -39,6 +39,8 @@ static const core_config_key keys[] = {
     {"pipeline.virtual_stages", CORE_CFG_INT}, {"pipeline.partition_method", CORE_CFG_STRING},
     {"pipeline.boundaries", CORE_CFG_LIST}, {"pipeline.boundaries.[]", CORE_CFG_INT},
     {"pipeline.max_pending_w", CORE_CFG_INT}, {"pipeline.mem_limit", CORE_CFG_FLOAT},
+    {"pipeline.offload", CORE_CFG_STRING}, {"pipeline.memory_limit", CORE_CFG_FLOAT},
+    {"pipeline.offload_gbps", CORE_CFG_FLOAT}, {"pipeline.offload_gflops", CORE_CFG_FLOAT},
     {"checkpoint", CORE_CFG_GROUP}, {"checkpoint.dir", CORE_CFG_STRING}, {"checkpoint.interval", CORE_CFG_INT},
     {"trace", CORE_CFG_GROUP}, {"trace.path", CORE_CFG_STRING}, {"trace.step", CORE_CFG_INT},
     {"zero_optimization", CORE_CFG_GROUP}, {"zero_optimization.stage", CORE_CFG_INT},
@@ -276,6 +278,30 @@ static int read_pipeline(train_cfg *t, int world) {
    * (the zero-bubble and V families, whose ranks end their steps staggered) */
   if (!rc) rc = core_config_get_bool(c, "optimizer.post_validation",
                                      sched_family_is_zb(t->family) || sched_family_is_v(t->family), &t->post_validation);
+  const char *off = NULL; /* activation offload */
+  if (!rc) rc = core_config_get_string(c, "pipeline.offload", "none", &off);
+  if (!rc) {
+    char w[256];
+    core_config_where(c, "pipeline.offload", -1, w, sizeof w);
+    if (strcmp(off, "none") == 0) t->act_offload = SCHED_OFFLOAD_NONE;
+    else if (strcmp(off, "full") == 0) t->act_offload = SCHED_OFFLOAD_FULL;
+    else if (strcmp(off, "auto") == 0) t->act_offload = SCHED_OFFLOAD_AUTO;
+    else rc = core_error_set(CORE_EINPUT, "pipeline.offload = \"%s\" is not \"none\", \"full\" or \"auto\" (%s)", off, w);
+  }
+  if (!rc) rc = core_config_get_float(c, "pipeline.memory_limit", 0.0, &t->memory_limit);
+  if (!rc) rc = core_config_get_float(c, "pipeline.offload_gbps", 25.0, &t->offload_gbps);
+  if (!rc) rc = core_config_get_float(c, "pipeline.offload_gflops", 50.0, &t->offload_gflops);
+  if (!rc && (t->act_offload == SCHED_OFFLOAD_AUTO) != (t->memory_limit > 0)) {
+    char w[256];
+    core_config_where(c, t->act_offload == SCHED_OFFLOAD_AUTO ? "pipeline.offload" : "pipeline.memory_limit", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, t->act_offload == SCHED_OFFLOAD_AUTO
+                                         ? "pipeline.offload = \"auto\" needs pipeline.memory_limit: the activation memory per "
+                                           "rank, in stages' activations, to bring every rank under (%s)"
+                                         : "pipeline.memory_limit is the limit of pipeline.offload = \"auto\" (%s)", w);
+  }
+  if (!rc && !(t->offload_gbps > 0 && t->offload_gflops > 0))
+    rc = core_error_set(CORE_EINPUT, "pipeline.offload_gbps and pipeline.offload_gflops must be > 0 (got %g and %g)",
+                        t->offload_gbps, t->offload_gflops);
   if (!rc) rc = core_config_get_float(c, "pipeline.mem_limit", 0.0, &t->mem_limit);
   if (!rc && (t->mem_limit != 0 && (t->family != SCHED_ZB_AUTO || !(t->mem_limit >= 1)))) {
     char w[256];

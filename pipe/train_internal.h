@@ -29,6 +29,11 @@ typedef struct {
   int post_validation;  /* optimizer.post_validation: eager updates, rolled back where clipping/a skip applies */
   int max_pending_w;    /* pipeline.max_pending_w (zb-* families; 0 = the family's default) */
   double mem_limit;     /* pipeline.mem_limit (zb-auto; stages' activations per rank, 0 = p) */
+  /* activation offload: pipeline.offload (a sched_offload_mode), pipeline.memory_limit (auto's
+   * per-rank limit in stages' activations), and the copy bandwidth (GB/s) and compute rate
+   * (GFLOP/s) the placement assumes (pipeline.offload_gbps, pipeline.offload_gflops) */
+  int act_offload;
+  double memory_limit, offload_gbps, offload_gflops;
   size_t bucket_floats; /* zero_optimization.reduce_bucket_size (elements) */
   int overlap_comm;     /* zero_optimization.overlap_comm */
   int keep_gathered;    /* stage 3: !zero_optimization.reshard_after_forward */

@@ -103,3 +103,10 @@ Test(train_emu, offload_zero3_follows_the_cpu, .timeout = 300) {
   follows_the_cpu_with(2, "--set zero_optimization.stage=3", "--set zero_optimization.offload_optimizer.device=cpu", 1e-6,
                        "ZeRO collectives: MPI through host copies");
 }
+
+/* Activation offload on the emulated GPU: the program's OFFLOADs copy activations to host buffers
+ * and fill the device copies with NaN until their RELOAD; the CPU run (no offload) is followed. */
+Test(train_emu, activation_offload_follows_the_cpu, .timeout = 300) {
+  follows_the_cpu_with(2, "--set pipeline.stages=2", "--set 'pipeline.offload=\"full\"'", 1e-6,
+                       "activation offload (pipeline.offload): rank 0 offloads");
+}

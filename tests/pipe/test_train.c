@@ -810,3 +810,40 @@ Test(train, post_validation_matches_the_synchronous_step, .timeout = 300) {
   cr_assert_eq(last_rollbacks(log), 1);
   unlink(log);
 }
+
+/* Activation offload in training (pipeline.offload): on fakedev the program's OFFLOADs copy each
+ * micro-batch's activations to host memory and fill them with NaN on the device until the RELOAD
+ * brings them back, so the losses equal the run without offload bit for bit only if no
+ * instruction touches activations while they are away; 1f1b, zb-h1 (its W parts offloaded too)
+ * and interleaved on 4 ranks. On the CPU the copies do nothing and the log says so. Bad keys are
+ * refused naming them. */
+Test(train, activation_offload_keeps_the_losses, .timeout = 300) {
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  const char *layouts[] = {"--set pipeline.stages=4", "--set pipeline.stages=4 --set pipeline.schedule=zb-h1",
+                           "--set pipeline.stages=2 --set pipeline.schedule=interleaved --set gradient_accumulation_steps=4"};
+  const int np[] = {4, 4, 2};
+  for (int k = 0; k < 3; k++) {
+    run_log ref, off;
+    train_read(np[k], log, &ref, "%s --set train.steps=6 --set backend=fakedev", layouts[k]);
+    train_read(np[k], log, &off, "%s --set train.steps=6 --set backend=fakedev --set 'pipeline.offload=\"full\"'", layouts[k]);
+    same_bits(&ref, &off, layouts[k]);
+    char cmd[1024], *js = NULL; /* the very program offloads on every rank but the last */
+    snprintf(cmd, sizeof cmd, "%s/brigade sim configs/tiny.cfg %s --set backend=fakedev --set 'pipeline.offload=\"full\"' "
+             "--steps 1 --json", test_build_dir(), layouts[k]);
+    cr_assert_eq(test_capture(cmd, &js), 0, "%s", js);
+    cr_assert(strstr(js, "\"rank\":0,") && strstr(js, "\"offloaded\":4,"), "%s: %s", layouts[k], js);
+    free(js);
+  }
+  char *out = NULL;
+  int rc = train_capture(&out, "--set train.steps=1 --set 'pipeline.offload=\"full\"'");
+  cr_assert(rc == 0 && strstr(out, "activations are host memory already: OFFLOAD and RELOAD do nothing"), "exit %d: %s", rc, out);
+  free(out);
+  rc = train_capture(&out, "--set train.steps=1 --set 'pipeline.offload=\"auto\"'");
+  cr_assert(rc == 2 && strstr(out, "pipeline.offload = \"auto\" needs pipeline.memory_limit"), "exit %d: %s", rc, out);
+  free(out);
+  rc = train_capture(&out, "--set train.steps=1 --set 'pipeline.offload=\"some\"'");
+  cr_assert(rc == 2 && strstr(out, "pipeline.offload = \"some\" is not"), "exit %d: %s", rc, out);
+  free(out);
+  unlink(log);
+}

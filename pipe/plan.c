@@ -125,7 +125,9 @@ static double compile_w_stash(const train_cfg *t, const layers_model *m, const i
 sched_shape train_shape(const train_cfg *t, const layers_model *m) {
   sched_shape sh = {.family = t->family, .p = t->stages, .v = t->v, .m = t->m, .max_pending_w = t->max_pending_w,
                     .mem_limit = t->mem_limit, .zero3 = t->zero_stage == 3, .keep_gathered = t->keep_gathered,
-                    .prefetch = t->zero_stage == 3 ? t->prefetch : 0, .offload = t->act_offload,
+                    .prefetch = t->zero_stage == 3 ? t->prefetch : 0,
+                    /* on the CPU, activations are host memory already: nothing to offload */
+                    .offload = t->backend && strcmp(t->backend, "cpu") == 0 ? SCHED_OFFLOAD_NONE : t->act_offload,
                     .offload_limit = t->memory_limit};
   for (int i = 0; m && i < m->n; i++) sh.tied |= m->layers[i].tied_to >= 0;
   return sh;

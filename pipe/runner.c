@@ -567,24 +567,29 @@ int pipe_runner_join_gathers(pipe_runner *rn) {
 
 /* OFFLOAD / RELOAD. On a host-memory table the activations are host memory already: nothing to
  * do. On a device table OFFLOAD copies the pair's home part, and its aside part while it has one,
- * into a host buffer of the pair's own and fills them with NaN on the device, so that a use
- * before the RELOAD shows in the results; RELOAD copies them back. (The copies are synchronous
- * through the table's to_host / to_device; the buffers stay in their pools.) act_live counts the
- * pair out of device memory in between. */
+ * (and its token ids and targets) into a host buffer of the pair's own and fills the parts with
+ * NaN on the device, so that a use before the RELOAD shows in the results; RELOAD copies them
+ * into the buffers its instruction names, which lowering may have given to other micro-batches in
+ * between (the pools hold the fewer slots that needs). The copies are synchronous through the
+ * table's to_host / to_device. act_live counts the pair out of device memory in between. (The
+ * trainer compiles no copies for the CPU backend, where they would only move host memory.) */
 static int copy_pair(pipe_runner *rn, const sched_instr *in) {
   layers_chunk *ch = &rn->chunks[in->chunk];
-  const kernels_ops *ops = ch->ops;
-  if (pipe_host_memory(ops)) return CORE_OK;
+  const kernels_ops *ops = ch->ops; /* (a host-memory table copies too: the reload's slot may differ) */
   size_t k = (size_t)in->chunk * rn->m + in->mb;
   if (!rn->off_host) {
     rn->off_host = core_calloc((size_t)rn->v * rn->m, sizeof(float *));
     rn->off_aside = core_calloc((size_t)rn->v * rn->m, 1);
   }
   float *home = ch->slots + (size_t)in->slot * ch->home_floats;
+  size_t bt = (size_t)ch->B * ch->T, ids = ch->home_floats + ch->aside_floats; /* tokens and targets after the parts */
+  int32_t *tok = ch->tokens + (size_t)in->slot * bt, *tgt = ch->targets + (size_t)in->slot * bt;
   if (in->op == SCHED_OFFLOAD) {
     int b = ch->bound[in->slot];
     float *aside = b >= 0 ? ch->aside + (size_t)b * ch->aside_floats : NULL;
-    if (!rn->off_host[k]) rn->off_host[k] = core_malloc(sizeof(float) * (ch->home_floats + ch->aside_floats + 1));
+    if (!rn->off_host[k]) rn->off_host[k] = core_malloc(sizeof(float) * (ids + 2 * bt + 1));
+    ops->to_host(rn->off_host[k] + ids, tok, sizeof(int32_t) * bt); /* the slot may serve another micro-batch */
+    ops->to_host(rn->off_host[k] + ids + bt, tgt, sizeof(int32_t) * bt);
     ops->to_host(rn->off_host[k], home, sizeof(float) * ch->home_floats);
     ops->fill(home, NAN, ch->home_floats);
     if (aside) {
@@ -592,12 +597,15 @@ static int copy_pair(pipe_runner *rn, const sched_instr *in) {
       ops->fill(aside, NAN, ch->aside_floats);
     }
     rn->off_aside[k] = aside != NULL;
-    rn->act_live -= 4.0 * (double)(ch->home_floats + (aside ? ch->aside_floats : 0));
+    double sb = (double)layers_chunk_slot_bytes(ch), ab = (double)layers_chunk_aside_bytes(ch);
+    rn->act_live -= aside ? sb : sb - ab; /* as the pair was counted in (retired) */
     return CORE_OK;
   }
   if (!rn->off_host || !rn->off_host[k])
     return core_error_set(CORE_ERUNTIME, "RELOAD of chunk %d micro-batch %d, which was never offloaded", in->chunk, in->mb);
   ops->to_device(home, rn->off_host[k], sizeof(float) * ch->home_floats);
+  ops->to_device(tok, rn->off_host[k] + ids, sizeof(int32_t) * bt);
+  ops->to_device(tgt, rn->off_host[k] + ids + bt, sizeof(int32_t) * bt);
   if (rn->off_aside[k]) {
     int b = ch->bound[in->slot];
     if (b < 0)
@@ -606,7 +614,9 @@ static int copy_pair(pipe_runner *rn, const sched_instr *in) {
     ops->to_device(ch->aside + (size_t)b * ch->aside_floats, rn->off_host[k] + ch->home_floats,
                    sizeof(float) * ch->aside_floats);
   }
-  rn->act_live += 4.0 * (double)(ch->home_floats + (rn->off_aside[k] ? ch->aside_floats : 0));
+  double sb = (double)layers_chunk_slot_bytes(ch), ab = (double)layers_chunk_aside_bytes(ch);
+  rn->act_live += rn->off_aside[k] ? sb : sb - ab;
+  if (rn->pr == rn->act_pr && rn->act_live > rn->act_peak) rn->act_peak = rn->act_live;
   return CORE_OK;
 }
 

@@ -814,6 +814,16 @@ void sched_assign_slots(sched_program *out, int r) {
     in->slot = in->aslot = -1;
     if (in->chunk < 0 || in->mb < 0) continue;
     int k = in->chunk * out->m + in->mb, kp = sched_local_input(out, r, in);
+    if (in->op == SCHED_OFFLOAD) { /* away on the host: its buffers are free for others meanwhile */
+      in->slot = slot_of[k], free_s[nfs++] = slot_of[k];
+      if (i < alast[k]) in->aslot = aslot_of[k], free_a[nfa++] = aslot_of[k];
+      continue;
+    }
+    if (in->op == SCHED_RELOAD) { /* back into whichever buffers are free now */
+      in->slot = slot_of[k] = nfs ? free_s[--nfs] : ns++;
+      if (i < alast[k]) in->aslot = aslot_of[k] = nfa ? free_a[--nfa] : na++;
+      continue;
+    }
     if (first[k] == i) {
       slot_of[k] = nfs ? free_s[--nfs] : ns++;
       aslot_of[k] = nfa ? free_a[--nfa] : na++;

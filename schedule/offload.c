@@ -285,6 +285,7 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
       }
     }
     if (!rc) insert(pr, r, cs, n);
+    if (!rc) sched_assign_slots(pr, r); /* a pair's buffers serve others while it is on the host */
   }
   for (int r = 0; r < pr->p; r++) free(ts[r]), free(te[r]);
   free(ts), free(te), free(cs), free(tmp), free(first), free(last), free(alast);

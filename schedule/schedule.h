@@ -155,6 +155,10 @@ typedef struct {
    * last's end) */
   int offloaded, kept;
   double copy_time;
+  /* peak_bytes counted in instruction order, as a runtime counts what it holds after each
+   * instruction: an offloaded pair leaves at its OFFLOAD and comes back at its RELOAD (without
+   * offloads, peak_bytes itself) */
+  double order_peak_bytes;
 } sched_rank_stats;
 
 typedef struct {

@@ -319,6 +319,13 @@ static void rank_memory(const sched_program *pr, const sched_costs *c, int r, sc
   rs->peak_memory = rs->peak_bytes = 0, rs->peak_activations = 0;
   for (int i = 0; i < st->len; i++) {
     const sched_instr *in = &st->ins[i];
+    if (in->op == SCHED_OFFLOAD || in->op == SCHED_RELOAD) { /* away: all of it, or the W's part after its I */
+      int k = in->chunk * pr->m + in->mb, sign = in->op == SCHED_OFFLOAD ? -1 : 1;
+      for (int u = 0; u < 2; u++) mem[u] += sign * (i < alast[k] ? full[u][in->chunk] : wpart[u][in->chunk]);
+      if (mem[0] > rs->peak_memory) rs->peak_memory = mem[0];
+      if (mem[1] > rs->peak_bytes) rs->peak_bytes = mem[1];
+      continue;
+    }
     if (in->op > SCHED_RECV_GRAD) continue;
     int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
     if (first[k] == i) slots++, mem[0] += full[0][in->chunk], mem[1] += full[1][in->chunk];
@@ -336,6 +343,7 @@ static void rank_memory(const sched_program *pr, const sched_costs *c, int r, sc
     }
   }
   free(first), free(last), free(alast);
+  rs->order_peak_bytes = rs->peak_bytes;
 }
 
 static int by_time(const void *a, const void *b) {

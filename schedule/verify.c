@@ -358,6 +358,35 @@ static int check_pools(const sched_program *pr, int r, const int *first, const i
   char msg[200];
   for (int i = 0; i < st->len && !rc; i++) {
     const sched_instr *in = &st->ins[i];
+    if (in->op == SCHED_OFFLOAD || in->op == SCHED_RELOAD) { /* the pair's buffers given up, or taken anew */
+      int k = in->chunk * pr->m + in->mb;
+      for (int u = 0; u < 2 && !rc; u++) {
+        int sl = u ? in->aslot : in->slot, *own = owner[u], *hd = held + (size_t)u * keys;
+        if (i > end[u][k]) {
+          if (sl != -1) {
+            snprintf(msg, sizeof msg, "names %s %d after the pair's last use of it", what[u], sl);
+            rc = fail_at(pr, r, i, msg);
+          }
+        } else if (in->op == SCHED_OFFLOAD) {
+          if (sl != hd[k]) {
+            snprintf(msg, sizeof msg, "offloads %s %d, not the pair's (%d)", what[u], sl, hd[k]);
+            rc = fail_at(pr, r, i, msg);
+          } else {
+            own[sl] = -1;
+          }
+        } else if (sl < 0 || sl >= n[u]) {
+          snprintf(msg, sizeof msg, "%s %d outside the rank's %d", what[u], sl, n[u]);
+          rc = fail_at(pr, r, i, msg);
+        } else if (own[sl] >= 0) {
+          snprintf(msg, sizeof msg, "reloads into %s %d, still live with chunk %d micro-batch %d", what[u], sl,
+                   own[sl] / pr->m, own[sl] % pr->m);
+          rc = fail_at(pr, r, i, msg);
+        } else {
+          own[sl] = k, hd[k] = sl;
+        }
+      }
+      continue;
+    }
     if (!needs_chunk((sched_op)in->op)) continue;
     int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
     for (int u = 0; u < 2 && !rc; u++) {

@@ -333,10 +333,21 @@ static int check_outputs(trainer *tr) {
                         tr->topo.world_rank, why, w);
 }
 
+/* Set-up's failures may be some ranks' only (a file one machine lacks): before the next
+ * collective step every rank learns whether any failed, so none waits in it for one that left. */
+static int peer_failed; /* set-up stopped here for another rank's failure, not this rank's own */
+static int agreed(int rc) {
+  int bad = rc != CORE_OK, any = bad, world;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world > 1) MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any && !rc) rc = core_error_set(CORE_EINPUT, "another rank failed to start (its error is reported there)"), peer_failed = 1;
+  return rc;
+}
+
 static int setup(trainer *tr, const pipe_train_opts *o) {
   int world;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  int rc = train_read_config(&tr->cfg, o, world);
+  int rc = agreed(train_read_config(&tr->cfg, o, world)); /* pipe_topo_init is collective */
   if (!rc) rc = pipe_topo_init(&tr->topo, MPI_COMM_WORLD, tr->cfg.stages);
   if (!rc) rc = core_mem_limit_get(o->max_memory, &tr->mem);
   if (rc) return rc;
@@ -345,33 +356,34 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   tr->cfg.ranks = tr->topo.local_size, tr->cfg.sim_steps = 1; /* report_memory simulates one step */
   kernels_set_local_rank(tr->topo.local_rank); /* before the backend picks its GPU */
   core_log_set_rank(world > 1 ? tr->topo.world_rank : -1);
-  rc = take_lock(tr);
-  if (!rc) rc = check_outputs(tr);
+  rc = take_lock(tr); /* collective: every rank learns whether rank 0 got the lock */
   if (rc) return rc;
-  kernels_cpu_init(tr->cfg.threads);
+  /* from here to agreed() below, this rank's own work: no early return, so that every rank
+   * reaches the agreement whatever failed where */
+  rc = check_outputs(tr);
+  if (!rc) kernels_cpu_init(tr->cfg.threads);
   /* The model's own mistakes (an unknown layer type, a width heads do not divide) come before
    * the data's: the layer list is checked once with the smallest vocabulary the data could
    * have, then built for real once the data says its vocabulary. */
   layers_model probe = {0};
-  rc = layers_model_build(&probe, tr->cfg.cfg, 1);
+  if (!rc) rc = layers_model_build(&probe, tr->cfg.cfg, 1);
   layers_model_free(&probe);
-  if (rc) return rc;
-  rc = pipe_data_open(&tr->data, tr->cfg.data_path, tr->cfg.val_path, tr->cfg.val_fraction, tr->cfg.T);
-  if (rc) {
+  if (!rc && (rc = pipe_data_open(&tr->data, tr->cfg.data_path, tr->cfg.val_path, tr->cfg.val_fraction, tr->cfg.T))) {
     char w[256];
     core_config_where(tr->cfg.cfg, "data", -1, w, sizeof w);
-    return core_error_prefix("data (%s)", w);
+    core_error_prefix("data (%s)", w);
   }
-  tr->data.sequential = tr->cfg.sequential, tr->data.per_step = (long)tr->cfg.m * tr->cfg.d;
-  if (tr->cfg.eval_interval > 0 && tr->data.n_val == 0)
-    return core_error_set(CORE_EINPUT, "train.eval_interval is set but the data has no validation split (data.val_fraction "
-                          "= %g leaves it no token of the %zu, and there is no data.val_path)", tr->cfg.val_fraction, tr->data.n);
-  rc = layers_model_build(&tr->model, tr->cfg.cfg, tr->data.vocab);
+  if (!rc) tr->data.sequential = tr->cfg.sequential, tr->data.per_step = (long)tr->cfg.m * tr->cfg.d;
+  if (!rc && tr->cfg.eval_interval > 0 && tr->data.n_val == 0)
+    rc = core_error_set(CORE_EINPUT, "train.eval_interval is set but the data has no validation split (data.val_fraction "
+                        "= %g leaves it no token of the %zu, and there is no data.val_path)", tr->cfg.val_fraction, tr->data.n);
+  if (!rc) rc = layers_model_build(&tr->model, tr->cfg.cfg, tr->data.vocab);
   if (!rc) rc = pipe_tokenizer_check(tr->cfg.cfg, tr->model.V); /* `sample` will use them: found now, not after training */
   if (!rc) tr->desc = pipe_ckpt_model_describe(tr->cfg.cfg, &tr->model);
   if (!rc) rc = cut_model(tr);
   if (!rc) rc = compile_programs(tr);
   if (!rc) rc = check_memory(tr);
+  rc = agreed(rc); /* the data, the model and the program were this rank's own; what follows is not */
   if (!rc) rc = setup_runner(tr);
   if (!rc) rc = pipe_worker_init(&tr->worker, &tr->prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
   if (!rc && tr->eval_n) rc = pipe_worker_init(&tr->eval_worker, &tr->eval_prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
@@ -841,7 +853,9 @@ static int agreed_stop(void) {
  * (in a collective) or until train.timeout. Every rank returns the worst status; those whose
  * own start-up succeeded do not report (*report = 0). */
 static int agree_start(int rc, int *report) {
-  int mine[2] = {rc, rc == CORE_OK}, all[2]; /* the worst status; whether any rank started */
+  /* the worst status; whether any rank got through set-up on its own (then the failing ranks'
+   * errors are their own to print) */
+  int mine[2] = {rc, rc == CORE_OK || peer_failed}, all[2];
   MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (report) *report = rc && all[1] ? 2 : 1;
   if (!all[0] || rc) return rc; /* no failure, or this rank's own */

@@ -278,3 +278,21 @@ Test(fault, fp16_diverging_loss_stops_at_the_minimum_scale, .timeout = 60) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   test_sh(cmd);
 }
+
+/* A set-up failure on some ranks only (a data file one machine lacks, a config that differs):
+ * the job ends at once, every rank exiting non-zero, with the failing rank's own error printed,
+ * instead of the others waiting in set-up's next collective step. */
+Test(fault, setup_failing_on_one_rank_ends_the_job, .timeout = 120) {
+  const char *b = test_build_dir();
+  const char *bad[] = {"--set 'data.path=\"/nonexistent/kjv.txt\"'", "--set train.nosuchkey=1"};
+  const char *want[] = {"cannot open data file /nonexistent/kjv.txt", "unknown key 'train.nosuchkey'"};
+  for (int k = 0; k < 2; k++) {
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, TEST_MPI_ENV " timeout 60 mpirun -np 1 %s/brigade train configs/tiny.cfg --set pipeline.stages=2 "
+             ": -np 1 %s/brigade train configs/tiny.cfg --set pipeline.stages=2 %s 2>&1", b, b, bad[k]);
+    int rc = test_capture(cmd, &out);
+    cr_assert(rc != 0 && rc != 124 && strstr(out, want[k]) && strstr(out, "another rank failed to start"),
+              "exit %d (124: it hung): %s", rc, out);
+    free(out);
+  }
+}

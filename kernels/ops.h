@@ -44,6 +44,19 @@ typedef struct kernels_ops {
   /* dst (host) = src (backend), bytes bytes, waiting for every op issued before it */
   void (*to_host)(void *dst_host, const void *src, size_t bytes);
   void (*sync)(void); /* waits until every op issued so far has finished (CPU: nothing to do) */
+  /* Activation offload's copies. On a device table they run on two copy streams beside the ops'
+   * queue (device to host, host to device) and never block the host; `ticket` (>= 0, the
+   * caller's to keep apart) names a copy; several copies with one ticket are waited for as one
+   * (the last). copy_out: dst_host = src, after every op issued so far. copy_in: dst = src_host,
+   * after every op issued so far and, when `after` >= 0, after the copies of ticket `after`.
+   * copy_wait: ops issued from now on wait for the copies of `ticket` (the host does not).
+   * host_alloc / host_free: host memory for them (page-locked on a GPU, so that copies overlap
+   * compute; zeroed; NULL when out of memory). Host tables copy at once; copy_wait does nothing. */
+  void (*copy_out)(void *dst_host, const void *src, size_t bytes, int ticket);
+  void (*copy_in)(void *dst, const void *src_host, size_t bytes, int ticket, int after);
+  void (*copy_wait)(int ticket);
+  void *(*host_alloc)(size_t bytes);
+  void (*host_free)(void *p);
 
   /* ---- matrix products ---- */
   /* C[M,N] = alpha * op(A) @ op(B) + beta * C. op(A) is [M,K]: A is stored [M,K], or [K,M]

@@ -194,9 +194,10 @@ void pipe_runner_free(pipe_runner *rn) {
   rn->stage = NULL, rn->htok = rn->htgt = NULL, rn->nstage = 0;
   free(rn->pfirst), free(rn->plast), free(rn->palast);
   rn->pfirst = rn->plast = rn->palast = NULL, rn->pcap = 0;
-  for (size_t k = 0; rn->off_host && k < (size_t)rn->v * rn->m; k++) free(rn->off_host[k]);
-  free(rn->off_host), free(rn->off_aside);
-  rn->off_host = NULL, rn->off_aside = NULL;
+  for (size_t k = 0; rn->off_host && k < (size_t)rn->v * rn->m; k++) rn->off_ops->host_free(rn->off_host[k]);
+  for (int c = 0; c < rn->v && rn->slot_wait; c++) free(rn->slot_wait[c]), free(rn->aside_wait[c]);
+  free(rn->off_host), free(rn->off_aside), free(rn->off_wait), free(rn->slot_wait), free(rn->aside_wait);
+  rn->off_host = NULL, rn->off_aside = NULL, rn->off_wait = NULL, rn->slot_wait = rn->aside_wait = NULL;
   for (int c = 0; c < rn->v && rn->pv_save; c++) rn->pv_ops->free(rn->pv_save[c]);
   free(rn->pv_save);
   rn->pv_save = NULL;
@@ -565,56 +566,78 @@ int pipe_runner_join_gathers(pipe_runner *rn) {
   return CORE_OK;
 }
 
-/* OFFLOAD / RELOAD. On a host-memory table the activations are host memory already: nothing to
- * do. On a device table OFFLOAD copies the pair's home part, and its aside part while it has one,
- * (and its token ids and targets) into a host buffer of the pair's own and fills the parts with
- * NaN on the device, so that a use before the RELOAD shows in the results; RELOAD copies them
- * into the buffers its instruction names, which lowering may have given to other micro-batches in
- * between (the pools hold the fewer slots that needs). The copies are synchronous through the
- * table's to_host / to_device. act_live counts the pair out of device memory in between. (The
- * trainer compiles no copies for the CPU backend, where they would only move host memory.) */
+/* OFFLOAD / RELOAD: a pair's home part, its aside part while it has one, its token ids and
+ * targets go to a host buffer of its own (the table's host_alloc: page-locked on a GPU) on the
+ * table's device-to-host copy stream (ticket 2k), and come back on the host-to-device stream
+ * (ticket 2k + 1) into the buffers the RELOAD names, which lowering may have given to other
+ * micro-batches in between. Nothing waits on the host: the first later use of a buffer a copy
+ * reads from waits for that copy on the ops' queue (copy_wait, from pair_at), and the pair's own
+ * next instruction waits for its reload. With offload_poison (fakedev, or BRIGADE_OFFLOAD_POISON=1)
+ * the parts are filled with NaN once their copy is out, so a use while away shows in the
+ * results. act_live counts the pair out of device memory in between. (The trainer compiles no
+ * copies for the CPU backend, where they would only move host memory.) */
 static int copy_pair(pipe_runner *rn, const sched_instr *in) {
   layers_chunk *ch = &rn->chunks[in->chunk];
-  const kernels_ops *ops = ch->ops; /* (a host-memory table copies too: the reload's slot may differ) */
-  size_t k = (size_t)in->chunk * rn->m + in->mb;
+  const kernels_ops *ops = ch->ops;
+  int k = in->chunk * rn->m + in->mb;
   if (!rn->off_host) {
-    rn->off_host = core_calloc((size_t)rn->v * rn->m, sizeof(float *));
-    rn->off_aside = core_calloc((size_t)rn->v * rn->m, 1);
+    size_t km = (size_t)rn->v * rn->m;
+    rn->off_host = core_calloc(km, sizeof(float *));
+    rn->off_aside = core_calloc(km, 1);
+    rn->off_wait = core_malloc(sizeof(int) * km);
+    for (size_t q = 0; q < km; q++) rn->off_wait[q] = -1;
+    rn->off_ops = ops;
+    const char *e = getenv("BRIGADE_OFFLOAD_POISON");
+    rn->offload_poison = strcmp(ops->name, "fakedev") == 0 || (e && strcmp(e, "1") == 0);
+    rn->slot_wait = core_calloc((size_t)rn->v, sizeof(int *));
+    rn->aside_wait = core_calloc((size_t)rn->v, sizeof(int *));
+    for (int c = 0; c < rn->v; c++) {
+      int ns = rn->chunks[c].nslots, na = rn->chunks[c].naside;
+      rn->slot_wait[c] = core_malloc(sizeof(int) * (size_t)(ns > 0 ? ns : 1));
+      rn->aside_wait[c] = core_malloc(sizeof(int) * (size_t)(na > 0 ? na : 1));
+      for (int q = 0; q < ns; q++) rn->slot_wait[c][q] = -1;
+      for (int q = 0; q < na; q++) rn->aside_wait[c][q] = -1;
+    }
   }
   float *home = ch->slots + (size_t)in->slot * ch->home_floats;
-  size_t bt = (size_t)ch->B * ch->T, ids = ch->home_floats + ch->aside_floats; /* tokens and targets after the parts */
+  size_t bt = (size_t)ch->B * ch->T, ids = ch->home_floats + ch->aside_floats; /* ids after the parts */
   int32_t *tok = ch->tokens + (size_t)in->slot * bt, *tgt = ch->targets + (size_t)in->slot * bt;
+  double sb = (double)layers_chunk_slot_bytes(ch), ab = (double)layers_chunk_aside_bytes(ch);
   if (in->op == SCHED_OFFLOAD) {
-    int b = ch->bound[in->slot];
+    int b = ch->bound[in->slot], t = 2 * k;
     float *aside = b >= 0 ? ch->aside + (size_t)b * ch->aside_floats : NULL;
-    if (!rn->off_host[k]) rn->off_host[k] = core_malloc(sizeof(float) * (ids + 2 * bt + 1));
-    ops->to_host(rn->off_host[k] + ids, tok, sizeof(int32_t) * bt); /* the slot may serve another micro-batch */
-    ops->to_host(rn->off_host[k] + ids + bt, tgt, sizeof(int32_t) * bt);
-    ops->to_host(rn->off_host[k], home, sizeof(float) * ch->home_floats);
-    ops->fill(home, NAN, ch->home_floats);
-    if (aside) {
-      ops->to_host(rn->off_host[k] + ch->home_floats, aside, sizeof(float) * ch->aside_floats);
-      ops->fill(aside, NAN, ch->aside_floats);
-    }
+    if (!rn->off_host[k] && !(rn->off_host[k] = ops->host_alloc(sizeof(float) * (ids + 2 * bt + 1))))
+      return core_error_set(CORE_ERUNTIME, "backend %s: out of host memory for an offloaded micro-batch (%zu bytes)",
+                            ops->name, sizeof(float) * (ids + 2 * bt + 1));
+    float *h = rn->off_host[k];
+    ops->copy_out(h + ids, tok, sizeof(int32_t) * bt, t); /* the slot may serve another micro-batch */
+    ops->copy_out(h + ids + bt, tgt, sizeof(int32_t) * bt, t);
+    ops->copy_out(h, home, sizeof(float) * ch->home_floats, t);
+    if (aside) ops->copy_out(h + ch->home_floats, aside, sizeof(float) * ch->aside_floats, t);
     rn->off_aside[k] = aside != NULL;
-    double sb = (double)layers_chunk_slot_bytes(ch), ab = (double)layers_chunk_aside_bytes(ch);
+    rn->slot_wait[in->chunk][in->slot] = t; /* the next user of these buffers waits for the copy */
+    if (aside) rn->aside_wait[in->chunk][b] = t;
+    if (rn->offload_poison) {
+      ops->copy_wait(t);
+      ops->fill(home, NAN, ch->home_floats);
+      if (aside) ops->fill(aside, NAN, ch->aside_floats);
+    }
     rn->act_live -= aside ? sb : sb - ab; /* as the pair was counted in (retired) */
     return CORE_OK;
   }
-  if (!rn->off_host || !rn->off_host[k])
+  if (!rn->off_host[k])
     return core_error_set(CORE_ERUNTIME, "RELOAD of chunk %d micro-batch %d, which was never offloaded", in->chunk, in->mb);
-  ops->to_device(home, rn->off_host[k], sizeof(float) * ch->home_floats);
-  ops->to_device(tok, rn->off_host[k] + ids, sizeof(int32_t) * bt);
-  ops->to_device(tgt, rn->off_host[k] + ids + bt, sizeof(int32_t) * bt);
-  if (rn->off_aside[k]) {
-    int b = ch->bound[in->slot];
-    if (b < 0)
-      return core_error_set(CORE_ERUNTIME, "RELOAD of chunk %d micro-batch %d: its slot has no aside part to fill",
-                            in->chunk, in->mb);
-    ops->to_device(ch->aside + (size_t)b * ch->aside_floats, rn->off_host[k] + ch->home_floats,
-                   sizeof(float) * ch->aside_floats);
-  }
-  double sb = (double)layers_chunk_slot_bytes(ch), ab = (double)layers_chunk_aside_bytes(ch);
+  int b = ch->bound[in->slot], t = 2 * k + 1;
+  if (rn->off_aside[k] && b < 0)
+    return core_error_set(CORE_ERUNTIME, "RELOAD of chunk %d micro-batch %d: its slot has no aside part to fill",
+                          in->chunk, in->mb);
+  float *h = rn->off_host[k];
+  ops->copy_in(home, h, sizeof(float) * ch->home_floats, t, 2 * k);
+  ops->copy_in(tok, h + ids, sizeof(int32_t) * bt, t, 2 * k);
+  ops->copy_in(tgt, h + ids + bt, sizeof(int32_t) * bt, t, 2 * k);
+  if (rn->off_aside[k]) ops->copy_in(ch->aside + (size_t)b * ch->aside_floats, h + ch->home_floats,
+                                     sizeof(float) * ch->aside_floats, t, 2 * k);
+  rn->off_wait[k] = t; /* the pair's next instruction waits for it */
   rn->act_live += rn->off_aside[k] ? sb : sb - ab;
   if (rn->pr == rn->act_pr && rn->act_live > rn->act_peak) rn->act_peak = rn->act_live;
   return CORE_OK;
@@ -623,8 +646,20 @@ static int copy_pair(pipe_runner *rn, const sched_instr *in) {
 /* The pair an instruction names: its slot, and the aside part the slot uses while it has one. */
 static void pair_at(pipe_runner *rn, const sched_instr *in) {
   if (in->chunk < 0 || in->mb < 0) return;
-  rn->slot_of[in->chunk * rn->m + in->mb] = in->slot;
+  int k = in->chunk * rn->m + in->mb;
+  rn->slot_of[k] = in->slot;
   if (in->aslot >= 0) layers_chunk_bind(&rn->chunks[in->chunk], in->slot, in->aslot);
+  if (!rn->off_host) return;
+  /* activation offload: buffers a copy still reads, and a pair on its way back, are waited for
+   * on the ops' queue before anything else touches them (an offload's own buffers: its copy
+   * waits for the ops before it) */
+  const kernels_ops *ops = rn->off_ops;
+  int *sw = &rn->slot_wait[in->chunk][in->slot];
+  if (*sw >= 0 && in->op != SCHED_OFFLOAD) ops->copy_wait(*sw), *sw = -1;
+  int b = rn->chunks[in->chunk].bound[in->slot];
+  if (b >= 0 && rn->aside_wait[in->chunk][b] >= 0 && in->op != SCHED_OFFLOAD)
+    ops->copy_wait(rn->aside_wait[in->chunk][b]), rn->aside_wait[in->chunk][b] = -1;
+  if (rn->off_wait[k] >= 0 && in->op != SCHED_RELOAD) ops->copy_wait(rn->off_wait[k]), rn->off_wait[k] = -1;
 }
 
 /* After instruction i: the pair's memory comes into use at its first instruction; its aside part

@@ -747,9 +747,8 @@ static void announce(trainer *tr, const char *resume) {
     int n = 0;
     for (int i = 0; i < tr->prog.streams[0].len; i++) n += tr->prog.streams[0].ins[i].op == SCHED_OFFLOAD;
     if (k0->ops && k0->ops->device_memory)
-      core_log(CORE_LOG_INFO, "activation offload (pipeline.offload): rank 0 offloads %d time(s) per step; the copies "
-               "run through host buffers with the table's blocking copies (no copy stream yet), the device parts filled "
-               "with NaN while away", n);
+      core_log(CORE_LOG_INFO, "activation offload (pipeline.offload): rank 0 offloads %d time(s) per step, on the "
+               "%s backend's two copy streams into page-locked host buffers, ordered by events", n, k0->ops->name);
     else
       core_log(CORE_LOG_INFO, "activation offload (pipeline.offload): on the %s backend activations are host memory "
                "already, so the program has no copies", k0->ops ? k0->ops->name : "cpu");

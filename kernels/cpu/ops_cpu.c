@@ -22,6 +22,18 @@ static void mem_free(void *p) { free(p); }
 static void mem_to_device(void *dst, const void *src_host, size_t bytes) {
   if (bytes) memcpy(dst, src_host, bytes);
 }
+static void copy_out(void *dst_host, const void *src, size_t bytes, int ticket) {
+  (void)ticket;
+  if (bytes) memcpy(dst_host, src, bytes);
+}
+static void copy_in(void *dst, const void *src_host, size_t bytes, int ticket, int after) {
+  (void)ticket, (void)after;
+  if (bytes) memcpy(dst, src_host, bytes);
+}
+static void copy_wait(int ticket) { (void)ticket; } /* every copy is done when it returns */
+static void *host_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+static void host_free(void *p) { free(p); }
+
 static void mem_to_host(void *dst_host, const void *src, size_t bytes) {
   if (bytes) memcpy(dst_host, src, bytes);
 }
@@ -466,6 +478,11 @@ static const kernels_ops cpu_ops = {
     .to_device = mem_to_device,
     .to_host = mem_to_host,
     .sync = mem_sync,
+    .copy_out = copy_out,
+    .copy_in = copy_in,
+    .copy_wait = copy_wait,
+    .host_alloc = host_alloc,
+    .host_free = host_free,
     .gemm = kernels_cpu_gemm,
     .gemm_batched = kernels_cpu_gemm_batched,
     .bias_add = bias_add,

@@ -87,6 +87,22 @@ static void mem_to_host(void *dst_host, const void *src, size_t bytes) {
 
 static void mem_sync(void) {} /* every op has finished when it returns */
 
+/* Offload's copies: at once, as to_host / to_device (the same pointer checks). */
+static void copy_out(void *dst_host, const void *src, size_t bytes, int ticket) {
+  (void)ticket;
+  mem_to_host(dst_host, src, bytes);
+}
+static void copy_in(void *dst, const void *src_host, size_t bytes, int ticket, int after) {
+  (void)ticket, (void)after;
+  mem_to_device(dst, src_host, bytes);
+}
+static void copy_wait(int ticket) { (void)ticket; }
+static void *host_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+static void host_free(void *p) {
+  if (p && ((uintptr_t)p & TAG)) misuse("host_free", "p", p, "is fakedev memory, not host memory from host_alloc");
+  free(p);
+}
+
 /* ---- the ops: check and untag every pointer, then the CPU op ---- */
 
 static void gemm(float *c, const float *a, const float *b, int M, int N, int K, int transa,
@@ -217,6 +233,11 @@ static kernels_ops fakedev_ops = { /* not const: tests may give it a coll table 
     .to_device = mem_to_device,
     .to_host = mem_to_host,
     .sync = mem_sync,
+    .copy_out = copy_out,
+    .copy_in = copy_in,
+    .copy_wait = copy_wait,
+    .host_alloc = host_alloc,
+    .host_free = host_free,
     .gemm = gemm,
     .gemm_batched = gemm_batched,
     .matmul_half = matmul_half,

@@ -182,6 +182,69 @@ static void to_host(void *dst_host, const void *src, size_t bytes) {
 
 static void sync_(void) { CUDA_CHECK_OP("sync", cudaStreamSynchronize(st.stream)); }
 
+// ---- activation offload's copies: two copy streams (device to host, host to device) beside the
+// compute stream, ordered with it by events only (the host never waits). ticket's event is
+// recorded after each copy of that ticket; copy_wait makes the compute stream wait for it. ----
+static struct {
+  cudaStream_t out, in;     // device to host, host to device (made on first use)
+  cudaEvent_t ready;        // recorded on the compute stream before a copy: the data is written
+  cudaEvent_t *tev;         // [ntev] per ticket, made on first use
+  int ntev;
+} cp;
+
+static cudaEvent_t ticket_event(int t) {
+  if (t >= cp.ntev) {
+    int n = cp.ntev ? cp.ntev : 64;
+    while (n <= t) n *= 2;
+    cudaEvent_t *e = (cudaEvent_t *)realloc(cp.tev, sizeof(cudaEvent_t) * (size_t)n);
+    if (!e) {
+      fprintf(stderr, "brigade: CUDA backend: out of host memory for %d copy events\n", n);
+      abort();
+    }
+    for (int k = cp.ntev; k < n; k++) e[k] = nullptr;
+    cp.tev = e, cp.ntev = n;
+  }
+  if (!cp.tev[t]) CUDA_CHECK(cudaEventCreateWithFlags(&cp.tev[t], cudaEventDisableTiming));
+  return cp.tev[t];
+}
+
+static void copy_streams(void) {
+  if (cp.out) return;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&cp.out, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&cp.in, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&cp.ready, cudaEventDisableTiming));
+}
+
+static void copy_out(void *dst_host, const void *src, size_t bytes, int ticket) {
+  copy_streams();
+  CUDA_CHECK(cudaEventRecord(cp.ready, st.stream)); // after every op issued so far
+  CUDA_CHECK(cudaStreamWaitEvent(cp.out, cp.ready, 0));
+  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, cp.out));
+  CUDA_CHECK(cudaEventRecord(ticket_event(ticket), cp.out));
+}
+
+static void copy_in(void *dst, const void *src_host, size_t bytes, int ticket, int after) {
+  copy_streams();
+  CUDA_CHECK(cudaEventRecord(cp.ready, st.stream));
+  CUDA_CHECK(cudaStreamWaitEvent(cp.in, cp.ready, 0));
+  if (after >= 0) CUDA_CHECK(cudaStreamWaitEvent(cp.in, ticket_event(after), 0)); // its offload has landed
+  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, cp.in));
+  CUDA_CHECK(cudaEventRecord(ticket_event(ticket), cp.in));
+}
+
+static void copy_wait(int ticket) { CUDA_CHECK(cudaStreamWaitEvent(st.stream, ticket_event(ticket), 0)); }
+
+static void *host_alloc(size_t bytes) {
+  void *p = nullptr;
+  if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) return nullptr;
+  memset(p, 0, bytes ? bytes : 1);
+  return p;
+}
+
+static void host_free(void *p) {
+  if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+
 // ---- the table ----
 
 static kernels_ops table;
@@ -195,6 +258,11 @@ static void fill_table(void) {
   table.to_device = to_device;
   table.to_host = to_host;
   table.sync = sync_;
+  table.copy_out = copy_out;
+  table.copy_in = copy_in;
+  table.copy_wait = copy_wait;
+  table.host_alloc = host_alloc;
+  table.host_free = host_free;
   table.gemm = cuda_gemm;
   table.matmul_half = cuda_matmul_half;
   table.gemm_batched = cuda_gemm_batched;

@@ -142,6 +142,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   return e ? cudaSuccess : cudaErrorInvalidValue;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) { // everything has run already
+  emu_check_stream(s, "cudaStreamWaitEvent");
+  return e ? cudaSuccess : cudaErrorInvalidValue;
+}
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
   static int stream;
   *s = (cudaStream_t)&stream;

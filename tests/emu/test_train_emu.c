@@ -104,9 +104,12 @@ Test(train_emu, offload_zero3_follows_the_cpu, .timeout = 300) {
                        "ZeRO collectives: MPI through host copies");
 }
 
-/* Activation offload on the emulated GPU: the program's OFFLOADs copy activations to host buffers
- * and fill the device copies with NaN until their RELOAD; the CPU run (no offload) is followed. */
+/* Activation offload on the emulated GPU: the program's OFFLOADs copy activations to page-locked
+ * host buffers on the copy streams (events, no host waits), poisoned with NaN on the device until
+ * their RELOAD; the CPU run (no offload) is followed. */
 Test(train_emu, activation_offload_follows_the_cpu, .timeout = 300) {
+  setenv("BRIGADE_OFFLOAD_POISON", "1", 1); /* offloaded activations read as NaN until reloaded */
   follows_the_cpu_with(2, "--set pipeline.stages=2", "--set 'pipeline.offload=\"full\"'", 1e-6,
                        "activation offload (pipeline.offload): rank 0 offloads");
+  unsetenv("BRIGADE_OFFLOAD_POISON");
 }

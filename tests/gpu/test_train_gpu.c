@@ -47,6 +47,7 @@ static int losses(int np, const char *sets, double *out, int max) {
   char line[1024];
   int n = 0;
   while (f && n < max && fgets(line, sizeof line, f)) {
+    if (strncmp(line, "{\"step\":0,", 10) == 0) continue; /* the val loss before the first update */
     char *s = strstr(line, "\"loss\":");
     cr_assert(s, "no loss in %s", line);
     out[n++] = atof(s + 7);

@@ -14,13 +14,14 @@
 # when nvcc is found), GPU_STEPS (default "build test-gpu bench-gpu torch-sdpa torch-math
 # zb_exec"), ZB_ARGS (extra arguments for zb_exec), TORCH_ARGS (extra for torch_gpt2.py).
 # At most 8 files land in $OUT: env.log, 1-build.log, 2-test-gpu.log, 3-bench-gpu.log,
-# 4-torch.log, 5-zb_exec.log, 6-offload.log (scripts/gpu_offload_check.sh), summary.txt.
+# 4-torch.log, 5-zb_exec.log, 6-offload.log (scripts/gpu_offload_check.sh and
+# scripts/gpu_pipeline_check.sh), summary.txt.
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT" || { echo "gpu_session: cannot create OUT=$OUT" >&2; exit 1; }
 BUDGET=${GPU_SESSION_BUDGET:-540}
 PFX=${GPU_PREFIX:-/tmp/brigade-prefix}
-STEPS=${GPU_STEPS:-build test-gpu bench-gpu torch-sdpa torch-math zb_exec offload}
+STEPS=${GPU_STEPS:-build test-gpu bench-gpu torch-sdpa torch-math zb_exec offload pipeline}
 T0=$(date +%s)
 NPROC=$(nproc 2>/dev/null || echo 4)
 ENVLOG="$OUT/env.log"
@@ -218,13 +219,14 @@ MPIRUN_CMD=$(make -s CUDA="$CUDA" --eval 'print-mpirun: ; @echo $(MPIRUN)' print
 [ -n "$MPIRUN_CMD" ] || MPIRUN_CMD="env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun"
 step zb_exec 5-zb_exec.log 150 build/bench/zb_exec --brigade build/brigade --mpirun "$MPIRUN_CMD" ${ZB_ARGS:-}
 step offload 6-offload.log 90 sh scripts/gpu_offload_check.sh "$MPIRUN_CMD"
+step pipeline 6-offload.log 120 sh scripts/gpu_pipeline_check.sh "$MPIRUN_CMD"
 
 # ---------------------------------------------------------------- 4. summary
 {
   gpu=$(nvidia-smi -L 2>/dev/null | head -1)
   echo "==== summary ($(hostname), ${gpu:-no GPU found}; total $(elapsed) s of $BUDGET)"
   printf '%s' "$RESULTS" | while read -r n r d; do [ -n "$n" ] && printf '%-12s %-16s %5s s\n' "$n" "$r" "$d"; done
-  grep -h -E '^model |^mean:|^model FLOPs|^torch_gpt2: .*tokens/s|Synthesis|zb-h1 / 1f1b|ratio|^offload:' "$OUT"/2-test-gpu.log "$OUT"/3-bench-gpu.log "$OUT"/4-torch.log "$OUT"/6-offload.log 2>/dev/null
+  grep -h -E '^model |^mean:|^model FLOPs|^torch_gpt2: .*tokens/s|Synthesis|zb-h1 / 1f1b|ratio|^offload:|^pipeline:' "$OUT"/2-test-gpu.log "$OUT"/3-bench-gpu.log "$OUT"/4-torch.log "$OUT"/6-offload.log 2>/dev/null
 } | tee "$SUMMARY"
 case "$RESULTS" in *FAIL*|*SKIPPED*) exit 1;; esac
 exit 0

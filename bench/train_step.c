@@ -11,7 +11,8 @@
  * 989.4, the H100 SXM's dense bf16; on the CPU, 0 leaves MFU out). PRECISION is what training
  * with bf16.enabled / fp16.enabled does: "bf16" (the default on "cuda": matmul_half(1),
  * activations rounded to bf16 as stored), "fp16" (the same in fp16), "bf16fast" / "fp16fast"
- * (the same with BRIGADE_CUDA_HALF=fast: cuBLAS rounds the fp32 operands itself) or "fp32"
+ * (cuBLAS rounds the fp32 operands itself: the CUDA table's default; "bf16"/"fp16" time
+ * BRIGADE_CUDA_HALF=copy, the operands' 16-bit copies) or "fp32"
  * (the default elsewhere). BRIGADE_CUDA_ATTENTION=flash in the environment selects the CUDA
  * table's fused attention under bf16. */
 #include <stdio.h>
@@ -168,7 +169,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_step: precision \"%s\": expected fp32, bf16, fp16, bf16fast or fp16fast\n", prec);
     return 2;
   }
-  if (kind && prec[4]) setenv("BRIGADE_CUDA_HALF", "fast", 1);
+  if (kind) setenv("BRIGADE_CUDA_HALF", prec[4] ? "fast" : "copy", 1); /* "bf16": the operand copies */
   base->matmul_half(kind); /* as pipe/train.c does for bf16.enabled / fp16.enabled */
   timed = *base;
   real_gemm = timed.gemm;

@@ -27,7 +27,7 @@ static int run(sched_family f, int p, int v, int m) {
   if (sched_verify(&pr)) goto fail;
   double t3 = now();
   sched_sim_result res;
-  sched_step_sync sync = sched_family_is_zb(f) || sched_family_is_v(f) ? SCHED_STEP_POST_VALIDATION : SCHED_STEP_BARRIER;
+  sched_step_sync sync = sched_default_step_sync(f);
   if (sched_simulate_steps(&pr, &c, 4, sync, &res, NULL)) goto fail;
   double t4 = now();
   size_t n = sched_program_count(&pr);

@@ -373,9 +373,7 @@ int cli_sim(int argc, char **argv) {
   sched_timeline tl;
   sched_timeline_init(&tl, sched_family_name(pr.family), o.config ? "s, predicted" : "unit", pr.p, pr.v, pr.m);
   sched_sim_result res;
-  int sync = o.step_sync >= 0 ? o.step_sync
-             : o.config && (sched_family_is_zb(pr.family) || sched_family_is_v(pr.family)) ? SCHED_STEP_POST_VALIDATION
-                                                                                        : SCHED_STEP_BARRIER;
+  int sync = o.step_sync >= 0 ? o.step_sync : o.config ? (int)sched_default_step_sync(pr.family) : (int)SCHED_STEP_BARRIER;
   int rc = sched_simulate_steps(&pr, &o.costs, steps, (sched_step_sync)sync, &res, events ? &tl : NULL);
   if (!rc) {
     double cap = o.config || pr.mem_cap <= 0 ? -1 : pr.mem_cap; /* the compiler's promise; none for files */

@@ -272,6 +272,19 @@ static int check_memory(trainer *tr) {
   return rc;
 }
 
+/* Set-up's failures may be some ranks' only (a file one machine lacks): before the next
+ * collective step every rank learns whether any failed, so none waits in it for one that left.
+ * mark: the others' failure is to be reported by the failing ranks themselves (peer_failed tells
+ * agree_start); without it (the lock, which only rank 0 takes) rank 0 reports as for the config. */
+static int peer_failed; /* set-up stopped here for another rank's failure, not this rank's own */
+static int agreed(int rc, int mark) {
+  int bad = rc != CORE_OK, any = bad, world;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world > 1) MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any && !rc) rc = core_error_set(CORE_EINPUT, "another rank failed to start (its error is reported there)"), peer_failed = mark;
+  return rc;
+}
+
 /* checkpoint.dir has one writer: world rank 0 takes DIR/.lock before anything else is set up,
  * and every rank learns at once whether it did (a refused run trains nothing, and its other ranks
  * go no further either). */
@@ -287,10 +300,7 @@ static int take_lock(trainer *tr) {
       core_error_prefix("checkpoint.dir (%s)", w);
     }
   }
-  int bad = rc != CORE_OK, any = bad;
-  if (tr->topo.world_size > 1) MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any && !rc) rc = core_error_set(CORE_EINPUT, "another rank failed to start (its error is reported there)");
-  return rc;
+  return agreed(rc, 0);
 }
 
 /* Whether path can be written, before the first step rather than after the last: opened for
@@ -333,21 +343,10 @@ static int check_outputs(trainer *tr) {
                         tr->topo.world_rank, why, w);
 }
 
-/* Set-up's failures may be some ranks' only (a file one machine lacks): before the next
- * collective step every rank learns whether any failed, so none waits in it for one that left. */
-static int peer_failed; /* set-up stopped here for another rank's failure, not this rank's own */
-static int agreed(int rc) {
-  int bad = rc != CORE_OK, any = bad, world;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  if (world > 1) MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any && !rc) rc = core_error_set(CORE_EINPUT, "another rank failed to start (its error is reported there)"), peer_failed = 1;
-  return rc;
-}
-
 static int setup(trainer *tr, const pipe_train_opts *o) {
   int world;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  int rc = agreed(train_read_config(&tr->cfg, o, world)); /* pipe_topo_init is collective */
+  int rc = agreed(train_read_config(&tr->cfg, o, world), 1); /* pipe_topo_init is collective */
   if (!rc) rc = pipe_topo_init(&tr->topo, MPI_COMM_WORLD, tr->cfg.stages);
   if (!rc) rc = core_mem_limit_get(o->max_memory, &tr->mem);
   if (rc) return rc;
@@ -383,7 +382,7 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   if (!rc) rc = cut_model(tr);
   if (!rc) rc = compile_programs(tr);
   if (!rc) rc = check_memory(tr);
-  rc = agreed(rc); /* the data, the model and the program were this rank's own; what follows is not */
+  rc = agreed(rc, 1); /* the data, the model and the program were this rank's own; what follows is not */
   if (!rc) rc = setup_runner(tr);
   if (!rc) rc = pipe_worker_init(&tr->worker, &tr->prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
   if (!rc && tr->eval_n) rc = pipe_worker_init(&tr->eval_worker, &tr->eval_prog, tr->topo.stage, tr->topo.pipe, pipe_runner_exec(&tr->rn));
@@ -679,13 +678,12 @@ static void teardown(trainer *tr) {
 /* Every rank's place, gathered to rank 0 and printed there: host, local rank and device, so
  * a multi-node run shows which GPU each rank took (collective: every rank calls it). */
 static void announce_ranks(trainer *tr) {
-  enum { H = 64, D = 160 };
+  enum { D = 160 }; /* the hosts are pipe_topo's already */
   struct where {
-    char host[H], dev[D];
+    char dev[D];
     int local_rank, local_size;
   } me, *all = NULL;
   memset(&me, 0, sizeof me);
-  snprintf(me.host, H, "%.*s", H - 1, tr->topo.host);
   kernels_describe_device(tr->rn.chunks[0].ops, me.dev, D);
   me.local_rank = tr->topo.local_rank, me.local_size = tr->topo.local_size;
   int n = tr->topo.world_size;
@@ -698,7 +696,7 @@ static void announce_ranks(trainer *tr) {
       r = n - 8;
     }
     core_log(CORE_LOG_INFO, "rank %d (stage %d, replica %d): host %s, local rank %d of %d, %s", r, r / tr->topo.d,
-             r % tr->topo.d, all[r].host, all[r].local_rank, all[r].local_size, all[r].dev);
+             r % tr->topo.d, pipe_topo_host(&tr->topo, r), all[r].local_rank, all[r].local_size, all[r].dev);
   }
   free(all);
 }

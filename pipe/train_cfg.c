@@ -277,7 +277,8 @@ static int read_pipeline(train_cfg *t, int world) {
   /* optimizer post-validation: on by default where a synchronized step boundary costs the most
    * (the zero-bubble and V families, whose ranks end their steps staggered) */
   if (!rc) rc = core_config_get_bool(c, "optimizer.post_validation",
-                                     sched_family_is_zb(t->family) || sched_family_is_v(t->family), &t->post_validation);
+                                     sched_default_step_sync(t->family) == SCHED_STEP_POST_VALIDATION,
+                                     &t->post_validation);
   const char *off = NULL; /* activation offload */
   if (!rc) rc = core_config_get_string(c, "pipeline.offload", "none", &off);
   if (!rc) {

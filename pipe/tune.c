@@ -58,8 +58,7 @@ static int try_one(const char *config, const char **sets, int nsets, const pipe_
   sched_sim_result res;
   /* the steady state: 4 steps back to back, meeting at the optimizer as training would (each
    * rank on its own for the zero-bubble and V families, post-validation's default) */
-  sched_family f = plan.prog.family;
-  sched_step_sync sync = sched_family_is_zb(f) || sched_family_is_v(f) ? SCHED_STEP_POST_VALIDATION : SCHED_STEP_BARRIER;
+  sched_step_sync sync = sched_default_step_sync(plan.prog.family);
   rc = sched_simulate_steps(&plan.prog, &plan.costs, 4, sync, &res, NULL);
   if (!rc) {
     *out = (pipe_tune_cand){.shape = *sh, .B = plan.B, .time = res.steady_step_time, .bubble_rate = res.bubble_rate};

@@ -81,6 +81,10 @@ typedef struct {
  * synchronous clip or overflow check does). POST_VALIDATION: each rank steps as soon as its own
  * ops of the step are done; the norm's reduction overlaps the next step. */
 typedef enum { SCHED_STEP_BARRIER, SCHED_STEP_POST_VALIDATION } sched_step_sync;
+/* How a family's steps meet by default (training's optimizer.post_validation default too):
+ * post-validation for the zero-bubble and V families, whose ranks end their steps staggered;
+ * a barrier for the rest. */
+sched_step_sync sched_default_step_sync(sched_family f);
 
 /* A family's memory cap per rank in stages' activations (M_B), what sim's peak_memory stays
  * within: gpipe m, 1f1b and zb-h1 p, zb-h2 2p - 1, zb-v and v-zb p, v-half floor((p+2)/2),

@@ -426,6 +426,10 @@ static int check_finite(const sched_sim_result *res) {
   return CORE_OK;
 }
 
+sched_step_sync sched_default_step_sync(sched_family f) {
+  return sched_family_is_zb(f) || sched_family_is_v(f) ? SCHED_STEP_POST_VALIDATION : SCHED_STEP_BARRIER;
+}
+
 int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_result *res,
                    sched_timeline *tl) {
   return sched_simulate_steps(pr, c, 1, SCHED_STEP_BARRIER, res, tl);

@@ -22,22 +22,22 @@ static void mem_free(void *p) { free(p); }
 static void mem_to_device(void *dst, const void *src_host, size_t bytes) {
   if (bytes) memcpy(dst, src_host, bytes);
 }
-static void copy_out(void *dst_host, const void *src, size_t bytes, int ticket) {
-  (void)ticket;
-  if (bytes) memcpy(dst_host, src, bytes);
-}
-static void copy_in(void *dst, const void *src_host, size_t bytes, int ticket, int after) {
-  (void)ticket, (void)after;
-  if (bytes) memcpy(dst, src_host, bytes);
-}
-static void copy_wait(int ticket) { (void)ticket; } /* every copy is done when it returns */
-static void *host_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
-static void host_free(void *p) { free(p); }
-
 static void mem_to_host(void *dst_host, const void *src, size_t bytes) {
   if (bytes) memcpy(dst_host, src, bytes);
 }
 static void mem_sync(void) {} /* every op has finished when it returns */
+/* offload's copies: at once, as to_host / to_device */
+static void copy_out(void *dst_host, const void *src, size_t bytes, int ticket) {
+  (void)ticket;
+  mem_to_host(dst_host, src, bytes);
+}
+static void copy_in(void *dst, const void *src_host, size_t bytes, int ticket, int after) {
+  (void)ticket, (void)after;
+  mem_to_device(dst, src_host, bytes);
+}
+static void copy_wait(int ticket) { (void)ticket; } /* every copy is done when it returns */
+static void *host_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+static void host_free(void *p) { free(p); }
 
 /* ---- splitting work over the pool (pool.c): each output element computed by one worker, as
  * one thread would, so the bits do not depend on `threads` ---- */

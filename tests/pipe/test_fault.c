@@ -9,6 +9,17 @@
 
 #include "tests/common/mpirun.h"
 
+/* The integer a test's shell script left in DIR/NAME (an exit status, a count of seconds). */
+static int read_int(const char *dir, const char *name) {
+  char path[256];
+  int x = 0;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "r");
+  cr_assert(f && fscanf(f, "%d", &x) == 1, "no number in %s", path);
+  fclose(f);
+  return x;
+}
+
 /* This machine's name as MPI gives it to brigade (Open MPI: the host name). */
 static const char *pipe_test_host(void) {
   static char h[256];
@@ -193,16 +204,7 @@ Test(fault, rank_stuck_in_evaluation_ends_the_job, .timeout = 120) {
            "echo $(( $(date +%%s) - t0 )) > $D/secs; kill -CONT $victim; wait $pid; echo $? > $D/rc",
            dir, b, sets, b);
   test_sh(cmd);
-  char path[256];
-  int rc = 0, secs = 99;
-  snprintf(path, sizeof path, "%s/rc", dir);
-  FILE *f = fopen(path, "r");
-  cr_assert(f && fscanf(f, "%d", &rc) == 1);
-  fclose(f);
-  snprintf(path, sizeof path, "%s/secs", dir);
-  f = fopen(path, "r");
-  cr_assert(f && fscanf(f, "%d", &secs) == 1);
-  fclose(f);
+  int rc = read_int(dir, "rc"), secs = read_int(dir, "secs");
   cr_assert_neq(rc, 0, "the job with a stuck rank exited 0");
   cr_assert(secs <= 12, "the job took %d s to end after a rank stopped (train.timeout = 2)", secs);
   snprintf(cmd, sizeof cmd, "grep -q 'timed out after 2 s waiting for rank [01] (stage [01]) on %s' %s/out && "
@@ -232,16 +234,7 @@ Test(fault, killed_rank_in_a_hostfile_run_ends_the_job, .timeout = 120) {
            "echo $(( $(date +%%s) - t0 )) > $D/secs; wait $pid; echo $? > $D/rc",
            dir, b, sets, b);
   test_sh(cmd);
-  char path[256];
-  int rc = 0, secs = 99;
-  snprintf(path, sizeof path, "%s/rc", dir);
-  FILE *f = fopen(path, "r");
-  cr_assert(f && fscanf(f, "%d", &rc) == 1);
-  fclose(f);
-  snprintf(path, sizeof path, "%s/secs", dir);
-  f = fopen(path, "r");
-  cr_assert(f && fscanf(f, "%d", &secs) == 1);
-  fclose(f);
+  int rc = read_int(dir, "rc"), secs = read_int(dir, "secs");
   cr_assert_neq(rc, 0, "the job with a killed rank exited 0");
   cr_assert(secs <= 15, "the job took %d s to end after a rank was killed (train.timeout = 5)", secs);
   /* Open MPI's launcher names the dead process (its rank and node), or brigade's timeout does */

@@ -73,6 +73,8 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
         rc = core_error_set(CORE_EINPUT, "--w-stash: '%s' is not a fraction in (0, 1]", val);
     } else if (strcmp(a, "--tied") == 0) {
       o->shape.tied = 1;
+    } else if (strcmp(a, "--post-validation") == 0) {
+      o->shape.post_validation = 1;
     } else if (strcmp(a, "--zero3") == 0) {
       o->shape.zero3 = 1;
     } else if (strcmp(a, "--keep-gathered") == 0) {
@@ -121,7 +123,7 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     } else if (allow_sim && strcmp(a, "--step-sync") == 0) {
       if (!VALUE()) {
         if (strcmp(val, "barrier") == 0) o->step_sync = SCHED_STEP_BARRIER;
-        else if (strcmp(val, "post-validation") == 0) o->step_sync = SCHED_STEP_POST_VALIDATION;
+        else if (strcmp(val, "post-validation") == 0) o->step_sync = SCHED_STEP_POST_VALIDATION, o->shape.post_validation = 1;
         else rc = core_error_set(CORE_EINPUT, "--step-sync: '%s' is not barrier or post-validation", val);
       }
     } else if (allow_sim && strcmp(a, "--cost-tied") == 0) {
@@ -235,8 +237,10 @@ static int build_program(const sched_opts *o, int steps, int events, sched_progr
     return rc ? rc : sched_compile(&o->shape, &o->costs, pr);
   }
   int rc = sched_csv_read_program(o->schedule_file, o->shape.tied, &o->costs, pr);
-  if (!rc && o->shape.offload) { /* a file's program offloads as a compiled one does */
-    rc = sched_place_offload(pr, &o->costs, (sched_offload_mode)o->shape.offload, o->shape.offload_limit);
+  if (!rc && (o->shape.offload || o->shape.post_validation)) { /* a file's program as a compiled one */
+    if (o->shape.offload)
+      rc = sched_place_offload(pr, &o->costs, (sched_offload_mode)o->shape.offload, o->shape.offload_limit);
+    if (!rc && o->shape.post_validation) rc = sched_place_validate(pr);
     if (!rc) rc = sched_verify(pr);
     if (rc) sched_program_free(pr);
   }

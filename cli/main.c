@@ -58,6 +58,8 @@ static const struct command commands[] = {
      "  --mem-limit X      zb-auto's per-rank memory, in one stage's activations (default P)\n"
      "  --max-pending-w N  cap on deferred weight-gradient ops per rank\n"
      "  --tied             the first and last layers share a weight (adds REDUCE_TIED_GRADS)\n"
+     "  --post-validation  place VALIDATE: where each rank checks the previous step's update\n"
+     "                     (optimizer post-validation; sim --step-sync post-validation sets it)\n"
      "  --zero3 [--keep-gathered] [--prefetch N]  place GATHER/RELEASE_PARAMS (ZeRO-3)\n"
      "  --offload none|full|auto  place OFFLOAD/RELOAD of activations (auto: under --mem-limit X),\n"
      "                     with a slot's copy time --cost-offload T, or --act-bytes N --offload-gbps G\n"

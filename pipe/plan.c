@@ -128,7 +128,11 @@ sched_shape train_shape(const train_cfg *t, const layers_model *m) {
                     .prefetch = t->zero_stage == 3 ? t->prefetch : 0,
                     /* on the CPU, activations are host memory already: nothing to offload */
                     .offload = t->backend && strcmp(t->backend, "cpu") == 0 ? SCHED_OFFLOAD_NONE : t->act_offload,
-                    .offload_limit = t->memory_limit};
+                    .offload_limit = t->memory_limit,
+                    /* post-validation checks the last update inside the next step (VALIDATE), but
+                     * ZeRO-1/2 across replicas all-gather the updated shards only once it is
+                     * checked: there the check stays at the step's end */
+                    .post_validation = t->post_validation && !(t->d > 1 && (t->zero_stage == 1 || t->zero_stage == 2))};
   for (int i = 0; m && i < m->n; i++) sh.tied |= m->layers[i].tied_to >= 0;
   return sh;
 }
@@ -310,6 +314,7 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
     out->b = core_calloc((size_t)S, sizeof(double));
     out->w = core_calloc((size_t)S, sizeof(double));
     train_stage_costs(&t, &m, bounds, gflops, out->f, out->b, out->w);
+    t.d = hw && hw->d > 1 ? hw->d : 1; /* the replicas the run would have (where post-validation checks) */
     rc = train_compile(&t, &m, bounds, &out->prog);
   }
   if (!rc) {

@@ -405,8 +405,7 @@ static int pv_copy(pipe_runner *rn, int save) {
 /* OPTIMIZER_STEP under post-validation: the norm and the overflow flag reduced without
  * blocking; the update made at once as if neither clipping nor a skip applies. */
 static int eager_step(pipe_runner *rn) {
-  rn->skipped = 0;
-  inject_inf(rn);
+  inject_inf(rn); /* (skipped: known at the check) */
   int mine = 0;
   for (int c = 0; c < rn->v && !mine && rn->precision; c++) {
     size_t lo, hi;
@@ -420,7 +419,7 @@ static int eager_step(pipe_runner *rn) {
       (rn->precision &&
        MPI_Iallreduce(MPI_IN_PLACE, &rn->pv_sum[1], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &rn->pv_req[1]) != MPI_SUCCESS))
     return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce (post-validation) failed");
-  rn->pv_pending = 1;
+  rn->pv_pending = 1, rn->pv_lr = rn->lr, rn->pv_step = rn->step;
   int rc = pv_copy(rn, 1);
   if (rc) return rc;
   rn->opt_t++;
@@ -428,36 +427,58 @@ static int eager_step(pipe_runner *rn) {
   return CORE_OK;
 }
 
-int pipe_runner_validate(pipe_runner *rn) {
+/* Completes the pending update's check (the step it belongs to: pv_step, its rate pv_lr, whatever
+ * step is running now); *changed = 1 when the update was undone or redone. */
+static int validate(pipe_runner *rn, int *changed) {
+  *changed = 0;
   if (!rn->pv_pending) return CORE_OK;
-  rn->pv_pending = 0;
+  rn->pv_pending = 0, rn->skipped = 0;
   if (MPI_Waitall(2, rn->pv_req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
     return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce (post-validation) failed");
-  int any = rn->pv_sum[1] > 0;
+  long running = rn->step;
+  double lr = rn->lr;
+  rn->step = rn->pv_step, rn->lr = rn->pv_lr; /* the update's own step: its messages, its rate */
+  int any = rn->pv_sum[1] > 0, rc = CORE_OK;
   if (any && rn->precision == 2) { /* the synchronous step would have skipped: undo, then skip */
-    int rc = pv_copy(rn, 0);
-    if (rc) return rc;
-    rn->opt_t--;
-    for (int c = 0; c < rn->v; c++) refresh_working(rn, c);
-    rn->rollbacks++;
-    return skip_step(rn);
+    rc = pv_copy(rn, 0);
+    if (!rc) {
+      rn->opt_t--;
+      for (int c = 0; c < rn->v; c++) refresh_working(rn, c);
+      rn->rollbacks++, *changed = 1;
+      rc = skip_step(rn);
+    }
+  } else {
+    rn->grad_norm = sqrt(rn->pv_sum[0]) / rn->loss_scale;
+    if (!isfinite(rn->grad_norm))
+      rc = core_error_set(CORE_ERUNTIME, "step %ld: the gradient norm is not finite (loss diverged); "
+                          "the step's update was made before the norm was known (optimizer.post_validation)", rn->step + 1);
+    if (!rc) adjust_scale(rn, 0);
+    if (!rc && rn->opt.clip > 0 && rn->grad_norm > rn->opt.clip) { /* clipping should have applied: redo with it */
+      rc = pv_copy(rn, 0);
+      if (!rc) {
+        float gscale = (float)(rn->opt.clip / rn->grad_norm);
+        update_all(rn, (float)(gscale / rn->loss_scale));
+        rn->rollbacks++, *changed = 1;
+      }
+    }
+    for (int c = 0; c < rn->v && !rc; c++) rc = zero_finish(&rn->zb[c]);
   }
-  rn->grad_norm = sqrt(rn->pv_sum[0]) / rn->loss_scale;
-  if (!isfinite(rn->grad_norm))
-    return core_error_set(CORE_ERUNTIME, "step %ld: the gradient norm is not finite (loss diverged); "
-                          "the step's update was made before the norm was known (optimizer.post_validation)", rn->step);
-  adjust_scale(rn, 0);
-  if (rn->opt.clip > 0 && rn->grad_norm > rn->opt.clip) { /* clipping should have applied: redo with it */
-    int rc = pv_copy(rn, 0);
-    if (rc) return rc;
-    float gscale = (float)(rn->opt.clip / rn->grad_norm);
-    update_all(rn, (float)(gscale / rn->loss_scale));
-    rn->rollbacks++;
-  }
-  for (int c = 0; c < rn->v; c++) {
-    int rc = zero_finish(&rn->zb[c]);
-    if (rc) return rc;
-  }
+  rn->step = running, rn->lr = lr;
+  return rc;
+}
+
+int pipe_runner_validate(pipe_runner *rn) {
+  int changed;
+  return validate(rn, &changed);
+}
+
+int pipe_runner_validate_at(pipe_runner *rn, int *again) {
+  int rc = validate(rn, again);
+  if (rc) return rc;
+  /* the running step was set up before the check: its rate follows the updates made (a skip
+   * took one back), its loss layer the fp16 scale (which the check may have moved) */
+  if (rn->lr_at) rn->lr = rn->lr_at(rn->lr_ctx, rn->opt_t);
+  rn->grad_scale = (float)(rn->grad_scale_base * rn->loss_scale);
   return CORE_OK;
 }
 
@@ -760,8 +781,22 @@ static void sync_device(void *ctx) {
   if (rn->chunks && !pipe_host_memory(rn->chunks[0].ops)) rn->chunks[0].ops->sync();
 }
 
+/* The worker's hooks for post-validation: a step begins (what a start again returns to); a
+ * VALIDATE; the step starts again (its forwards so far thrown away: their losses, their memory). */
+static void step_begins(void *ctx) {
+  pipe_runner *rn = ctx;
+  rn->act_step0 = rn->act_live;
+}
+static int validate_hook(void *ctx, int *again) { return pipe_runner_validate_at(ctx, again); }
+static void step_again(void *ctx) {
+  pipe_runner *rn = ctx;
+  rn->loss_sum = 0, rn->nloss = 0, rn->act_live = rn->act_step0;
+  rn->restarts++;
+}
+
 pipe_exec pipe_runner_exec(pipe_runner *rn) {
   pipe_exec ex = {.ctx = rn, .run = run, .buffer = buffer, .received = received, .device_buffer = device_buffer,
-                  .sync = sync_device, .retired = retired};
+                  .sync = sync_device, .retired = retired, .begin = step_begins, .validate = validate_hook,
+                  .again = step_again};
   return ex;
 }

@@ -72,6 +72,14 @@ typedef struct {
   double pv_sum[2];  /* local, then global: the squared norm; the overflow flag */
   int pv_pending;
   long rollbacks;    /* updates redone so far (clipping fired, or an overflow skipped the step) */
+  double pv_lr;      /* the learning rate the eager update used (a redo uses it again) */
+  long pv_step;      /* the step it belongs to (0-based, as step) */
+  /* The learning rate at a number of updates made (the schedule; NULL: lr stays as set): after a
+   * VALIDATE that undid a skipped step, the running step's rate follows the count again. */
+  double (*lr_at)(const void *ctx, long updates);
+  const void *lr_ctx;
+  double act_step0;  /* act_live when the running step began (a step that starts again returns to it) */
+  long restarts;     /* steps started again after a VALIDATE redid the previous update */
   /* activation offload on a device table: per (chunk, micro-batch), the host copy of its parts
    * while offloaded (home, then the aside part when it had one: off_aside) */
   float **off_host;
@@ -132,6 +140,11 @@ int pipe_runner_init_master(pipe_runner *rn);
  * bit for bit; then the gradients are cleared. Every rank calls it after each training step
  * (nothing to do without post_validation). */
 int pipe_runner_validate(pipe_runner *rn);
+/* The same at a VALIDATE instruction, inside the next step: *again = 1 when the previous update
+ * was redone or undone, so the parameters the step's forwards so far used have changed and the
+ * step must start again from its first instruction (the worker does). The running step's
+ * learning rate and loss-layer scale are brought up to date (lr_at, the fp16 scale). */
+int pipe_runner_validate_at(pipe_runner *rn, int *again);
 
 pipe_exec pipe_runner_exec(pipe_runner *rn);
 /* loss_sum, with the losses of forwards still on the device read back and added first. */

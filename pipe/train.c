@@ -48,7 +48,16 @@ typedef struct {
   pipe_ckpt_lock lock;      /* world rank 0: checkpoint.dir's, for the run's life */
   char *desc;               /* the model and optimizer, as checkpoints record them (pipe_ckpt_model_describe) */
   pipe_ckpt_info resumed;   /* --resume: where from */
+  int pv_program;           /* the program checks the last update in the next step (VALIDATE) */
 } trainer;
+
+/* A step's log line held back until its update is checked (post-validation in the next step):
+ * the norm, the skip and the scale it reports are known only then. */
+typedef struct {
+  long step;
+  double loss, lr, ms, val;
+  int has_val, held;
+} step_record;
 
 /* The training program's micro-batch 0 on this replica, as a global micro-batch: data rank r
  * draws micro-batches r*m .. r*m + m - 1 of the step's global batch. */
@@ -128,6 +137,8 @@ static int init_from_file(trainer *tr, const char *path) {
   return rc ? core_error_prefix("--init-from") : CORE_OK;
 }
 
+static double lr_at(const void *ctx, long updates) { return zero_lr_at(ctx, updates); }
+
 static int setup_runner(trainer *tr) {
   pipe_runner *rn = &tr->rn;
   const train_cfg *c = &tr->cfg;
@@ -143,6 +154,7 @@ static int setup_runner(trainer *tr) {
   memset(rn, 0, sizeof *rn);
   rn->topo = &tr->topo, rn->v = c->v, rn->data = &tr->data, rn->seed = c->seed, rn->opt = c->opt;
   rn->post_validation = c->post_validation;
+  rn->lr_at = lr_at, rn->lr_ctx = &c->lr;
   rn->timeout_s = c->timeout;
   rn->offload = c->offload, rn->opt_ops = c->offload ? kernels_cpu_ops() : ops; /* ZeRO-Offload: the host's table */
   rn->chunks = core_calloc((size_t)c->v, sizeof(layers_chunk));
@@ -220,6 +232,7 @@ static int setup_runner(trainer *tr) {
 static int compile_programs(trainer *tr) {
   const train_cfg *c = &tr->cfg;
   int rc = train_compile(c, &tr->model, tr->bounds, &tr->prog), S = c->stages * c->v;
+  for (int i = 0; !rc && i < tr->prog.streams[0].len; i++) tr->pv_program |= tr->prog.streams[0].ins[i].op == SCHED_VALIDATE;
   if (rc) return rc;
   long E = c->eval_batches, r = tr->topo.data, d = c->d;
   tr->eval_lo = (int)(r * E / d), tr->eval_n = (int)((r + 1) * E / d - r * E / d);
@@ -431,18 +444,21 @@ static int evaluate(trainer *tr, double *val) {
   return rc;
 }
 
-static void log_step(trainer *tr, long step, double loss, double ms, int has_val, double val) {
+static void log_step(trainer *tr, const step_record *sr) {
+  long step = sr->step;
+  double loss = sr->loss, ms = sr->ms, val = sr->val, lr = sr->lr;
+  int has_val = sr->has_val;
   if (tr->topo.world_rank != 0) return;
   double toks = (double)tr->cfg.B * tr->cfg.m * tr->cfg.d * tr->model.T / (ms / 1e3);
   if (step % tr->cfg.print_every == 0 || step == tr->cfg.steps || has_val) {
     char vs[64] = "";
     if (has_val) snprintf(vs, sizeof vs, " | val loss %.6f", val);
     core_log(CORE_LOG_INFO, "step %5ld | loss %.9g | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s%s",
-             step, loss, tr->rn.lr, tr->rn.grad_norm, ms, toks, vs);
+             step, loss, lr, tr->rn.grad_norm, ms, toks, vs);
   }
   if (tr->log_json) {
     fprintf(tr->log_json, "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f",
-            step, loss, tr->rn.lr, tr->rn.grad_norm, ms, toks);
+            step, loss, lr, tr->rn.grad_norm, ms, toks);
     if (has_val) fprintf(tr->log_json, ",\"val_loss\":%.9g", val);
     if (tr->act_report) { /* once: the memory of every rank (report_memory) */
       static const char *const keys[NREPORT] = {"activation_peak_bytes", "activation_predicted_bytes",
@@ -459,6 +475,7 @@ static void log_step(trainer *tr, long step, double loss, double ms, int has_val
     }
     if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%.17g,\"skipped\":%d", tr->rn.loss_scale, tr->rn.skipped);
     if (tr->rn.post_validation) fprintf(tr->log_json, ",\"rollbacks\":%ld", tr->rn.rollbacks);
+    if (tr->pv_program) fprintf(tr->log_json, ",\"restarts\":%ld", tr->rn.restarts);
     /* rank 0's ZeRO accounting: bytes this step moved, bytes it keeps */
     double red = 0, gat = 0, state = 0, master = 0, grads = 0;
     for (int c = 0; c < tr->cfg.v; c++) {
@@ -568,7 +585,9 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
   }
   double t0 = MPI_Wtime();
   int rc = pipe_worker_step(&tr->worker);
-  if (!rc) rc = pipe_runner_validate(rn); /* post-validation: the norm known, the update confirmed or redone */
+  /* post-validation: the norm known, the update confirmed or redone; where the program checks it
+   * in the next step (VALIDATE) the loop does so only before what needs it */
+  if (!rc && !tr->pv_program) rc = pipe_runner_validate(rn);
   *ms = (MPI_Wtime() - t0) * 1e3;
   if (tr->topo.world_rank == 0) core_progress_stop();
   tr->worker.tl = NULL;
@@ -919,16 +938,23 @@ int pipe_train(const pipe_train_opts *o) {
       if (tr.log_json) fprintf(tr.log_json, "{\"step\":0,\"val_loss\":%.9g}\n", val), fflush(tr.log_json);
     }
   }
+  step_record held = {0};
   for (long step = start; step < tr.cfg.steps && !rc && !stopped; step++) {
     double loss = 0, ms = 0, val = 0;
     rc = train_step(&tr, step, &loss, &ms);
+    if (!rc && held.held) log_step(&tr, &held), held.held = 0; /* checked by this step's VALIDATE */
     if (!rc && step == start) report_memory(&tr);
     int ev = !rc && tr.cfg.eval_interval > 0 && ((step + 1) % tr.cfg.eval_interval == 0 || step + 1 == tr.cfg.steps);
-    if (ev) rc = evaluate(&tr, &val);
-    if (!rc) log_step(&tr, step + 1, loss, ms, ev, val);
     if (!rc && step + 1 < tr.cfg.steps) stopped = agreed_stop();
     int save = tr.cfg.ckpt_dir && ((tr.cfg.ckpt_interval > 0 && (step + 1) % tr.cfg.ckpt_interval == 0) ||
                                    step + 1 == tr.cfg.steps || stopped);
+    /* what reads the parameters, and the last step, need the update checked now */
+    int check = tr.pv_program && (ev || save || stopped || step + 1 == tr.cfg.steps);
+    if (!rc && check) rc = pipe_runner_validate(&tr.rn);
+    if (ev) rc = evaluate(&tr, &val);
+    step_record sr = {.step = step + 1, .loss = loss, .lr = tr.rn.lr, .ms = ms, .val = val, .has_val = ev};
+    if (!rc && tr.pv_program && !check) held = sr, held.held = 1;
+    else if (!rc) log_step(&tr, &sr);
     if (!rc && save) rc = pipe_ckpt_model_save(tr.cfg.ckpt_dir, &tr.rn, &tr.topo, step + 1, tr.cfg.cfg, tr.desc);
     if (!rc && stopped && tr.topo.world_rank == 0 && tr.cfg.ckpt_dir)
       core_log(CORE_LOG_WARN, "stopped by %s after step %ld of %d; checkpoint written to %s (continue with --resume %s)",

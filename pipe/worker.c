@@ -253,6 +253,32 @@ static int trace_wait(pipe_worker *w, int i, const sched_instr *in) {
   return CORE_OK;
 }
 
+/* VALIDATE (post-validation): the previous step's update checked; when it changed, the step
+ * starts again (pipe_worker_step sees w->again). */
+static int op_validate(pipe_worker *w, int i, const sched_instr *in) {
+  int again = 0;
+  if (w->ex.validate && w->ex.validate(w->ex.ctx, &again))
+    return core_error_prefix("rank %d instruction %d (%s)", w->rank, i, sched_op_name((sched_op)in->op));
+  w->again = again;
+  return CORE_OK;
+}
+
+/* Every transfer of the step so far complete (the sends: their partners took them, all before
+ * their own VALIDATE), so the step can start again with no message in flight. */
+static int settle_transfers(pipe_worker *w, int i, const sched_instr *in) {
+  if (w->dc) {
+    int rc = dev_finish(w, i, in);
+    w->dsynced = 0;
+    return rc;
+  }
+  for (int k = 0; k < 2 * nslots(w); k++)
+    if (w->slot_req[k] != MPI_REQUEST_NULL) {
+      int rc = wait_req(w, &w->slot_req[k], MPI_STATUS_IGNORE, i, in, w->slot_peer[k]);
+      if (rc) return rc;
+    }
+  return CORE_OK;
+}
+
 typedef int (*op_fn)(pipe_worker *, int, const sched_instr *);
 
 /* The one table from opcode to executor. */
@@ -265,11 +291,13 @@ static const op_fn op_table[SCHED_OP_COUNT] = {
     [SCHED_REDUCE_GRADS] = op_exec,    [SCHED_OPTIMIZER_STEP] = op_exec,
     [SCHED_GATHER_PARAMS] = op_exec,   [SCHED_RELEASE_PARAMS] = op_exec,
     [SCHED_OFFLOAD] = op_exec,         [SCHED_RELOAD] = op_exec,
+    [SCHED_VALIDATE] = op_validate,
 };
 
 int pipe_worker_step(pipe_worker *w) {
   const sched_stream *st = &w->pr->streams[w->rank];
-  w->dsynced = 0;
+  w->dsynced = 0, w->again = 0;
+  if (w->ex.begin) w->ex.begin(w->ex.ctx);
   for (int i = 0; i < st->len; i++) {
     const sched_instr *in = &st->ins[i];
     if (in->op >= SCHED_OP_COUNT) return fail(w, i, in, "unknown opcode");
@@ -285,6 +313,13 @@ int pipe_worker_step(pipe_worker *w) {
                        .stage = in->chunk >= 0 ? stage_of(w, in) : -1, .peer = in->peer,
                        .start = t0 - w->t0, .end = MPI_Wtime() - w->t0};
       sched_timeline_add(w->tl, e);
+    }
+    if (w->again) { /* post-validation redid the previous update: the step from its start */
+      w->again = 0;
+      int rc2 = settle_transfers(w, i, in);
+      if (rc2) return rc2;
+      if (w->ex.again) w->ex.again(w->ex.ctx);
+      i = -1;
     }
   }
   /* the step ends with no send in flight: buffers may change before the next step */

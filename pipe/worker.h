@@ -43,6 +43,12 @@ typedef struct {
   /* After instruction i of the stream has been issued (may be NULL): where an executor gives
    * back what the instruction was the last to use (a pair's aside part, its slot). */
   void (*retired)(void *ctx, int i, const sched_instr *in);
+  /* Optimizer post-validation (each may be NULL): the step begins; a VALIDATE (*again = 1: the
+   * previous update changed, so the step starts again from its first instruction); the step
+   * starts again (what its instructions so far left is thrown away). */
+  void (*begin)(void *ctx);
+  int (*validate)(void *ctx, int *again);
+  void (*again)(void *ctx);
 } pipe_exec;
 
 struct kernels_coll;
@@ -69,6 +75,7 @@ typedef struct {
   unsigned char *tpend;          /* [naslots * 4] device path: ticket in flight */
   int dsynced;                   /* device path: this step's transfers are done (the tail began) */
   int progress;                  /* 1: each instruction reports its micro-batch (core_progress_at) */
+  int again;                     /* a VALIDATE asked for the step to start again */
 } pipe_worker;
 
 int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm comm, pipe_exec ex);

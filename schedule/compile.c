@@ -263,6 +263,7 @@ int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program
     sched_program_free(out); /* the placement's own error (a limit no placement meets) */
     return rc;
   }
+  if (!rc && sh->post_validation) rc = sched_place_validate(out);
   core_progress_phase("verifying:", (double)sched_program_count(out), "instructions");
   if (!rc) rc = sched_verify(out);
   core_progress_stop();

@@ -11,6 +11,7 @@ static const char *const op_names[SCHED_OP_COUNT] = {
     "LOAD_MICROBATCH", "FORWARD",  "BACKWARD",  "BACKWARD_INPUT",    "BACKWARD_WEIGHT",
     "SEND_ACT",        "RECV_ACT", "SEND_GRAD", "RECV_GRAD",         "REDUCE_TIED_GRADS",
     "REDUCE_GRADS",    "OPTIMIZER_STEP", "GATHER_PARAMS", "RELEASE_PARAMS", "OFFLOAD", "RELOAD",
+    "VALIDATE",
 };
 
 static const char *const family_names[SCHED_FAMILY_COUNT] = {"gpipe", "1f1b", "interleaved",

@@ -36,6 +36,12 @@ typedef enum {
    * mb, chunk and slot set, peer -1. */
   SCHED_OFFLOAD,
   SCHED_RELOAD,
+  /* Optimizer post-validation (schedule/validate.c): the previous step's update was made before
+   * the global gradient norm and overflow flag were known; here they are. If that update must
+   * change (clipping, or an fp16 overflow skip), it is redone and the step starts again from its
+   * first instruction. Everything before it is forward work whose transfers all lie before the
+   * peers' VALIDATEs too, so every rank can start again alone. chunk, mb, peer -1. */
+  SCHED_VALIDATE,
   SCHED_OP_COUNT
 } sched_op;
 

@@ -34,6 +34,9 @@ typedef struct {
    * memory limit per rank in stages' activations (M_B, as peak_memory counts) */
   int offload;
   double offload_limit;
+  /* optimizer post-validation (schedule/validate.c): 1 puts one VALIDATE per rank into the
+   * step, after the longest run of forward work every rank can redo alone */
+  int post_validation;
 } sched_shape;
 
 /* Which activations go to host memory: none; every pair whose time between its forward and its
@@ -196,6 +199,13 @@ double sched_offload_cost(const sched_costs *c, int s);
  * the program, it ends before the pair's backward work needs it. AUTO refuses (CORE_EINPUT,
  * naming the rank and its peak) a limit no placement meets. Verified after. */
 int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_mode mode, double limit);
+/* Places one VALIDATE per rank (schedule/validate.c) at the end of its validation prefix: the
+ * longest start of its stream of loads, forwards and activation transfers whose every transfer
+ * has its partner in the partner's prefix too. Nothing in a forward-only program. */
+int sched_place_validate(sched_program *pr);
+/* Rank r's validation prefix in a program without VALIDATE: len[r] for every rank (the
+ * placement's rule); the verifier checks a placed VALIDATE against the same rule's closure. */
+void sched_validate_prefixes(const sched_program *pr, int *len);
 
 /* PyTorch pipelining's schedule CSV: one row per rank, one compute action per cell ("0F3"). */
 int sched_csv_write(const sched_program *pr, FILE *f);

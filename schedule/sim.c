@@ -32,6 +32,7 @@ typedef struct {
   /* consecutive steps: each rank's step number; the barrier's arrivals (per step: how many
    * ranks, the latest time); each step's end (its last OPTIMIZER_STEP) */
   int steps, *iter, *arrived, *counted;
+  int *has_validate; /* per rank: its stream has a VALIDATE (post-validation waits there) */
   sched_step_sync sync;
   double *barrier_at, *step_end;
   /* activation offload: per rank, when each copy stream (device to host, host to device) is
@@ -100,9 +101,25 @@ static double moved_part(const simstate *sm, int r, int s, size_t pk) {
   return sm->c->stage_w_stash ? sm->c->stage_w_stash[s] : sched_w_stash(sm->c);
 }
 
+/* Post-validation in step k > 0: whether the norm of step k - 1 is known (every rank has made
+ * its update), and from when (*t, raised to that). Under the barrier, or in the first step,
+ * there is nothing to wait for. */
+static int validated(simstate *sm, int r, double *t) {
+  int k = sm->iter[r];
+  if (sm->sync != SCHED_STEP_POST_VALIDATION || k == 0) return 1;
+  if (sm->arrived[k - 1] < sm->pr->p) return 0; /* woken when the last rank arrives */
+  double at = sm->barrier_at[k - 1] + sm->c->norm;
+  if (at > *t) *t = at;
+  return 1;
+}
+
 /* Runs one instruction if it can run now; returns 0 when the rank must wait. */
 static int step(simstate *sm, int r, const sched_instr *in) {
   double t = sm->t[r];
+  if (sm->pc[r] == 0 && !sm->has_validate[r]) { /* a program without VALIDATE checks before any work */
+    if (!validated(sm, r, &t)) return 0;
+    sm->t[r] = t;
+  }
   int s = sched_stage_at(sm->pr, r, in);
   sm->last_t0 = sm->last_t1 = t;
   size_t pk = sm->offload && in->chunk >= 0 && in->mb >= 0 && in->chunk < sm->pr->v && in->mb < sm->pr->m
@@ -165,19 +182,26 @@ static int step(simstate *sm, int r, const sched_instr *in) {
   case SCHED_OPTIMIZER_STEP: {
     int k = sm->iter[r];
     double start = t;
+    if (sm->counted[r] != k + 1) { /* its gradient norm goes into the all-reduce now */
+      sm->counted[r] = k + 1;
+      if (t > sm->barrier_at[k]) sm->barrier_at[k] = t;
+      if (++sm->arrived[k] == sm->pr->p)
+        for (int q = 0; q < sm->pr->p; q++) wake(sm, q);
+    }
     if (sm->sync == SCHED_STEP_BARRIER) { /* every rank's arrival, then the norm's all-reduce */
-      if (sm->counted[r] != k + 1) {
-        sm->counted[r] = k + 1;
-        if (t > sm->barrier_at[k]) sm->barrier_at[k] = t;
-        if (++sm->arrived[k] == sm->pr->p)
-          for (int q = 0; q < sm->pr->p; q++) wake(sm, q);
-      }
       if (sm->arrived[k] < sm->pr->p) return 0;
       start = sm->barrier_at[k] + sm->c->norm;
     }
     sm->t[r] = start + sm->c->step;
     if (sm->t[r] > sm->step_end[k]) sm->step_end[k] = sm->t[r];
     emit(sm, r, in, start, sm->t[r]);
+    return 1;
+  }
+  case SCHED_VALIDATE: { /* post-validation: the previous step's norm, all-reduced since its last update */
+    double ready = t;
+    if (!validated(sm, r, &ready)) return 0;
+    sm->t[r] = ready;
+    emit(sm, r, in, t, ready);
     return 1;
   }
   case SCHED_LOAD_MICROBATCH: return 1;
@@ -476,6 +500,9 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   for (size_t r = 0; r < p * (size_t)steps; r++) sm.tied_at[r] = -1;
   for (size_t r = 0; r < p; r++) sm.lo[r] = INFINITY, sm.hi[r] = -INFINITY;
   sm.pc = core_calloc(p, sizeof(int));
+  sm.has_validate = core_calloc(p, sizeof(int));
+  for (int r = 0; r < pr->p; r++)
+    for (int i = 0; i < pr->streams[r].len; i++) sm.has_validate[r] |= pr->streams[r].ins[i].op == SCHED_VALIDATE;
   sm.queue = core_malloc(sizeof(int) * p);
   sm.queued = core_calloc(p, sizeof(int));
   sm.lane = core_calloc(p, sizeof(double));
@@ -496,7 +523,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
     if ((rc = check_finite(res))) sched_sim_result_free(res);
     else if (tl) tl->makespan = res->makespan, tl->bubble_rate = res->bubble_rate;
   }
-  free(sm.act_ready), free(sm.grad_ready), free(sm.t), free(sm.tied_at), free(sm.pc);
+  free(sm.act_ready), free(sm.grad_ready), free(sm.t), free(sm.tied_at), free(sm.pc), free(sm.has_validate);
   free(sm.busy), free(sm.lo), free(sm.hi), free(sm.queue), free(sm.queued);
   free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gmoved), free(sm.gready), free(sm.ngath), free(sm.pgath);
   free(sm.iter), free(sm.counted), free(sm.arrived), free(sm.barrier_at), free(sm.step_end);

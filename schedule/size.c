@@ -57,7 +57,8 @@ void sched_size_estimate(const sched_shape *sh, int steps, int events, sched_siz
   double gathers = 0, copies = 0;
   if (sh->zero3) gathers = sh->keep_gathered || v == 1 ? 2 * S : 2 * C;
   if (sh->offload && !fwd_only) copies = (C > 2 * P ? 4 : 2) * P;
-  double I = C + 2 * X + loads + tail + gathers + copies;
+  double validates = sh->post_validation && !fwd_only ? p : 0; /* one VALIDATE per rank */
+  double I = C + 2 * X + loads + tail + gathers + copies + validates;
   out->pairs = P, out->compute = C, out->instructions = I;
 
   double zb = 0;

@@ -44,6 +44,8 @@ static int fail_at(const sched_program *pr, int r, int i, const char *what) {
   return core_error_set(CORE_EINPUT, "rank %d instruction %d: %.*s\n%.*s", r, i, (int)strlen(what), what, (int)strlen(ex), ex);
 }
 
+int sched_fail_at(const sched_program *pr, int r, int i, const char *what) { return fail_at(pr, r, i, what); }
+
 static int needs_chunk(sched_op op) {
   return op <= SCHED_RECV_GRAD; /* loads, compute and transfers name (chunk, micro-batch) */
 }
@@ -522,6 +524,7 @@ int sched_verify(const sched_program *pr) {
   if (!rc) rc = check_gathers(pr);
   if (!rc) rc = check_offloads(pr);
   if (!rc) rc = check_pairs(pr);
+  if (!rc) rc = sched_check_validate(pr);
   if (rc) return rc;
   replay rp = {.pr = pr, .S = pr->p * pr->v, .m = pr->m};
   rp.st = core_calloc((size_t)rp.S * (size_t)rp.m, 1);

@@ -45,6 +45,7 @@ static unsigned base_colour(sched_op op) {
   case SCHED_RELEASE_PARAMS: return 0xe15759;
   case SCHED_OFFLOAD: return 0xedc948;
   case SCHED_RELOAD: return 0x76b7b2;
+  case SCHED_VALIDATE: return 0xff9da7;
   default: return 0x707070; /* OPTIMIZER_STEP */
   }
 }
@@ -179,6 +180,7 @@ static int legend(FILE *f, const layout *L, double y0) {
       {has[SCHED_GATHER_PARAMS], base_colour(SCHED_GATHER_PARAMS), "parameter gather (strip)"},
       {has[SCHED_OFFLOAD], base_colour(SCHED_OFFLOAD), "activations to host (copy strip)"},
       {has[SCHED_RELOAD], base_colour(SCHED_RELOAD), "activations back (copy strip)"},
+      {has[SCHED_VALIDATE], base_colour(SCHED_VALIDATE), "waits for the last step's norm (strip)"},
       {1, 0, "idle (bubble)"},
   };
   int lines = 1;

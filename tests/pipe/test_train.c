@@ -759,26 +759,32 @@ Test(train, measured_activation_peak_is_the_simulators, .timeout = 300) {
   unlink(log);
 }
 
-/* The rollback count of a --log-json file's last record (-1 without one). */
-static long last_rollbacks(const char *log) {
+/* A count of a --log-json file's last record ("rollbacks", "restarts"; -1 without one). */
+static long last_count(const char *log, const char *key) {
   FILE *f = fopen(log, "r");
   cr_assert(f, "no log %s", log);
-  char line[1 << 14];
+  char line[1 << 14], k[64];
+  snprintf(k, sizeof k, "\"%s\":", key);
   long n = -1;
   while (fgets(line, sizeof line, f)) {
-    const char *r = strstr(line, "\"rollbacks\":");
-    if (r) n = atol(r + 12);
+    const char *r = strstr(line, k);
+    if (r) n = atol(r + strlen(k));
   }
   fclose(f);
   return n;
 }
+static long last_rollbacks(const char *log) { return last_count(log, "rollbacks"); }
 
 /* Optimizer post-validation (each rank updates as soon as its gradients are done, the global
  * norm follows, an update clipping should have changed is redone): the synchronous step's losses
  * bit for bit, on 2 stages (1f1b) and 4 (zb-h2), with clipping that never fires (no rollback) and
  * with clipping at 0.01 (fires every step: one rollback per step), and on 2 stages x 2 ZeRO-2
  * replicas; under fp16 an overflow injected into one rank's gradient still skips the step on
- * every rank (undone there, counted as a rollback). */
+ * every rank (undone there, counted as a rollback). On 1f1b and zb-h2 the check is the next
+ * step's VALIDATE, after the forwards each rank can redo: a redone update starts that step again
+ * (steps 2 to 10 when clipping fires every step; the last step's check is at the end of the
+ * run), and the losses, norms and rates are still the synchronous ones; ZeRO-2 across replicas
+ * checks at the step's end (no restarts recorded). */
 Test(train, post_validation_matches_the_synchronous_step, .timeout = 300) {
   char log[] = "/tmp/brigade_train_XXXXXX";
   close(mkstemp(log));
@@ -794,8 +800,12 @@ Test(train, post_validation_matches_the_synchronous_step, .timeout = 300) {
       cr_assert_eq(last_rollbacks(log), -1, "a synchronous run logged rollbacks");
       train_read(np[l], log, &post, "%s %s --set train.steps=10 --set optimizer.post_validation=true", layouts[l], clips[k]);
       same_bits(&sync, &post, layouts[l]);
-      long rb = last_rollbacks(log);
+      long rb = last_rollbacks(log), rs = last_count(log, "restarts");
       cr_assert_eq(rb, k == 0 ? 0 : 10, "%s %s: %ld rollbacks", layouts[l], clips[k], rb);
+      cr_assert_eq(rs, l == 2 ? -1 : k == 0 ? 0 : 9, "%s %s: %ld restarts", layouts[l], clips[k], rs);
+      for (int i = 0; i < sync.n; i++)
+        cr_assert(sync.norm[i] == post.norm[i] && sync.lr[i] == post.lr[i], "%s %s step %d: norm %.9g / %.9g, lr %.9g / %.9g",
+                  layouts[l], clips[k], i + 1, sync.norm[i], post.norm[i], sync.lr[i], post.lr[i]);
     }
   char args[1024];
   snprintf(args, sizeof args, "train configs/tiny.cfg --set fp16.enabled=true --set fp16.hysteresis=1 --set pipeline.stages=4 "
@@ -808,6 +818,7 @@ Test(train, post_validation_matches_the_synchronous_step, .timeout = 300) {
   cr_assert_eq(n, 6);
   for (int i = 0; i < n; i++) cr_assert_eq(skipped[i], i == 2, "step %d skipped %d", i + 1, skipped[i]);
   cr_assert_eq(last_rollbacks(log), 1);
+  cr_assert_eq(last_count(log, "restarts"), 1, "the skip undone in step 4's VALIDATE starts step 4 again");
   unlink(log);
 }
 

@@ -19,7 +19,7 @@
 typedef struct {
   int n;
   double val0; /* the step-0 record's validation loss (before any update); -1 without one */
-  double loss[64], val[64];
+  double loss[64], val[64], norm[64], lr[64]; /* norm, lr: -1 where a record has none */
   char text[64][32]; /* losses as printed (%.9g): compared as text, i.e. bit for bit */
 } run_log;
 
@@ -39,6 +39,8 @@ static inline void read_log(const char *path, run_log *lg) {
     lg->loss[lg->n] = core_json_get(j, "loss")->num;
     const core_json *v = core_json_get(j, "val_loss");
     lg->val[lg->n] = v ? v->num : -1;
+    const core_json *g = core_json_get(j, "grad_norm"), *r = core_json_get(j, "lr");
+    lg->norm[lg->n] = g ? g->num : -1, lg->lr[lg->n] = r ? r->num : -1;
     char *s = strstr(line, "\"loss\":");
     snprintf(lg->text[lg->n], sizeof lg->text[0], "%.*s", (int)strcspn(s + 7, ","), s + 7);
     lg->n++;

@@ -454,7 +454,7 @@ Test(sim, span_starts_at_the_first_op_on_a_huge_clock) {
  * norm's all-reduce 1.5), for every family: post-validation's steady step is never above the
  * barrier's, and the barrier's is one step's makespan plus the norm. */
 Test(sim, steps_back_to_back_under_barrier_and_post_validation) {
-  sched_shape sh = {.family = SCHED_ZB_H2, .p = 4, .v = 1, .m = 8};
+  sched_shape sh = {.family = SCHED_ZB_H2, .p = 4, .v = 1, .m = 8, .post_validation = 1};
   sched_costs c = sched_costs_unit();
   c.step = 0.5;
   sched_program pr;
@@ -471,7 +471,7 @@ Test(sim, steps_back_to_back_under_barrier_and_post_validation) {
                                SCHED_ZB_V, SCHED_V_ZB, SCHED_V_HALF, SCHED_V_MIN, SCHED_DUALPIPE_V};
   sched_costs pc = {.f = 18.522, .b = 18.086, .w = 9.337, .comm = 0.601, .step = 2, .norm = 1.5};
   for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++) {
-    sched_shape s8 = {.family = fams[k], .p = 8, .v = 1, .m = 24};
+    sched_shape s8 = {.family = fams[k], .p = 8, .v = 1, .m = 24, .post_validation = 1};
     if (fams[k] == SCHED_INTERLEAVED || sched_family_is_v(fams[k])) s8.v = 2;
     if (fams[k] == SCHED_ZB_AUTO) s8.mem_limit = 16;
     cr_assert_eq(sched_compile(&s8, &pc, &pr), CORE_OK, "%s: %s", sched_family_name(fams[k]), core_error_msg());

@@ -7,6 +7,11 @@
  * copy stream; RELOAD, issued before the backward work, copies them back on the host-to-device
  * stream. Each stream runs one copy at a time, in issue order.
  *
+ * A gradient may arrive long before its backward runs (the receive is where its data is there,
+ * and the rank is busy with its other chunk meanwhile, as interleaved's last ranks in the
+ * cool-down): the RECV_GRAD needs the pair back on the device (it lands in the pair's buffers),
+ * but from its end to the backward the pair may go to host memory once more, a second window.
+ *
  * Placement works from the simulated times of the program without offload (sched_sim_times):
  * the offload of a pair can start when its forward work ends (or when the stream is free), its
  * reload must end when its backward work starts, as late as the stream allows. A pair is
@@ -63,7 +68,8 @@ static int by_need(const void *a, const void *b) {
 
 /* Plans both copy streams of one rank for its chosen candidates: offloads as early as their
  * forward work and the stream allow, reloads (earliest deadline first) as late as the stream
- * allows. Returns the candidate whose reload cannot end in time, if any (the one with the
+ * allows (planned from the latest deadline back, so that two due at once go one after the
+ * other). Returns the candidate whose reload cannot end in time, if any (the one with the
  * shortest gap among those), else NULL. */
 static cand *plan_lanes(cand *cs, int n, cand **tmp, const double *ts) {
   int q = 0;
@@ -76,9 +82,16 @@ static cand *plan_lanes(cand *cs, int n, cand **tmp, const double *ts) {
     tmp[i]->off_end = d2h = st + tmp[i]->c;
   }
   qsort(tmp, (size_t)q, sizeof *tmp, by_need);
+  /* reloads as late as possible: from the latest deadline back, each ending by its deadline and
+   * by the next one's start (two due at once go one after the other, the earlier one sooner) */
+  double next = INFINITY;
+  for (int i = q - 1; i >= 0; i--) {
+    double end = tmp[i]->t_need < next ? tmp[i]->t_need : next;
+    tmp[i]->rl_start = next = end - tmp[i]->c;
+  }
   cand *worst = NULL;
-  for (int i = 0; i < q; i++) {
-    double st = tmp[i]->t_need - tmp[i]->c;
+  for (int i = 0; i < q; i++) { /* in issue order: the stream and its own offload may hold it back */
+    double st = tmp[i]->rl_start;
     if (st < h2d) st = h2d;
     if (st < tmp[i]->off_end) st = tmp[i]->off_end;
     tmp[i]->rl_start = st;
@@ -155,7 +168,8 @@ static int candidates(const sched_program *pr, int r, const sched_costs *c, doub
   int *fe = core_malloc(sizeof(int) * (size_t)km), *bf = core_malloc(sizeof(int) * (size_t)km);
   int *slot = core_malloc(sizeof(int) * (size_t)km), *aslot = core_malloc(sizeof(int) * (size_t)km);
   int *al = core_malloc(sizeof(int) * (size_t)km), *wi = core_malloc(sizeof(int) * (size_t)km);
-  for (int k = 0; k < km; k++) fe[k] = bf[k] = slot[k] = aslot[k] = al[k] = wi[k] = -1;
+  int *rg = core_malloc(sizeof(int) * (size_t)km), *bc = core_malloc(sizeof(int) * (size_t)km);
+  for (int k = 0; k < km; k++) fe[k] = bf[k] = slot[k] = aslot[k] = al[k] = wi[k] = rg[k] = bc[k] = -1;
   for (int i = 0; i < st->len; i++) {
     const sched_instr *in = &st->ins[i];
     if (in->chunk < 0 || in->mb < 0 || in->chunk >= pr->v || in->mb >= pr->m) continue;
@@ -165,6 +179,8 @@ static int candidates(const sched_program *pr, int r, const sched_costs *c, doub
               in->op == SCHED_BACKWARD_WEIGHT || in->op == SCHED_SEND_GRAD;
     if (in->op == SCHED_BACKWARD_WEIGHT) wi[k] = i;
     else al[k] = i;
+    if (in->op == SCHED_RECV_GRAD) rg[k] = i;
+    if ((in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) && bc[k] < 0) bc[k] = i;
     if (bwd && bf[k] < 0) bf[k] = i;
     else if (!bwd && bf[k] < 0) fe[k] = i;
     if (kp >= 0 && bf[kp] < 0) fe[kp] = i;
@@ -175,6 +191,15 @@ static int candidates(const sched_program *pr, int r, const sched_costs *c, doub
     cs[n++] = (cand){.k = k, .s = s, .fe = fe[k], .bf = bf[k], .slot = slot[k], .aslot = aslot[k], .part = 1,
                      .t_off = te[r][fe[k]], .t_need = ts[r][bf[k]], .c = sched_offload_cost(c, s)};
   }
+  /* a gradient received long before its backward runs (a rank busy with its other chunk, as
+   * interleaved's last rank in the cool-down): the pair, back for the receive, may go again until
+   * its backward */
+  for (int k = 0; k < km; k++) {
+    if (rg[k] < 0 || bc[k] < 0 || rg[k] + 1 >= bc[k] || rg[k] != bf[k]) continue;
+    int s = pr->stage_of[r * pr->v + k / pr->m];
+    cs[n++] = (cand){.k = k, .s = s, .fe = rg[k], .bf = bc[k], .slot = slot[k], .aslot = aslot[k], .part = 1,
+                     .t_off = te[r][rg[k]], .t_need = ts[r][bc[k]], .c = sched_offload_cost(c, s)};
+  }
   for (int k = 0; k < km; k++) {
     if (wi[k] < 0 || al[k] < 0 || al[k] >= wi[k]) continue;
     int s = pr->stage_of[r * pr->v + k / pr->m];
@@ -182,7 +207,7 @@ static int candidates(const sched_program *pr, int r, const sched_costs *c, doub
     cs[n++] = (cand){.k = k, .s = s, .fe = al[k], .bf = wi[k], .slot = slot[k], .aslot = -1, .part = ws,
                      .t_off = te[r][al[k]], .t_need = ts[r][wi[k]], .c = sched_offload_cost(c, s) * ws};
   }
-  free(fe), free(bf), free(slot), free(aslot), free(al), free(wi);
+  free(fe), free(bf), free(slot), free(aslot), free(al), free(wi), free(rg), free(bc);
   return n;
 }
 
@@ -251,8 +276,8 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
   }
   int rc = sched_sim_times(pr, c, ts, te);
   int km = pr->v * pr->m;
-  cand *cs = core_malloc(sizeof(cand) * (size_t)(2 * km + 1)); /* two windows per pair at most */
-  cand **tmp = core_malloc(sizeof(cand *) * (size_t)(2 * km + 1));
+  cand *cs = core_malloc(sizeof(cand) * (size_t)(3 * km + 1)); /* three windows per pair at most */
+  cand **tmp = core_malloc(sizeof(cand *) * (size_t)(3 * km + 1));
   int *first = core_malloc(sizeof(int) * (size_t)km), *last = core_malloc(sizeof(int) * (size_t)km);
   int *alast = core_malloc(sizeof(int) * (size_t)km);
   core_progress_phase("placing offloads:", pr->p, "ranks");

@@ -9,8 +9,9 @@
  * and OPTIMIZER_STEP per rank, REDUCE_TIED_GRADS on the one or two ranks of the tied stages.
  * ZeRO-3: a GATHER_PARAMS and a RELEASE_PARAMS per run of a chunk's compute ops: one run per
  * chunk when kept gathered or when a rank has one chunk, at most one per compute op otherwise.
- * Offload: at most an OFFLOAD and a RELOAD per pair, and per split pair another two for its W's
- * part (offload.c); a bound, as the placement keeps only the copies that hide.
+ * Offload: at most an OFFLOAD and a RELOAD per pair, another two for a gradient received long
+ * before its backward, and per split pair another two for its W's part (offload.c); a bound, as
+ * the placement keeps only the copies that hide.
  *
  * Bytes, from the structures as they are (sizes of this build; a sched_instr is 24 bytes): the
  * peak is the largest of
@@ -56,7 +57,9 @@ void sched_size_estimate(const sched_shape *sh, int steps, int events, sched_siz
   double tail = fwd_only ? 0 : 2 * p + (sh->tied ? (isv || p == 1 ? 1 : 2) : 0); /* one rank holds both ends */
   double gathers = 0, copies = 0;
   if (sh->zero3) gathers = sh->keep_gathered || v == 1 ? 2 * S : 2 * C;
-  if (sh->offload && !fwd_only) copies = (C > 2 * P ? 4 : 2) * P;
+  /* two per window: forward work to backward work, a gradient received early to its backward,
+   * a split pair's I to its W */
+  if (sh->offload && !fwd_only) copies = (C > 2 * P ? 6 : 4) * P;
   double validates = sh->post_validation && !fwd_only ? p : 0; /* one VALIDATE per rank */
   double I = C + 2 * X + loads + tail + gathers + copies + validates;
   out->pairs = P, out->compute = C, out->instructions = I;
@@ -78,7 +81,7 @@ void sched_size_estimate(const sched_shape *sh, int steps, int events, sched_siz
   /* with offloads the simulator also keeps per pair its copies' times and ranges, and a memory
    * event (32 bytes) for each change of a pair's memory, up to twice as many as it holds */
   double sim1 = B_INSTR * I + 16 * P + 12 * v * m + (copies > 0 ? 28 * P + 64 * (3 * P + copies) : 0);
-  double offload = copies > 0 ? sim1 + 16 * I + 2 * 112 * v * m + 12 * v * m + B_INSTR * I / p : 0;
+  double offload = copies > 0 ? sim1 + 16 * I + 3 * 112 * v * m + 12 * v * m + B_INSTR * I / p : 0;
   double verify = B_INSTR * I + 13 * P;
   double sim = B_INSTR * I + 16 * P * k + 12 * v * m + (copies > 0 ? 28 * P + 64 * (3 * P + copies) * k : 0) +
                (events ? (double)B_EVENT * I * k : 0);

@@ -53,10 +53,12 @@ Test(offload, full_1f1b_holds_a_constant_peak_at_no_cost) {
 }
 
 /* Interleaved 1F1B (v = 2, a chunk's copy 0.25) and zb-h1 (its W's part offloaded between I and W
- * too): the makespan within 2% of no offload, the peak at most 4 where no receive posted early
- * holds more (interleaved p <= 8; zb-h1 every p). */
+ * too): the makespan within 2% of no offload and the peak at most 4 stages' activations, p = 4 to
+ * 32. Interleaved's last ranks receive gradients long before their backward runs (busy with
+ * their other chunk): such a pair comes back for the receive and goes again until its backward
+ * (without that second window p = 16 held 4.5, p = 32 8). */
 Test(offload, full_interleaved_and_zb_h1) {
-  for (int p = 4; p <= 16; p *= 2) {
+  for (int p = 4; p <= 32; p *= 2) {
     double mn, mo, pn, po;
     sched_sim_result res;
     sched_shape zb = {.family = SCHED_ZB_H1, .p = p, .v = 1, .m = 2 * p, .offload = SCHED_OFFLOAD_FULL};
@@ -66,8 +68,7 @@ Test(offload, full_interleaved_and_zb_h1) {
     sched_shape il = {.family = SCHED_INTERLEAVED, .p = p, .v = 2, .m = 2 * p, .offload = SCHED_OFFLOAD_FULL};
     both(il, 0.25, &mn, &mo, &pn, &po, &res);
     cr_assert(mo <= 1.02 * mn, "interleaved p=%d: makespan %g vs %g", p, mo, mn);
-    cr_assert(po < pn, "interleaved p=%d: peak %g, without %g", p, po, pn);
-    if (p <= 8) cr_assert(po <= 4 + 1e-9, "interleaved p=%d: peak %g", p, po);
+    cr_assert(po < pn && po <= 4 + 1e-9, "interleaved p=%d: peak %g, without %g", p, po, pn);
     sched_sim_result_free(&res);
   }
 }

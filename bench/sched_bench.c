@@ -16,7 +16,8 @@ static double now(void) {
 }
 
 static int run(sched_family f, int p, int v, int m) {
-  sched_shape sh = {.family = f, .p = p, .v = v, .m = m};
+  sched_step_sync sync = sched_default_step_sync(f);
+  sched_shape sh = {.family = f, .p = p, .v = v, .m = m, .post_validation = sync == SCHED_STEP_POST_VALIDATION};
   sched_costs c = sched_costs_unit();
   sched_program compute, pr;
   double t0 = now();
@@ -27,7 +28,6 @@ static int run(sched_family f, int p, int v, int m) {
   if (sched_verify(&pr)) goto fail;
   double t3 = now();
   sched_sim_result res;
-  sched_step_sync sync = sched_default_step_sync(f);
   if (sched_simulate_steps(&pr, &c, 4, sync, &res, NULL)) goto fail;
   double t4 = now();
   size_t n = sched_program_count(&pr);

@@ -343,7 +343,8 @@ int cli_sim(int argc, char **argv) {
   if (parse_opts(argc, argv, 1, &o)) return fail();
   int events = o.ascii || o.trace || o.svg; /* a timeline only for what draws it */
   /* a config's step is predicted in its steady state: 4 steps, meeting at the optimizer as the
-   * run would (post-validation for the zero-bubble and V families, its default) */
+   * run would (post-validation where its program has VALIDATEs: optimizer.post_validation, the
+   * zero-bubble and V families' default) */
   int steps = o.steps ? o.steps : o.config ? 4 : 1;
   if (o.config) { /* predict a training config: FLOP-priced stages, times in seconds */
     pipe_plan_hw hw = {.gflops = o.gflops, .d = o.dp, .dp_gbps = o.dp_gbps};
@@ -377,7 +378,7 @@ int cli_sim(int argc, char **argv) {
   sched_timeline tl;
   sched_timeline_init(&tl, sched_family_name(pr.family), o.config ? "s, predicted" : "unit", pr.p, pr.v, pr.m);
   sched_sim_result res;
-  int sync = o.step_sync >= 0 ? o.step_sync : o.config ? (int)sched_default_step_sync(pr.family) : (int)SCHED_STEP_BARRIER;
+  int sync = o.step_sync >= 0 ? o.step_sync : o.config ? (int)sched_program_step_sync(&pr) : (int)SCHED_STEP_BARRIER;
   int rc = sched_simulate_steps(&pr, &o.costs, steps, (sched_step_sync)sync, &res, events ? &tl : NULL);
   if (!rc) {
     double cap = o.config || pr.mem_cap <= 0 ? -1 : pr.mem_cap; /* the compiler's promise; none for files */

@@ -88,6 +88,9 @@ typedef enum { SCHED_STEP_BARRIER, SCHED_STEP_POST_VALIDATION } sched_step_sync;
  * post-validation for the zero-bubble and V families, whose ranks end their steps staggered;
  * a barrier for the rest. */
 sched_step_sync sched_default_step_sync(sched_family f);
+/* How a program's steps meet: post-validation when it checks the last update inside the next
+ * step (it has VALIDATEs), else a barrier. */
+sched_step_sync sched_program_step_sync(const sched_program *pr);
 
 /* A family's memory cap per rank in stages' activations (M_B), what sim's peak_memory stays
  * within: gpipe m, 1f1b and zb-h1 p, zb-h2 2p - 1, zb-v and v-zb p, v-half floor((p+2)/2),

@@ -454,6 +454,12 @@ sched_step_sync sched_default_step_sync(sched_family f) {
   return sched_family_is_zb(f) || sched_family_is_v(f) ? SCHED_STEP_POST_VALIDATION : SCHED_STEP_BARRIER;
 }
 
+sched_step_sync sched_program_step_sync(const sched_program *pr) {
+  for (int i = 0; pr->p > 0 && i < pr->streams[0].len; i++)
+    if (pr->streams[0].ins[i].op == SCHED_VALIDATE) return SCHED_STEP_POST_VALIDATION;
+  return SCHED_STEP_BARRIER;
+}
+
 int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_result *res,
                    sched_timeline *tl) {
   return sched_simulate_steps(pr, c, 1, SCHED_STEP_BARRIER, res, tl);

@@ -198,7 +198,7 @@ EMU      := $(BUILD)/emu
 EMU_CU   := attention_cuda backend blas_cuda flash_cuda ops_cuda
 EMU_HDRS := $(wildcard tests/emu/include/*.h tests/emu/include/cub/device/*.cuh)
 EMU_CXX  := g++ -std=c++17 -O1 -g -fsanitize=address -fno-omit-frame-pointer -Itests/emu/include -I. \
-            -DBRIGADE_CUDA=1
+            -DBRIGADE_CUDA=1 -MMD -MP
 EMU_OBJS := $(EMU_CU:%=$(EMU)/%.o) $(EMU)/emu.o $(EMU)/ops.o \
             $(filter-out %.cu.o $(BUILD)/kernels/ops.o,$(LIB_OBJS))
 EMU_LIBS := $(PC_LIBS) -lm -lpthread
@@ -305,4 +305,4 @@ clean:
 	rm -rf build build-san build-fuzz out
 
 -include $(FUZZ_OBJS:.o=.d) $(FUZZ_SRCS:%.c=$(FUZZ_BUILD)/%.d) $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_BINS:=.d) $(WORKER_BINS:=.d) \
-  $(TEST_HELPER_OBJS:.o=.d) $(BENCH_BINS:=.d)
+  $(TEST_HELPER_OBJS:.o=.d) $(BENCH_BINS:=.d) $(EMU_CU:%=$(EMU)/%.d) $(EMU)/emu.d $(EMU)/ops.d

@@ -147,6 +147,12 @@ typedef struct kernels_ops {
    * used for bias correction; weight decay is decoupled: p -= lr * weight_decay * p */
   void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, int t, float grad_scale);
+  /* The same update out of place: p, m, v are read, the new values written to p_out, m_out,
+   * v_out (seven distinct buffers); the same bits as adamw. Post-validation keeps the old state
+   * this way instead of copying it first. */
+  void (*adamw_to)(float *p_out, float *m_out, float *v_out, const float *p, const float *g, const float *m,
+                   const float *v, size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                   float grad_scale);
   /* SGD, PyTorch's form: g' = g*grad_scale + weight_decay*p; with mom (may be NULL when
    * momentum is 0) mom = momentum*mom + g', and the step uses mom; p -= lr * step */
   void (*sgd)(float *p, const float *g, float *mom, size_t n, float lr, float momentum,

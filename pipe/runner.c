@@ -201,6 +201,10 @@ void pipe_runner_free(pipe_runner *rn) {
   for (int c = 0; c < rn->v && rn->pv_save; c++) rn->pv_ops->free(rn->pv_save[c]);
   free(rn->pv_save);
   rn->pv_save = NULL;
+  for (int c = 0; c < rn->v && rn->pv_m; c++)
+    rn->pv_pops->free(rn->pv_p[c]), rn->pv_ops->free(rn->pv_m[c]), rn->pv_ops->free(rn->pv_v[c]);
+  free(rn->pv_p), free(rn->pv_m), free(rn->pv_v);
+  rn->pv_p = rn->pv_m = rn->pv_v = NULL;
   for (int c = 0; c < rn->v && rn->hgrad; c++) free(rn->hgrad[c]);
   free(rn->hgrad);
   rn->hgrad = NULL;
@@ -261,7 +265,53 @@ static double local_sumsq(const pipe_runner *rn) {
   return s;
 }
 
-static void update_range(pipe_runner *rn, int c, size_t lo, size_t hi, size_t base, float wd, float gscale) {
+/* Post-validation's second set of arrays: whether AdamW writes the update there (else the
+ * arrays are copied before it), and chunk c's arrays swapped with the live ones. */
+static int pv_swaps(const pipe_runner *rn) {
+  const zero_buffer *z = &rn->zb[0];
+  return strcmp(rn->opt.type, "sgd") != 0 && !(z->d > 1 && (z->stage == 1 || z->stage == 2));
+}
+
+static void swap_ptr(float **a, float **b) {
+  float *t = *a;
+  *a = *b, *b = t;
+}
+
+static void pv_swap(pipe_runner *rn, int c) {
+  swap_ptr(&rn->opt_m[c], &rn->pv_m[c]), swap_ptr(&rn->opt_v[c], &rn->pv_v[c]);
+  if (rn->master) {
+    swap_ptr(&rn->master[c], &rn->pv_p[c]);
+  } else if (rn->zb[c].stage == 3) {
+    rn->pv_p[c] = zero_replace_params(&rn->zb[c], rn->pv_p[c]);
+  } else { /* the chunk's whole buffer: the layers' views move with it */
+    float *old = zero_replace_params(&rn->zb[c], rn->pv_p[c]);
+    layers_chunk_bind_params(&rn->chunks[c], rn->pv_p[c]);
+    rn->pv_p[c] = old;
+  }
+}
+
+static int pv_alloc(pipe_runner *rn) {
+  if (rn->pv_m) return CORE_OK;
+  rn->pv_p = core_calloc((size_t)rn->v, sizeof(float *));
+  rn->pv_m = core_calloc((size_t)rn->v, sizeof(float *)), rn->pv_v = core_calloc((size_t)rn->v, sizeof(float *));
+  for (int c = 0; c < rn->v; c++) {
+    size_t base, end;
+    zero_range(&rn->zb[c], &base, &end);
+    size_t n = end - base + 1;
+    const kernels_ops *ops = rn->offload ? rn->opt_ops : rn->chunks[c].ops;
+    rn->pv_ops = ops, rn->pv_pops = rn->master ? ops : rn->zb[c].stage == 3 ? rn->zb[c].ops : rn->chunks[c].ops;
+    if (!rn->master && rn->zb[c].stage != 3) n = rn->chunks[c].nparams + 1; /* the chunk's whole buffer */
+    rn->pv_p[c] = rn->pv_pops->alloc(sizeof(float) * n);
+    rn->pv_m[c] = ops->alloc(sizeof(float) * (end - base + 1)), rn->pv_v[c] = ops->alloc(sizeof(float) * (end - base + 1));
+    if (!rn->pv_p[c] || !rn->pv_m[c] || !rn->pv_v[c])
+      return core_error_set(CORE_ERUNTIME, "backend %s: out of memory for post-validation's second copy of %zu "
+                            "parameters' update state (optimizer.post_validation = false does without)", ops->name,
+                            end - base);
+  }
+  return CORE_OK;
+}
+
+static void update_range(pipe_runner *rn, int c, size_t lo, size_t hi, size_t base, float wd, float gscale, int to) {
   layers_chunk *ch = &rn->chunks[c];
   /* offloaded: the host's table on the host copies of the gradients, state and master */
   const kernels_ops *ops = rn->offload ? rn->opt_ops : ch->ops;
@@ -271,6 +321,10 @@ static void update_range(pipe_runner *rn, int c, size_t lo, size_t hi, size_t ba
   float *p = rn->master ? rn->master[c] + (lo - base) : zero_param_shard(&rn->zb[c]) + (lo - base);
   if (strcmp(rn->opt.type, "sgd") == 0)
     ops->sgd(p, g, rn->opt.momentum > 0 ? m : NULL, hi - lo, (float)rn->lr, (float)rn->opt.momentum, wd, gscale);
+  else if (to) /* into the second set (post-validation), swapped in after */
+    ops->adamw_to(rn->pv_p[c] + (lo - base), rn->pv_m[c] + (lo - base), rn->pv_v[c] + (lo - base), p, g, m, v, hi - lo,
+                  (float)rn->lr, (float)rn->opt.beta1, (float)rn->opt.beta2, (float)rn->opt.eps, wd, (int)rn->opt_t,
+                  gscale);
   else
     ops->adamw(p, g, m, v, hi - lo, (float)rn->lr, (float)rn->opt.beta1, (float)rn->opt.beta2, (float)rn->opt.eps, wd,
                (int)rn->opt_t, gscale);
@@ -349,8 +403,8 @@ static void refresh_working(pipe_runner *rn, int c) {
 
 /* The update of every chunk's owned range with gradient scale gscale (opt_t already advanced),
  * and the working copy made from it; zero_finish (the gradients cleared, the shards gathered)
- * comes after. */
-static void update_all(pipe_runner *rn, float gscale) {
+ * comes after. to: into post-validation's second set of arrays, then swapped in. */
+static void update_all(pipe_runner *rn, float gscale, int to) {
   for (int c = 0; c < rn->v; c++) {
     const uint8_t *mask = rn->decay[c];
     size_t base, end;
@@ -372,8 +426,9 @@ static void update_all(pipe_runner *rn, float gscale) {
     }
     for (int k = 0; k < rn->ndruns[c]; k++) {
       size_t lo = rn->druns[c][k], hi = rn->druns[c][k + 1];
-      update_range(rn, c, lo, hi, base, mask[lo] ? (float)rn->opt.weight_decay : 0.0f, gscale);
+      update_range(rn, c, lo, hi, base, mask[lo] ? (float)rn->opt.weight_decay : 0.0f, gscale, to);
     }
+    if (to) pv_swap(rn, c);
     refresh_working(rn, c);
   }
 }
@@ -420,10 +475,17 @@ static int eager_step(pipe_runner *rn) {
        MPI_Iallreduce(MPI_IN_PLACE, &rn->pv_sum[1], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &rn->pv_req[1]) != MPI_SUCCESS))
     return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce (post-validation) failed");
   rn->pv_pending = 1, rn->pv_lr = rn->lr, rn->pv_step = rn->step;
-  int rc = pv_copy(rn, 1);
+  int to = pv_swaps(rn), rc = to ? pv_alloc(rn) : pv_copy(rn, 1);
   if (rc) return rc;
   rn->opt_t++;
-  update_all(rn, (float)(1.0f / rn->loss_scale));
+  update_all(rn, (float)(1.0f / rn->loss_scale), to);
+  return CORE_OK;
+}
+
+/* The eager update undone: the arrays it read live again. */
+static int pv_restore(pipe_runner *rn) {
+  if (!pv_swaps(rn)) return pv_copy(rn, 0);
+  for (int c = 0; c < rn->v; c++) pv_swap(rn, c);
   return CORE_OK;
 }
 
@@ -440,7 +502,7 @@ static int validate(pipe_runner *rn, int *changed) {
   rn->step = rn->pv_step, rn->lr = rn->pv_lr; /* the update's own step: its messages, its rate */
   int any = rn->pv_sum[1] > 0, rc = CORE_OK;
   if (any && rn->precision == 2) { /* the synchronous step would have skipped: undo, then skip */
-    rc = pv_copy(rn, 0);
+    rc = pv_restore(rn);
     if (!rc) {
       rn->opt_t--;
       for (int c = 0; c < rn->v; c++) refresh_working(rn, c);
@@ -454,10 +516,10 @@ static int validate(pipe_runner *rn, int *changed) {
                           "the step's update was made before the norm was known (optimizer.post_validation)", rn->step + 1);
     if (!rc) adjust_scale(rn, 0);
     if (!rc && rn->opt.clip > 0 && rn->grad_norm > rn->opt.clip) { /* clipping should have applied: redo with it */
-      rc = pv_copy(rn, 0);
+      rc = pv_restore(rn);
       if (!rc) {
         float gscale = (float)(rn->opt.clip / rn->grad_norm);
-        update_all(rn, (float)(gscale / rn->loss_scale));
+        update_all(rn, (float)(gscale / rn->loss_scale), pv_swaps(rn));
         rn->rollbacks++, *changed = 1;
       }
     }
@@ -505,7 +567,7 @@ static int optimizer_step(pipe_runner *rn) {
   gscale = (float)(gscale / rn->loss_scale);
   adjust_scale(rn, 0);
   rn->opt_t++;
-  update_all(rn, gscale);
+  update_all(rn, gscale, 0);
   for (int c = 0; c < rn->v; c++) {
     int rc = zero_finish(&rn->zb[c]);
     if (rc) return rc;

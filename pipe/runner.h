@@ -68,6 +68,12 @@ typedef struct {
   int post_validation;
   float **pv_save;
   const kernels_ops *pv_ops; /* the table pv_save's buffers came from */
+  /* AdamW instead writes the update into a second set of arrays (adamw_to: pv_p, pv_m, pv_v, [v]
+   * each, from the tables pv_pops and pv_ops) and swaps them in, so the old state stays whole for
+   * a rollback at no copy; the parameters swap with it (the master, ZeRO-3's shard, or the
+   * chunk's whole buffer, the layers rebound). SGD, and ZeRO-1/2 across replicas, copy. */
+  float **pv_p, **pv_m, **pv_v;
+  const kernels_ops *pv_pops;
   MPI_Request pv_req[2];
   double pv_sum[2];  /* local, then global: the squared norm; the overflow flag */
   int pv_pending;

@@ -344,6 +344,12 @@ static int gather_in_place(zero_buffer *z) {
   return ok ? CORE_OK : core_error_set(CORE_ERUNTIME, "parameter all-gather failed");
 }
 
+float *zero_replace_params(zero_buffer *z, float *p) {
+  float **at = z->stage == 3 ? &z->pshard : &z->params, *old = *at;
+  *at = p;
+  return old;
+}
+
 float *zero_param_shard(const zero_buffer *z) {
   if (z->stage == 3) return z->pshard;
   return z->stage == 0 ? z->params : z->params + z->lo;

@@ -133,6 +133,10 @@ int zero_finish(zero_buffer *z);
 /* The parameters this rank updates (zero_range's): the shard's own buffer at stage 3, else the
  * caller's buffer at lo. */
 float *zero_param_shard(const zero_buffer *z);
+/* The parameter buffer the replica updates (stage 3: its shard; else the caller's full buffer,
+ * which must be as long) replaced by p; returns the one it held. Post-validation keeps two and
+ * swaps them. */
+float *zero_replace_params(zero_buffer *z, float *p);
 /* Stage 3: every replica's shard of the parameters into dst (n floats of the table's memory, a
  * gather buffer): my shard copied in, then an all-gather in place. Collective over the group;
  * counted in bytes_gather. With req, on host memory over MPI, it is left in flight

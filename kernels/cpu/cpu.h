@@ -35,6 +35,9 @@ typedef struct {
   /* c1, c2: the bias corrections 1 - beta^t */
   void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float eps,
                 float weight_decay, float c1, float c2, float grad_scale);
+  void (*adamw_to)(float *po, float *mo, float *vo, const float *p, const float *g, const float *m, const float *v,
+                   size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
+                   float grad_scale);
 } kernels_cpu_vec;
 extern const kernels_cpu_vec kernels_cpu_vec_sse, kernels_cpu_vec_avx2;
 const kernels_cpu_vec *kernels_cpu_vec_get(void);

@@ -294,6 +294,7 @@ typedef struct {
   float *p, *m, *v;
   const float *g;
   float lr, beta1, beta2, eps, wd, c1, c2, gs;
+  float *po, *mo, *vo; /* adamw_to's outputs */
 } adam_job;
 
 static void adamw_part(void *ctx, size_t lo, size_t hi) {
@@ -309,6 +310,20 @@ static void adamw(float *p, const float *g, float *m, float *v, size_t n, float 
   adam_job j = {.p = p, .m = m, .v = v, .g = g, .lr = lr, .beta1 = beta1, .beta2 = beta2, .eps = eps,
                 .wd = weight_decay, .c1 = c1, .c2 = c2, .gs = grad_scale};
   kernels_cpu_parallel(n, GRAIN, ALIGN, adamw_part, &j);
+}
+
+static void adamw_to_part(void *ctx, size_t lo, size_t hi) {
+  const adam_job *j = ctx;
+  kernels_cpu_vec_get()->adamw_to(j->po + lo, j->mo + lo, j->vo + lo, j->p + lo, j->g + lo, j->m + lo, j->v + lo,
+                                  hi - lo, j->lr, j->beta1, j->beta2, j->eps, j->wd, j->c1, j->c2, j->gs);
+}
+
+static void adamw_to(float *po, float *mo, float *vo, const float *p, const float *g, const float *m, const float *v,
+                     size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale) {
+  float c1 = (float)(1.0 - pow(beta1, t)), c2 = (float)(1.0 - pow(beta2, t));
+  adam_job j = {.p = (float *)p, .m = (float *)m, .v = (float *)v, .g = g, .lr = lr, .beta1 = beta1, .beta2 = beta2,
+                .eps = eps, .wd = weight_decay, .c1 = c1, .c2 = c2, .gs = grad_scale, .po = po, .mo = mo, .vo = vo};
+  kernels_cpu_parallel(n, GRAIN, ALIGN, adamw_to_part, &j);
 }
 
 static void sgd(float *p, const float *g, float *mom, size_t n, float lr, float momentum,
@@ -502,6 +517,7 @@ static const kernels_ops cpu_ops = {
     .xent_forward = xent_forward,
     .xent_backward = xent_backward,
     .adamw = adamw,
+    .adamw_to = adamw_to,
     .sgd = sgd,
     .axpy = axpy,
     .scale = scale,

@@ -197,6 +197,11 @@ static void adamw(float *p, const float *g, float *m, float *v, size_t n, float 
   CPU->adamw(D(p), D(g), D(m), D(v), n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
 }
 
+static void adamw_to(float *po, float *mo, float *vo, const float *p, const float *g, const float *m, const float *v,
+                     size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t, float grad_scale) {
+  CPU->adamw_to(D(po), D(mo), D(vo), D(p), D(g), D(m), D(v), n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+}
+
 static void sgd(float *p, const float *g, float *mom, size_t n, float lr, float momentum,
                 float weight_decay, float grad_scale) {
   CPU->sgd(D(p), D(g), D(mom), n, lr, momentum, weight_decay, grad_scale);
@@ -258,6 +263,7 @@ static kernels_ops fakedev_ops = { /* not const: tests may give it a coll table 
     .xent_forward = xent_forward,
     .xent_backward = xent_backward,
     .adamw = adamw,
+    .adamw_to = adamw_to,
     .sgd = sgd,
     .axpy = axpy,
     .scale = scale,

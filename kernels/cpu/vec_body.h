@@ -249,6 +249,20 @@ VEC_FN void adamw(float *restrict p, const float *restrict g, float *restrict m,
   }
 }
 
+/* out of place, the same expressions (so the same bits) */
+VEC_FN void adamw_to(float *restrict po, float *restrict mo, float *restrict vo, const float *restrict p,
+                     const float *restrict g, const float *restrict m, const float *restrict v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, float c1, float c2, float grad_scale) {
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * grad_scale;
+    float mn = beta1 * m[i] + (1.0f - beta1) * gi;
+    float vn = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    mo[i] = mn, vo[i] = vn;
+    float mhat = mn / c1, vhat = vn / c2;
+    po[i] = p[i] - lr * (mhat / (__builtin_sqrtf(vhat) + eps) + weight_decay * p[i]);
+  }
+}
+
 const kernels_cpu_vec VEC_TABLE = {
     .name = VEC_W == 4 ? "sse" : "avx2",
     .width = VEC_W,
@@ -259,4 +273,5 @@ const kernels_cpu_vec VEC_TABLE = {
     .layernorm_backward_input = layernorm_backward_input,
     .layernorm_backward_weight = layernorm_backward_weight,
     .adamw = adamw,
+    .adamw_to = adamw_to,
 };

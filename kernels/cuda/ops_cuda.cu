@@ -380,6 +380,28 @@ static void adamw(float *p, const float *g, float *m, float *v, size_t n, float 
   LAUNCH_N(k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2, grad_scale);
 }
 
+// out of place: the same expressions as k_adamw, so the same bits
+__global__ void k_adamw_to(float *po, float *mo, float *vo, const float *p, const float *g, const float *m,
+                           const float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                           float weight_decay, float c1, float c2, float grad_scale) {
+  GRID_STRIDE(i, n) {
+    float gi = g[i] * grad_scale;
+    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    mo[i] = mi;
+    vo[i] = vi;
+    float mhat = mi / c1, vhat = vi / c2, pi = p[i];
+    po[i] = pi - lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * pi);
+  }
+}
+
+static void adamw_to(float *po, float *mo, float *vo, const float *p, const float *g, const float *m, const float *v,
+                     size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
+                     float grad_scale) {
+  float c1 = (float)(1.0 - pow(beta1, t)), c2 = (float)(1.0 - pow(beta2, t));
+  LAUNCH_N(k_adamw_to, n, po, mo, vo, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2, grad_scale);
+}
+
 __global__ void k_sgd(float *p, const float *g, float *mom, size_t n, float lr, float momentum,
                       float weight_decay, float grad_scale) {
   GRID_STRIDE(i, n) {
@@ -561,6 +583,7 @@ void cuda_fill_table(kernels_ops *t) {
   t->xent_forward = xent_forward;
   t->xent_backward = xent_backward;
   t->adamw = adamw;
+  t->adamw_to = adamw_to;
   t->sgd = sgd;
   t->axpy = axpy;
   t->scale = scale;

@@ -716,6 +716,26 @@ Test(OPS_HARNESS_SUITE, adamw) {
   expect_close("adamw v", v, gv, n, TOL_MATH);
 }
 
+/* out of place: the backend's adamw_to gives its own adamw's bits and leaves p, m, v alone */
+Test(OPS_HARNESS_SUITE, adamw_to_equals_adamw) {
+  need_backend();
+  rng r = {14};
+  size_t n = 100003;
+  float *p = rand_buf(&r, n, -1, 1), *g = rand_buf(&r, n, -1, 1), *m = rand_buf(&r, n, -0.1f, 0.1f);
+  float *v = rand_buf(&r, n, 0, 0.01f);
+  float *gp = devf(p, n), *gg = devf(g, n), *gm = devf(m, n), *gv = devf(v, n);
+  float *ip = devf(p, n), *im = devf(m, n), *iv = devf(v, n), *op = devf(p, n), *om = devf(m, n), *ov = devf(v, n);
+  G->adamw_to(op, om, ov, ip, gg, im, iv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f);
+  G->adamw(gp, gg, gm, gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f);
+  float *a = backf(op, n), *b = backf(gp, n), *c = backf(ip, n);
+  cr_assert(memcmp(a, b, sizeof(float) * n) == 0, "adamw_to p differs from adamw's");
+  cr_assert(memcmp(c, p, sizeof(float) * n) == 0, "adamw_to wrote its input p");
+  a = backf(om, n), b = backf(gm, n);
+  cr_assert(memcmp(a, b, sizeof(float) * n) == 0, "adamw_to m differs from adamw's");
+  a = backf(ov, n), b = backf(gv, n);
+  cr_assert(memcmp(a, b, sizeof(float) * n) == 0, "adamw_to v differs from adamw's");
+}
+
 Test(OPS_HARNESS_SUITE, sgd) {
   need_backend();
   rng r = {13};

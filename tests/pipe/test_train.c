@@ -779,8 +779,9 @@ static long last_rollbacks(const char *log) { return last_count(log, "rollbacks"
  * norm follows, an update clipping should have changed is redone): the synchronous step's losses
  * bit for bit, on 2 stages (1f1b) and 4 (zb-h2), with clipping that never fires (no rollback) and
  * with clipping at 0.01 (fires every step: one rollback per step), and on 2 stages x 2 ZeRO-2
- * replicas; under fp16 an overflow injected into one rank's gradient still skips the step on
- * every rank (undone there, counted as a rollback). On 1f1b and zb-h2 the check is the next
+ * replicas, 2 x 2 ZeRO-3 (the shard swaps with its second copy) and bf16 (the fp32 master does);
+ * under fp16 an overflow injected into one rank's gradient still skips the step on every rank
+ * (undone there, counted as a rollback). On 1f1b and zb-h2 the check is the next
  * step's VALIDATE, after the forwards each rank can redo: a redone update starts that step again
  * (steps 2 to 10 when clipping fires every step; the last step's check is at the end of the
  * run), and the losses, norms and rates are still the synchronous ones; ZeRO-2 across replicas
@@ -790,12 +791,15 @@ Test(train, post_validation_matches_the_synchronous_step, .timeout = 300) {
   close(mkstemp(log));
   run_log sync, post;
   const char *layouts[] = {"--set pipeline.stages=2 --set pipeline.schedule=1f1b", "--set pipeline.stages=4 --set pipeline.schedule=zb-h2",
-                           "--set pipeline.stages=2 --set zero_optimization.stage=2 --set gradient_accumulation_steps=2"};
-  const int np[] = {2, 4, 4};
+                           "--set pipeline.stages=2 --set zero_optimization.stage=2 --set gradient_accumulation_steps=2",
+                           "--set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set zero_optimization.stage=3 "
+                           "--set gradient_accumulation_steps=2",
+                           "--set pipeline.stages=2 --set pipeline.schedule=zb-v --set bf16.enabled=true"};
+  const int np[] = {2, 4, 4, 4, 2};
   const char *clips[] = {"--set gradient_clipping=1e9", "--set gradient_clipping=0.01"};
-  for (int l = 0; l < 3; l++)
+  for (int l = 0; l < 5; l++)
     for (int k = 0; k < 2; k++) {
-      if (l == 2 && k == 0) continue;
+      if (l >= 2 && k == 0) continue;
       train_read(np[l], log, &sync, "%s %s --set train.steps=10 --set optimizer.post_validation=false", layouts[l], clips[k]);
       cr_assert_eq(last_rollbacks(log), -1, "a synchronous run logged rollbacks");
       train_read(np[l], log, &post, "%s %s --set train.steps=10 --set optimizer.post_validation=true", layouts[l], clips[k]);

@@ -153,6 +153,43 @@ static void axis(FILE *f, const layout *L, double axis_y) {
           LEFT + (WIDTH - LEFT - RIGHT) / 2.0, axis_y + 38, L->axis_unit);
 }
 
+/* Steps back to back (a timeline with several OPTIMIZER_STEPs per rank): where each step ends, the
+ * latest end of the step's k-th OPTIMIZER_STEP over the ranks, a dashed line across the rows
+ * labelled with the step. Nothing for one step. */
+static void step_bounds(FILE *f, const layout *L, double rows_bottom) {
+  const sched_timeline *tl = L->tl;
+  int *seen = core_calloc((size_t)tl->p, sizeof(int)), steps = 0;
+  for (int i = 0; i < tl->n; i++)
+    if (tl->ev[i].op == SCHED_OPTIMIZER_STEP && tl->ev[i].rank >= 0 && tl->ev[i].rank < tl->p)
+      if (++seen[tl->ev[i].rank] > steps) steps = seen[tl->ev[i].rank];
+  if (steps >= 2) {
+    double *end = core_malloc(sizeof(double) * (size_t)steps), *ends = core_malloc(sizeof(double) * (size_t)tl->n);
+    for (int k = 0; k < steps; k++) end[k] = -INFINITY;
+    for (int r = 0; r < tl->p; r++) { /* rank r's k-th step ends at its k-th OPTIMIZER_STEP, in time order */
+      int n = 0;
+      for (int i = 0; i < tl->n; i++)
+        if (tl->ev[i].op == SCHED_OPTIMIZER_STEP && tl->ev[i].rank == r) ends[n++] = tl->ev[i].end;
+      for (int a = 1; a < n; a++) /* few per rank: insertion sort */
+        for (int b = a; b > 0 && ends[b] < ends[b - 1]; b--) {
+          double t = ends[b];
+          ends[b] = ends[b - 1], ends[b - 1] = t;
+        }
+      for (int k = 0; k < n; k++) end[k] = ends[k] > end[k] ? ends[k] : end[k];
+    }
+    fputs("<g class=\"steps\">\n", f);
+    for (int k = 0; k < steps; k++) {
+      double x = x_of(L, end[k]);
+      fprintf(f, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#c0392b\" stroke-width=\"1\" "
+              "stroke-dasharray=\"4 3\"><title>step %d ends at %.6g</title></line>"
+              "<text x=\"%.2f\" y=\"%.2f\" class=\"tick\" fill=\"#c0392b\">step %d</text>\n",
+              x, (double)TOP - 4, x, rows_bottom, k + 1, end[k] - L->t0, x - 22, (double)TOP - 8, k + 1);
+    }
+    fputs("</g>\n", f);
+    free(end), free(ends);
+  }
+  free(seen);
+}
+
 /* The legend, wrapped to the width; returns its number of lines (f NULL: only counts). */
 static int legend(FILE *f, const layout *L, double y0) {
   const sched_timeline *tl = L->tl;
@@ -373,6 +410,7 @@ int viz_fwrite_svg(const sched_timeline *tl, FILE *f) {
       int kind = is_tail(op) ? 0 : sched_op_is_compute(op) ? 1 : 2;
       if (kind == pass) event_box(f, &L, &tl->ev[i]);
     }
+  step_bounds(f, &L, axis_y - 6);
   legend(f, &L, legend_y);
   fputs("</svg>\n", f);
   free(st);

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "schedule/events.h"
+#include "schedule/schedule.h"
 #include "viz/viz.h"
 
 /* ---- timelines by hand ---- */
@@ -660,6 +661,38 @@ Test(viz, svg_gantt_chart) {
   cr_assert(atof(r0 + 28) < atof(r1 + 28));
   free(svg);
   sched_timeline_free(&tl);
+}
+
+/* Steps back to back: a dashed line where each step ends (the latest OPTIMIZER_STEP of its
+ * round), labelled; one step has none. zb-h2 p=4 m=8, unit costs, a step of 0.5, post-validation:
+ * the three steps end at 27.5, 52 and 76.5. */
+Test(viz, svg_marks_where_each_step_ends) {
+  sched_shape sh = {.family = SCHED_ZB_H2, .p = 4, .v = 1, .m = 8, .post_validation = 1};
+  sched_costs c = sched_costs_unit();
+  c.step = 0.5;
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  for (int steps = 1; steps <= 3; steps += 2) {
+    sched_timeline tl;
+    sched_timeline_init(&tl, "zb-h2", "unit", 4, 1, 8);
+    sched_sim_result res;
+    cr_assert_eq(sched_simulate_steps(&pr, &c, steps, SCHED_STEP_POST_VALIDATION, &res, &tl), CORE_OK);
+    size_t n;
+    char *svg = svg_of(&tl, &n);
+    assert_well_formed(svg);
+    if (steps == 1) {
+      cr_assert(!strstr(svg, "class=\"steps\""), "one step, yet step marks");
+    } else {
+      cr_assert_eq(count(svg, "stroke-dasharray"), 3);
+      cr_assert(strstr(svg, "<title>step 1 ends at 27.5</title>") && strstr(svg, "<title>step 2 ends at 52</title>") &&
+                    strstr(svg, "<title>step 3 ends at 76.5</title>"), "%s", svg);
+      cr_assert(strstr(svg, ">step 3</text>"));
+    }
+    free(svg);
+    sched_sim_result_free(&res);
+    sched_timeline_free(&tl);
+  }
+  sched_program_free(&pr);
 }
 
 Test(viz, svg_chunks_seconds_and_escaping) {

@@ -124,7 +124,8 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       if (!VALUE()) {
         if (strcmp(val, "barrier") == 0) o->step_sync = SCHED_STEP_BARRIER;
         else if (strcmp(val, "post-validation") == 0) o->step_sync = SCHED_STEP_POST_VALIDATION, o->shape.post_validation = 1;
-        else rc = core_error_set(CORE_EINPUT, "--step-sync: '%s' is not barrier or post-validation", val);
+        else if (strcmp(val, "eager") == 0) o->step_sync = SCHED_STEP_EAGER;
+        else rc = core_error_set(CORE_EINPUT, "--step-sync: '%s' is not barrier, post-validation or eager", val);
       }
     } else if (allow_sim && strcmp(a, "--cost-tied") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.tied);
@@ -280,7 +281,9 @@ static int offloads(const sched_sim_result *res) {
   return n;
 }
 
-static const char *sync_name(int sync) { return sync == SCHED_STEP_POST_VALIDATION ? "post-validation" : "barrier"; }
+static const char *sync_name(int sync) {
+  return sync == SCHED_STEP_POST_VALIDATION ? "post-validation" : sync == SCHED_STEP_EAGER ? "eager" : "barrier";
+}
 
 static void print_json(const sched_program *pr, const sched_sim_result *res, double cap, int sync) {
   printf("{\"schedule\":\"%s\",\"stages\":%d,\"virtual\":%d,\"microbatches\":%d,", 
@@ -378,7 +381,7 @@ int cli_sim(int argc, char **argv) {
   sched_timeline tl;
   sched_timeline_init(&tl, sched_family_name(pr.family), o.config ? "s, predicted" : "unit", pr.p, pr.v, pr.m);
   sched_sim_result res;
-  int sync = o.step_sync >= 0 ? o.step_sync : o.config ? (int)sched_program_step_sync(&pr) : (int)SCHED_STEP_BARRIER;
+  int sync = o.step_sync >= 0 ? o.step_sync : o.config ? (int)plan.step_sync : (int)SCHED_STEP_BARRIER;
   int rc = sched_simulate_steps(&pr, &o.costs, steps, (sched_step_sync)sync, &res, events ? &tl : NULL);
   if (!rc) {
     double cap = o.config || pr.mem_cap <= 0 ? -1 : pr.mem_cap; /* the compiler's promise; none for files */

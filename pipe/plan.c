@@ -122,6 +122,12 @@ static double compile_w_stash(const train_cfg *t, const layers_model *m, const i
   return ws > 0 ? ws : 1;
 }
 
+int train_pv_eager(const train_cfg *t) { return t->post_validation && !(t->opt.clip > 0) && t->precision != 2; }
+
+sched_step_sync train_step_sync(const train_cfg *t, const sched_program *prog) {
+  return train_pv_eager(t) ? SCHED_STEP_EAGER : sched_program_step_sync(prog);
+}
+
 sched_shape train_shape(const train_cfg *t, const layers_model *m) {
   sched_shape sh = {.family = t->family, .p = t->stages, .v = t->v, .m = t->m, .max_pending_w = t->max_pending_w,
                     .mem_limit = t->mem_limit, .zero3 = t->zero_stage == 3, .keep_gathered = t->keep_gathered,
@@ -132,7 +138,8 @@ sched_shape train_shape(const train_cfg *t, const layers_model *m) {
                     /* post-validation checks the last update inside the next step (VALIDATE), but
                      * ZeRO-1/2 across replicas all-gather the updated shards only once it is
                      * checked: there the check stays at the step's end */
-                    .post_validation = t->post_validation && !(t->d > 1 && (t->zero_stage == 1 || t->zero_stage == 2))};
+                    .post_validation = t->post_validation && !train_pv_eager(t) &&
+                                       !(t->d > 1 && (t->zero_stage == 1 || t->zero_stage == 2))};
   for (int i = 0; m && i < m->n; i++) sh.tied |= m->layers[i].tied_to >= 0;
   return sh;
 }
@@ -316,6 +323,7 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
     train_stage_costs(&t, &m, bounds, gflops, out->f, out->b, out->w);
     t.d = hw && hw->d > 1 ? hw->d : 1; /* the replicas the run would have (where post-validation checks) */
     rc = train_compile(&t, &m, bounds, &out->prog);
+    if (!rc) out->step_sync = train_step_sync(&t, &out->prog);
   }
   if (!rc) {
     int shared = shares_backward(&t, &out->prog);

@@ -459,7 +459,13 @@ static int pv_copy(pipe_runner *rn, int save) {
 
 /* OPTIMIZER_STEP under post-validation: the norm and the overflow flag reduced without
  * blocking; the update made at once as if neither clipping nor a skip applies. */
+static int validate(pipe_runner *rn, int *changed);
+
 static int eager_step(pipe_runner *rn) {
+  if (rn->pv_pending) { /* eager: the last step's reduction, before this one's reuses its buffers */
+    int changed, rc = validate(rn, &changed);
+    if (rc) return rc;
+  }
   inject_inf(rn); /* (skipped: known at the check) */
   int mine = 0;
   for (int c = 0; c < rn->v && !mine && rn->precision; c++) {
@@ -475,6 +481,16 @@ static int eager_step(pipe_runner *rn) {
        MPI_Iallreduce(MPI_IN_PLACE, &rn->pv_sum[1], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &rn->pv_req[1]) != MPI_SUCCESS))
     return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce (post-validation) failed");
   rn->pv_pending = 1, rn->pv_lr = rn->lr, rn->pv_step = rn->step;
+  if (rn->pv_eager) { /* nothing could be redone: update in place, clear the gradients now */
+    rn->opt_t++;
+    update_all(rn, (float)(1.0f / rn->loss_scale), 0);
+    for (int c = 0; c < rn->v; c++) {
+      int rc = zero_finish(&rn->zb[c]);
+      if (rc) return rc;
+    }
+    rn->pv_zeroed = 1;
+    return CORE_OK;
+  }
   int to = pv_swaps(rn), rc = to ? pv_alloc(rn) : pv_copy(rn, 1);
   if (rc) return rc;
   rn->opt_t++;
@@ -497,6 +513,14 @@ static int validate(pipe_runner *rn, int *changed) {
   rn->pv_pending = 0, rn->skipped = 0;
   if (MPI_Waitall(2, rn->pv_req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
     return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce (post-validation) failed");
+  if (rn->pv_zeroed) { /* eager: the norm for the log; a diverged loss is still an error */
+    rn->pv_zeroed = 0;
+    rn->grad_norm = sqrt(rn->pv_sum[0]) / rn->loss_scale;
+    return isfinite(rn->grad_norm) ? CORE_OK
+                                   : core_error_set(CORE_ERUNTIME, "step %ld: the gradient norm is not finite (loss "
+                                                    "diverged); the update was made before the norm was known "
+                                                    "(optimizer.post_validation)", rn->pv_step + 1);
+  }
   long running = rn->step;
   double lr = rn->lr;
   rn->step = rn->pv_step, rn->lr = rn->pv_lr; /* the update's own step: its messages, its rate */

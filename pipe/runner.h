@@ -79,6 +79,10 @@ typedef struct {
   int pv_pending;
   long rollbacks;    /* updates redone so far (clipping fired, or an overflow skipped the step) */
   double pv_lr;      /* the learning rate the eager update used (a redo uses it again) */
+  /* eager: nothing for the norm to decide (no clipping, no fp16 scaling), so the update is never
+   * redone: no copies, the gradients cleared at once (pv_zeroed), the reduction completed at the
+   * next update or when the trainer asks (the norm only for the log) */
+  int pv_eager, pv_zeroed;
   long pv_step;      /* the step it belongs to (0-based, as step) */
   /* The learning rate at a number of updates made (the schedule; NULL: lr stays as set): after a
    * VALIDATE that undid a skipped step, the running step's rate follows the count again. */

@@ -153,7 +153,7 @@ static int setup_runner(trainer *tr) {
   ops->matmul_half(c->precision); /* mixed precision: GEMMs on 16-bit units where there are any */
   memset(rn, 0, sizeof *rn);
   rn->topo = &tr->topo, rn->v = c->v, rn->data = &tr->data, rn->seed = c->seed, rn->opt = c->opt;
-  rn->post_validation = c->post_validation;
+  rn->post_validation = c->post_validation, rn->pv_eager = train_pv_eager(c);
   rn->lr_at = lr_at, rn->lr_ctx = &c->lr;
   rn->timeout_s = c->timeout;
   rn->offload = c->offload, rn->opt_ops = c->offload ? kernels_cpu_ops() : ops; /* ZeRO-Offload: the host's table */
@@ -587,7 +587,7 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
   int rc = pipe_worker_step(&tr->worker);
   /* post-validation: the norm known, the update confirmed or redone; where the program checks it
    * in the next step (VALIDATE) the loop does so only before what needs it */
-  if (!rc && !tr->pv_program) rc = pipe_runner_validate(rn);
+  if (!rc && !tr->pv_program && !rn->pv_eager) rc = pipe_runner_validate(rn);
   *ms = (MPI_Wtime() - t0) * 1e3;
   if (tr->topo.world_rank == 0) core_progress_stop();
   tr->worker.tl = NULL;
@@ -753,7 +753,11 @@ static void announce(trainer *tr, const char *resume) {
   core_log(CORE_LOG_INFO, "model: %d layers, %.3f M parameters (a tied weight counted once; %.3f M counting it twice), vocabulary %d, "
            "T=%d, d_model=%d", tr->model.n, (layers_model_params(&tr->model) - tied) / 1e6,
            layers_model_params(&tr->model) / 1e6, tr->model.V, tr->model.T, tr->model.C);
-  if (tr->rn.post_validation) {
+  if (tr->rn.pv_eager) {
+    core_log(CORE_LOG_INFO, "optimizer post-validation, eager: no gradient clipping and no fp16 loss scaling, so the "
+             "global norm decides nothing; each rank updates as soon as its step's gradients are done and never waits "
+             "for it (no copies kept)");
+  } else if (tr->rn.post_validation) {
     double pv = 0;
     for (int c = 0; c < tr->cfg.v; c++) pv += 3.0 * 4.0 * (double)zero_state_len(&tr->rn.zb[c]);
     core_log(CORE_LOG_INFO, "optimizer post-validation: each rank updates as soon as its step's gradients are done; the "
@@ -949,11 +953,12 @@ int pipe_train(const pipe_train_opts *o) {
     int save = tr.cfg.ckpt_dir && ((tr.cfg.ckpt_interval > 0 && (step + 1) % tr.cfg.ckpt_interval == 0) ||
                                    step + 1 == tr.cfg.steps || stopped);
     /* what reads the parameters, and the last step, need the update checked now */
-    int check = tr.pv_program && (ev || save || stopped || step + 1 == tr.cfg.steps);
+    int later = tr.pv_program || tr.rn.pv_eager; /* the check (or the norm) comes in the next step */
+    int check = later && (ev || save || stopped || step + 1 == tr.cfg.steps);
     if (!rc && check) rc = pipe_runner_validate(&tr.rn);
     if (ev) rc = evaluate(&tr, &val);
     step_record sr = {.step = step + 1, .loss = loss, .lr = tr.rn.lr, .ms = ms, .val = val, .has_val = ev};
-    if (!rc && tr.pv_program && !check) held = sr, held.held = 1;
+    if (!rc && later && !check) held = sr, held.held = 1;
     else if (!rc) log_step(&tr, &sr);
     if (!rc && save) rc = pipe_ckpt_model_save(tr.cfg.ckpt_dir, &tr.rn, &tr.topo, step + 1, tr.cfg.cfg, tr.desc);
     if (!rc && stopped && tr.topo.world_rank == 0 && tr.cfg.ckpt_dir)

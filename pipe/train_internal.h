@@ -77,6 +77,12 @@ int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, 
  * (sched_size_check, naming pipeline.stages, pipeline.virtual_stages and
  * gradient_accumulation_steps), before anything is built. */
 sched_shape train_shape(const train_cfg *t, const layers_model *m);
+/* Post-validation with nothing for the norm to decide (no clipping, no fp16 loss scaling): each
+ * rank updates and goes on, never waiting for the norm, and no update is ever redone. */
+int train_pv_eager(const train_cfg *t);
+/* How the run's steps meet at the optimizer: eager, post-validation (the program checks in the
+ * next step), or a barrier. */
+sched_step_sync train_step_sync(const train_cfg *t, const sched_program *prog);
 int train_check_size(const train_cfg *t, const sched_shape *sh);
 
 /* What stage r's rank allocates for training (one of t->d replicas), from the config, the model,

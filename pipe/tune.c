@@ -59,7 +59,7 @@ static int try_one(const char *config, const char **sets, int nsets, const pipe_
   /* the steady state: 4 steps back to back, meeting at the optimizer as training would (each
    * rank on its own where the program checks the last update in the next step: post-validation,
    * the zero-bubble and V families' default) */
-  sched_step_sync sync = sched_program_step_sync(&plan.prog);
+  sched_step_sync sync = plan.step_sync;
   rc = sched_simulate_steps(&plan.prog, &plan.costs, 4, sync, &res, NULL);
   if (!rc) {
     *out = (pipe_tune_cand){.shape = *sh, .B = plan.B, .time = res.steady_step_time, .bubble_rate = res.bubble_rate};

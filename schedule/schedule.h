@@ -83,7 +83,9 @@ typedef struct {
  * OPTIMIZER_STEP waits for the last rank to reach its own, plus the norm's all-reduce (what a
  * synchronous clip or overflow check does). POST_VALIDATION: each rank steps as soon as its own
  * ops of the step are done; the norm's reduction overlaps the next step. */
-typedef enum { SCHED_STEP_BARRIER, SCHED_STEP_POST_VALIDATION } sched_step_sync;
+typedef enum { SCHED_STEP_BARRIER, SCHED_STEP_POST_VALIDATION, SCHED_STEP_EAGER } sched_step_sync;
+/* (EAGER: each rank steps as soon as its own ops are done and never waits for the norm, which
+ * decides nothing: post-validation with no clipping and no fp16 loss scaling.) */
 /* How a family's steps meet by default (training's optimizer.post_validation default too):
  * post-validation for the zero-bubble and V families, whose ranks end their steps staggered;
  * a barrier for the rest. */

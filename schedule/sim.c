@@ -106,7 +106,7 @@ static double moved_part(const simstate *sm, int r, int s, size_t pk) {
  * there is nothing to wait for. */
 static int validated(simstate *sm, int r, double *t) {
   int k = sm->iter[r];
-  if (sm->sync != SCHED_STEP_POST_VALIDATION || k == 0) return 1;
+  if (sm->sync != SCHED_STEP_POST_VALIDATION || k == 0) return 1; /* (EAGER: nothing to wait for) */
   if (sm->arrived[k - 1] < sm->pr->p) return 0; /* woken when the last rank arrives */
   double at = sm->barrier_at[k - 1] + sm->c->norm;
   if (at > *t) *t = at;

@@ -353,7 +353,8 @@ Test(cli, every_command_has_help) {
 }
 
 /* sim --steps: consecutive steps, meeting at the optimizer under a barrier or not; the JSON says
- * how many, which way, and the steady step time (zb-h2 p=4 m=8: 27.5 vs 24.5). */
+ * how many, which way, and the steady step time (zb-h2 p=4 m=8: 27.5 vs 24.5; with a norm of 10,
+ * post-validation's check waits for it and eager's does not). */
 Test(cli, sim_steps_and_step_sync) {
   char *out;
   const char *base = "sim --schedule zb-h2 --stages 4 --microbatches 8 --cost-step 0.5 --steps 4 --json";
@@ -366,7 +367,16 @@ Test(cli, sim_steps_and_step_sync) {
   cr_assert_eq(brigade(args, &out), 0, "%s", out);
   cr_assert(strstr(out, "\"step_sync\":\"barrier\",\"steady_step_time\":27.75,"), "%s", out);
   free(out);
+  snprintf(args, sizeof args, "%s --step-sync eager --cost-norm 10", base);
+  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  cr_assert(strstr(out, "\"step_sync\":\"eager\",\"steady_step_time\":24.5,"), "%s", out);
+  free(out);
+  snprintf(args, sizeof args, "%s --step-sync post-validation --cost-norm 10", base);
+  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  const char *t = strstr(out, "\"steady_step_time\":");
+  cr_assert(t && atof(t + 19) > 24.5 + 1, "%s", out);
+  free(out);
   cr_assert_eq(brigade("sim --schedule 1f1b --stages 2 --microbatches 2 --step-sync sometimes", &out), 2);
-  cr_assert(strstr(out, "--step-sync: 'sometimes' is not barrier or post-validation"), "%s", out);
+  cr_assert(strstr(out, "--step-sync: 'sometimes' is not barrier, post-validation or eager"), "%s", out);
   free(out);
 }

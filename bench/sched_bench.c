@@ -24,6 +24,7 @@ static int run(sched_family f, int p, int v, int m) {
   if (sched_compile_compute(&sh, &c, &compute)) goto fail;
   double t1 = now();
   if (sched_lower(&compute, &c, &pr)) goto fail;
+  if (sh.post_validation && sched_place_validate(&pr)) goto fail; /* as sched_compile does */
   double t2 = now();
   if (sched_verify(&pr)) goto fail;
   double t3 = now();

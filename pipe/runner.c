@@ -515,7 +515,8 @@ static int validate(pipe_runner *rn, int *changed) {
     return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce (post-validation) failed");
   if (rn->pv_zeroed) { /* eager: the norm for the log; a diverged loss is still an error */
     rn->pv_zeroed = 0;
-    rn->grad_norm = sqrt(rn->pv_sum[0]) / rn->loss_scale;
+    rn->grad_norm = rn->pv_norm = sqrt(rn->pv_sum[0]) / rn->loss_scale;
+    rn->pv_skipped = 0, rn->pv_scale = rn->loss_scale;
     return isfinite(rn->grad_norm) ? CORE_OK
                                    : core_error_set(CORE_ERUNTIME, "step %ld: the gradient norm is not finite (loss "
                                                     "diverged); the update was made before the norm was known "
@@ -530,7 +531,7 @@ static int validate(pipe_runner *rn, int *changed) {
     if (!rc) {
       rn->opt_t--;
       for (int c = 0; c < rn->v; c++) refresh_working(rn, c);
-      rn->rollbacks++, *changed = 1;
+      rn->rollbacks++, *changed = 1, rn->pv_sync_left = PIPE_PV_BACKOFF;
       rc = skip_step(rn);
     }
   } else {
@@ -544,12 +545,13 @@ static int validate(pipe_runner *rn, int *changed) {
       if (!rc) {
         float gscale = (float)(rn->opt.clip / rn->grad_norm);
         update_all(rn, (float)(gscale / rn->loss_scale), pv_swaps(rn));
-        rn->rollbacks++, *changed = 1;
+        rn->rollbacks++, *changed = 1, rn->pv_sync_left = PIPE_PV_BACKOFF;
       }
     }
     for (int c = 0; c < rn->v && !rc; c++) rc = zero_finish(&rn->zb[c]);
   }
   rn->step = running, rn->lr = lr;
+  rn->pv_norm = rn->grad_norm, rn->pv_skipped = rn->skipped, rn->pv_scale = rn->loss_scale;
   return rc;
 }
 
@@ -569,7 +571,8 @@ int pipe_runner_validate_at(pipe_runner *rn, int *again) {
 }
 
 static int optimizer_step(pipe_runner *rn) {
-  if (rn->post_validation) return eager_step(rn);
+  if (rn->post_validation && (rn->pv_eager || rn->pv_sync_left == 0)) return eager_step(rn);
+  if (rn->pv_sync_left > 0) rn->pv_sync_left--; /* every rank alike: the rollback that set it was global */
   rn->skipped = 0;
   inject_inf(rn);
   if (rn->precision) {

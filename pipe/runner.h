@@ -83,6 +83,13 @@ typedef struct {
    * redone: no copies, the gradients cleared at once (pv_zeroed), the reduction completed at the
    * next update or when the trainer asks (the norm only for the log) */
   int pv_eager, pv_zeroed;
+  /* after an update was redone, the next PIPE_PV_BACKOFF updates are synchronous (the norm first,
+   * as without post-validation; their VALIDATEs find nothing to check), then eager again: where
+   * clipping fires often, steps are not started again one after another */
+  int pv_sync_left;
+  /* what the last check found for its step: the norm, a skip, the fp16 scale after it */
+  double pv_norm, pv_scale;
+  int pv_skipped;
   long pv_step;      /* the step it belongs to (0-based, as step) */
   /* The learning rate at a number of updates made (the schedule; NULL: lr stays as set): after a
    * VALIDATE that undid a skipped step, the running step's rate follows the count again. */
@@ -150,6 +157,7 @@ int pipe_runner_init_master(pipe_runner *rn);
  * bit for bit; then the gradients are cleared. Every rank calls it after each training step
  * (nothing to do without post_validation). */
 int pipe_runner_validate(pipe_runner *rn);
+enum { PIPE_PV_BACKOFF = 10 };
 /* The same at a VALIDATE instruction, inside the next step: *again = 1 when the previous update
  * was redone or undone, so the parameters the step's forwards so far used have changed and the
  * step must start again from its first instruction (the worker does). The running step's

@@ -55,8 +55,8 @@ typedef struct {
  * the norm, the skip and the scale it reports are known only then. */
 typedef struct {
   long step;
-  double loss, lr, ms, val;
-  int has_val, held;
+  double loss, lr, ms, val, norm, scale; /* norm, scale, skipped: what the step's check found */
+  int has_val, held, skipped;
 } step_record;
 
 /* The training program's micro-batch 0 on this replica, as a global micro-batch: data rank r
@@ -454,11 +454,11 @@ static void log_step(trainer *tr, const step_record *sr) {
     char vs[64] = "";
     if (has_val) snprintf(vs, sizeof vs, " | val loss %.6f", val);
     core_log(CORE_LOG_INFO, "step %5ld | loss %.9g | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s%s",
-             step, loss, lr, tr->rn.grad_norm, ms, toks, vs);
+             step, loss, lr, sr->norm, ms, toks, vs);
   }
   if (tr->log_json) {
     fprintf(tr->log_json, "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f",
-            step, loss, lr, tr->rn.grad_norm, ms, toks);
+            step, loss, lr, sr->norm, ms, toks);
     if (has_val) fprintf(tr->log_json, ",\"val_loss\":%.9g", val);
     if (tr->act_report) { /* once: the memory of every rank (report_memory) */
       static const char *const keys[NREPORT] = {"activation_peak_bytes", "activation_predicted_bytes",
@@ -473,7 +473,7 @@ static void log_step(trainer *tr, const step_record *sr) {
       free(tr->act_report);
       tr->act_report = NULL;
     }
-    if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%.17g,\"skipped\":%d", tr->rn.loss_scale, tr->rn.skipped);
+    if (tr->cfg.precision == 2) fprintf(tr->log_json, ",\"loss_scale\":%.17g,\"skipped\":%d", sr->scale, sr->skipped);
     if (tr->rn.post_validation) fprintf(tr->log_json, ",\"rollbacks\":%ld", tr->rn.rollbacks);
     if (tr->pv_program) fprintf(tr->log_json, ",\"restarts\":%ld", tr->rn.restarts);
     /* rank 0's ZeRO accounting: bytes this step moved, bytes it keeps */
@@ -946,18 +946,22 @@ int pipe_train(const pipe_train_opts *o) {
   for (long step = start; step < tr.cfg.steps && !rc && !stopped; step++) {
     double loss = 0, ms = 0, val = 0;
     rc = train_step(&tr, step, &loss, &ms);
-    if (!rc && held.held) log_step(&tr, &held), held.held = 0; /* checked by this step's VALIDATE */
+    if (!rc && held.held) { /* checked in this step (its VALIDATE, or its update) */
+      held.norm = tr.rn.pv_norm, held.skipped = tr.rn.pv_skipped, held.scale = tr.rn.pv_scale;
+      log_step(&tr, &held), held.held = 0;
+    }
     if (!rc && step == start) report_memory(&tr);
     int ev = !rc && tr.cfg.eval_interval > 0 && ((step + 1) % tr.cfg.eval_interval == 0 || step + 1 == tr.cfg.steps);
     if (!rc && step + 1 < tr.cfg.steps) stopped = agreed_stop();
     int save = tr.cfg.ckpt_dir && ((tr.cfg.ckpt_interval > 0 && (step + 1) % tr.cfg.ckpt_interval == 0) ||
                                    step + 1 == tr.cfg.steps || stopped);
     /* what reads the parameters, and the last step, need the update checked now */
-    int later = tr.pv_program || tr.rn.pv_eager; /* the check (or the norm) comes in the next step */
+    int later = tr.rn.pv_pending; /* an eager update whose check (or norm) comes in the next step */
     int check = later && (ev || save || stopped || step + 1 == tr.cfg.steps);
     if (!rc && check) rc = pipe_runner_validate(&tr.rn);
     if (ev) rc = evaluate(&tr, &val);
-    step_record sr = {.step = step + 1, .loss = loss, .lr = tr.rn.lr, .ms = ms, .val = val, .has_val = ev};
+    step_record sr = {.step = step + 1, .loss = loss, .lr = tr.rn.lr, .ms = ms, .val = val, .has_val = ev,
+                      .norm = tr.rn.grad_norm, .scale = tr.rn.loss_scale, .skipped = tr.rn.skipped};
     if (!rc && later && !check) held = sr, held.held = 1;
     else if (!rc) log_step(&tr, &sr);
     if (!rc && save) rc = pipe_ckpt_model_save(tr.cfg.ckpt_dir, &tr.rn, &tr.topo, step + 1, tr.cfg.cfg, tr.desc);

@@ -322,13 +322,8 @@ int pipe_worker_step(pipe_worker *w) {
       i = -1;
     }
   }
-  /* the step ends with no send in flight: buffers may change before the next step */
-  if (w->dc) return st->len && !w->dsynced ? dev_finish(w, st->len - 1, &st->ins[st->len - 1]) : CORE_OK;
-  int ns = nslots(w);
-  for (int k = 0; k < 2 * ns; k++)
-    if (w->slot_req[k] != MPI_REQUEST_NULL) {
-      int rc = wait_req(w, &w->slot_req[k], MPI_STATUS_IGNORE, st->len - 1, &st->ins[st->len - 1], w->slot_peer[k]);
-      if (rc) return rc;
-    }
-  return CORE_OK;
+  /* the step ends with no send in flight: buffers may change before the next step (the device
+   * path: unless the tail has waited for them already) */
+  if (w->dc && (!st->len || w->dsynced)) return CORE_OK;
+  return settle_transfers(w, st->len - 1, &st->ins[st->len - 1]);
 }

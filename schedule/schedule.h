@@ -208,9 +208,6 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
  * longest start of its stream of loads, forwards and activation transfers whose every transfer
  * has its partner in the partner's prefix too. Nothing in a forward-only program. */
 int sched_place_validate(sched_program *pr);
-/* Rank r's validation prefix in a program without VALIDATE: len[r] for every rank (the
- * placement's rule); the verifier checks a placed VALIDATE against the same rule's closure. */
-void sched_validate_prefixes(const sched_program *pr, int *len);
 
 /* PyTorch pipelining's schedule CSV: one row per rank, one compute action per cell ("0F3"). */
 int sched_csv_write(const sched_program *pr, FILE *f);

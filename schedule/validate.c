@@ -55,7 +55,8 @@ static int open_transfer(const sched_program *pr, int r, const int *len, const i
   return -1;
 }
 
-void sched_validate_prefixes(const sched_program *pr, int *len) {
+/* Each rank's validation prefix, len[r] instructions (the rule above). */
+static void prefixes(const sched_program *pr, int *len) {
   size_t n = (size_t)pr->p * pr->v * pr->m;
   int *send_at = core_malloc(sizeof(int) * (n ? n : 1)), *recv_at = core_malloc(sizeof(int) * (n ? n : 1));
   act_positions(pr, send_at, recv_at);
@@ -76,7 +77,7 @@ void sched_validate_prefixes(const sched_program *pr, int *len) {
 int sched_place_validate(sched_program *pr) {
   if (pr->forward_only) return CORE_OK;
   int *len = core_malloc(sizeof(int) * (size_t)pr->p);
-  sched_validate_prefixes(pr, len);
+  prefixes(pr, len);
   for (int r = 0; r < pr->p; r++) {
     sched_stream *st = &pr->streams[r];
     sched_instr v = {.op = SCHED_VALIDATE, .mb = -1, .chunk = -1, .peer = -1, .slot = -1, .aslot = -1};

@@ -156,26 +156,28 @@ static void axis(FILE *f, const layout *L, double axis_y) {
 /* Steps back to back (a timeline with several OPTIMIZER_STEPs per rank): where each step ends, the
  * latest end of the step's k-th OPTIMIZER_STEP over the ranks, a dashed line across the rows
  * labelled with the step. Nothing for one step. */
+static int by_rank_end(const void *a, const void *b) {
+  const sched_event *x = *(const sched_event *const *)a, *y = *(const sched_event *const *)b;
+  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+  return (x->end > y->end) - (x->end < y->end);
+}
+
 static void step_bounds(FILE *f, const layout *L, double rows_bottom) {
   const sched_timeline *tl = L->tl;
-  int *seen = core_calloc((size_t)tl->p, sizeof(int)), steps = 0;
+  int n = 0, steps = 0;
+  for (int i = 0; i < tl->n; i++) n += tl->ev[i].op == SCHED_OPTIMIZER_STEP;
+  const sched_event **opt = core_malloc(sizeof *opt * (size_t)(n ? n : 1));
+  n = 0;
   for (int i = 0; i < tl->n; i++)
-    if (tl->ev[i].op == SCHED_OPTIMIZER_STEP && tl->ev[i].rank >= 0 && tl->ev[i].rank < tl->p)
-      if (++seen[tl->ev[i].rank] > steps) steps = seen[tl->ev[i].rank];
+    if (tl->ev[i].op == SCHED_OPTIMIZER_STEP) opt[n++] = &tl->ev[i];
+  qsort(opt, (size_t)n, sizeof *opt, by_rank_end); /* each rank's steps in time order */
+  double *end = core_malloc(sizeof(double) * (size_t)(n ? n : 1));
+  for (int i = 0, k = 0; i < n; i++, k++) { /* k: the step of opt[i] on its rank */
+    if (i > 0 && opt[i]->rank != opt[i - 1]->rank) k = 0;
+    if (k >= steps) end[steps++] = -INFINITY;
+    if (opt[i]->end > end[k]) end[k] = opt[i]->end;
+  }
   if (steps >= 2) {
-    double *end = core_malloc(sizeof(double) * (size_t)steps), *ends = core_malloc(sizeof(double) * (size_t)tl->n);
-    for (int k = 0; k < steps; k++) end[k] = -INFINITY;
-    for (int r = 0; r < tl->p; r++) { /* rank r's k-th step ends at its k-th OPTIMIZER_STEP, in time order */
-      int n = 0;
-      for (int i = 0; i < tl->n; i++)
-        if (tl->ev[i].op == SCHED_OPTIMIZER_STEP && tl->ev[i].rank == r) ends[n++] = tl->ev[i].end;
-      for (int a = 1; a < n; a++) /* few per rank: insertion sort */
-        for (int b = a; b > 0 && ends[b] < ends[b - 1]; b--) {
-          double t = ends[b];
-          ends[b] = ends[b - 1], ends[b - 1] = t;
-        }
-      for (int k = 0; k < n; k++) end[k] = ends[k] > end[k] ? ends[k] : end[k];
-    }
     fputs("<g class=\"steps\">\n", f);
     for (int k = 0; k < steps; k++) {
       double x = x_of(L, end[k]);
@@ -185,9 +187,8 @@ static void step_bounds(FILE *f, const layout *L, double rows_bottom) {
               x, (double)TOP - 4, x, rows_bottom, k + 1, end[k] - L->t0, x - 22, (double)TOP - 8, k + 1);
     }
     fputs("</g>\n", f);
-    free(end), free(ends);
   }
-  free(seen);
+  free(opt), free(end);
 }
 
 /* The legend, wrapped to the width; returns its number of lines (f NULL: only counts). */

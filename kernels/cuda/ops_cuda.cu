@@ -359,28 +359,7 @@ static void embedding_backward(float *dwte, float *dwpe, const float *dout, cons
 
 // ---- optimizers ----
 
-__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
-                        float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
-                        float grad_scale) {
-  GRID_STRIDE(i, n) {
-    float gi = g[i] * grad_scale;
-    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = mi / c1, vhat = vi / c2, pi = p[i];
-    p[i] = pi - lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * pi);
-  }
-}
-
-static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int t, float grad_scale) {
-  // bias corrections in double on the host, as the CPU table
-  float c1 = (float)(1.0 - pow(beta1, t)), c2 = (float)(1.0 - pow(beta2, t));
-  LAUNCH_N(k_adamw, n, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2, grad_scale);
-}
-
-// out of place: the same expressions as k_adamw, so the same bits
+// out of place (outputs may be the inputs: each element is read before it is written)
 __global__ void k_adamw_to(float *po, float *mo, float *vo, const float *p, const float *g, const float *m,
                            const float *v, size_t n, float lr, float beta1, float beta2, float eps,
                            float weight_decay, float c1, float c2, float grad_scale) {
@@ -398,8 +377,14 @@ __global__ void k_adamw_to(float *po, float *mo, float *vo, const float *p, cons
 static void adamw_to(float *po, float *mo, float *vo, const float *p, const float *g, const float *m, const float *v,
                      size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, int t,
                      float grad_scale) {
+  // bias corrections in double on the host, as the CPU table
   float c1 = (float)(1.0 - pow(beta1, t)), c2 = (float)(1.0 - pow(beta2, t));
   LAUNCH_N(k_adamw_to, n, po, mo, vo, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2, grad_scale);
+}
+
+static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t, float grad_scale) {
+  adamw_to(p, m, v, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
 }
 
 __global__ void k_sgd(float *p, const float *g, float *mom, size_t n, float lr, float momentum,

@@ -6,22 +6,23 @@
 #    put in .gpu/debs with dpkg -x into a private prefix (never into /), and points PATH,
 #    LD_LIBRARY_PATH, LIBRARY_PATH, CPATH, PKG_CONFIG_PATH and OPAL_PREFIX at it;
 # 3. runs, each with a time limit, a step's failure not stopping the next: the build (CUDA),
-#    make test-gpu, make bench-gpu, bench/torch_gpt2.py (bf16 sdpa, bf16 math) and
-#    build/bench/zb_exec; each step's output is tee'd into a log under $OUT;
+#    make test-gpu, make bench-gpu, scripts/gpu_offload_bench.sh, bench/torch_gpt2.py (bf16
+#    sdpa, bf16 math), build/bench/zb_exec, scripts/gpu_offload_check.sh and
+#    scripts/gpu_pipeline_check.sh; each step's output is tee'd into a log under $OUT;
 # 4. prints a summary (step, result, seconds), also in $OUT/summary.txt.
 # Environment: OUT (default /tmp/gpu-out), GPU_SESSION_BUDGET (seconds for everything, default
 # 540), GPU_PREFIX (default /tmp/brigade-prefix), GPU_USE_PREFIX=auto|yes|no, CUDA (default 1
-# when nvcc is found), GPU_STEPS (default "build test-gpu bench-gpu torch-sdpa torch-math
-# zb_exec"), ZB_ARGS (extra arguments for zb_exec), TORCH_ARGS (extra for torch_gpt2.py).
+# when nvcc is found), GPU_STEPS (default "build test-gpu bench-gpu offload-bench torch-sdpa
+# torch-math zb_exec offload pipeline"), ZB_ARGS (extra arguments for zb_exec), TORCH_ARGS (extra for torch_gpt2.py).
 # At most 8 files land in $OUT: env.log, 1-build.log, 2-test-gpu.log, 3-bench-gpu.log,
-# 4-torch.log, 5-zb_exec.log, 6-offload.log (scripts/gpu_offload_check.sh and
-# scripts/gpu_pipeline_check.sh), summary.txt.
+# 4-torch.log, 5-zb_exec.log, 6-offload.log (scripts/gpu_offload_bench.sh,
+# scripts/gpu_offload_check.sh and scripts/gpu_pipeline_check.sh), summary.txt.
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT" || { echo "gpu_session: cannot create OUT=$OUT" >&2; exit 1; }
 BUDGET=${GPU_SESSION_BUDGET:-540}
 PFX=${GPU_PREFIX:-/tmp/brigade-prefix}
-STEPS=${GPU_STEPS:-build test-gpu bench-gpu torch-sdpa torch-math zb_exec offload pipeline}
+STEPS=${GPU_STEPS:-build test-gpu bench-gpu offload-bench torch-sdpa torch-math zb_exec offload pipeline}
 T0=$(date +%s)
 NPROC=$(nproc 2>/dev/null || echo 4)
 ENVLOG="$OUT/env.log"
@@ -209,14 +210,15 @@ GPU_BINS="build/brigade build/tests/gpu/test_ops_gpu build/tests/gpu/test_train_
 step build 1-build.log 240 make -j"$NPROC" CUDA="$CUDA" $GPU_BINS
 step test-gpu 2-test-gpu.log 200 make CUDA="$CUDA" test-gpu
 step bench-gpu 3-bench-gpu.log 180 make CUDA="$CUDA" bench-gpu
+# the Makefile's mpirun line (root, shared memory, the probed single-copy mechanism)
+MPIRUN_CMD=$(make -s CUDA="$CUDA" --eval 'print-mpirun: ; @echo $(MPIRUN)' print-mpirun 2>/dev/null | tail -1)
+[ -n "$MPIRUN_CMD" ] || MPIRUN_CMD="env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun"
+step offload-bench 6-offload.log 150 sh scripts/gpu_offload_bench.sh "$MPIRUN_CMD"
 # PyTorch under the machine's own environment (not the prefix's libraries)
 step torch-sdpa 4-torch.log 100 env PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
   python3 bench/torch_gpt2.py --dtype bf16 --attention sdpa ${TORCH_ARGS:-}
 step torch-math 4-torch.log 100 env PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
   python3 bench/torch_gpt2.py --dtype bf16 --attention math ${TORCH_ARGS:-}
-# the Makefile's mpirun line (root, shared memory, the probed single-copy mechanism)
-MPIRUN_CMD=$(make -s CUDA="$CUDA" --eval 'print-mpirun: ; @echo $(MPIRUN)' print-mpirun 2>/dev/null | tail -1)
-[ -n "$MPIRUN_CMD" ] || MPIRUN_CMD="env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun"
 step zb_exec 5-zb_exec.log 150 build/bench/zb_exec --brigade build/brigade --mpirun "$MPIRUN_CMD" ${ZB_ARGS:-}
 step offload 6-offload.log 90 sh scripts/gpu_offload_check.sh "$MPIRUN_CMD"
 step pipeline 6-offload.log 120 sh scripts/gpu_pipeline_check.sh "$MPIRUN_CMD"
@@ -226,7 +228,7 @@ step pipeline 6-offload.log 120 sh scripts/gpu_pipeline_check.sh "$MPIRUN_CMD"
   gpu=$(nvidia-smi -L 2>/dev/null | head -1)
   echo "==== summary ($(hostname), ${gpu:-no GPU found}; total $(elapsed) s of $BUDGET)"
   printf '%s' "$RESULTS" | while read -r n r d; do [ -n "$n" ] && printf '%-12s %-16s %5s s\n' "$n" "$r" "$d"; done
-  grep -h -E '^model |^mean:|^model FLOPs|^torch_gpt2: .*tokens/s|Synthesis|zb-h1 / 1f1b|ratio|^offload:|^pipeline:' "$OUT"/2-test-gpu.log "$OUT"/3-bench-gpu.log "$OUT"/4-torch.log "$OUT"/6-offload.log 2>/dev/null
+  grep -h -E '^model |^mean:|^model FLOPs|^torch_gpt2: .*tokens/s|Synthesis|zb-h1 / 1f1b|ratio|^offload:|^pipeline:|^offload-bench:|mean step' "$OUT"/2-test-gpu.log "$OUT"/3-bench-gpu.log "$OUT"/4-torch.log "$OUT"/6-offload.log 2>/dev/null
 } | tee "$SUMMARY"
 case "$RESULTS" in *FAIL*|*SKIPPED*) exit 1;; esac
 exit 0

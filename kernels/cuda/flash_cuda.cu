@@ -16,12 +16,18 @@
 //     per query tile, over the key tiles up to the diagonal, dQ += dS K (recomputing S and dP:
 //     a second kernel instead of FlashAttention-2's atomic adds into dQ, so every output is
 //     written once by one block and results repeat bit for bit).
+// Speed: every block fetches its next K/V (or Q/dO) tile into registers (float4 loads) before it
+// computes on the current one, so global latency hides behind the tensor-core work; the forward's
+// online softmax gives each row two lanes (one shuffle per reduction) and works in base 2
+// (exp2f); the query-tile grids run their longest blocks (the most tiles under the diagonal)
+// first.
 // The caller's att buffer (B*NH*T*T floats, the probabilities in the other paths) holds this
 // path's cache: L [B*NH*T], then O [B*NH, T, hs] (needs T > hs, checked by cuda_flash_usable).
 // D lives in the workspace.
 #include <cuda_bf16.h>
 #include <math.h>
 #include <mma.h>
+#include <stdint.h>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/reduce.cuh"
@@ -42,16 +48,41 @@ template <int HS> struct Smem {
   __host__ __device__ static constexpr size_t up(size_t b) { return (b + 127) & ~(size_t)127; }
 };
 
-// Copies rows [r0, r0 + TILE) of one head's q, k or v (or of dO) into a bf16 tile; rows at or
-// past T are zero. src points at row 0's first element of the head; rows are `stride` apart.
-template <int HS>
-__device__ void load_tile(bf16 *dst, const float *src, size_t stride, int r0, int T) {
-  constexpr int HLD = Smem<HS>::HLD;
-  for (int i = threadIdx.x; i < TILE * HS; i += blockDim.x) {
-    int r = i / HS, d = i % HS, t = r0 + r;
-    dst[r * HLD + d] = __float2bfloat16_rn(t < T ? src[(size_t)t * stride + d] : 0.0f);
+// One TILE x HS fp32 tile of one head (q, k or v of qkv, or dO) on its way into a bf16 shared
+// tile, held in registers between the two halves: fetch() issues every global load of the tile
+// at once (float4 when the rows are 16-byte aligned), put() rounds to bf16 and writes shared
+// memory. A kernel fetches the next tile before it computes on the current one, so the loads'
+// latency hides behind the tensor-core work instead of stalling each tile. Rows at or past T
+// are zero. src points at row 0's first element of the head; rows are `stride` floats apart.
+template <int HS> struct Staged {
+  static constexpr int N = TILE * HS / 4 / FA_THREADS; // float4s per thread (8 at HS 64)
+  static_assert(TILE * HS % (4 * FA_THREADS) == 0, "a tile is whole float4s per thread");
+  float4 v[N];
+  __device__ void fetch(const float *src, size_t stride, int r0, int T, bool vec) {
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      int e = threadIdx.x + i * FA_THREADS, r = e / (HS / 4), d = 4 * (e % (HS / 4)), t = r0 + r;
+      if (t >= T) {
+        v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      } else if (vec) {
+        v[i] = *(const float4 *)(src + (size_t)t * stride + d);
+      } else {
+        const float *x = src + (size_t)t * stride + d;
+        v[i] = make_float4(x[0], x[1], x[2], x[3]);
+      }
+    }
   }
-}
+  __device__ void put(bf16 *dst) const {
+    constexpr int HLD = Smem<HS>::HLD;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      int e = threadIdx.x + i * FA_THREADS, r = e / (HS / 4), d = 4 * (e % (HS / 4));
+      bf16 *o = dst + r * HLD + d;
+      o[0] = __float2bfloat16_rn(v[i].x), o[1] = __float2bfloat16_rn(v[i].y);
+      o[2] = __float2bfloat16_rn(v[i].z), o[3] = __float2bfloat16_rn(v[i].w);
+    }
+  }
+};
 
 // acc(16 x 16) = sum over k of A[16 x 16k] B[16k x 16]; A row-major at a (ld lda), B read
 // through `Bfrag` (row- or column-major) at b + k*bstep.
@@ -140,10 +171,17 @@ template <int HS> __device__ void store_rows(float *tile, Acc (&acc)[HS / 16], i
 
 // ---- forward ----
 
-// grid (B*NH, query tiles). out [B, T, C] =; cache: L [B*NH*T] then O [B*NH, T, HS].
+// Scores go through exp2: S * scale * log2(e) in base-2 units (one multiply, and exp2f is one
+// special-function instruction); the cache's L stays the natural log-sum-exp.
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+// grid (B*NH, query tiles), the last query tiles (the most keys) first, so that the longest
+// blocks start earliest. out [B, T, C] =; cache: L [B*NH*T] then O [B*NH, T, HS]. vec: qkv's rows
+// are 16-byte aligned (float4 loads).
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
-    k_flash_forward(float *out, float *cache, const float *qkv, int T, int C, int NH, float scale) {
+    k_flash_forward(float *out, float *cache, const float *qkv, int T, int C, int NH, float scale, int vec) {
   typedef Smem<HS> S;
   constexpr int FLD = S::FLD;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -151,59 +189,76 @@ __global__ void __launch_bounds__(FA_THREADS)
   unsigned char *rest = smem + 3 * S::up(S::bf_tile);
   float *Ss = (float *)rest, *Os = (float *)(rest + S::up(S::s_tile));
   bf16 *Ps = (bf16 *)(rest + S::up(S::s_tile) + S::up(S::o_tile));
+  float *Ls = (float *)(rest + S::up(S::s_tile) + S::up(S::o_tile) + S::up(S::p_tile)), *Ms = Ls + TILE;
 
-  int qt = blockIdx.y, bh = blockIdx.x, h = bh % NH, b = bh / NH;
+  int qt = gridDim.y - 1 - blockIdx.y, bh = blockIdx.x, h = bh % NH, b = bh / NH;
   int w = threadIdx.x / 32, lane = threadIdx.x % 32, q0 = qt * TILE;
+  // the softmax's share of this lane: row rr of the tile (two lanes a row), columns 2c + half
+  int rr = 16 * w + lane / 2, half = lane % 2, t = q0 + rr;
+  float sl2 = scale * FA_LOG2E;
   size_t stride = 3 * (size_t)C;
   const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
-  load_tile<HS>(Qs, base, stride, q0, T);
+  Staged<HS> kst, vst;
+  kst.fetch(base, stride, q0, T, vec); // Q first, through the K registers
+  kst.put(Qs);
+  kst.fetch(base + C, stride, 0, T, vec);
+  vst.fetch(base + 2 * (size_t)C, stride, 0, T, vec);
   for (int i = threadIdx.x; i < TILE * FLD; i += blockDim.x) Os[i] = 0.0f;
-  float m[16], l[16]; // statistics of this warp's 16 rows (every lane holds the same values)
-  for (int r = 0; r < 16; r++) m[r] = -INFINITY, l[r] = 0.0f;
+  float m = -INFINITY, l = 0.0f; // this lane's row: running max (base-2 units) and sum
 
   for (int kt = 0; kt <= qt; kt++) {
     int k0 = kt * TILE;
     __syncthreads(); // the previous tile's K and V are no longer read
-    load_tile<HS>(Ks, base + C, stride, k0, T);
-    load_tile<HS>(Vs, base + 2 * (size_t)C, stride, k0, T);
+    kst.put(Ks);
+    vst.put(Vs);
     __syncthreads();
+    if (kt < qt) { // the next tile's loads fly while this one is computed
+      kst.fetch(base + C, stride, k0 + TILE, T, vec);
+      vst.fetch(base + 2 * (size_t)C, stride, k0 + TILE, T, vec);
+    }
     rows_times_t<HS>(Ss, Qs, Ks, w); // S for this warp's rows
     __syncwarp();
-    for (int r = 0; r < 16; r++) { // online softmax, one row at a time, lanes over columns
-      int rr = 16 * w + r, t = q0 + rr;
-      float v[2], mx = -INFINITY;
-      for (int c = 0; c < 2; c++) {
-        int j = lane + 32 * c, s = k0 + j;
-        v[c] = t < T && s <= t ? Ss[rr * SLD + j] * scale : -INFINITY;
-        mx = fmaxf(mx, v[c]);
-      }
-      mx = warp_max(mx);
-      float mnew = fmaxf(m[r], mx), sum = 0.0f;
-      for (int c = 0; c < 2; c++) {
-        float p = v[c] == -INFINITY ? 0.0f : expf(v[c] - mnew);
-        sum += p;
-        Ps[rr * PLD + lane + 32 * c] = __float2bfloat16_rn(p);
-      }
-      sum = warp_sum(sum);
-      float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mnew);
-      l[r] = l[r] * alpha + sum, m[r] = mnew;
-      for (int d = lane; d < HS; d += 32) Os[rr * FLD + d] *= alpha;
+    // online softmax: each lane its half of its row (columns 2c + half, the last one under the
+    // diagonal `last`), the pair combined by one shuffle; two passes over the row in shared
+    // memory (max, then exp2) rather than 32 more registers
+    int last = t < T ? t - k0 : -1; // columns past it are masked (and rows past T entirely)
+    float mx = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < TILE / 2; c++) {
+      int j = 2 * c + half;
+      if (j <= last) mx = fmaxf(mx, Ss[rr * SLD + j] * sl2);
     }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    float mnew = fmaxf(m, mx), sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < TILE / 2; c++) {
+      int j = 2 * c + half;
+      float p = j <= last ? exp2f(Ss[rr * SLD + j] * sl2 - mnew) : 0.0f;
+      sum += p;
+      Ps[rr * PLD + j] = __float2bfloat16_rn(p);
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    float alpha = m == -INFINITY ? 0.0f : exp2f(m - mnew);
+    l = l * alpha + sum, m = mnew;
+#pragma unroll
+    for (int d = 0; d < HS / 2; d++) Os[rr * FLD + 2 * d + half] *= alpha;
     __syncwarp();
     rows_times<HS, false>(Os, Ps, Vs, w); // O += P V for this warp's rows
     __syncwarp();
   }
+  if (half == 0) Ls[rr] = l, Ms[rr] = m;
+  __syncwarp();
   float *L = cache + (size_t)bh * T, *Oc = cache + (size_t)gridDim.x * T + (size_t)bh * T * HS;
-  for (int r = 0; r < 16; r++) {
-    int rr = 16 * w + r, t = q0 + rr;
-    if (t >= T) break;
-    float inv = 1.0f / l[r]; // l >= 1: the row's max term is exp(0)
+  for (int r = 0; r < 16; r++) { // lanes over the columns of each row: coalesced writes
+    int r2 = 16 * w + r, t2 = q0 + r2;
+    if (t2 >= T) break;
+    float inv = 1.0f / Ls[r2]; // l >= 1: the row's max term is exp2(0)
     for (int d = lane; d < HS; d += 32) {
-      float o = Os[rr * FLD + d] * inv;
-      out[((size_t)b * T + t) * C + (size_t)h * HS + d] = o;
-      Oc[(size_t)t * HS + d] = o;
+      float o = Os[r2 * FLD + d] * inv;
+      out[((size_t)b * T + t2) * C + (size_t)h * HS + d] = o;
+      Oc[(size_t)t2 * HS + d] = o;
     }
-    if (lane == 0) L[t] = m[r] + logf(l[r]);
+    if (lane == 0) L[t2] = (Ms[r2] + log2f(Ls[r2])) * FA_LN2;
   }
 }
 
@@ -224,25 +279,26 @@ __global__ void k_flash_d(float *D, const float *dout, const float *cache, int B
 }
 
 // For this warp's 16 rows of a (query tile q0, key tile k0) pair, with S (fp32, Ss) and dP (fp32,
-// dPs) computed: P = exp(S scale - L) masked, into Ps (bf16) when Ps is not NULL, and
-// dS = P (dP - D) scale into dSs (bf16).
+// dPs) computed: P = exp(S scale - L) masked (as exp2(S scale log2(e) - L log2(e)), Lr holding
+// L log2(e)), into Ps (bf16) when Ps is not NULL, and dS = P (dP - D) scale into dSs (bf16).
 __device__ void p_and_ds(bf16 *Ps, bf16 *dSs, const float *Ss, const float *dPs, const float *Lr,
                          const float *Dr, int q0, int k0, int T, float scale, int w, int lane) {
+  float sl2 = scale * FA_LOG2E;
   for (int r = 0; r < 16; r++) {
     int rr = 16 * w + r, t = q0 + rr;
     for (int c = 0; c < 2; c++) {
       int j = lane + 32 * c, s = k0 + j;
-      float p = t < T && s <= t ? expf(Ss[rr * SLD + j] * scale - Lr[rr]) : 0.0f;
+      float p = t < T && s <= t ? exp2f(Ss[rr * SLD + j] * sl2 - Lr[rr]) : 0.0f;
       if (Ps) Ps[rr * PLD + j] = __float2bfloat16_rn(p);
       dSs[rr * PLD + j] = __float2bfloat16_rn(p * (dPs[rr * SLD + j] - Dr[rr]) * scale);
     }
   }
 }
 
-// L and D of query rows [q0, q0 + TILE) into shared memory (0 past T)
+// L (times log2(e), for p_and_ds) and D of query rows [q0, q0 + TILE) into shared memory (0 past T)
 __device__ void load_stats(float *Lr, float *Dr, const float *L, const float *D, int q0, int T) {
   for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
-    Lr[i] = q0 + i < T ? L[q0 + i] : 0.0f;
+    Lr[i] = q0 + i < T ? L[q0 + i] * FA_LOG2E : 0.0f;
     Dr[i] = q0 + i < T ? D[q0 + i] : 0.0f;
   }
 }
@@ -264,11 +320,13 @@ template <int HS> struct BwdTiles {
   }
 };
 
-// grid (B*NH, key tiles): dK and dV of one key tile, over the query tiles at or after it
+// grid (B*NH, key tiles): dK and dV of one key tile, over the query tiles at or after it (the
+// first key tiles, the most query tiles, start first). vec: qkv's and dout's rows are 16-byte
+// aligned.
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
     k_flash_dkv(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T,
-                int C, int NH, float scale) {
+                int C, int NH, float scale, int vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   BwdTiles<HS> tl(smem);
   bf16 *Ks = tl.K, *Vs = tl.V, *Qs = tl.Q, *dOs = tl.dO, *Ps = tl.P, *dSs = tl.dS;
@@ -283,16 +341,25 @@ __global__ void __launch_bounds__(FA_THREADS)
   const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
   const float *dy = dout + (size_t)b * T * C + (size_t)h * HS;
   const float *L = cache + (size_t)bh * T, *Db = D + (size_t)bh * T;
-  load_tile<HS>(Ks, base + C, stride, k0, T);
-  load_tile<HS>(Vs, base + 2 * (size_t)C, stride, k0, T);
+  Staged<HS> qst, dst; // K and V first, then each query tile's Q and dO
+  qst.fetch(base + C, stride, k0, T, vec);
+  dst.fetch(base + 2 * (size_t)C, stride, k0, T, vec);
+  qst.put(Ks);
+  dst.put(Vs);
+  qst.fetch(base, stride, k0, T, vec); // the first query tile is the key tile's own
+  dst.fetch(dy, C, k0, T, vec);
 
   for (int qt = kt; qt < ntiles; qt++) {
     int q0 = qt * TILE;
     __syncthreads(); // the previous query tile's Q, dO, P and dS are no longer read
-    load_tile<HS>(Qs, base, stride, q0, T);
-    load_tile<HS>(dOs, dy, C, q0, T);
+    qst.put(Qs);
+    dst.put(dOs);
     load_stats(Lr, Dr, L, Db, q0, T);
     __syncthreads();
+    if (qt + 1 < ntiles) { // the next query tile's loads fly while this one is computed
+      qst.fetch(base, stride, q0 + TILE, T, vec);
+      dst.fetch(dy, C, q0 + TILE, T, vec);
+    }
     rows_times_t<HS>(Ss, Qs, Ks, w);  // S rows of this warp
     rows_times_t<HS>(dPs, dOs, Vs, w); // dP = dO V^T
     __syncwarp();
@@ -316,11 +383,12 @@ __global__ void __launch_bounds__(FA_THREADS)
   }
 }
 
-// grid (B*NH, query tiles): dQ of one query tile, over the key tiles up to the diagonal
+// grid (B*NH, query tiles): dQ of one query tile, over the key tiles up to the diagonal (the
+// last query tiles, the most key tiles, start first)
 template <int HS>
 __global__ void __launch_bounds__(FA_THREADS)
     k_flash_dq(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T,
-               int C, int NH, float scale) {
+               int C, int NH, float scale, int vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   BwdTiles<HS> tl(smem);
   bf16 *Qs = tl.Q, *dOs = tl.dO, *Ks = tl.K, *Vs = tl.V, *dSs = tl.dS;
@@ -329,21 +397,30 @@ __global__ void __launch_bounds__(FA_THREADS)
 #pragma unroll
   for (int n = 0; n < HS / 16; n++) wmma::fill_fragment(dQ[n], 0.0f);
 
-  int qt = blockIdx.y, bh = blockIdx.x, h = bh % NH, b = bh / NH;
+  int qt = gridDim.y - 1 - blockIdx.y, bh = blockIdx.x, h = bh % NH, b = bh / NH;
   int w = threadIdx.x / 32, lane = threadIdx.x % 32, q0 = qt * TILE;
   size_t stride = 3 * (size_t)C;
   const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
   const float *L = cache + (size_t)bh * T, *Db = D + (size_t)bh * T;
-  load_tile<HS>(Qs, base, stride, q0, T);
-  load_tile<HS>(dOs, dout + (size_t)b * T * C + (size_t)h * HS, C, q0, T);
+  Staged<HS> kst, vst; // Q and dO first, then each key tile's K and V
+  kst.fetch(base, stride, q0, T, vec);
+  vst.fetch(dout + (size_t)b * T * C + (size_t)h * HS, C, q0, T, vec);
+  kst.put(Qs);
+  vst.put(dOs);
   load_stats(Lr, Dr, L, Db, q0, T);
+  kst.fetch(base + C, stride, 0, T, vec);
+  vst.fetch(base + 2 * (size_t)C, stride, 0, T, vec);
 
   for (int kt = 0; kt <= qt; kt++) {
     int k0 = kt * TILE;
     __syncthreads(); // the previous key tile is no longer read
-    load_tile<HS>(Ks, base + C, stride, k0, T);
-    load_tile<HS>(Vs, base + 2 * (size_t)C, stride, k0, T);
+    kst.put(Ks);
+    vst.put(Vs);
     __syncthreads();
+    if (kt < qt) { // the next key tile's loads fly while this one is computed
+      kst.fetch(base + C, stride, k0 + TILE, T, vec);
+      vst.fetch(base + 2 * (size_t)C, stride, k0 + TILE, T, vec);
+    }
     rows_times_t<HS>(Ss, Qs, Ks, w);
     rows_times_t<HS>(dPs, dOs, Vs, w);
     __syncwarp();
@@ -366,15 +443,18 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 template <int HS> static size_t fwd_smem() {
   typedef Smem<HS> S;
-  return 3 * S::up(S::bf_tile) + S::up(S::s_tile) + S::up(S::o_tile) + S::up(S::p_tile);
+  return 3 * S::up(S::bf_tile) + S::up(S::s_tile) + S::up(S::o_tile) + S::up(S::p_tile) + 2 * TILE * sizeof(float);
 }
+// whether every row a kernel reads of x (a [.., C] or [.., 3C] matrix, heads HS apart, HS a
+// multiple of 4) starts on a 16-byte boundary: float4 loads
+static int rows16(const float *x, int C) { return (uintptr_t)x % 16 == 0 && C % 4 == 0; }
 // More than 48 KiB of dynamic shared memory needs the kernel's opt-in, once per kernel.
 template <typename K> static void allow_smem(K kernel, size_t bytes, const char *op) {
   CUDA_CHECK_OP(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
 // Head size 64 (GPT-2's) only, the one instantiated (shared memory per block at 64: forward
-// 70 KiB, each backward kernel 88.5 KiB).
+// 70.5 KiB, each backward kernel 88.5 KiB).
 int cuda_flash_usable(int T, int C, int NH) {
   if (NH <= 0 || C % NH) return 0;
   // the cache (L and O) must fit in B*NH*T*T floats; the grid holds at most 65535 tiles in y
@@ -387,7 +467,7 @@ template <int HS> static void forward(float *out, float *att, const float *qkv, 
   if (!ready) allow_smem(k_flash_forward<HS>, smem, "attention_forward"), ready = true;
   dim3 grid((unsigned)(B * NH), (unsigned)((T + TILE - 1) / TILE)); // y: at most 65535 tiles
   k_flash_forward<HS><<<grid, FA_THREADS, smem, cuda_stream()>>>(out, att, qkv, T, C, NH,
-                                                                 1.0f / sqrtf((float)HS));
+                                                                 1.0f / sqrtf((float)HS), rows16(qkv, C));
   LAUNCH_CHECK_OP("attention_forward");
 }
 
@@ -407,9 +487,10 @@ static void backward(float *dqkv, const float *dout, const float *qkv, const flo
   k_flash_d<HS><<<(unsigned)((rows * 32 + 255) / 256), 256, 0, s>>>(D, dout, att, B, T, C, NH);
   LAUNCH_CHECK_OP("attention_backward");
   dim3 grid((unsigned)(B * NH), (unsigned)((T + TILE - 1) / TILE)); // y: at most 65535 tiles
-  k_flash_dkv<HS><<<grid, FA_THREADS, smem, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale);
+  int vec = rows16(qkv, C) && rows16(dout, C);
+  k_flash_dkv<HS><<<grid, FA_THREADS, smem, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale, vec);
   LAUNCH_CHECK_OP("attention_backward");
-  k_flash_dq<HS><<<grid, FA_THREADS, smem, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale);
+  k_flash_dq<HS><<<grid, FA_THREADS, smem, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale, vec);
   LAUNCH_CHECK_OP("attention_backward");
 }
 

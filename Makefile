@@ -176,13 +176,14 @@ endif
 
 # The GPU benchmark: a single-rank GPT-2-124M-shaped training step filling the GPU (B=16,
 # T=1024): tokens/s, MFU against BRIGADE_PEAK_TFLOPS (default the H100 SXM's dense bf16), the
-# GEMM share of the step; bf16 mixed precision with our bf16 operand copies, then with cuBLAS
-# rounding fp32 operands itself (BRIGADE_CUDA_HALF=fast), then with the fused (flash) attention
-# kernels, then fp16 both ways, then fp32.
+# GEMM share of the step; bf16 mixed precision as training runs it (cuBLAS rounding the fp32
+# operands, the fused attention), then with the per-head GEMM attention
+# (BRIGADE_CUDA_ATTENTION=gemm), then with brigade's bf16 operand copies (BRIGADE_CUDA_HALF=copy),
+# then fp16 both ways, then fp32.
 bench-gpu: $(BUILD)/bench/train_step
-	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16
-	BRIGADE_CUDA_ATTENTION=flash $(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16fast
+	BRIGADE_CUDA_ATTENTION=gemm $(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16fast
+	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 5 1 cuda 16 1024 fp16
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 5 1 cuda 16 1024 fp16fast
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 3 1 cuda 16 1024 fp32

@@ -13,8 +13,8 @@
  * activations rounded to bf16 as stored), "fp16" (the same in fp16), "bf16fast" / "fp16fast"
  * (cuBLAS rounds the fp32 operands itself: the CUDA table's default; "bf16"/"fp16" time
  * BRIGADE_CUDA_HALF=copy, the operands' 16-bit copies) or "fp32"
- * (the default elsewhere). BRIGADE_CUDA_ATTENTION=flash in the environment selects the CUDA
- * table's fused attention under bf16. */
+ * (the default elsewhere). Under bf16 the CUDA table's attention is its fused kernels unless
+ * BRIGADE_CUDA_ATTENTION=gemm in the environment selects the per-head GEMMs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -34,7 +34,7 @@ model = {
 EOF
 run() { # NAME SETS...
   n=$1; shift
-  BRIGADE_CUDA_ATTENTION=flash $MPIRUN -x BRIGADE_CUDA_ATTENTION -np 4 build/brigade train "$D/wide.cfg" "$@" ${OFFLOAD_BENCH_SETS:-} \
+  $MPIRUN -np 4 build/brigade train "$D/wide.cfg" "$@" ${OFFLOAD_BENCH_SETS:-} \
     --log-json "$D/$n.jsonl" > "$D/$n.out" 2>&1 || { echo "---- $n failed:"; tail -20 "$D/$n.out"; return 1; }
   echo "---- $n"
   grep -E "activation offload|activation memory per rank|^brigade: \[rank 0\]   rank|layout:" "$D/$n.out"

@@ -1,6 +1,6 @@
 // kernels/cuda/flash_cuda.cu: fused ("flash") causal attention on bf16 tensor cores, for bf16
-// mixed precision. Opt-in (BRIGADE_CUDA_ATTENTION=flash) until it has been checked on a GPU:
-// attention_cuda.cu calls it when cuda_flash_usable() says yes.
+// mixed precision: attention_cuda.cu calls it when cuda_flash_usable() says yes (the default
+// under bf16; BRIGADE_CUDA_ATTENTION=gemm takes the per-head GEMMs instead).
 //
 // The maths of attention_cuda.cu (ops.h's attention contract), computed the FlashAttention-2
 // way (Dao 2023): the T x T scores never reach device memory. Tiles of 64 query rows x 64 keys;

@@ -288,7 +288,8 @@ static void check_gemm(rng *r, int M, int N, int K, int ta, int tb, float alpha,
 Test(OPS_HARNESS_SUITE, gemm_all_transposes) {
   need_backend();
   rng r = {2};
-  const int shapes[][3] = {{1, 1, 1}, {17, 33, 65}, {128, 96, 300}, {3, 200, 7}};
+  /* {64, 257, 513}: large enough that the CUDA table pads rows of 257 and 513 (blas_cuda.cu) */
+  const int shapes[][3] = {{1, 1, 1}, {17, 33, 65}, {128, 96, 300}, {3, 200, 7}, {64, 257, 513}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     for (int ta = 0; ta < 2; ta++)
       for (int tb = 0; tb < 2; tb++) {
@@ -310,7 +311,7 @@ static void round_kind(float *x, size_t n, int kind) {
 
 static void check_gemm_half_inputs(int kind) {
   rng r = {12};
-  const int shapes[][3] = {{17, 33, 65}, {128, 96, 300}};
+  const int shapes[][3] = {{17, 33, 65}, {128, 96, 300}, {64, 257, 513}};
   const char *name = kind == 1 ? "bf16" : "fp16";
   G->matmul_half(kind);
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
@@ -568,8 +569,8 @@ Test(OPS_HARNESS_SUITE, attention) {
 
 /* Attention under bf16 mixed precision, on inputs bf16 holds exactly (as training stores them),
  * against the CPU's fp32: the CUDA table rounds A (and dS) to bf16 inside its products, so the
- * results differ by bf16 rounding, normalised MSE about 1e-6 (TOL_BF16 leaves 30x). Run with the GEMM path
- * and with BRIGADE_CUDA_ATTENTION=flash (the fused kernels, for head size 64 and T > 64; other
+ * results differ by bf16 rounding, normalised MSE about 1e-6 (TOL_BF16 leaves 30x). Run with
+ * BRIGADE_CUDA_ATTENTION=gemm (the GEMM path) and =flash (the fused kernels, the default, for head size 64 and T > 64; other
  * shapes fall back to the GEMMs); att is compared only where it holds the probabilities (not
  * under flash, where it is the fused path's own cache). Twice each, for repeatability. */
 #define TOL_BF16 1e-4
@@ -615,10 +616,7 @@ Test(OPS_HARNESS_SUITE, attention_bf16) {
   rng r = {13};
   G->matmul_half(1);
   for (int flash = 0; flash <= 1; flash++) {
-    if (flash)
-      setenv("BRIGADE_CUDA_ATTENTION", "flash", 1);
-    else
-      unsetenv("BRIGADE_CUDA_ATTENTION");
+    setenv("BRIGADE_CUDA_ATTENTION", flash ? "flash" : "gemm", 1);
     check_attention_bf16(&r, 1, 65, 64, 1, flash);   /* one full tile and one row more */
     check_attention_bf16(&r, 2, 100, 128, 2, flash); /* a ragged second tile */
     check_attention_bf16(&r, 1, 256, 128, 2, flash); /* whole tiles, several off the diagonal */

@@ -13,8 +13,7 @@
 // its own kernels (no copies, no extra passes over memory); BRIGADE_CUDA_HALF=copy takes the
 // copies. On an H200 (bench/train_step, GPT-2-124M, B=16 T=1024, bf16) fast gave 117,953
 // tokens/s against 98,099 with the copies; the two differ in the last bits (losses within 5e-5
-// relative over 4 steps), cuBLAS rounding its own way. Large products whose rows are not on
-// 16-byte boundaries go through padded copies (cuda_gemm, below).
+// relative over 4 steps), cuBLAS rounding its own way.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdlib.h>
@@ -101,65 +100,6 @@ static void empty_product(const char *op, float *c, size_t mn, float beta) {
   LAUNCH_CHECK_OP(op);
 }
 
-// Leading dimensions. cuBLAS's fast kernels want every matrix's rows on 16-byte boundaries; a row
-// length that is not a multiple of 8 elements (GPT-2's vocabulary, 50257: the LM head's logits)
-// takes slower kernels (on an H200 the LM head's product ran at 131 TFLOP/s, the MLP's at 361). So
-// a large product (PAD_MIN multiply-adds or more) with such an operand goes through copies of it
-// whose rows are padded to a multiple of 8 (k_repitch, grow-only buffers, the pad columns never
-// read): C is computed into a padded copy (read from C first when beta != 0) and copied back.
-enum { LD_ALIGN = 8 };
-static const double PAD_MIN = 4194304.0; // 2^22 multiply-adds
-static int pad_ld(int ld) { return (ld + LD_ALIGN - 1) / LD_ALIGN * LD_ALIGN; }
-
-static float *p_buf[3];
-static size_t p_cap[3];
-static float *pad_buffer(int k, size_t n, const char *op) { // grow-only, as half_buffer
-  if (n > p_cap[k]) {
-    if (p_buf[k]) {
-      CUDA_CHECK_OP(op, cudaStreamSynchronize(cuda_stream()));
-      CUDA_CHECK_OP(op, cudaFree(p_buf[k]));
-    }
-    p_buf[k] = nullptr;
-    CUDA_CHECK_OP(op, cudaMalloc((void **)&p_buf[k], n * sizeof(float)));
-    p_cap[k] = n;
-  }
-  return p_buf[k];
-}
-
-// dst [rows, cols] with row stride dld = src [rows, cols] with row stride sld
-__global__ void k_repitch(float *dst, size_t dld, const float *src, size_t sld, size_t rows, size_t cols) {
-  size_t n = rows * cols;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    dst[i / cols * dld + i % cols] = src[i / cols * sld + i % cols];
-}
-static void repitch(float *dst, int dld, const float *src, int sld, int rows, int cols, const char *op) {
-  size_t n = (size_t)rows * cols;
-  k_repitch<<<cuda_grid(n), CUDA_THREADS, 0, cuda_stream()>>>(dst, (size_t)dld, src, (size_t)sld, (size_t)rows,
-                                                              (size_t)cols);
-  LAUNCH_CHECK_OP(op);
-}
-
-// The product with explicit leading dimensions (row-major: each operand's stored row length)
-static void gemm_ld(float *c, const float *a, const float *b, int M, int N, int K, int transa, int transb,
-                    float alpha, float beta, int lda, int ldb, int ldc) {
-  cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
-                    opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  if (hmode.kind) {
-    const void *ah = a, *bh = b;
-    if (!hmode.fast) // whole stored rows (a padded copy's pad columns too)
-      ah = as_half(0, a, (size_t)(transa ? K : M) * lda, "gemm"), bh = as_half(1, b, (size_t)(transb ? N : K) * ldb, "gemm");
-    cublasStatus_t s = cublasGemmEx(cuda_blas(), opb, opa, N, M, K, &alpha, bh, half_type(), ldb, ah, half_type(),
-                                    lda, &beta, c, CUDA_R_32F, ldc, half_compute(), CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS)
-      cuda_fail("gemm", __FILE__, __LINE__, "cublasGemmEx (16-bit)", cublasGetStatusString(s));
-    return;
-  }
-  cublasStatus_t s =
-      cublasSgemm(cuda_blas(), opb, opa, N, M, K, &alpha, b, ldb, a, lda, &beta, c, ldc);
-  if (s != CUBLAS_STATUS_SUCCESS)
-    cuda_fail("gemm", __FILE__, __LINE__, "cublasSgemm", cublasGetStatusString(s));
-}
-
 void cuda_gemm(float *c, const float *a, const float *b, int M, int N, int K, int transa,
                int transb, float alpha, float beta) {
   if (M <= 0 || N <= 0) return; // nothing to write
@@ -167,31 +107,22 @@ void cuda_gemm(float *c, const float *a, const float *b, int M, int N, int K, in
     empty_product("gemm", c, (size_t)M * N, beta);
     return;
   }
-  int lda = max1(transa ? M : K), ldb = max1(transb ? K : N), ldc = N;
-  if ((double)M * N * K < PAD_MIN || (lda % LD_ALIGN == 0 && ldb % LD_ALIGN == 0 && ldc % LD_ALIGN == 0)) {
-    gemm_ld(c, a, b, M, N, K, transa, transb, alpha, beta, lda, ldb, ldc);
+  cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int lda = max1(transa ? M : K), ldb = max1(transb ? K : N);
+  if (hmode.kind) {
+    const void *ah = a, *bh = b;
+    if (!hmode.fast) ah = as_half(0, a, (size_t)M * K, "gemm"), bh = as_half(1, b, (size_t)K * N, "gemm");
+    cublasStatus_t s = cublasGemmEx(cuda_blas(), opb, opa, N, M, K, &alpha, bh, half_type(), ldb, ah, half_type(),
+                                    lda, &beta, c, CUDA_R_32F, N, half_compute(), CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+      cuda_fail("gemm", __FILE__, __LINE__, "cublasGemmEx (16-bit)", cublasGetStatusString(s));
     return;
   }
-  int ra = transa ? K : M, rb = transb ? N : K; // stored rows of A and B
-  const float *ap = a, *bp = b;
-  float *cp = c;
-  int pa = lda, pb = ldb, pc = ldc;
-  if (lda % LD_ALIGN) {
-    float *t = pad_buffer(0, (size_t)ra * (pa = pad_ld(lda)), "gemm");
-    repitch(t, pa, a, lda, ra, lda, "gemm");
-    ap = t;
-  }
-  if (ldb % LD_ALIGN) {
-    float *t = pad_buffer(1, (size_t)rb * (pb = pad_ld(ldb)), "gemm");
-    repitch(t, pb, b, ldb, rb, ldb, "gemm");
-    bp = t;
-  }
-  if (ldc % LD_ALIGN) {
-    cp = pad_buffer(2, (size_t)M * (pc = pad_ld(ldc)), "gemm");
-    if (beta != 0.0f) repitch(cp, pc, c, ldc, M, N, "gemm");
-  }
-  gemm_ld(cp, ap, bp, M, N, K, transa, transb, alpha, beta, pa, pb, pc);
-  if (cp != c) repitch(c, ldc, cp, pc, M, N, "gemm");
+  cublasStatus_t s =
+      cublasSgemm(cuda_blas(), opb, opa, N, M, K, &alpha, b, ldb, a, lda, &beta, c, N);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    cuda_fail("gemm", __FILE__, __LINE__, "cublasSgemm", cublasGetStatusString(s));
 }
 
 void cuda_gemm_batched(float *c, const float *a, const float *b, int batch, size_t stride_c,

@@ -179,14 +179,17 @@ endif
 # GEMM share of the step; bf16 mixed precision as training runs it (cuBLAS rounding the fp32
 # operands, the fused attention), then with the per-head GEMM attention
 # (BRIGADE_CUDA_ATTENTION=gemm), then with brigade's bf16 operand copies (BRIGADE_CUDA_HALF=copy),
-# then fp16 both ways, then fp32.
-bench-gpu: $(BUILD)/bench/train_step
+# then fp16 both ways, then fp32; then the GEMM rates of the MLP's and the LM head's products
+# (bench/gemm_shapes.c, the vocabulary as it is and padded to 50304) in both bf16 modes.
+bench-gpu: $(BUILD)/bench/train_step $(BUILD)/bench/gemm_shapes
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16fast
 	BRIGADE_CUDA_ATTENTION=gemm $(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16fast
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 5 1 cuda 16 1024 fp16
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 5 1 cuda 16 1024 fp16fast
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 3 1 cuda 16 1024 fp32
+	$(BUILD)/bench/gemm_shapes cuda bf16fast
+	$(BUILD)/bench/gemm_shapes cuda bf16
 
 # The CUDA backend without a GPU: tests/emu compiles kernels/cuda/*.cu (all but coll_cuda.cu) as
 # host C++ against an emulated CUDA runtime, cuBLAS (column-major, argument checks), WMMA and

@@ -206,7 +206,7 @@ step() {
 "
 }
 
-GPU_BINS="build/brigade build/tests/gpu/test_ops_gpu build/tests/gpu/test_train_gpu build/bench/train_step build/bench/zb_exec"
+GPU_BINS="build/brigade build/tests/gpu/test_ops_gpu build/tests/gpu/test_train_gpu build/bench/train_step build/bench/gemm_shapes build/bench/zb_exec"
 step build 1-build.log 240 make -j"$NPROC" CUDA="$CUDA" $GPU_BINS
 step test-gpu 2-test-gpu.log 200 make CUDA="$CUDA" test-gpu
 step bench-gpu 3-bench-gpu.log 180 make CUDA="$CUDA" bench-gpu

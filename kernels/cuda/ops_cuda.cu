@@ -233,8 +233,12 @@ static void layernorm_backward_weight(float *dw, float *db, const float *dout, c
 // ---- softmax and cross-entropy: one block per row ----
 
 // o = softmax(x) over V entries, the sum of exp(x - max) in double as on the CPU; with
-// `losses`, also losses[row] = log(sum) - (x[target] - max). out may be in: every x is read
-// before the barrier in block_max, and each thread then overwrites only its own elements.
+// `losses`, also losses[row] = log(sum) - (x[target] - max). Two passes over the row, not three:
+// the first keeps each thread's running max and its sum of exp(x - that max) (rescaled when the
+// max grows: the online softmax), which the block combines at the block's max; the second writes
+// exp(x - max) / sum, the same expf and the same product as three passes would give. out may be
+// in: every x is read before the barriers of the combination, and each thread then overwrites
+// only its own elements.
 __global__ void k_softmax_rows(float *out, float *losses, const float *in, const int32_t *targets,
                                int V) {
   __shared__ float shf[32];
@@ -243,20 +247,22 @@ __global__ void k_softmax_rows(float *out, float *losses, const float *in, const
   const float *x = in + row * V;
   float *o = out + row * V;
   float xt = losses && threadIdx.x == 0 ? x[targets[row]] : 0.0f; // before any write
-  float mx = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x)
-    mx = x[i] > mx ? x[i] : mx;
-  mx = block_max(mx, shf);
+  float m = -INFINITY;
   double s = 0.0;
   for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    float e = expf(x[i] - mx);
-    o[i] = e;
-    s += e;
+    float v = x[i];
+    if (v > m) {
+      s = m == -INFINITY ? 0.0 : s * exp((double)m - (double)v);
+      m = v;
+    }
+    s += expf(v - m);
   }
-  s = block_sum(s, shd); // >= 1: the max term is exp(0)
+  float mx = block_max(m, shf);
+  s = m == -INFINITY ? 0.0 : s * exp((double)m - (double)mx); // this thread's sum at the block's max
+  s = block_sum(s, shd);                                      // >= 1: the max term is exp(0)
   float inv = (float)(1.0 / s);
   for (int i = threadIdx.x; i < V; i += blockDim.x)
-    o[i] *= inv; // this thread's own writes
+    o[i] = expf(x[i] - mx) * inv;
   if (losses && threadIdx.x == 0) losses[row] = (float)(log(s) - ((double)xt - mx));
 }
 

@@ -13,7 +13,8 @@
 // its own kernels (no copies, no extra passes over memory); BRIGADE_CUDA_HALF=copy takes the
 // copies. On an H200 (bench/train_step, GPT-2-124M, B=16 T=1024, bf16) fast gave 117,953
 // tokens/s against 98,099 with the copies; the two differ in the last bits (losses within 5e-5
-// relative over 4 steps), cuBLAS rounding its own way.
+// relative over 4 steps), cuBLAS rounding its own way. Large products with an odd dimension
+// run padded (cuda_gemm, below).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdlib.h>
@@ -100,13 +101,53 @@ static void empty_product(const char *op, float *c, size_t mn, float beta) {
   LAUNCH_CHECK_OP(op);
 }
 
-void cuda_gemm(float *c, const float *a, const float *b, int M, int N, int K, int transa,
-               int transb, float alpha, float beta) {
-  if (M <= 0 || N <= 0) return; // nothing to write
-  if (K <= 0) {
-    empty_product("gemm", c, (size_t)M * N, beta);
-    return;
+// Odd sizes. cuBLAS runs a large product with a dimension that is not a multiple of 8 (GPT-2's
+// vocabulary, 50257, in the LM head's three products) on kernels three to six times slower than
+// the same product padded: on an H200 (bench/gemm_shapes, bf16, 16384 tokens) the head's forward
+// ran at 129 TFLOP/s with N = 50257 and 413 with N = 50304; backward input 130 and 423, backward
+// weight 118 and 266. (Padding only the rows' length, keeping N, did not help: measured.) So a
+// product of PAD_MIN multiply-adds or more with an odd dimension runs on copies padded to
+// multiples of PAD_TO, the pads zero (a padded K adds 0 * 0), the result's rows and columns that
+// exist copied back; A, B and C are copied only where their stored shape changes (the head's
+// forward copies its weight and its logits, backward its logits' gradient once per product).
+// Costs grow-only device buffers, up to the largest padded operand of each role.
+enum { PAD_TO = 64 };
+static const double PAD_MIN = 16777216.0; // 2^24 multiply-adds
+static int pad_dim(int n) { return (n + PAD_TO - 1) / PAD_TO * PAD_TO; }
+
+static float *p_buf[3];
+static size_t p_cap[3];
+static float *pad_buffer(int k, size_t n, const char *op) { // grow-only, as half_buffer
+  if (n > p_cap[k]) {
+    if (p_buf[k]) {
+      CUDA_CHECK_OP(op, cudaStreamSynchronize(cuda_stream()));
+      CUDA_CHECK_OP(op, cudaFree(p_buf[k]));
+    }
+    p_buf[k] = nullptr;
+    CUDA_CHECK_OP(op, cudaMalloc((void **)&p_buf[k], n * sizeof(float)));
+    p_cap[k] = n;
   }
+  return p_buf[k];
+}
+
+// dst [dr, dc] = src [sr, sc] (dr >= sr, dc >= sc) in its top-left corner, zeros around it
+__global__ void k_pad_copy(float *dst, size_t dr, size_t dc, const float *src, size_t sr, size_t sc) {
+  size_t n = dr * dc;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / dc, c = i % dc;
+    dst[i] = r < sr && c < sc ? src[r * sc + c] : 0.0f;
+  }
+}
+// dst [dr, dc] = the top-left corner of src [sr, sc] (sr >= dr, sc >= dc)
+__global__ void k_crop_copy(float *dst, size_t dr, size_t dc, const float *src, size_t sc) {
+  size_t n = dr * dc;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = src[i / dc * sc + i % dc];
+}
+
+// The product as given (row-major leading dimensions: each operand's stored row length)
+static void gemm_plain(float *c, const float *a, const float *b, int M, int N, int K, int transa, int transb,
+                       float alpha, float beta) {
   cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                     opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   int lda = max1(transa ? M : K), ldb = max1(transb ? K : N);
@@ -123,6 +164,47 @@ void cuda_gemm(float *c, const float *a, const float *b, int M, int N, int K, in
       cublasSgemm(cuda_blas(), opb, opa, N, M, K, &alpha, b, ldb, a, lda, &beta, c, N);
   if (s != CUBLAS_STATUS_SUCCESS)
     cuda_fail("gemm", __FILE__, __LINE__, "cublasSgemm", cublasGetStatusString(s));
+}
+
+// x stored [r, c] into pad buffer k as [pr, pc], or x itself when nothing changes
+static const float *padded(int k, const float *x, int r, int c, int pr, int pc) {
+  if (r == pr && c == pc) return x;
+  float *t = pad_buffer(k, (size_t)pr * pc, "gemm");
+  k_pad_copy<<<cuda_grid((size_t)pr * pc), CUDA_THREADS, 0, cuda_stream()>>>(t, (size_t)pr, (size_t)pc, x, (size_t)r,
+                                                                             (size_t)c);
+  LAUNCH_CHECK_OP("gemm");
+  return t;
+}
+
+void cuda_gemm(float *c, const float *a, const float *b, int M, int N, int K, int transa,
+               int transb, float alpha, float beta) {
+  if (M <= 0 || N <= 0) return; // nothing to write
+  if (K <= 0) {
+    empty_product("gemm", c, (size_t)M * N, beta);
+    return;
+  }
+  int Mp = pad_dim(M), Np = pad_dim(N), Kp = pad_dim(K);
+  if ((double)M * N * K < PAD_MIN || (M % 8 == 0 && N % 8 == 0 && K % 8 == 0)) {
+    gemm_plain(c, a, b, M, N, K, transa, transb, alpha, beta);
+    return;
+  }
+  const float *ap = transa ? padded(0, a, K, M, Kp, Mp) : padded(0, a, M, K, Mp, Kp);
+  const float *bp = transb ? padded(1, b, N, K, Np, Kp) : padded(1, b, K, N, Kp, Np);
+  float *cp = c;
+  if (Mp != M || Np != N) { // beta != 0 reads C: its copy; the pads' results are dropped
+    cp = pad_buffer(2, (size_t)Mp * Np, "gemm");
+    if (beta != 0.0f) {
+      k_pad_copy<<<cuda_grid((size_t)Mp * Np), CUDA_THREADS, 0, cuda_stream()>>>(cp, (size_t)Mp, (size_t)Np, c,
+                                                                                 (size_t)M, (size_t)N);
+      LAUNCH_CHECK_OP("gemm");
+    }
+  }
+  gemm_plain(cp, ap, bp, Mp, Np, Kp, transa, transb, alpha, beta);
+  if (cp != c) {
+    k_crop_copy<<<cuda_grid((size_t)M * N), CUDA_THREADS, 0, cuda_stream()>>>(c, (size_t)M, (size_t)N, cp,
+                                                                              (size_t)Np);
+    LAUNCH_CHECK_OP("gemm");
+  }
 }
 
 void cuda_gemm_batched(float *c, const float *a, const float *b, int batch, size_t stride_c,

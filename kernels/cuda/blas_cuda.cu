@@ -110,7 +110,9 @@ static void empty_product(const char *op, float *c, size_t mn, float beta) {
 // multiples of PAD_TO, the pads zero (a padded K adds 0 * 0), the result's rows and columns that
 // exist copied back; A, B and C are copied only where their stored shape changes (the head's
 // forward copies its weight and its logits, backward its logits' gradient once per product).
-// Costs grow-only device buffers, up to the largest padded operand of each role.
+// Costs grow-only device buffers, up to the largest padded operand of each role. Measured on the
+// H200 with the copies: the head's products at 223/222/168 TFLOP/s, GPT-2-124M's bf16 step (B=16,
+// T=1024) 0.118 -> 0.107 s.
 enum { PAD_TO = 64 };
 static const double PAD_MIN = 16777216.0; // 2^24 multiply-adds
 static int pad_dim(int n) { return (n + PAD_TO - 1) / PAD_TO * PAD_TO; }

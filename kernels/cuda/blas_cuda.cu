@@ -35,22 +35,29 @@ void cuda_matmul_half(int kind) {
 }
 int cuda_matmul_half_kind(void) { return hmode.kind; }
 
-// Grow-only 16-bit copies of the operands. Growing waits for the stream before it frees the old
-// buffer, as cuda_workspace does: CUDA documents only that cudaFree *may* synchronise, and a
-// GEMM or conversion queued before still reads it.
-static uint16_t *h_buf[2];
-static size_t h_cap[2];
-static uint16_t *half_buffer(int k, size_t n, const char *op) {
-  if (n > h_cap[k]) {
-    if (h_buf[k]) {
+// Grow-only device buffers: the 16-bit copies of the operands (BRIGADE_CUDA_HALF=copy) and the
+// padded copies (cuda_gemm). Growing waits for the stream before it frees the old buffer, as
+// cuda_workspace does: CUDA documents only that cudaFree *may* synchronise, and a GEMM or
+// conversion queued before still reads it.
+typedef struct {
+  void *p;
+  size_t cap; // bytes
+} grow_buf;
+static void *grow(grow_buf *b, size_t bytes, const char *op) {
+  if (bytes > b->cap) {
+    if (b->p) {
       CUDA_CHECK_OP(op, cudaStreamSynchronize(cuda_stream()));
-      CUDA_CHECK_OP(op, cudaFree(h_buf[k]));
+      CUDA_CHECK_OP(op, cudaFree(b->p));
     }
-    h_buf[k] = nullptr;
-    CUDA_CHECK_OP(op, cudaMalloc((void **)&h_buf[k], n * sizeof(uint16_t)));
-    h_cap[k] = n;
+    b->p = nullptr;
+    CUDA_CHECK_OP(op, cudaMalloc(&b->p, bytes));
+    b->cap = bytes;
   }
-  return h_buf[k];
+  return b->p;
+}
+static grow_buf h_buf[2]; // A's and B's 16-bit copies
+static uint16_t *half_buffer(int k, size_t n, const char *op) {
+  return (uint16_t *)grow(&h_buf[k], n * sizeof(uint16_t), op);
 }
 
 __global__ void k_to_bf16(__nv_bfloat16 *out, const float *in, size_t n) {
@@ -117,20 +124,8 @@ enum { PAD_TO = 64 };
 static const double PAD_MIN = 16777216.0; // 2^24 multiply-adds
 static int pad_dim(int n) { return (n + PAD_TO - 1) / PAD_TO * PAD_TO; }
 
-static float *p_buf[3];
-static size_t p_cap[3];
-static float *pad_buffer(int k, size_t n, const char *op) { // grow-only, as half_buffer
-  if (n > p_cap[k]) {
-    if (p_buf[k]) {
-      CUDA_CHECK_OP(op, cudaStreamSynchronize(cuda_stream()));
-      CUDA_CHECK_OP(op, cudaFree(p_buf[k]));
-    }
-    p_buf[k] = nullptr;
-    CUDA_CHECK_OP(op, cudaMalloc((void **)&p_buf[k], n * sizeof(float)));
-    p_cap[k] = n;
-  }
-  return p_buf[k];
-}
+static grow_buf p_buf[3]; // A's, B's and C's padded copies
+static float *pad_buffer(int k, size_t n, const char *op) { return (float *)grow(&p_buf[k], n * sizeof(float), op); }
 
 // dst [dr, dc] = src [sr, sc] (dr >= sr, dc >= sc) in its top-left corner, zeros around it
 __global__ void k_pad_copy(float *dst, size_t dr, size_t dc, const float *src, size_t sr, size_t sc) {

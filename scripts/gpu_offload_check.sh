@@ -1,6 +1,7 @@
 #!/bin/sh
 # POSIX sh. Activation offload on a GPU (backend = "cuda"): the tiny GPT on 2 pipeline ranks
-# sharing the GPU, 8 micro-batches, 6 steps, without and with pipeline.offload = "full" (the
+# sharing the GPU, 8 micro-batches, 6 steps, without and with pipeline.offload = "full" at a
+# CPU's compute rate (offload_gflops 50, so that the tiny GPT's copies count as hidden) (the
 # copies on the CUDA table's two copy streams; BRIGADE_OFFLOAD_POISON=1 fills an offloaded
 # micro-batch's device buffers with NaN until its reload). Prints both runs' activation memory
 # report and compares their losses bit for bit; exit 0 when they are equal.
@@ -10,7 +11,7 @@ SETS="--set backend=cuda --set pipeline.stages=2 --set gradient_accumulation_ste
 D=$(mktemp -d)
 $MPIRUN -np 2 build/brigade train configs/tiny.cfg $SETS --log-json "$D/plain.jsonl" > "$D/plain.out" 2>&1 || { cat "$D/plain.out"; exit 1; }
 BRIGADE_OFFLOAD_POISON=1 $MPIRUN -x BRIGADE_OFFLOAD_POISON -np 2 build/brigade train configs/tiny.cfg $SETS \
-  --set 'pipeline.offload="full"' --log-json "$D/off.jsonl" > "$D/off.out" 2>&1 || { cat "$D/off.out"; exit 1; }
+  --set 'pipeline.offload="full"' --set pipeline.offload_gflops=50 --log-json "$D/off.jsonl" > "$D/off.out" 2>&1 || { cat "$D/off.out"; exit 1; }
 for r in plain off; do
   echo "---- $r"; grep -E "activation offload|activation memory per rank|^brigade: \[rank 0\]   rank|step     6" "$D/$r.out"
 done

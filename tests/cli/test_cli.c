@@ -36,6 +36,27 @@ Test(cli, sim_json_has_the_documented_keys) {
   free(out);
 }
 
+/* pipeline.offload = "full" weighs each copy against compute at pipeline.offload_gflops, whose
+ * default follows the backend: a GPU's rate on "cuda" (the tiny GPT's copies do not hide: none
+ * offloaded), a CPU's (50) when set so (all 8 of rank 0's micro-batches offloaded). */
+static double rank0_offloaded(const char *extra) {
+  char args[512], *out;
+  snprintf(args, sizeof args, "sim configs/tiny.cfg --set backend=cuda --set 'pipeline.offload=\"full\"' "
+           "--set pipeline.stages=2 --set gradient_accumulation_steps=8 %s --json", extra);
+  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  core_json *j;
+  cr_assert_eq(core_json_parse(out, strlen(out), "stdout", &j), 0, "%s", out);
+  const core_json *o = core_json_get(core_json_at(core_json_get(j, "ranks"), 0), "offloaded");
+  double n = o ? o->num : 0; /* no key: no copies placed */
+  core_json_free(j);
+  free(out);
+  return n;
+}
+Test(cli, offload_costs_default_to_the_backends_rate) {
+  cr_assert_eq(rank0_offloaded(""), 0);
+  cr_assert_eq(rank0_offloaded("--set pipeline.offload_gflops=50"), 8);
+}
+
 /* Two sim --json outputs describe the same run: the same figures from "makespan" to the rank
  * list and the same rank list (a compiled family also states its memory_cap; a file does not). */
 static int same_run(const char *a, const char *b) {

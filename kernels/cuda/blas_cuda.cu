@@ -109,7 +109,7 @@ static void empty_product(const char *op, float *c, size_t mn, float beta) {
 }
 
 // Odd sizes. cuBLAS runs a large product with a dimension that is not a multiple of 8 (GPT-2's
-// vocabulary, 50257, in the LM head's three products) on kernels three to six times slower than
+// vocabulary, 50257, in the LM head's three products) on kernels two to six times slower than
 // the same product padded: on an H200 (bench/gemm_shapes, bf16, 16384 tokens) the head's forward
 // ran at 129 TFLOP/s with N = 50257 and 413 with N = 50304; backward input 130 and 423, backward
 // weight 118 and 266. (Padding only the rows' length, keeping N, did not help: measured.) So a

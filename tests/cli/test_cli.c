@@ -376,24 +376,25 @@ Test(cli, every_command_has_help) {
 /* sim --steps: consecutive steps, meeting at the optimizer under a barrier or not; the JSON says
  * how many, which way, and the steady step time (zb-h2 p=4 m=8: 27.5 vs 24.5; with a norm of 10,
  * post-validation's check waits for it and eager's does not). */
-Test(cli, sim_steps_and_step_sync) {
-  char *out;
-  const char *base = "sim --schedule zb-h2 --stages 4 --microbatches 8 --cost-step 0.5 --steps 4 --json";
-  char args[256];
-  snprintf(args, sizeof args, "%s --step-sync post-validation", base);
+/* zb-h2 p=4 m=8, a step of 0.5, 4 steps, with FLAGS: sim --json's output (caller frees) */
+static char *zb_h2_steps(const char *flags) {
+  char args[256], *out;
+  snprintf(args, sizeof args, "sim --schedule zb-h2 --stages 4 --microbatches 8 --cost-step 0.5 --steps 4 --json %s",
+           flags);
   cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  return out;
+}
+Test(cli, sim_steps_and_step_sync) {
+  char *out = zb_h2_steps("--step-sync post-validation");
   cr_assert(strstr(out, "\"steps\":4,\"step_sync\":\"post-validation\",\"steady_step_time\":24.5,"), "%s", out);
   free(out);
-  snprintf(args, sizeof args, "%s --step-sync barrier --cost-norm 0.25", base);
-  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  out = zb_h2_steps("--step-sync barrier --cost-norm 0.25");
   cr_assert(strstr(out, "\"step_sync\":\"barrier\",\"steady_step_time\":27.75,"), "%s", out);
   free(out);
-  snprintf(args, sizeof args, "%s --step-sync eager --cost-norm 10", base);
-  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  out = zb_h2_steps("--step-sync eager --cost-norm 10");
   cr_assert(strstr(out, "\"step_sync\":\"eager\",\"steady_step_time\":24.5,"), "%s", out);
   free(out);
-  snprintf(args, sizeof args, "%s --step-sync post-validation --cost-norm 10", base);
-  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  out = zb_h2_steps("--step-sync post-validation --cost-norm 10");
   const char *t = strstr(out, "\"steady_step_time\":");
   cr_assert(t && atof(t + 19) > 24.5 + 1, "%s", out);
   free(out);

@@ -699,13 +699,23 @@ Test(OPS_HARNESS_SUITE, embedding) {
 /* ------------------------------------------------------------------------------------------ */
 /* optimizers */
 
+/* AdamW's operands on the host (parameters, gradients, moments), and their copies on G */
+typedef struct {
+  float *p, *g, *m, *v, *gp, *gg, *gm, *gv;
+} adam_bufs;
+static adam_bufs adam_state(rng *r, size_t n) {
+  adam_bufs a = {.p = rand_buf(r, n, -1, 1), .g = rand_buf(r, n, -1, 1), .m = rand_buf(r, n, -0.1f, 0.1f),
+                 .v = rand_buf(r, n, 0, 0.01f)};
+  a.gp = devf(a.p, n), a.gg = devf(a.g, n), a.gm = devf(a.m, n), a.gv = devf(a.v, n);
+  return a;
+}
+
 Test(OPS_HARNESS_SUITE, adamw) {
   need_backend();
   rng r = {12};
   size_t n = 100003;
-  float *p = rand_buf(&r, n, -1, 1), *g = rand_buf(&r, n, -1, 1), *m = rand_buf(&r, n, -0.1f, 0.1f);
-  float *v = rand_buf(&r, n, 0, 0.01f);
-  float *gp = devf(p, n), *gg = devf(g, n), *gm = devf(m, n), *gv = devf(v, n);
+  adam_bufs s = adam_state(&r, n);
+  float *p = s.p, *g = s.g, *m = s.m, *v = s.v, *gp = s.gp, *gg = s.gg, *gm = s.gm, *gv = s.gv;
   for (int t = 1; t <= 3; t++) {
     H->adamw(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f);
     G->adamw(gp, gg, gm, gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f);
@@ -720,9 +730,8 @@ Test(OPS_HARNESS_SUITE, adamw_to_equals_adamw) {
   need_backend();
   rng r = {14};
   size_t n = 100003;
-  float *p = rand_buf(&r, n, -1, 1), *g = rand_buf(&r, n, -1, 1), *m = rand_buf(&r, n, -0.1f, 0.1f);
-  float *v = rand_buf(&r, n, 0, 0.01f);
-  float *gp = devf(p, n), *gg = devf(g, n), *gm = devf(m, n), *gv = devf(v, n);
+  adam_bufs s = adam_state(&r, n);
+  float *p = s.p, *m = s.m, *v = s.v, *gp = s.gp, *gg = s.gg, *gm = s.gm, *gv = s.gv;
   float *ip = devf(p, n), *im = devf(m, n), *iv = devf(v, n), *op = devf(p, n), *om = devf(m, n), *ov = devf(v, n);
   G->adamw_to(op, om, ov, ip, gg, im, iv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f);
   G->adamw(gp, gg, gm, gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f);

@@ -176,20 +176,23 @@ endif
 
 # The GPU benchmark: a single-rank GPT-2-124M-shaped training step filling the GPU (B=16,
 # T=1024): tokens/s, MFU against BRIGADE_PEAK_TFLOPS (default the H100 SXM's dense bf16), the
-# GEMM share of the step; bf16 mixed precision as training runs it (cuBLAS rounding the fp32
-# operands, the fused attention), then with the per-head GEMM attention
-# (BRIGADE_CUDA_ATTENTION=gemm), then with brigade's bf16 operand copies (BRIGADE_CUDA_HALF=copy),
-# then fp16 both ways, then fp32; then the GEMM rates of the MLP's and the LM head's products
-# (bench/gemm_shapes.c, the vocabulary as it is and padded to 50304) in both bf16 modes.
+# GEMM share of the step; bf16 mixed precision as training runs it (the operands' bf16 copies,
+# cuBLASLt's fused bias and residual, the fused attention), then with the per-head GEMM
+# attention (BRIGADE_CUDA_ATTENTION=gemm), then with cuBLAS rounding the fp32 operands itself
+# (BRIGADE_CUDA_HALF=fast), then with the plain linear layers (BRIGADE_CUDA_LINEAR=plain), then
+# fp16 both ways, then fp32; then the GEMM rates of the MLP's and the LM head's products
+# (bench/gemm_shapes.c: the vocabulary as it is, padded to 50304, and in padded logits rows as
+# the model runs it) in both bf16 modes.
 bench-gpu: $(BUILD)/bench/train_step $(BUILD)/bench/gemm_shapes
-	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16fast
-	BRIGADE_CUDA_ATTENTION=gemm $(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16fast
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16
+	BRIGADE_CUDA_ATTENTION=gemm $(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16
+	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16fast
+	BRIGADE_CUDA_LINEAR=plain $(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 5 1 cuda 16 1024 fp16
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 5 1 cuda 16 1024 fp16fast
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 3 1 cuda 16 1024 fp32
-	$(BUILD)/bench/gemm_shapes cuda bf16fast
 	$(BUILD)/bench/gemm_shapes cuda bf16
+	$(BUILD)/bench/gemm_shapes cuda bf16fast
 
 # The CUDA backend without a GPU: tests/emu compiles kernels/cuda/*.cu (all but coll_cuda.cu) as
 # host C++ against an emulated CUDA runtime, cuBLAS (column-major, argument checks), WMMA and

@@ -1,19 +1,18 @@
 /* bench/train_step.c: one process, one chunk holding the whole GPT-2-124M-shaped model
  * (configs/gpt2-124m.cfg, B=4, T=64): forward + backward + AdamW per step on random tokens.
  * Prints tokens/s, model FLOP utilisation (6N + 6LCT FLOPs per token, llm.c's count, against a
- * peak), the share of step time spent in GEMMs (the op table's gemm, timed through a wrapper
- * that waits for the device around each call on a GPU) and the table's sgemm GFLOP/s measured
+ * peak), the share of step time spent in GEMMs (the op table's gemm and linear_forward, timed
+ * through wrappers that wait for the device around each call on a GPU) and the table's sgemm GFLOP/s measured
  * in the same run on the model's largest matmuls, and the time of every op the model calls in
  * one step (each op waited for; on a GPU that step is an extra one, not in tokens/s).
  *   bench/train_step [CONFIG] [STEPS] [THREADS] [BACKEND] [B] [T] [PRECISION]
  * BACKEND "cuda" runs on the GPU (B and T override the config's micro-batch and sequence
  * length, to fill it); BRIGADE_PEAK_TFLOPS sets the peak the MFU is taken against (default:
  * 989.4, the H100 SXM's dense bf16; on the CPU, 0 leaves MFU out). PRECISION is what training
- * with bf16.enabled / fp16.enabled does: "bf16" (the default on "cuda": matmul_half(1),
- * activations rounded to bf16 as stored), "fp16" (the same in fp16), "bf16fast" / "fp16fast"
- * (cuBLAS rounds the fp32 operands itself: the CUDA table's default; "bf16"/"fp16" time
- * BRIGADE_CUDA_HALF=copy, the operands' 16-bit copies) or "fp32"
- * (the default elsewhere). Under bf16 the CUDA table's attention is its fused kernels unless
+ * with bf16.enabled / fp16.enabled does: "bf16" (the default on "cuda": matmul_half(1) on the
+ * operands' 16-bit copies, the CUDA table's default, activations rounded to bf16 as stored),
+ * "fp16" (the same in fp16), "bf16fast" / "fp16fast" (BRIGADE_CUDA_HALF=fast: cuBLAS rounds
+ * the fp32 operands itself) or "fp32" (the default elsewhere). Under bf16 the CUDA table's attention is its fused kernels unless
  * BRIGADE_CUDA_ATTENTION=gemm in the environment selects the per-head GEMMs. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,8 +76,10 @@ TIMED(embedding_forward, (float *o, const int32_t *t, const float *e, const floa
       (o, t, e, p, B, T, C))
 TIMED(embedding_backward, (float *de, float *dp, const float *o, const int32_t *t, int B, int T, int C),
       (de, dp, o, t, B, T, C))
-TIMED(xent_forward, (float *l, float *p, const float *g, const int32_t *t, int N, int V), (l, p, g, t, N, V))
-TIMED(xent_backward, (float *d, const float *p, const int32_t *t, float s, int N, int V), (d, p, t, s, N, V))
+TIMED(xent_forward, (float *l, float *p, const float *g, const int32_t *t, int N, int V, int ld, int r),
+      (l, p, g, t, N, V, ld, r))
+TIMED(xent_backward, (float *d, const float *p, const int32_t *t, float s, int N, int V, int ld, int r),
+      (d, p, t, s, N, V, ld, r))
 TIMED(adamw, (float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float e, float wd,
               int t, float gs), (p, g, m, v, n, lr, b1, b2, e, wd, t, gs))
 TIMED(axpy, (float *y, float a, const float *x, size_t n), (y, a, x, n))
@@ -121,6 +122,20 @@ static void gemm_timed(float *c, const float *a, const float *b, int M, int N, i
   base->sync();
   gemm_s += now() - t;
   gemm_flops += 2.0 * M * N * K;
+}
+
+/* a linear layer's forward (the product with its bias and residual, one op on the GPU): a GEMM */
+static void linear_timed(float *o, const float *i, const float *w, const float *b, const float *r, int N, int C, int OC) {
+  if (!timing) {
+    base->linear_forward(o, i, w, b, r, N, C, OC);
+    return;
+  }
+  base->sync();
+  double t = now();
+  base->linear_forward(o, i, w, b, r, N, C, OC);
+  base->sync();
+  gemm_s += now() - t;
+  gemm_flops += 2.0 * N * C * OC;
 }
 
 static double sgemm_gflops(int M, int N, int K) {
@@ -174,6 +189,7 @@ int main(int argc, char **argv) {
   timed = *base;
   real_gemm = timed.gemm;
   timed.gemm = gemm_timed;
+  timed.linear_forward = linear_timed;
   wrap_ops();
   layers_chunk ch;
   double t0 = now();

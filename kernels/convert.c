@@ -68,3 +68,9 @@ float kernels_f16_to_f32(uint16_t h) {
   float f = (float)mant * 0x1p-24f;
   return sign ? -f : f;
 }
+
+float kernels_round(float x, int kind) {
+  if (kind == 1) return kernels_bf16_to_f32(kernels_f32_to_bf16(x));
+  if (kind == 2) return kernels_f16_to_f32(kernels_f32_to_f16(x));
+  return x;
+}

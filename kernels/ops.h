@@ -64,6 +64,14 @@ typedef struct kernels_ops {
    * (weight gradients); with beta = 0, C is only written, never read. */
   void (*gemm)(float *c, const float *a, const float *b, int M, int N, int K, int transa,
                int transb, float alpha, float beta);
+  /* gemm with each operand's leading dimension given (its stored row length; lda >= K, or M
+   * when transa; ldb >= N, or K when transb; ldc >= N). Columns past an operand's stored width
+   * are padding, which the op may use to run a product padded to friendlier sizes: the padding
+   * of A and B must hold zeros, and C's padding may be overwritten with the padded product's
+   * values (zeros again where A's and B's padding is zero). The LM head and the loss keep their
+   * logits in such rows (a multiple of 64 wide, layers/basic.c). */
+  void (*gemm_ld)(float *c, const float *a, const float *b, int M, int N, int K, int transa, int transb, float alpha,
+                  float beta, int lda, int ldb, int ldc);
   /* Mixed precision on 16-bit units: with kind = 1 (bf16) or 2 (fp16), gemm and gemm_batched
    * may round A and B to that type and multiply them with fp32 accumulation (the CUDA table:
    * cublasGemmEx on tensor cores); C stays fp32. Results then differ from the fp32 product by
@@ -75,6 +83,13 @@ typedef struct kernels_ops {
   void (*gemm_batched)(float *c, const float *a, const float *b, int batch, size_t stride_c,
                        size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
                        int transb, float alpha, float beta);
+  /* A linear layer's forward: out[N,OC] = in[N,C] @ w[OC,C]^T + bias[OC] + res[N,OC]; bias
+   * NULL: none; res NULL: none (a residual added in the same op; it must not overlap out). The
+   * same as gemm, bias_add and axpy one after another (the CPU tables do exactly that); the CUDA
+   * table does it in one cuBLASLt product under mixed precision (the sums then in cuBLAS's
+   * order: the last bits may differ). */
+  void (*linear_forward)(float *out, const float *in, const float *w, const float *bias, const float *res, int N,
+                         int C, int OC);
   void (*bias_add)(float *out, const float *bias, int N, int C);    /* out[n,c] += bias[c] */
   void (*bias_grad)(float *dbias, const float *dout, int N, int C); /* dbias[c] += sum_n dout */
 
@@ -132,14 +147,19 @@ typedef struct kernels_ops {
 
   /* ---- fused softmax + cross-entropy; targets must be in [0, V): the caller checks them
    * (a data loader rejects bad ones), the op reads logits[n, targets[n]] unchecked ---- */
-  /* losses[N] = -log softmax(logits[n])[targets[n]]; probs[N,V] = the softmax, the cache
-   * (probs may alias logits: the loss layer keeps its cache over its input) */
+  /* Rows of ld >= V floats, of which the first V are the classes (the rest padding, see
+   * gemm_ld). losses[N] = -log softmax(logits[n])[targets[n]]; probs[N,ld] = the softmax, the
+   * cache, with zeros in the padding (probs may alias logits: the loss layer keeps its cache over
+   * its input). round 1 / 2: each logit is taken rounded to bf16 / fp16 (kernels_round), as if
+   * it had been stored rounded (mixed precision's rounding on store, done here as read: one pass
+   * over N x V saved); 0: as is */
   void (*xent_forward)(float *losses, float *probs, const float *logits, const int32_t *targets,
-                       int N, int V);
-  /* dlogits[N,V] = (probs - onehot(targets)) * scale, e.g. scale = 1/N for a mean loss
-   * (overwrites; dlogits may alias probs) */
+                       int N, int V, int ld, int round);
+  /* dlogits[N,ld] = (probs - onehot(targets)) * scale, e.g. scale = 1/N for a mean loss, zeros
+   * in the padding (overwrites; dlogits may alias probs); round 1 / 2: each result rounded to
+   * bf16 / fp16 as it is stored */
   void (*xent_backward)(float *dlogits, const float *probs, const int32_t *targets, float scale,
-                        int N, int V);
+                        int N, int V, int ld, int round);
 
   /* ---- optimizers on a flat range of n parameters; g is multiplied by grad_scale first
    * (clipping, loss-scale removal), so the caller never rewrites the gradients ---- */
@@ -222,6 +242,8 @@ uint16_t kernels_f32_to_bf16(float x);
 float kernels_bf16_to_f32(uint16_t h);
 uint16_t kernels_f32_to_f16(float x);
 float kernels_f16_to_f32(uint16_t h);
+/* x rounded to bf16 (kind 1) or fp16 (kind 2) and back; any other kind: x */
+float kernels_round(float x, int kind);
 
 /* The process's place among the ranks of its node, as MPI found it (pipe/topo), given before
  * the first kernels_get_ops("cuda"): on a node with several GPUs the CUDA table takes GPU

@@ -37,8 +37,7 @@ void layers_fill(const layers_window *w, size_t off, size_t n, float value) {
 
 void layers_linear_forward(const kernels_ops *ops, float *out, const float *in, const float *w,
                            const float *b, int N, int C, int OC) {
-  ops->gemm(out, in, w, N, OC, C, 0, 1, 1.0f, 0.0f);
-  if (b) ops->bias_add(out, b, N, OC);
+  ops->linear_forward(out, in, w, b, NULL, N, C, OC);
 }
 
 void layers_linear_backward_input(const kernels_ops *ops, float *din, const float *dout,
@@ -180,8 +179,10 @@ const layer_type layers_embedding = {"embedding", LAYER_IN_TOKENS, emb_configure
 /* ---- lm_head: logits = in W^T, W [V, C]; tied: its own copy of the embedding's wte, kept equal
  * by REDUCE_TIED_GRADS (gradients summed across the two copies) ---- */
 
+int layers_logits_ld(int V) { return (V + 63) / 64 * 64; }
+
 static int head_configure(layer *l, const core_config *c, int i) {
-  l->out_width = l->V;
+  l->out_width = layers_logits_ld(l->V);
   return CORE_OK; /* `tie` is resolved by the registry, which knows the other layers */
 }
 static size_t head_params(const layer *l) { return (size_t)l->V * l->in_width; }
@@ -191,18 +192,24 @@ static void head_init(const layer *l, const layers_window *w, uint64_t seed) {
   core_rng r = core_rng_keyed(seed, (uint64_t)(l->tied_to >= 0 ? l->tied_to : l->index), 0, 0);
   layers_normal(w, 0, (size_t)l->V * l->in_width, 0.02f, &r);
 }
+/* logits [N, ld] (ld = out_width) = in [N, C] W^T, W [V, C]; the logits' padding columns may be
+ * overwritten (gemm_ld), and their gradient's padding is zeros (the cross_entropy writes it so) */
 static void head_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
-  layers_linear_forward(ops, io->out, io->in, l->params, NULL, io->B * io->T, l->in_width, l->V);
+  int N = io->B * io->T, C = l->in_width, ld = l->out_width;
+  ops->gemm_ld(io->out, io->in, l->params, N, l->V, C, 0, 1, 1.0f, 0.0f, C, C, ld);
 }
 static void head_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
-  layers_linear_backward_input(ops, io->din, io->dout, l->params, io->B * io->T, l->in_width, l->V);
+  int N = io->B * io->T, C = l->in_width, ld = l->out_width;
+  ops->gemm_ld(io->din, io->dout, l->params, N, C, l->V, 0, 0, 1.0f, 0.0f, ld, C, C);
 }
 static void head_backward_weight(const layer *l, const kernels_ops *ops, const layer_io *io) {
-  layers_linear_backward_weight(ops, l->grads, NULL, io->dout, io->in, io->B * io->T, l->in_width, l->V);
+  int N = io->B * io->T, C = l->in_width, ld = l->out_width;
+  ops->gemm_ld(l->grads, io->dout, io->in, l->V, C, N, 1, 0, 1.0f, 1.0f, ld, C, C);
 }
 const layer_type layers_lm_head = {"lm_head", LAYER_IN_HIDDEN, head_configure, head_params, head_flops, zero, zero, head_init, head_forward, head_backward_input, head_backward_weight, 0, zero, NULL};
 
-/* ---- cross_entropy: logits [N, V] + targets -> per-position losses [N]. Its stash is its input:
+/* ---- cross_entropy: logits [N, V] (in rows of in_width >= V floats: an lm_head's padded rows)
+ * + targets -> per-position losses [N]. Its stash is its input:
  * forward turns the logits into probabilities in place, backward turns those into the logits'
  * gradient in place (when the logits come from the layer before it in the chunk) ---- */
 
@@ -212,9 +219,9 @@ static int xent_configure(layer *l, const core_config *c, int i) {
 }
 static double xent_flops(const layer *l) { return 4.0 * l->in_width; }
 static void xent_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
-  ops->xent_forward(io->out, io->stash, io->in, io->targets, io->B * io->T, l->in_width);
+  ops->xent_forward(io->out, io->stash, io->in, io->targets, io->B * io->T, l->V, l->in_width, io->round);
 }
 static void xent_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
-  ops->xent_backward(io->din, io->stash, io->targets, io->grad_scale, io->B * io->T, l->in_width);
+  ops->xent_backward(io->din, io->stash, io->targets, io->grad_scale, io->B * io->T, l->V, l->in_width, io->round);
 }
 const layer_type layers_cross_entropy = {"cross_entropy", LAYER_IN_HIDDEN, xent_configure, no_params, xent_flops, zero, zero, no_init, xent_forward, xent_backward_input, no_weight, 1, zero, NULL};

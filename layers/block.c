@@ -126,13 +126,14 @@ static void init_common(const layer *l, const layers_window *w, uint64_t seed, b
 
 static void attn_init(const layer *l, const layers_window *w, uint64_t seed) { init_common(l, w, seed, block_layout(l, 0)); }
 
-/* attention core forward from `x` (the input of the qkv projection) into `y` */
-static void attn_core_forward(const layer *l, const kernels_ops *ops, float *y, const float *x,
+/* attention core forward from `x` (the input of the qkv projection) into `y`, plus `res` when
+ * not NULL (the block's residual, added by the projection's op) */
+static void attn_core_forward(const layer *l, const kernels_ops *ops, float *y, const float *x, const float *res,
                               float *st, float *ist, block_stash s, block_params o, const float *p, int B, int T) {
   int N = B * T, C = l->C;
   layers_linear_forward(ops, ist + s.qkv, x, p + o.wqkv, p + o.bqkv, N, C, 3 * C);
   ops->attention_forward(st + s.atty, ist + s.att, ist + s.qkv, B, T, C, l->NH);
-  layers_linear_forward(ops, y, st + s.atty, p + o.wproj, p + o.bproj, N, C, C);
+  ops->linear_forward(y, st + s.atty, p + o.wproj, p + o.bproj, res, N, C, C);
 }
 
 /* gradient dy of the projection's output -> dx of the qkv projection's input; stores g_qkv */
@@ -155,7 +156,7 @@ static void attn_core_backward_weight(const layer *l, const kernels_ops *ops, co
 }
 
 static void attn_forward(const layer *l, const kernels_ops *ops, const layer_io *io) {
-  attn_core_forward(l, ops, io->out, io->in, io->stash, io->istash, stash_layout(l, io->B, io->T, 0),
+  attn_core_forward(l, ops, io->out, io->in, NULL, io->stash, io->istash, stash_layout(l, io->B, io->T, 0),
                     block_layout(l, 0), l->params, io->B, io->T);
 }
 static void attn_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
@@ -204,13 +205,11 @@ static void block_forward(const layer *l, const kernels_ops *ops, const layer_io
   const float *p = l->params;
   float *st = io->stash, *ist = io->istash;
   ops->layernorm_forward(st + s.ln1, st + s.mean1, st + s.rstd1, io->in, p + o.ln1w, p + o.ln1b, N, C, (float)l->eps);
-  attn_core_forward(l, ops, st + s.res2, st + s.ln1, st, ist, s, o, p, B, T); /* res2 = attn(ln1) ... */
-  ops->axpy(st + s.res2, 1.0f, io->in, (size_t)N * C);                     /* ... + x */
+  attn_core_forward(l, ops, st + s.res2, st + s.ln1, io->in, st, ist, s, o, p, B, T); /* res2 = attn(ln1) + x */
   ops->layernorm_forward(st + s.ln2, st + s.mean2, st + s.rstd2, st + s.res2, p + o.ln2w, p + o.ln2b, N, C, (float)l->eps);
   layers_linear_forward(ops, ist + s.fch, st + s.ln2, p + o.wfc, p + o.bfc, N, C, H);
   ops->gelu_forward(st + s.fchg, ist + s.fch, (size_t)N * H);
-  layers_linear_forward(ops, io->out, st + s.fchg, p + o.wfp, p + o.bfp, N, H, C);
-  ops->axpy(io->out, 1.0f, st + s.res2, (size_t)N * C);
+  ops->linear_forward(io->out, st + s.fchg, p + o.wfp, p + o.bfp, st + s.res2, N, H, C); /* + res2 */
 }
 
 static void block_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {

@@ -67,6 +67,8 @@ typedef struct {
   float *din;             /* gradient of in, overwritten by backward_input; NULL for embedding */
   float grad_scale;       /* loss layer: d(loss)/d(position loss), e.g. 1 / (B*T*m) */
   float *scratch;         /* [scratch_floats] temporary, not kept */
+  int round;              /* the chunk's act_round; cross_entropy rounds its logits as it reads
+                           * them and its gradient as it writes it (the chunk does not) */
 } layer_io;
 
 struct layer_type {
@@ -110,6 +112,11 @@ typedef struct {
  * into a model that is already built is an error. */
 int layers_model_build(layers_model *m, const core_config *c, int vocab_from_data);
 void layers_model_free(layers_model *m);
+/* The row length of an lm_head's logits (its out_width): V rounded up to a multiple of 64. The
+ * rows' padding (zeros where it is read) lets a GPU run the head's three products at padded,
+ * tensor-core-friendly sizes without copying the logits (kernels/ops.h, gemm_ld); the weights
+ * stay [V, C]. An lm_head must feed the cross_entropy, which knows the padding. */
+int layers_logits_ld(int V);
 size_t layers_model_params(const layers_model *m);
 
 /* Where one buffer of a slot lives: in the slot's home part, its aside part, or the region the

@@ -98,8 +98,12 @@ static int chain(layers_model *m, const core_config *c, const int *elem) {
       int rc = l->type->configure(l, c, elem[i]);
       if (rc) return rc;
     }
+    if (prev && prev->type == &layers_lm_head && l->type != &layers_cross_entropy)
+      return core_error_set(CORE_EINPUT, "layer '%s' (%s) follows the lm_head '%s', which must feed the "
+                            "cross_entropy (its logits' rows are padded for it)", l->name, l->where, prev->name);
     int want = (l->type == &layers_block || l->type == &layers_attention) ? m->C
-               : l->type == &layers_cross_entropy ? m->V : -1;
+               : l->type == &layers_cross_entropy ? (prev && prev->type == &layers_lm_head ? layers_logits_ld(m->V) : m->V)
+                                                  : -1;
     if (prev && want > 0 && prev->out_width != want)
       return core_error_set(CORE_EINPUT, "layer '%s' (%s) takes width %d, but the layer before it, '%s' (%s), "
                             "gives %d: the shapes do not chain", l->name, l->where, want, prev->name,
@@ -462,7 +466,7 @@ size_t layers_chunk_aside_bytes(const layers_chunk *ch) { return ch->aside_float
  * With checkpointing the layers work in the workspace, which has the full layout. */
 static layer_io io_of(const layers_chunk *ch, int slot, int i) {
   layer_io io = {.B = ch->B, .T = ch->T, .tokens = layers_chunk_tokens(ch, slot),
-                 .targets = layers_chunk_targets(ch, slot), .scratch = ch->scratch};
+                 .targets = layers_chunk_targets(ch, slot), .scratch = ch->scratch, .round = ch->act_round};
   io.in = i ? at(ch, slot, ch->out[i - 1]) : (ch->first_takes_tokens ? NULL : at(ch, slot, ch->in));
   io.out = at(ch, slot, ch->out[i]);
   io.stash = at(ch, slot, ch->stash[i]);
@@ -478,13 +482,20 @@ static void round_store(const layers_chunk *ch, float *x, size_t n) {
   else ch->ops->round_fp16(x, n);
 }
 
+/* Layer i's output is rounded as stored unless it is the losses (they stay fp32) or the logits
+ * of a cross_entropy in the same chunk, which rounds them as it reads them (the same values,
+ * one pass over B x T x V fewer). Its input gradient, likewise, is rounded as it is written. */
+static int rounds_output(const layers_chunk *ch, int i) {
+  return ch->act_round && ch->layers[i].type != &layers_cross_entropy &&
+         !(i + 1 < ch->n && ch->layers[i + 1].type == &layers_cross_entropy);
+}
+
 static void run_forward(layers_chunk *ch, int slot) {
   if (ch->ckpt) ch->ops->copy(at(ch, slot, ch->in), layers_chunk_input(ch, slot), ch->in_floats);
   for (int i = 0; i < ch->n; i++) {
     layer_io io = io_of(ch, slot, i);
     ch->layers[i].type->forward(&ch->layers[i], ch->ops, &io);
-    if (ch->act_round && ch->layers[i].type != &layers_cross_entropy) /* losses stay fp32 */
-      round_store(ch, io.out, (size_t)ch->B * ch->T * (size_t)ch->layers[i].out_width);
+    if (rounds_output(ch, i)) round_store(ch, io.out, (size_t)ch->B * ch->T * (size_t)ch->layers[i].out_width);
   }
 }
 
@@ -504,7 +515,8 @@ void layers_chunk_backward_input(layers_chunk *ch, int slot, float grad_scale) {
     io.grad_scale = grad_scale;
     if (i == 0 && ch->first_takes_tokens) continue; /* no gradient w.r.t. token ids */
     ch->layers[i].type->backward_input(&ch->layers[i], ch->ops, &io);
-    if (ch->act_round) round_store(ch, io.din, (size_t)ch->B * ch->T * (size_t)ch->layers[i].in_width);
+    if (ch->act_round && ch->layers[i].type != &layers_cross_entropy)
+      round_store(ch, io.din, (size_t)ch->B * ch->T * (size_t)ch->layers[i].in_width);
   }
   if (ch->ckpt) ch->ops->copy(layers_chunk_grad_input(ch, slot), at(ch, slot, ch->din), ch->in_floats);
 }

@@ -89,6 +89,7 @@ static void emit_token(const pipe_bpe *bpe, const llmc_tok *lt, int32_t id, FILE
 
 static int generate(const pipe_sample_opts *o, layers_chunk *ch, const pipe_bpe *bpe, const llmc_tok *lt, FILE *out) {
   int T = ch->T, V = ch->layers[0].V, n = (int)strlen(o->prompt);
+  size_t ld = (size_t)ch->layers[ch->n - 1].out_width; /* the logits' row length (padded past V) */
   if (lt->tok && lt->n > V)
     return core_error_set(CORE_EINPUT, "the tokenizer's vocabulary (%d) is larger than the model's (%d)", lt->n, V);
   if (lt->tok && n && !bpe)
@@ -123,7 +124,7 @@ static int generate(const pipe_sample_opts *o, layers_chunk *ch, const pipe_bpe 
     memcpy(tok, seq + start, sizeof(int32_t) * (size_t)w);
     layers_chunk_set_batch(ch, 0, tok, NULL);
     layers_chunk_forward(ch, 0);
-    ch->ops->to_host(logits, layers_chunk_output(ch, 0) + (size_t)(w - 1) * V, sizeof(float) * (size_t)V);
+    ch->ops->to_host(logits, layers_chunk_output(ch, 0) + (size_t)(w - 1) * ld, sizeof(float) * (size_t)V);
     int bad = 0;
     while (bad < V && isfinite(logits[bad])) bad++;
     if (bad < V) { /* NaN or inf: neither the argmax nor the softmax would mean anything */
@@ -205,7 +206,7 @@ int pipe_sample(const pipe_sample_opts *o, FILE *out) {
   /* every layer but the loss: the chunk's output is the logits (the loss would turn them into
    * probabilities in place) */
   if (!rc) rc = layers_chunk_init(&ch, &m, 0, m.n - 1, kernels_cpu_ops(), 1, m.T, 1);
-  if (!rc && m.layers[m.n - 2].out_width != m.V)
+  if (!rc && m.layers[m.n - 2].out_width < m.V)
     rc = core_error_set(CORE_EINPUT, "the model's second-to-last layer does not give logits");
   if (!rc) {
     /* the checkpoint loader fills parameters (and optimizer state, unused here) by layer */

@@ -67,38 +67,45 @@ static void sgemm(float *c, const float *a, const float *b, int M, int N, int K,
 typedef struct {
   float *c;
   const float *a, *b;
-  int M, N, K, transa, transb, by_cols;
+  int M, N, K, transa, transb, by_cols, lda, ldb, ldc;
   float alpha, beta;
 } gemm_job;
 
 /* columns [lo, hi) of C (each worker packs its own part of B, and all of A), or rows */
 static void gemm_part(void *ctx, size_t lo, size_t hi) {
   const gemm_job *j = ctx;
-  int lda = j->transa ? j->M : j->K, ldb = j->transb ? j->K : j->N, n = (int)(hi - lo);
+  int lda = j->lda, ldb = j->ldb, n = (int)(hi - lo);
   if (j->by_cols) {
     const float *b = j->transb ? j->b + lo * (size_t)ldb : j->b + lo;
-    sgemm(j->c + lo, j->a, b, j->M, n, j->K, j->transa, j->transb, j->alpha, j->beta, lda, ldb, j->N);
+    sgemm(j->c + lo, j->a, b, j->M, n, j->K, j->transa, j->transb, j->alpha, j->beta, lda, ldb, j->ldc);
   } else {
     const float *a = j->transa ? j->a + lo : j->a + lo * (size_t)lda;
-    sgemm(j->c + lo * (size_t)j->N, a, j->b, n, j->N, j->K, j->transa, j->transb, j->alpha, j->beta, lda, ldb, j->N);
+    sgemm(j->c + lo * (size_t)j->ldc, a, j->b, n, j->N, j->K, j->transa, j->transb, j->alpha, j->beta, lda, ldb,
+          j->ldc);
   }
 }
 
 /* With the pool's workers (threads > 1) OpenBLAS runs single-threaded and the product is split
  * over the workers by the larger of C's dimensions, so GEMMs and the other ops share one set of
- * threads and no OpenBLAS thread spins on a core another op needs. */
-void kernels_cpu_gemm(float *c, const float *a, const float *b, int M, int N, int K, int transa,
-                      int transb, float alpha, float beta) {
+ * threads and no OpenBLAS thread spins on a core another op needs. The CPU leaves padding alone
+ * (it reads and writes only the operands' stored widths). */
+void kernels_cpu_gemm_ld(float *c, const float *a, const float *b, int M, int N, int K, int transa, int transb,
+                         float alpha, float beta, int lda, int ldb, int ldc) {
   if (M <= 0 || N <= 0) return; /* nothing to write */
   int t = kernels_cpu_pool_threads();
   if (t <= 1 || (double)M * N * (K > 0 ? K : 1) < 1 << 21) {
-    sgemm(c, a, b, M, N, K, transa, transb, alpha, beta, transa ? M : K, transb ? K : N, N);
+    sgemm(c, a, b, M, N, K, transa, transb, alpha, beta, lda, ldb, ldc);
     return;
   }
   gemm_job j = {.c = c, .a = a, .b = b, .M = M, .N = N, .K = K, .transa = transa, .transb = transb,
-                .by_cols = N >= M, .alpha = alpha, .beta = beta};
+                .by_cols = N >= M, .lda = lda, .ldb = ldb, .ldc = ldc, .alpha = alpha, .beta = beta};
   size_t n = j.by_cols ? (size_t)N : (size_t)M;
   kernels_cpu_parallel(n, 64, 16, gemm_part, &j);
+}
+
+void kernels_cpu_gemm(float *c, const float *a, const float *b, int M, int N, int K, int transa,
+                      int transb, float alpha, float beta) {
+  kernels_cpu_gemm_ld(c, a, b, M, N, K, transa, transb, alpha, beta, transa ? M : K, transb ? K : N, N);
 }
 
 /* One BLAS call per matrix: OpenBLAS 0.3.21 has no strided-batch sgemm, and for the sizes the

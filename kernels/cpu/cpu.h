@@ -9,6 +9,8 @@
 void kernels_cpu_select_core(void); /* once per process; see kernels_cpu_init() in ops.h */
 void kernels_cpu_gemm(float *c, const float *a, const float *b, int M, int N, int K, int transa,
                       int transb, float alpha, float beta);
+void kernels_cpu_gemm_ld(float *c, const float *a, const float *b, int M, int N, int K, int transa, int transb,
+                         float alpha, float beta, int lda, int ldb, int ldc);
 void kernels_cpu_gemm_batched(float *c, const float *a, const float *b, int batch, size_t stride_c,
                               size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
                               int transb, float alpha, float beta);

@@ -53,6 +53,7 @@ typedef struct {
   const int32_t *idx;
   float f, f2;
   int N, C;
+  int kind; /* cross-entropy's rounding: 0 none, 1 bf16, 2 fp16 */
   size_t n;
 } job;
 
@@ -219,39 +220,49 @@ static void softmax_forward(float *out, const float *in, int N, int V) {
 
 /* -log p[target] = log(sum exp(x - max)) - (x[target] - max), not -log of the rounded
  * probability: exact for confident predictions, finite where p underflows to 0 */
+/* rows of j->n floats, the first j->C of them the classes, the rest padding (zeros written) */
 static void xent_forward_rows(void *ctx, size_t lo, size_t hi) {
   const job *j = ctx;
-  size_t V = (size_t)j->C;
+  size_t V = (size_t)j->C, ld = j->n;
   for (size_t n = lo; n < hi; n++) {
-    const float *x = j->a + n * V;
-    float mx, xt = x[j->idx[n]]; /* read first: probs may be logits */
-    double sum = softmax_row(j->y + n * V, x, j->C, &mx);
+    const float *x = j->a + n * ld;
+    float *y = j->y + n * ld;
+    float mx, xt = kernels_round(x[j->idx[n]], j->kind); /* read first: probs may be logits */
+    if (j->kind) { /* the row rounded into probs (in cache), then the softmax in place */
+      for (size_t i = 0; i < V; i++) y[i] = kernels_round(x[i], j->kind);
+      x = y;
+    }
+    double sum = softmax_row(y, x, j->C, &mx);
+    for (size_t i = V; i < ld; i++) y[i] = 0.0f;
     j->x[n] = (float)(log(sum) - ((double)xt - mx));
   }
 }
 
 static void xent_forward(float *losses, float *probs, const float *logits, const int32_t *targets,
-                         int N, int V) {
+                         int N, int V, int ld, int round) {
   if (V <= 0) return; /* no class can be a valid target */
-  job j = {.x = losses, .y = probs, .a = logits, .idx = targets, .C = V};
+  job j = {.x = losses, .y = probs, .a = logits, .idx = targets, .C = V, .n = (size_t)(ld > V ? ld : V),
+           .kind = round == 1 || round == 2 ? round : 0};
   kernels_cpu_parallel(N > 0 ? (size_t)N : 0, row_grain(V), 1, xent_forward_rows, &j);
 }
 
 static void xent_backward_rows(void *ctx, size_t lo, size_t hi) {
   const job *j = ctx;
-  size_t V = (size_t)j->C;
+  size_t V = (size_t)j->C, ld = j->n;
   for (size_t n = lo; n < hi; n++) {
-    const float *p = j->a + n * V;
-    float *d = j->x + n * V;
+    const float *p = j->a + n * ld;
+    float *d = j->x + n * ld;
     float pt = p[j->idx[n]]; /* read before the loop: d may be p */
-    for (size_t i = 0; i < V; i++) d[i] = p[i] * j->f;
-    d[j->idx[n]] = (pt - 1.0f) * j->f;
+    for (size_t i = 0; i < V; i++) d[i] = kernels_round(p[i] * j->f, j->kind);
+    for (size_t i = V; i < ld; i++) d[i] = 0.0f;
+    d[j->idx[n]] = kernels_round((pt - 1.0f) * j->f, j->kind);
   }
 }
 
 static void xent_backward(float *dlogits, const float *probs, const int32_t *targets, float scale,
-                          int N, int V) {
-  job j = {.x = dlogits, .a = probs, .idx = targets, .f = scale, .C = V};
+                          int N, int V, int ld, int round) {
+  job j = {.x = dlogits, .a = probs, .idx = targets, .f = scale, .C = V, .n = (size_t)(ld > V ? ld : V),
+           .kind = round == 1 || round == 2 ? round : 0};
   kernels_cpu_parallel(N > 0 ? (size_t)N : 0, row_grain(V), 1, xent_backward_rows, &j);
 }
 
@@ -481,6 +492,15 @@ static void round_fp16(float *x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = kernels_f16_to_f32(kernels_f32_to_f16(x[i]));
 }
 
+/* gemm, bias_add and axpy, one after another: the CUDA table fuses them, the results here are
+ * the reference (bit for bit the three ops) */
+static void linear_forward(float *out, const float *in, const float *w, const float *bias, const float *res, int N,
+                           int C, int OC) {
+  kernels_cpu_gemm(out, in, w, N, OC, C, 0, 1, 1.0f, 0.0f);
+  if (bias) bias_add(out, bias, N, OC);
+  if (res && N > 0 && OC > 0) axpy(out, 1.0f, res, (size_t)N * OC);
+}
+
 /* Mixed precision is emulated on the CPU by rounding on store; the products stay fp32. */
 static void matmul_half_ignored(int kind) { (void)kind; }
 
@@ -500,6 +520,8 @@ static const kernels_ops cpu_ops = {
     .host_free = host_free,
     .gemm = kernels_cpu_gemm,
     .gemm_batched = kernels_cpu_gemm_batched,
+    .gemm_ld = kernels_cpu_gemm_ld,
+    .linear_forward = linear_forward,
     .bias_add = bias_add,
     .bias_grad = bias_grad,
     .gelu_forward = gelu_forward,

@@ -112,6 +112,16 @@ static void gemm(float *c, const float *a, const float *b, int M, int N, int K, 
 
 static void matmul_half(int kind) { CPU->matmul_half(kind); }
 
+static void linear_forward(float *out, const float *in, const float *w, const float *bias, const float *res, int N,
+                           int C, int OC) {
+  CPU->linear_forward(D(out), D(in), D(w), D(bias), D(res), N, C, OC);
+}
+
+static void gemm_ld(float *c, const float *a, const float *b, int M, int N, int K, int transa, int transb,
+                    float alpha, float beta, int lda, int ldb, int ldc) {
+  CPU->gemm_ld(D(c), D(a), D(b), M, N, K, transa, transb, alpha, beta, lda, ldb, ldc);
+}
+
 static void gemm_batched(float *c, const float *a, const float *b, int batch, size_t stride_c,
                          size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
                          int transb, float alpha, float beta) {
@@ -183,13 +193,13 @@ static void embedding_backward(float *dwte, float *dwpe, const float *dout, cons
 }
 
 static void xent_forward(float *losses, float *probs, const float *logits, const int32_t *targets,
-                         int N, int V) {
-  CPU->xent_forward(D(losses), D(probs), D(logits), D(targets), N, V);
+                         int N, int V, int ld, int round) {
+  CPU->xent_forward(D(losses), D(probs), D(logits), D(targets), N, V, ld, round);
 }
 
 static void xent_backward(float *dlogits, const float *probs, const int32_t *targets, float scale,
-                          int N, int V) {
-  CPU->xent_backward(D(dlogits), D(probs), D(targets), scale, N, V);
+                          int N, int V, int ld, int round) {
+  CPU->xent_backward(D(dlogits), D(probs), D(targets), scale, N, V, ld, round);
 }
 
 static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
@@ -245,6 +255,8 @@ static kernels_ops fakedev_ops = { /* not const: tests may give it a coll table 
     .host_free = host_free,
     .gemm = gemm,
     .gemm_batched = gemm_batched,
+    .gemm_ld = gemm_ld,
+    .linear_forward = linear_forward,
     .matmul_half = matmul_half,
     .bias_add = bias_add,
     .bias_grad = bias_grad,

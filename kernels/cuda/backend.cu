@@ -264,6 +264,7 @@ static void fill_table(void) {
   table.host_alloc = host_alloc;
   table.host_free = host_free;
   table.gemm = cuda_gemm;
+  table.gemm_ld = cuda_gemm_ld;
   table.matmul_half = cuda_matmul_half;
   table.gemm_batched = cuda_gemm_batched;
   table.attention_forward = cuda_attention_forward;

@@ -65,10 +65,16 @@ static inline unsigned cuda_grid(size_t n) {
 // blas_cuda.cu
 void cuda_gemm(float *c, const float *a, const float *b, int M, int N, int K, int transa,
                int transb, float alpha, float beta);
+void cuda_gemm_ld(float *c, const float *a, const float *b, int M, int N, int K, int transa, int transb, float alpha,
+                  float beta, int lda, int ldb, int ldc);
 void cuda_gemm_batched(float *c, const float *a, const float *b, int batch, size_t stride_c,
                        size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
                        int transb, float alpha, float beta);
 void cuda_matmul_half(int kind);
+// out = in w^T + bias + res in one cuBLASLt product when it can (mixed precision, dimensions
+// multiples of 8, 16-byte aligned pointers): 1 when done, 0 when the caller must do it
+int cuda_linear_lt(float *out, const float *in, const float *w, const float *bias, const float *res, int N, int C,
+                   int OC);
 int cuda_matmul_half_kind(void); // 0 fp32, 1 bf16, 2 fp16
 // flash_cuda.cu: fused causal attention on bf16 tensor cores (see attention_cuda.cu for when)
 int cuda_flash_usable(int T, int C, int NH);

@@ -14,6 +14,8 @@ const char *test_ops_missing(const kernels_ops *t) {
   HAS(gemm);
   HAS(matmul_half);
   HAS(gemm_batched);
+  HAS(gemm_ld);
+  HAS(linear_forward);
   HAS(bias_add);
   HAS(bias_grad);
   HAS(gelu_forward);

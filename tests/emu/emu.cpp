@@ -36,6 +36,7 @@
 #include <random>
 #include <vector>
 
+#include "cublasLt.h"
 #include "cublas_v2.h"
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
@@ -612,6 +613,136 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta,
   if (Ct != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
   return gemm("cublasGemmStridedBatchedEx", ta, tb, m, n, k, *(const float *)alpha, A, At, lda, sA,
               B, Bt, ldb, sB, *(const float *)beta, (float *)C, ldc, sC, batch, ct);
+}
+
+// ---- cuBLASLt: descriptors kept as given; the product through gemm() above, then the epilogue ----
+
+struct emu_lt_desc {
+  cublasComputeType_t ct;
+  cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  const float *bias = nullptr;
+};
+struct emu_lt_layout {
+  cudaDataType t;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+struct emu_lt_pref {
+  uint64_t ws = 0;
+  uint32_t align[4] = {256, 256, 256, 256}; // cuBLASLt assumes 256-byte alignment unless told
+};
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+  static int handle;
+  *h = (cublasLtHandle_t)&handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct, cudaDataType_t scale) {
+  if (scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED; // the backend's only scale type
+  *d = new emu_lt_desc{ct};
+  return CUBLAS_STATUS_SUCCESS;
+}
+template <typename T> static cublasStatus_t take(T *dst, const void *buf, size_t n) {
+  if (n != sizeof *dst) return CUBLAS_STATUS_INVALID_VALUE;
+  memcpy(dst, buf, n);
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                                              const void *buf, size_t n) {
+  switch (a) {
+  case CUBLASLT_MATMUL_DESC_TRANSA: return take(&d->ta, buf, n);
+  case CUBLASLT_MATMUL_DESC_TRANSB: return take(&d->tb, buf, n);
+  case CUBLASLT_MATMUL_DESC_EPILOGUE: return take(&d->epi, buf, n);
+  case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return take(&d->bias, buf, n);
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+  if (ld < (int64_t)std::max<uint64_t>(1, rows)) return CUBLAS_STATUS_INVALID_VALUE;
+  *l = new emu_lt_layout{t, rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+  *p = new emu_lt_pref;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t a, const void *buf,
+                                                    size_t n) {
+  if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return take(&p->ws, buf, n);
+  if (a >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && a <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+    return take(&p->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, n);
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The product's shape from the layouts: op(A) m x k, op(B) k x n, C and D m x n; false when
+// they do not fit together
+static bool lt_shape(const emu_lt_desc *d, const emu_lt_layout *a, const emu_lt_layout *b, const emu_lt_layout *c,
+                     const emu_lt_layout *dd, int *m, int *n, int *k) {
+  *m = (int)(d->ta == CUBLAS_OP_N ? a->rows : a->cols), *k = (int)(d->ta == CUBLAS_OP_N ? a->cols : a->rows);
+  int kb = (int)(d->tb == CUBLAS_OP_N ? b->rows : b->cols);
+  *n = (int)(d->tb == CUBLAS_OP_N ? b->cols : b->rows);
+  return kb == *k && c->rows == (uint64_t)*m && c->cols == (uint64_t)*n && dd->rows == c->rows &&
+         dd->cols == c->cols && dd->ld == c->ld && c->t == CUDA_R_32F && dd->t == CUDA_R_32F && a->t == b->t;
+}
+
+// one "algorithm": it records the alignments it was chosen for, which cublasLtMatmul checks
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t p, int requested,
+                                              cublasLtMatmulHeuristicResult_t *results, int *returned) {
+  int m, n, k;
+  *returned = 0;
+  if (requested < 1 || !lt_shape(d, a, b, c, dd, &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
+  if (a->t != CUDA_R_32F && d->ct != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  results[0] = {};
+  for (int i = 0; i < 4; i++)
+    results[0].algo.data[i] = p->align[i];
+  results[0].algo.data[4] = p->ws;
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t Ad, const void *B, cublasLtMatrixLayout_t Bd, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, cudaStream_t s) {
+  emu_check_stream(s, "cublasLtMatmul");
+  int m, n, k;
+  if (!lt_shape(d, Ad, Bd, Cd, Dd, &m, &n, &k)) return CUBLAS_STATUS_INVALID_VALUE;
+  const void *ptr[4] = {A, B, C, D};
+  for (int i = 0; i < 4; i++)
+    if ((uintptr_t)ptr[i] % algo->data[i]) die("cublasLtMatmul: an operand is less aligned than its algorithm was chosen for");
+  if (ws_bytes < algo->data[4] && ws_bytes) die("cublasLtMatmul: a smaller workspace than the heuristic was given");
+  if (ws_bytes && !emu_is_device_range(ws, ws_bytes)) die("cublasLtMatmul: the workspace passes its device allocation");
+  float a = *(const float *)alpha, bt = *(const float *)beta;
+  float *dd = (float *)D;
+  const float *c = (const float *)C;
+  if (bt != 0.0f && c != dd) { // D = alpha op(A) op(B) + beta C: C's values into D first
+    size_t span = ((size_t)(n - 1) * Cd->ld + m) * 4; // C's and D's (the same layout)
+    if (!emu_is_device_range(c, span) || !emu_is_device_range(dd, span))
+      die("cublasLtMatmul: C or D passes its device allocation");
+    if ((size_t)std::abs((const char *)c - (const char *)dd) < span)
+      die("cublasLtMatmul: C and D overlap without being the same matrix");
+    for (int j = 0; j < n; j++)
+      for (int i = 0; i < m; i++)
+        dd[(size_t)j * Dd->ld + i] = c[(size_t)j * Cd->ld + i];
+  }
+  cublasStatus_t r = gemm("cublasLtMatmul", d->ta, d->tb, m, n, k, a, A, Ad->t, (int)Ad->ld, 0, B, Bd->t,
+                          (int)Bd->ld, 0, bt, dd, (int)Dd->ld, 0, 1, d->ct);
+  if (r != CUBLAS_STATUS_SUCCESS || d->epi == CUBLASLT_EPILOGUE_DEFAULT) return r;
+  if (d->epi != CUBLASLT_EPILOGUE_BIAS) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (!emu_is_device_range(d->bias, (size_t)m * 4)) die("cublasLtMatmul: the bias passes its device allocation");
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < m; i++)
+      dd[(size_t)j * Dd->ld + i] += d->bias[i];
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 // coll_cuda.cu (NCCL) is not emulated: the emulated table has no device collectives

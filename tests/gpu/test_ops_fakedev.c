@@ -175,8 +175,8 @@ Test(fakedev_guard, same_bits_as_cpu) {
   H->softmax_forward(y, x, M, V);
   G->softmax_forward(gy, devf(x, n), M, V);
   expect_close("softmax_forward", y, gy, n, TOL_EXACT);
-  H->xent_forward(loss, y, x, tg, M, V);
-  G->xent_forward(gl, gy, devf(x, n), dev(tg, M * sizeof(int32_t)), M, V);
+  H->xent_forward(loss, y, x, tg, M, V, V, 0);
+  G->xent_forward(gl, gy, devf(x, n), dev(tg, M * sizeof(int32_t)), M, V, V, 0);
   expect_close("xent_forward", loss, gl, M, TOL_EXACT);
 
   size_t nqkv = (size_t)B * TT * 3 * C, nout = (size_t)B * TT * C, natt = (size_t)B * NH * TT * TT;

@@ -177,6 +177,14 @@ static float *dev_poisoned(size_t n) {
     h[i] = NAN;
   return devf(h, n);
 }
+/* a device copy of n host floats starting `shift` floats past a 16-byte aligned allocation,
+ * NaNs around it */
+static float *devf_shifted(const float *h, size_t n, int shift) {
+  float *base = dev_poisoned(n + 4);
+  if (n) G->to_device(base + shift, h, n * sizeof(float));
+  return base + shift;
+}
+
 static void *back(const void *d, size_t bytes) {
   void *h = halloc(bytes);
   if (bytes) G->to_host(h, d, bytes);
@@ -342,9 +350,9 @@ static void check_gemm_half_inputs(int kind) {
   G->matmul_half(0);
 }
 
-/* Both ways the CUDA table has of running them: its own 16-bit copies of the operands, and
- * BRIGADE_CUDA_HALF=fast (cuBLAS rounds the fp32 operands itself; read when the mode is set).
- * Other tables ignore the variable. */
+/* Both ways the CUDA table has of running them: its own 16-bit copies of the operands (the
+ * default) and BRIGADE_CUDA_HALF=fast (cuBLAS rounds the fp32 operands itself); the variable is
+ * read when the mode is set. Other tables ignore it. */
 Test(OPS_HARNESS_SUITE, gemm_half_inputs) {
   need_backend();
   for (int kind = 1; kind <= 2; kind++) {
@@ -354,6 +362,96 @@ Test(OPS_HARNESS_SUITE, gemm_half_inputs) {
     check_gemm_half_inputs(kind);
   }
   unsetenv("BRIGADE_CUDA_HALF");
+}
+
+/* linear_forward = gemm, bias_add, axpy: against the CPU's in fp32 and under mixed precision
+ * (inputs that bf16 / fp16 hold exactly, so only the order of the fp32 sums may differ; the CUDA
+ * table then runs one cuBLASLt product with the bias and the residual in its epilogue when the
+ * dimensions are multiples of 8 and the pointers 16-byte aligned). `shift` floats past an
+ * aligned allocation for every device operand: 1 takes the CUDA table's plain path, 4 its
+ * cuBLASLt path at 16-byte alignment. */
+static void check_linear(rng *r, int N, int C, int OC, int with_bias, int with_res, int kind, int shift) {
+  size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+  float *in = rand_buf(r, ni, -1, 1), *w = rand_buf(r, nw, -1, 1), *b = rand_buf(r, OC, -1, 1),
+        *res = rand_buf(r, no, -2, 2), *out = fbuf(no);
+  if (kind) round_kind(in, ni, kind), round_kind(w, nw, kind);
+  float *db = with_bias ? devf_shifted(b, OC, shift) : NULL, *dres = with_res ? devf_shifted(res, no, shift) : NULL;
+  float *dout = devf_shifted(res, no, shift); /* overwritten */
+  H->linear_forward(out, in, w, with_bias ? b : NULL, with_res ? res : NULL, N, C, OC);
+  G->linear_forward(dout, devf_shifted(in, ni, shift), devf_shifted(w, nw, shift), db, dres, N, C, OC);
+  char what[128];
+  snprintf(what, sizeof what, "linear_forward N=%d C=%d OC=%d bias %d res %d kind %d shift %d", N, C, OC, with_bias,
+           with_res, kind, shift);
+  expect_close(what, out, dout, no, TOL_GEMM);
+}
+
+Test(OPS_HARNESS_SUITE, linear_forward) {
+  need_backend();
+  rng r = {22};
+  const int shapes[][3] = {{37, 67, 29}, {64, 96, 40}, {16, 8, 24}};
+  for (int mode = 0; mode < 4; mode++) { /* fp32; bf16 copies (the default); bf16 and fp16 fast */
+    int kind = mode == 0 ? 0 : mode == 3 ? 2 : 1;
+    if (mode >= 2) setenv("BRIGADE_CUDA_HALF", "fast", 1);
+    else unsetenv("BRIGADE_CUDA_HALF");
+    G->matmul_half(kind);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+      for (int v = 0; v < 4; v++)
+        for (int shift = 0; shift <= 4; shift += 4)
+          check_linear(&r, shapes[s][0], shapes[s][1], shapes[s][2], v & 1, v >> 1, kind, shift);
+    check_linear(&r, 64, 96, 40, 1, 1, kind, 1);
+  }
+  unsetenv("BRIGADE_CUDA_HALF");
+  G->matmul_half(0);
+}
+
+/* gemm_ld: the LM head's three products over logits rows padded to a multiple of 64 (zeros in
+ * A's and B's padding, as the contract asks; C's padding poisoned and not compared), V = 513 so
+ * that the CUDA table runs them padded (the logits used in place, the weight and its gradient
+ * copied); fp32 and mixed precision on inputs 16-bit types hold exactly. */
+static float *pad_cols(const float *x, int rows, int cols, int ld, float fill) {
+  float *y = fbuf((size_t)rows * ld);
+  for (int i = 0; i < rows; i++)
+    for (int k = 0; k < ld; k++)
+      y[(size_t)i * ld + k] = k < cols ? x[(size_t)i * cols + k] : fill;
+  return y;
+}
+
+static void check_head_products(rng *r, int kind) {
+  int N = 128, C = 256, V = 513, ld = 576;
+  float *x = rand_buf(r, (size_t)N * C, -1, 1), *w = rand_buf(r, (size_t)V * C, -1, 1),
+        *dl = rand_buf(r, (size_t)N * V, -1, 1), *dw = rand_buf(r, (size_t)V * C, -1, 1);
+  if (kind) round_kind(x, (size_t)N * C, kind), round_kind(w, (size_t)V * C, kind), round_kind(dl, (size_t)N * V, kind);
+  float *gx = devf(x, (size_t)N * C), *gw = devf(w, (size_t)V * C), *gdl = devf(pad_cols(dl, N, V, ld, 0.0f), (size_t)N * ld);
+  /* forward: logits [N, ld] = x w^T */
+  float *lg = fbuf((size_t)N * V), *glg = dev_poisoned((size_t)N * ld);
+  H->gemm(lg, x, w, N, V, C, 0, 1, 1.0f, 0.0f);
+  G->gemm_ld(glg, gx, gw, N, V, C, 0, 1, 1.0f, 0.0f, C, C, ld);
+  float *got = backf(glg, (size_t)N * ld), *cmp = fbuf((size_t)N * V);
+  for (int i = 0; i < N; i++) memcpy(cmp + (size_t)i * V, got + (size_t)i * ld, sizeof(float) * V);
+  expect_close("gemm_ld head forward", lg, devf(cmp, (size_t)N * V), (size_t)N * V, TOL_GEMM);
+  /* backward input: dx = dlogits w */
+  float *dx = fbuf((size_t)N * C), *gdx = dev_poisoned((size_t)N * C);
+  H->gemm(dx, dl, w, N, C, V, 0, 0, 1.0f, 0.0f);
+  G->gemm_ld(gdx, gdl, gw, N, C, V, 0, 0, 1.0f, 0.0f, ld, C, C);
+  expect_close("gemm_ld head backward input", dx, gdx, (size_t)N * C, TOL_GEMM);
+  /* backward weight: dw += dlogits^T x */
+  float *gdw = devf(dw, (size_t)V * C);
+  H->gemm(dw, dl, x, V, C, N, 1, 0, 1.0f, 1.0f);
+  G->gemm_ld(gdw, gdl, gx, V, C, N, 1, 0, 1.0f, 1.0f, ld, C, C);
+  expect_close("gemm_ld head backward weight", dw, gdw, (size_t)V * C, TOL_GEMM);
+}
+
+Test(OPS_HARNESS_SUITE, gemm_ld_head_products) {
+  need_backend();
+  rng r = {23};
+  for (int mode = 0; mode < 3; mode++) { /* fp32; bf16 copies (the default); bf16 fast */
+    if (mode == 2) setenv("BRIGADE_CUDA_HALF", "fast", 1);
+    else unsetenv("BRIGADE_CUDA_HALF");
+    G->matmul_half(mode ? 1 : 0);
+    check_head_products(&r, mode ? 1 : 0);
+  }
+  unsetenv("BRIGADE_CUDA_HALF");
+  G->matmul_half(0);
 }
 
 Test(OPS_HARNESS_SUITE, gemm_empty_k) {
@@ -502,21 +600,41 @@ Test(OPS_HARNESS_SUITE, cross_entropy) {
     int32_t *tg = rand_tokens(&r, N, V);
     int32_t *gtg = dev(tg, N * sizeof(int32_t));
     float *gp = dev_poisoned(n), *gl = dev_poisoned(N), *gd = dev_poisoned(n);
-    H->xent_forward(loss, p, x, tg, N, V);
-    G->xent_forward(gl, gp, devf(x, n), gtg, N, V);
+    H->xent_forward(loss, p, x, tg, N, V, V, 0);
+    G->xent_forward(gl, gp, devf(x, n), gtg, N, V, V, 0);
     expect_close("xent_forward losses", loss, gl, N, TOL_MATH);
     expect_close("xent_forward probs", p, gp, n, TOL_MATH);
     float *gx = devf(x, n), *gl2 = dev_poisoned(N); /* probs over the logits: the layer's way */
-    G->xent_forward(gl2, gx, gx, gtg, N, V);
+    G->xent_forward(gl2, gx, gx, gtg, N, V, V, 0);
     expect_close("xent_forward in place: losses", loss, gl2, N, TOL_MATH);
     expect_close("xent_forward in place: probs", p, gx, n, TOL_MATH);
     /* backward from the CPU's probabilities on both sides */
     float *cp = devf(p, n);
-    H->xent_backward(d, p, tg, 1.0f / N, N, V);
-    G->xent_backward(gd, cp, gtg, 1.0f / N, N, V);
+    H->xent_backward(d, p, tg, 1.0f / N, N, V, V, 0);
+    G->xent_backward(gd, cp, gtg, 1.0f / N, N, V, V, 0);
     expect_close("xent_backward", d, gd, n, TOL_EXACT);
-    G->xent_backward(cp, cp, gtg, 1.0f / N, N, V); /* dlogits may alias probs */
+    G->xent_backward(cp, cp, gtg, 1.0f / N, N, V, V, 0); /* dlogits may alias probs */
     expect_close("xent_backward in place", d, cp, n, TOL_EXACT);
+    /* rows padded to ld (NaN in the logits' padding: never read; zeros written in probs' and
+     * dlogits' padding): the same rows as unpadded */
+    int ld = (V + 63) / 64 * 64 + 64;
+    float *gxp = devf(pad_cols(x, N, V, ld, NAN), (size_t)N * ld), *glp = dev_poisoned(N);
+    G->xent_forward(glp, gxp, gxp, gtg, N, V, ld, 0);
+    expect_close("xent_forward padded: losses", loss, glp, N, TOL_MATH);
+    G->xent_backward(gxp, gxp, gtg, 1.0f / N, N, V, ld, 0);
+    expect_close("xent_backward padded (from its own probs)", pad_cols(d, N, V, ld, 0.0f), gxp, (size_t)N * ld, TOL_MATH);
+    /* rounding the logits as read (bf16, fp16) and the gradient as written */
+    for (int kind = 1; kind <= 2; kind++) {
+      float *pk = fbuf(n), *lk = fbuf(N), *dk = fbuf(n), *gk = devf(x, n), *glk = dev_poisoned(N);
+      H->xent_forward(lk, pk, x, tg, N, V, V, kind);
+      G->xent_forward(glk, gk, gk, gtg, N, V, V, kind);
+      expect_close("xent_forward rounding: losses", lk, glk, N, TOL_MATH);
+      expect_close("xent_forward rounding: probs", pk, gk, n, TOL_MATH);
+      float *gpk = devf(pk, n);
+      H->xent_backward(dk, pk, tg, 1.0f / N, N, V, V, kind);
+      G->xent_backward(gpk, gpk, gtg, 1.0f / N, N, V, V, kind);
+      expect_close("xent_backward rounding", dk, gpk, n, TOL_EXACT);
+    }
   }
 }
 
@@ -793,6 +911,123 @@ Test(OPS_HARNESS_SUITE, vector_utilities) {
   H->copy(o, o + 1000, n - 1000);
   G->copy(go, go + 1000, n - 1000);
   expect_close("copy overlapping backward", o, go, n, TOL_EXACT);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* float4 paths: the CUDA table's element-wise kernels move float4s when every pointer is 16-byte
+ * aligned and single floats otherwise. Each op here runs on buffers shifted by 1-3 floats (the
+ * single-float path, or a row's unaligned head) against the aligned run: the same bits where the
+ * kernel promises the same arithmetic per element, the CPU's result within tolerance where the
+ * summation order may differ (row reductions). */
+
+static void expect_same_floats(const char *what, int shift, const float *a_dev, const float *b_dev, size_t n) {
+  const float *a = backf(a_dev, n), *b = backf(b_dev, n);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t x, y;
+    memcpy(&x, &a[i], 4);
+    memcpy(&y, &b[i], 4);
+    cr_assert(x == y || (isnan(a[i]) && isnan(b[i])), "%s, shift %d, [%zu]: %.9g against %.9g aligned", what, shift,
+              i, b[i], a[i]);
+  }
+}
+
+Test(OPS_HARNESS_SUITE, float4_and_single_paths_agree) {
+  need_backend();
+  rng r = {21};
+  size_t n = 1001;
+  float *x = rand_buf(&r, n, -6, 6), *dy = rand_buf(&r, n, -1, 1);
+  float *ax = devf(x, n), *ady = devf(dy, n), *ao = dev_poisoned(n);
+  for (int sh = 1; sh < 4; sh++) {
+    float *sx = devf_shifted(x, n, sh), *sdy = devf_shifted(dy, n, sh), *so = devf_shifted(x, n, (sh + 1) % 4);
+    G->gelu_forward(ao, ax, n), G->gelu_forward(so, sx, n);
+    expect_same_floats("gelu_forward", sh, ao, so, n);
+    G->gelu_backward(ao, ax, ady, n), G->gelu_backward(so, sx, sdy, n);
+    expect_same_floats("gelu_backward", sh, ao, so, n);
+    G->relu_backward(ao, ax, ady, n), G->relu_backward(so, sx, sdy, n);
+    expect_same_floats("relu_backward", sh, ao, so, n);
+    G->copy(ao, ax, n), G->copy(so, sx, n);
+    G->round_bf16(ao, n), G->round_bf16(so, n);
+    expect_same_floats("round_bf16", sh, ao, so, n);
+    G->copy(ao, ady, n), G->copy(so, sdy, n);
+    G->axpy(ao, -0.3f, ax, n), G->axpy(so, -0.3f, sx, n);
+    expect_same_floats("axpy", sh, ao, so, n);
+    G->scale(ao, 1.7f, n), G->scale(so, 1.7f, n);
+    expect_same_floats("scale", sh, ao, so, n);
+    G->fill(ao, 0.25f, n), G->fill(so, 0.25f, n);
+    expect_same_floats("fill", sh, ao, so, n);
+  }
+  /* AdamW: one of the seven pointers shifted is enough to take the single path */
+  adam_bufs s = adam_state(&r, n), t = adam_state(&r, n);
+  float *sp = devf_shifted(t.p, n, 3);
+  G->copy(sp, s.gp, n), G->copy(t.gg, s.gg, n), G->copy(t.gm, s.gm, n), G->copy(t.gv, s.gv, n);
+  G->adamw(s.gp, s.gg, s.gm, s.gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f);
+  G->adamw(sp, t.gg, t.gm, t.gv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 2, 0.5f);
+  expect_same_floats("adamw p", 3, s.gp, sp, n);
+  expect_same_floats("adamw m", 3, s.gm, t.gm, n);
+  expect_same_floats("adamw v", 3, s.gv, t.gv, n);
+  /* bias add and gradient: C a multiple of 4 (float4 groups) with out or dout shifted */
+  int N = 37, C = 68;
+  size_t nc = (size_t)N * C;
+  float *o = rand_buf(&r, nc, -2, 2), *b = rand_buf(&r, C, -1, 1), *d = rand_buf(&r, nc, -1, 1);
+  float *oa = devf(o, nc), *os = devf_shifted(o, nc, 2), *gb = devf(b, C), *da = devf(d, nc), *ds = devf_shifted(d, nc, 1);
+  G->bias_add(oa, gb, N, C), G->bias_add(os, gb, N, C);
+  expect_same_floats("bias_add", 2, oa, os, nc);
+  float *dba = dev_poisoned(C), *dbs = dev_poisoned(C);
+  G->zero(dba, C), G->zero(dbs, C);
+  G->bias_grad(dba, da, N, C), G->bias_grad(dbs, ds, N, C);
+  expect_same_floats("bias_grad", 1, dba, dbs, C);
+  /* layernorm's weight gradient: per column, the same sums in the same order on both paths */
+  float *mean = rand_buf(&r, N, -0.5f, 0.5f), *rstd = rand_buf(&r, N, 0.5f, 2.0f), *gmean = devf(mean, N),
+        *grstd = devf(rstd, N), *dwa = dev_poisoned(C), *dba2 = dev_poisoned(C), *dws = dev_poisoned(C),
+        *dbs2 = dev_poisoned(C);
+  G->zero(dwa, C), G->zero(dba2, C), G->zero(dws, C), G->zero(dbs2, C);
+  G->layernorm_backward_weight(dwa, dba2, da, oa, gmean, grstd, N, C);
+  G->layernorm_backward_weight(dws, dbs2, ds, devf_shifted(backf(oa, nc), nc, 3), gmean, grstd, N, C);
+  expect_same_floats("layernorm_backward_weight dw", 3, dwa, dws, C);
+  expect_same_floats("layernorm_backward_weight db", 3, dba2, dbs2, C);
+  /* cross-entropy's backward: groups of four straddling rows, V >= 4 and V < 4; targets at random,
+   * all first (a row's target can be a group's last element) and all last */
+  const int xs[][2] = {{7, 5}, {65, 3001}, {9, 3}, {5, 4}, {11, 7}};
+  for (size_t k = 0; k < 3 * sizeof xs / sizeof xs[0]; k++) {
+    int XN = xs[k / 3][0], V = xs[k / 3][1];
+    size_t nv = (size_t)XN * V;
+    float *pr = rand_buf(&r, nv, 0, 1), *want = fbuf(nv);
+    int32_t *tg = rand_tokens(&r, XN, V);
+    for (int i = 0; i < XN && k % 3; i++)
+      tg[i] = k % 3 == 1 ? 0 : V - 1;
+    int32_t *gtg = dev(tg, XN * sizeof(int32_t));
+    H->xent_backward(want, pr, tg, 0.5f, XN, V, V, 0);
+    float *ga = dev_poisoned(nv), *gs = devf_shifted(pr, nv, 1);
+    G->xent_backward(ga, devf(pr, nv), gtg, 0.5f, XN, V, V, 0);
+    expect_close("xent_backward (float4)", want, ga, nv, TOL_EXACT);
+    G->xent_backward(gs, gs, gtg, 0.5f, XN, V, V, 0);
+    expect_close("xent_backward (shifted, in place)", want, gs, nv, TOL_EXACT);
+  }
+  /* row kernels: softmax rows with an unaligned head (in and out in phase, and not), layernorm
+   * with C a multiple of 4 but rows shifted: against the CPU */
+  int SN = 5, V = 1027;
+  size_t sv = (size_t)SN * V;
+  float *lg = rand_buf(&r, sv, -20, 20), *pw = fbuf(sv), *lw = fbuf(SN);
+  int32_t *tg = rand_tokens(&r, SN, V), *gtg = dev(tg, SN * sizeof(int32_t));
+  H->xent_forward(lw, pw, lg, tg, SN, V, V, 0);
+  for (int sh = 0; sh < 4; sh++) {
+    float *gl = devf_shifted(lg, sv, 1), *gp = devf_shifted(lg, sv, sh), *gls = dev_poisoned(SN);
+    G->xent_forward(gls, gp, gl, gtg, SN, V, V, 0);
+    expect_close("xent_forward probs (shifted)", pw, gp, sv, TOL_MATH);
+    expect_close("xent_forward losses (shifted)", lw, gls, SN, TOL_MATH);
+  }
+  int LN = 9, LC = 768;
+  size_t ln = (size_t)LN * LC;
+  float *lx = rand_buf(&r, ln, -3, 3), *lwt = rand_buf(&r, LC, 0.5f, 1.5f), *lb = rand_buf(&r, LC, -1, 1),
+        *ly = fbuf(ln), *lm = fbuf(LN), *lr = fbuf(LN), *ldy = rand_buf(&r, ln, -1, 1), *ldx = fbuf(ln);
+  H->layernorm_forward(ly, lm, lr, lx, lwt, lb, LN, LC, 1e-5f);
+  H->layernorm_backward_input(ldx, ldy, lx, lwt, lm, lr, LN, LC);
+  float *gy = devf_shifted(ly, ln, 2), *gm = dev_poisoned(LN), *gr = dev_poisoned(LN), *gx = devf_shifted(lx, ln, 1);
+  G->layernorm_forward(gy, gm, gr, gx, devf(lwt, LC), devf(lb, LC), LN, LC, 1e-5f);
+  expect_close("layernorm_forward (shifted)", ly, gy, ln, TOL_MATH);
+  float *gdx = devf_shifted(ldx, ln, 3);
+  G->layernorm_backward_input(gdx, devf(ldy, ln), gx, devf(lwt, LC), devf(lm, LN), devf(lr, LN), LN, LC);
+  expect_close("layernorm_backward_input (shifted)", ldx, gdx, ln, TOL_MATH);
 }
 
 Test(OPS_HARNESS_SUITE, sumsq_and_nonfinite) {

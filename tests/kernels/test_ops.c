@@ -237,6 +237,40 @@ Test(ops, gemm_matches_reference) {
   check_gemm(&r, 67, 130, 70); /* past BLAS's register blocking in every dimension */
 }
 
+/* gemm_ld: each operand in rows padded by 3 floats (NaN there: the CPU reads only the stored
+ * widths, and leaves C's padding alone), every transpose, beta 0 and 1, against the reference on
+ * the compact operands; 67 x 130 x 70 also takes the pool's split product */
+static float *pad_rows(const float *x, int rows, int cols, int ld) {
+  float *y = poisoned((size_t)rows * ld);
+  for (int i = 0; i < rows; i++) memcpy(y + (size_t)i * ld, x + (size_t)i * cols, sizeof(float) * cols);
+  return y;
+}
+
+Test(ops, gemm_ld_reads_and_writes_only_the_stored_widths) {
+  rng r = {31};
+  const int shapes[][3] = {{5, 17, 3}, {67, 130, 70}};
+  for (int s = 0; s < 2; s++)
+    for (int t = 0; t < 8; t++) {
+      int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], ta = t & 1, tb = (t >> 1) & 1;
+      float beta = (t >> 2) ? 1.0f : 0.0f;
+      int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+      float *a = rand_buf(&r, (size_t)M * K, -1, 1), *b = rand_buf(&r, (size_t)K * N, -1, 1),
+            *c = rand_buf(&r, (size_t)M * N, -1, 1);
+      double *want = to_double(c, (size_t)M * N);
+      ref_gemm(want, a, b, M, N, K, ta, tb, 0.75, beta);
+      float *ap = pad_rows(a, ar, ac, ac + 3), *bp = pad_rows(b, br, bc, bc + 3), *cp = pad_rows(c, M, N, N + 3);
+      cpu()->gemm_ld(cp, ap, bp, M, N, K, ta, tb, 0.75f, beta, ac + 3, bc + 3, N + 3);
+      float *got = fbuf((size_t)M * N);
+      for (int i = 0; i < M; i++) {
+        memcpy(got + (size_t)i * N, cp + (size_t)i * (N + 3), sizeof(float) * N);
+        for (int k = N; k < N + 3; k++) cr_assert(isnan(cp[(size_t)i * (N + 3) + k]), "gemm_ld wrote C's padding");
+      }
+      char what[96];
+      snprintf(what, sizeof what, "gemm_ld M=%d N=%d K=%d ta=%d tb=%d beta=%g", M, N, K, ta, tb, beta);
+      expect_close(what, got, want, (size_t)M * N, 1e-5 + 1e-6 * K, 1e-5);
+    }
+}
+
 Test(ops, gemm_empty_shapes) {
   float c[6] = {1, 2, 3, 4, 5, 6}, a[1] = {0}, b[1] = {0};
   cpu()->gemm(c, a, b, 0, 3, 2, 0, 0, 1.0f, 0.0f); /* M = 0: nothing to write */
@@ -672,8 +706,8 @@ static void check_xent(rng *r, int N, int V, float spread) {
   targets[0] = 0, targets[N - 1] = V - 1; /* both ends of the range */
   float *losses = poisoned(N), *probs = poisoned(NV), *dx = poisoned(NV);
   float scale = 1.0f / N;
-  cpu()->xent_forward(losses, probs, x, targets, N, V);
-  cpu()->xent_backward(dx, probs, targets, scale, N, V);
+  cpu()->xent_forward(losses, probs, x, targets, N, V, V, 0);
+  cpu()->xent_backward(dx, probs, targets, scale, N, V, V, 0);
 
   xent_ctx e = {to_double(x, NV), targets, N, V, 1.0};
   double *wl = dbuf(N), *wp = dbuf(NV), *wd = dbuf(NV);
@@ -694,11 +728,46 @@ static void check_xent(rng *r, int N, int V, float spread) {
   /* probs may overwrite logits, then dlogits probs: the loss layer's one buffer, same bits */
   float *one = alloc(sizeof(float) * NV), *losses2 = poisoned(N);
   memcpy(one, x, sizeof(float) * NV);
-  cpu()->xent_forward(losses2, one, one, targets, N, V);
+  cpu()->xent_forward(losses2, one, one, targets, N, V, V, 0);
   expect_same_bits("xent_forward in place: losses", losses2, losses, sizeof(float) * N);
   expect_same_bits("xent_forward in place: probs", one, probs, sizeof(float) * NV);
-  cpu()->xent_backward(one, one, targets, scale, N, V);
+  cpu()->xent_backward(one, one, targets, scale, N, V, V, 0);
   expect_same_bits("xent_backward in place", one, dx, sizeof(float) * NV);
+  /* round 1 / 2: the same bits as rounding the logits first, and the gradient after */
+  for (int kind = 1; kind <= 2; kind++) {
+    float *xr = alloc(sizeof(float) * NV), *lr = poisoned(N), *pr = poisoned(NV), *dr = poisoned(NV);
+    float *lk = poisoned(N), *pk = poisoned(NV), *dk = poisoned(NV);
+    memcpy(xr, x, sizeof(float) * NV);
+    if (kind == 1) cpu()->round_bf16(xr, NV);
+    else cpu()->round_fp16(xr, NV);
+    cpu()->xent_forward(lr, pr, xr, targets, N, V, V, 0);
+    cpu()->xent_backward(dr, pr, targets, scale, N, V, V, 0);
+    if (kind == 1) cpu()->round_bf16(dr, NV);
+    else cpu()->round_fp16(dr, NV);
+    cpu()->xent_forward(lk, pk, x, targets, N, V, V, kind);
+    expect_same_bits("xent_forward rounding as read: losses", lk, lr, sizeof(float) * N);
+    expect_same_bits("xent_forward rounding as read: probs", pk, pr, sizeof(float) * NV);
+    cpu()->xent_backward(dk, pk, targets, scale, N, V, V, kind);
+    expect_same_bits("xent_backward rounding as written", dk, dr, sizeof(float) * NV);
+    memcpy(xr, x, sizeof(float) * NV); /* in place, as the layer runs it */
+    cpu()->xent_forward(lk, xr, xr, targets, N, V, V, kind);
+    cpu()->xent_backward(xr, xr, targets, scale, N, V, V, kind);
+    expect_same_bits("xent rounding in place", xr, dr, sizeof(float) * NV);
+  }
+  /* rows padded to ld = V + 5 (NaN in the padding: never read): the same rows, zeros written in
+   * the padding of probs and dlogits */
+  size_t ld = (size_t)V + 5;
+  float *xp = poisoned((size_t)N * ld), *lp = poisoned(N), *dp = poisoned((size_t)N * ld);
+  for (int n = 0; n < N; n++) memcpy(xp + n * ld, x + (size_t)n * V, sizeof(float) * V);
+  cpu()->xent_forward(lp, xp, xp, targets, N, V, (int)ld, 0);
+  expect_same_bits("xent padded rows: losses", lp, losses, sizeof(float) * N);
+  cpu()->xent_backward(dp, xp, targets, scale, N, V, (int)ld, 0);
+  for (int n = 0; n < N; n++) {
+    expect_same_bits("xent padded rows: probs", xp + n * ld, probs + (size_t)n * V, sizeof(float) * V);
+    expect_same_bits("xent padded rows: dlogits", dp + n * ld, dx + (size_t)n * V, sizeof(float) * V);
+    for (size_t i = V; i < ld; i++)
+      cr_assert(xp[n * ld + i] == 0.0f && dp[n * ld + i] == 0.0f, "xent padded rows: row %d pad %zu not zero", n, i);
+  }
 }
 
 Test(ops, cross_entropy_forward_and_gradients) {
@@ -715,7 +784,7 @@ Test(ops, cross_entropy_extreme_logits) {
   float x2[2 * V];
   memcpy(x2, x, sizeof x), memcpy(x2 + V, x, sizeof x);
   int32_t targets[2] = {0, 2};
-  cpu()->xent_forward(losses, probs, x2, targets, 2, V);
+  cpu()->xent_forward(losses, probs, x2, targets, 2, V, V, 0);
   double lse = 1000.0 + log(1.0 + exp(-1.0)); /* exp(-1000) vanishes against 1 */
   cr_assert(fabs(losses[0] - (lse - 1000.0)) < 1e-6, "loss %g", losses[0]);
   cr_assert(fabs(losses[1] - (lse + 1000.0)) < 1e-3, "loss %g: finite though p underflows",

@@ -52,8 +52,8 @@ static result run_ops(void) {
   int32_t *tgt = malloc(sizeof(int32_t) * N);
   for (int i = 0; i < N; i++) tgt[i] = (i * 37) % V;
   float *loss = calloc(N, sizeof(float)), *probs = calloc((size_t)N * V, sizeof(float));
-  o->xent_forward(loss, probs, x, tgt, N, V);
-  o->xent_backward(z, probs, tgt, 0.01f, N, V);
+  o->xent_forward(loss, probs, x, tgt, N, V, V, 0);
+  o->xent_backward(z, probs, tgt, 0.01f, N, V, V, 0);
   o->softmax_forward(z + (size_t)N * V, y, N, V);
   keep(&r, loss, N), keep(&r, z, 2 * (size_t)N * V);
   /* attention: B = 3 sequences of T = 37, 4 heads of 8: heads split over the workers */

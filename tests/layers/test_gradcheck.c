@@ -161,7 +161,7 @@ Test(gradcheck, from_loss_input) { gradcheck_chunk(8); }
  * gradient). The gradients are checked above; here the layout, and the memory model's copy. */
 Test(model, loss_keeps_its_cache_over_the_logits) {
   layers_model m = build();
-  const size_t N = B * T, V = 16;
+  const size_t N = B * T, V = (size_t)layers_logits_ld(16); /* the logits' rows: 16 classes padded to 64 */
   layers_chunk all, nohead, loss_only;
   cr_assert_eq(layers_chunk_init(&all, &m, 0, m.n, kernels_cpu_ops(), B, T, 1), CORE_OK);
   cr_assert_eq(layers_chunk_init(&nohead, &m, 0, m.n - 1, kernels_cpu_ops(), B, T, 1), CORE_OK);

@@ -287,7 +287,7 @@ void cuda_gemm_batched(float *c, const float *a, const float *b, int batch, size
 // always. One plan per shape and alignment is kept (descriptors and the algorithm), so the
 // heuristic runs once per shape.
 
-enum { LT_PLANS = 32 };
+enum { LT_PLANS = 128 }; // shapes x alignments x modes (a GPT block has 4 shapes)
 static const size_t LT_WORKSPACE = (size_t)32 << 20; // cuBLAS's recommendation for Hopper
 typedef struct {
   int N, C, OC, bias, kind, fast, align, ok; // the key, then ok: 1 usable, 0 no algorithm
@@ -326,7 +326,7 @@ static lt_plan *lt_find(int N, int C, int OC, int bias, int align) {
         p->align == align)
       return p;
   }
-  if (lt.n == LT_PLANS) return nullptr; // a model with this many shapes: the rest go the plain way
+  if (lt.n == LT_PLANS) return nullptr; // this many shapes: the rest go the plain way (correct, slower)
   lt_plan *p = &lt.plan[lt.n++];
   *p = {N, C, OC, bias, hmode.kind, hmode.fast, align, 0, nullptr, nullptr, nullptr, nullptr, {}};
   cudaDataType ab = half_type();

@@ -127,8 +127,11 @@ static void linear_forward(float *out, const float *in, const float *w, const fl
 }
 
 // Column sums in two passes. Rows are cut into `chunks` chunks of `rows` rows (the last may be
-// shorter); pass 1 sums each chunk's rows in order per column, pass 2 adds the chunk sums in
-// chunk order to the output (+=).
+// shorter); pass 1 sums each chunk's rows in order per column; pass 2 adds the chunk sums to the
+// output (+=), one warp a column: lane i sums chunks i, i + 32, ... in order, then the lanes'
+// sums go through warp_sum's fixed tree. (Before, one thread a column read its 512 chunk sums
+// one after another: 3 blocks for C = 768, bound by memory latency. On an H200 a GPT-2-124M step's
+// 48 bias gradients took 2.7 ms; this form is not measured on a GPU yet.)
 struct colsum_plan {
   int rows, chunks;
 };
@@ -165,15 +168,17 @@ __global__ void k_bias_grad_partial(float *partial, const float *dout, int N, in
 }
 
 __global__ void k_colsum_finish(float *out, const float *partial, int chunks, int C) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  int c = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (c >= C) return; // the whole warp: warp_sum below sees all 32 lanes
   float s = 0.0f;
-  for (int k = 0; k < chunks; k++)
+  for (int k = lane; k < chunks; k += 32)
     s += partial[(size_t)k * C + c];
-  out[c] += s;
+  s = warp_sum(s);
+  if (lane == 0) out[c] += s;
 }
 
 static unsigned col_blocks(int C) { return (unsigned)((C + CUDA_THREADS - 1) / CUDA_THREADS); }
+static unsigned warp_col_blocks(int C) { return (unsigned)((C + CUDA_THREADS / 32 - 1) / (CUDA_THREADS / 32)); }
 
 static void bias_grad(float *dbias, const float *dout, int N, int C) {
   if (N <= 0 || C <= 0) return;
@@ -183,7 +188,7 @@ static void bias_grad(float *dbias, const float *dout, int N, int C) {
   k_bias_grad_partial<<<dim3(col_blocks(vec ? C / 4 : C), p.chunks), CUDA_THREADS, 0, cuda_stream()>>>(
       partial, dout, N, C, p.rows, vec);
   LAUNCH_CHECK();
-  k_colsum_finish<<<col_blocks(C), CUDA_THREADS, 0, cuda_stream()>>>(dbias, partial, p.chunks, C);
+  k_colsum_finish<<<warp_col_blocks(C), CUDA_THREADS, 0, cuda_stream()>>>(dbias, partial, p.chunks, C);
   LAUNCH_CHECK();
 }
 
@@ -399,9 +404,9 @@ static void layernorm_backward_weight(float *dw, float *db, const float *dout, c
   k_layernorm_weight_partial<<<dim3(col_blocks(vec ? C / 4 : C), p.chunks), CUDA_THREADS, 0, cuda_stream()>>>(
       pw, pb, dout, in, mean, rstd, N, C, p.rows, vec);
   LAUNCH_CHECK();
-  k_colsum_finish<<<col_blocks(C), CUDA_THREADS, 0, cuda_stream()>>>(dw, pw, p.chunks, C);
+  k_colsum_finish<<<warp_col_blocks(C), CUDA_THREADS, 0, cuda_stream()>>>(dw, pw, p.chunks, C);
   LAUNCH_CHECK();
-  k_colsum_finish<<<col_blocks(C), CUDA_THREADS, 0, cuda_stream()>>>(db, pb, p.chunks, C);
+  k_colsum_finish<<<warp_col_blocks(C), CUDA_THREADS, 0, cuda_stream()>>>(db, pb, p.chunks, C);
   LAUNCH_CHECK();
 }
 

@@ -304,6 +304,8 @@ bench: $(BENCH_BINS) $(BIN) data/kjv.txt
 	@$(BUILD)/bench/zero_memory --brigade $(BIN) --mpirun '$(MPIRUN)'
 	@echo "== bench/cpu_peers.sh (GPT-2-124M's shape: brigade against PyTorch, interleaved; skipped without PyTorch)"
 	@BUILD=$(BUILD) sh bench/cpu_peers.sh
+	@echo "== bench/zb_paper.sh (simulated bubbles at the zero-bubble paper's 12 measured set-ups, the paper's beside)"
+	@BUILD=$(BUILD) sh bench/zb_paper.sh
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')

@@ -71,8 +71,9 @@ static int run(char **out, const char *fmt, ...) {
 
 /* Every rank file of every step directory under dir opens (hash and records whole) and holds its
  * directory's step; no temporary file is left anywhere but those of process `killed` (SIGKILL
- * leaves them: a run removes only its own, and the loader passes them by); the checkpoint latest
- * names samples. */
+ * leaves them: a run removes only its own, and the loader passes them by); a step directory with
+ * no rank file (SIGKILL between the save's mkdir and its renames: empty, or only temporaries) is
+ * one latest does not name; the checkpoint latest names samples. */
 static int stray_tmp(const char *name, int killed) {
   char own[64];
   snprintf(own, sizeof own, ".%d.tmp", killed);
@@ -93,14 +94,13 @@ static void checkpoints_load(const char *dir, int killed) {
     DIR *s = opendir(sub);
     cr_assert(s);
     struct dirent *f;
-    int files = 0, tmps = 0;
+    int files = 0;
     while ((f = readdir(s))) {
       if (f->d_name[0] == '.') continue;
       char path[900];
       snprintf(path, sizeof path, "%s/%s", sub, f->d_name);
       if (strstr(f->d_name, ".tmp")) {
         cr_assert(!stray_tmp(f->d_name, killed), "%s: a temporary file was left", path);
-        tmps++;
         continue;
       }
       pipe_ckpt_reader r;
@@ -112,7 +112,7 @@ static void checkpoints_load(const char *dir, int killed) {
       files++;
     }
     closedir(s);
-    if (!files && tmps) { /* the save the kill cut short: latest must not name it */
+    if (!files) { /* the save the kill cut short (after its mkdir, before or while writing): latest must not name it */
       char latest[700], buf[64];
       snprintf(latest, sizeof latest, "%s/latest", dir);
       cr_assert(strncmp(slurp(latest, buf, sizeof buf), e->d_name, strlen(e->d_name)) != 0, "latest names %s", sub);

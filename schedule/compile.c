@@ -140,7 +140,8 @@ static void compile_dualpipev(sched_program *pr) {
   }
 }
 
-int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
+/* rounds: see sched_compile_zb (zero-bubble families only) */
+static int compile_compute(const sched_shape *sh, const sched_costs *costs, sched_program *out, int rounds) {
   if (sh->p < 1) return core_error_set(CORE_EINPUT, "--stages must be >= 1 (got %d)", sh->p);
   if (sh->m < 1) return core_error_set(CORE_EINPUT, "--microbatches must be >= 1 (got %d)", sh->m);
   if (sh->v < 1) return core_error_set(CORE_EINPUT, "--virtual must be >= 1 (got %d)", sh->v);
@@ -230,10 +231,47 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
   case SCHED_INTERLEAVED: compile_interleaved(out); break;
   case SCHED_INFERENCE: compile_inference(out); break;
   case SCHED_DUALPIPE_V: compile_dualpipev(out); break;
-  default: rc = sched_compile_zb(out, sh, costs); break; /* zb-h1, zb-h2, zb-auto, zb-v, v-* */
+  default: rc = sched_compile_zb(out, sh, costs, rounds); break; /* zb-h1, zb-h2, zb-auto, zb-v, v-* */
   }
   if (rc) sched_program_free(out);
   return rc;
+}
+
+int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
+  return compile_compute(sh, costs, out, 0);
+}
+
+/* zb-h1, zb-h2 and zb-auto have two constructors of their compute order, the list scheduler and
+ * the micro-batch rounds (zb.c), each timing compute alone; the transfers and the memory
+ * promise that lowering adds move their figures apart, either way. So both orders are lowered
+ * and simulated (one step) and the one with the smaller bubble rate (then makespan) is kept;
+ * ties keep the list scheduler's. Measured on the zero-bubble paper's 12 set-ups
+ * (bench/zb_paper.sh). */
+static int two_orders(const sched_shape *sh) {
+  return sh->v == 1 && (sh->family == SCHED_ZB_H1 || sh->family == SCHED_ZB_H2 || sh->family == SCHED_ZB_AUTO);
+}
+
+/* Replaces *out by the rounds' lowered program when it simulates faster; errors of the second
+ * attempt are dropped (the first program stands) */
+static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
+  sched_program compute, alt;
+  if (compile_compute(sh, costs, &compute, 1) != CORE_OK) return;
+  int rc = sched_lower(&compute, costs, &alt);
+  sched_program_free(&compute);
+  if (rc) return;
+  sched_sim_result a, b;
+  int ra = sched_simulate(out, costs, &a, NULL), rb = sched_simulate(&alt, costs, &b, NULL);
+  int better = !ra && !rb &&
+               (b.bubble_rate < a.bubble_rate - 1e-12 ||
+                (b.bubble_rate <= a.bubble_rate + 1e-12 && b.makespan < a.makespan * (1 - 1e-12)));
+  if (!ra) sched_sim_result_free(&a);
+  if (!rb) sched_sim_result_free(&b);
+  if (better) {
+    sched_program_free(out);
+    *out = alt;
+  } else {
+    sched_program_free(&alt);
+  }
 }
 
 sched_costs sched_costs_unit(void) {
@@ -256,6 +294,7 @@ int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program
     core_progress_stop();
     return rc;
   }
+  if (two_orders(sh)) keep_faster(sh, costs, out);
   if (sh->zero3) rc = sched_place_gathers(out, sh->keep_gathered, sh->prefetch);
   if (!rc && sh->offload &&
       (rc = sched_place_offload(out, costs, (sched_offload_mode)sh->offload, sh->offload_limit))) {

@@ -31,7 +31,9 @@ void sched_excerpt(const sched_program *pr, int r, int i, char *buf, size_t n);
 
 /* Zero-bubble and V families (zb.c): fills pr's streams by list scheduling under the costs and
  * the family's memory cap; sh->max_pending_w > 0 also bounds the pending W's per rank. */
-int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs);
+/* rounds 0: the list scheduler's variants and the V constructors; 1: only the micro-batch rounds
+ * (zb-h1, zb-h2, zb-auto; sched_compile lowers both orders and keeps the faster) */
+int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs, int rounds);
 
 /* Memory of rank r's stream by the rule of sched_rank_stats.peak_memory, a whole pair counting
  * `unit` (1/v: stages' activations, sim's peak_memory; 1: chunk slots): the peak and the peak

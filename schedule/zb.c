@@ -545,6 +545,134 @@ static int vpat_run(zb_state *z, int half) {
   return rc == CORE_OK && z->norder == 3 * (size_t)z->S * (size_t)m ? CORE_OK : CORE_ERUNTIME;
 }
 
+/* ---- micro-batch rounds (one chunk per rank) ----
+ * A third constructor for zb-h1, zb-h2 and zb-auto, after the zero-bubble paper's own heuristic
+ * for its automatic schedules: the order is built micro-batch by micro-batch rather than in time
+ * order. Round 0 runs every stage's first F, then as many more F's per stage as fit before its
+ * first I's gradient can arrive (fewer on each later stage), then the I's from the last stage
+ * back. Each later round gives every stage (that has one left) its next F, first to last, then
+ * every stage its next I, last to first. In front of each F and I the rank runs its oldest W's
+ * while they end before that op's input arrives, and one more W into the gap left when the gap
+ * would raise the rank's idle time above the worst rank's (or always, with `greedy`); W's also
+ * run first whenever an F would not fit the memory budget (open forwards plus w_stash per pending
+ * W, at most the cap) or the family's open-forward limit, and whenever the user's --max-pending-w
+ * of them are pending. Variants: `eager` (round 0 adds an F only
+ * while it ends before the first gradient arrives; else while it starts before), `greedy`, and
+ * `b_first` (a stage two or more F's ahead of the next one skips its F when the next stage's F
+ * and I would otherwise wait on it). Every op starts at max(its rank free, its input arrived), as
+ * the simulator runs it. CORE_ERUNTIME when the budget cannot be kept. */
+typedef struct {
+  int eager, greedy, b_first;
+} zbr_variant;
+
+/* Runs rank r's next op of kind op at max(its rank free, its input in); 0, or nonzero when its
+ * input has not been produced (cannot happen in round order) or the budget overflows. */
+static int zbr_put(zb_state *z, int r, int op) {
+  const sched_program *pr = z->pr;
+  zb_rank *k = &z->rk[r];
+  if (op != SCHED_BACKWARD_WEIGHT) /* the user's --max-pending-w: W's first, as the list scheduler */
+    while (z->max_w > 0 && pending(k) >= z->max_w)
+      if (zbr_put(z, r, SCHED_BACKWARD_WEIGHT)) return 1;
+  int s = pr->stage_of[r];
+  double ready = 0;
+  if (op == SCHED_FORWARD) ready = f_ready(z, s, k->nf[0], 0), k->mb = k->nf[0];
+  else if (op == SCHED_BACKWARD_INPUT) ready = i_ready(z, s, k->ni[0], 0), k->mb = k->ni[0];
+  else k->mb = k->wq[k->wh] % z->m;
+  if (ready == INFINITY) return 1;
+  k->t = ready > k->free_at ? ready : k->free_at, k->op = op, k->chunk = 0;
+  run_op(z, r);
+  return mem(z, k) > k->cap + z->eps;
+}
+
+/* W's in front of an op of rank r whose input arrives at `arrive`: those that end by then, and
+ * one more into the gap that remains when the gap would make r's idle time the worst (or when
+ * greedy) */
+static int zbr_fill(zb_state *z, int r, double arrive, int greedy) {
+  zb_rank *k = &z->rk[r];
+  int rc = 0;
+  double w = cost(z, SCHED_BACKWARD_WEIGHT, z->pr->stage_of[r]);
+  while (!rc && pending(k) > 0 && k->free_at + w <= arrive + z->eps) rc = zbr_put(z, r, SCHED_BACKWARD_WEIGHT);
+  if (!rc && pending(k) > 0 && k->free_at < arrive - z->eps &&
+      (greedy || k->idle + (arrive - k->free_at) > z->max_idle + z->eps))
+    rc = zbr_put(z, r, SCHED_BACKWARD_WEIGHT);
+  return rc;
+}
+
+/* room for one more F on rank r: its oldest W's first while it does not fit the budget or the
+ * open-forward limit; nonzero when no W is left to make it */
+static int zbr_room(zb_state *z, int r) {
+  zb_rank *k = &z->rk[r];
+  int rc = 0;
+  while (!rc && (mem(z, k) + 1 > k->cap + z->eps || k->open >= k->fcap))
+    rc = pending(k) == 0 || zbr_put(z, r, SCHED_BACKWARD_WEIGHT);
+  return rc;
+}
+
+static int zbr_run(zb_state *z, zbr_variant var) {
+  const sched_program *pr = z->pr;
+  int p = pr->p, m = z->m, rc = 0;
+  zb_reset(z);
+  int *req = core_calloc((size_t)p, sizeof(int));
+  for (int r = 0; r < p; r++) {
+    int fc = pr->family == SCHED_ZB_H1 ? p - r : pr->family == SCHED_ZB_H2 ? 2 * (p - r) - 1 : 0;
+    z->rk[r].fcap = fc > 0 ? fc : m;
+  }
+#define RANK(j) (pr->rank_of[j])
+#define COST(op, j) cost(z, (op), (j))
+  for (int j = 0; j < p && !rc; j++) rc = zbr_room(z, RANK(j)) || zbr_put(z, RANK(j), SCHED_FORWARD);
+  /* round 0's extra F's: how many fit on stage j before its first I's gradient can come back */
+  double back = 0; /* when the first I's gradient reaches the stage below */
+  for (int j = p - 1; j >= 0 && !rc; j--) {
+    const zb_rank *k = &z->rk[RANK(j)];
+    req[j] = 0;
+    if (j == p - 1) {
+      back = z->f_end[(size_t)j * m] + COST(SCHED_BACKWARD_INPUT, j);
+      continue;
+    }
+    double at = k->free_at, used = mem(z, k), arrive = back + z->c->comm;
+    while (k->nf[0] + req[j] < m && used + 1 <= k->cap + z->eps && k->open + req[j] < k->fcap) {
+      if (var.eager ? at + COST(SCHED_FORWARD, j) > arrive : at >= arrive) break;
+      used += 1, at += COST(SCHED_FORWARD, j), req[j]++;
+    }
+    back = (at > arrive ? at : arrive) + COST(SCHED_BACKWARD_INPUT, j);
+  }
+  for (int j = 1; j < p; j++)
+    while (req[j] > 0 && req[j] >= req[j - 1]) req[j]--;
+  for (int j = 0; j < p && !rc; j++) /* first to last: each extra F's input is made before it */
+    for (int q = 0; q < req[j] && !rc; q++) rc = zbr_room(z, RANK(j)) || zbr_put(z, RANK(j), SCHED_FORWARD);
+  for (int j = p - 1; j >= 0 && !rc; j--) rc = zbr_put(z, RANK(j), SCHED_BACKWARD_INPUT);
+  for (int i = 1; i < m && !rc; i++) {
+    for (int j = 0; j < p; j++) {
+      const zb_rank *k = &z->rk[RANK(j)];
+      req[j] = k->nf[0] < m;
+      if (!req[j] || !var.b_first || j + 1 >= p || k->nf[0] < z->rk[RANK(j + 1)].nf[0] + 2) continue;
+      const zb_rank *n = &z->rk[RANK(j + 1)];
+      double next = n->free_at + COST(SCHED_FORWARD, j + 1) + COST(SCHED_BACKWARD_INPUT, j + 1) + z->c->comm;
+      if (k->free_at >= next) req[j] = 0;
+      else if (k->free_at + COST(SCHED_FORWARD, j) > next && next - k->free_at <= z->max_idle - k->idle) req[j] = 0;
+    }
+    for (int j = p - 2; j >= 0; j--) req[j] = req[j] < req[j + 1] ? req[j] : req[j + 1];
+    for (int j = 0; j < p && !rc; j++) {
+      if (!req[j]) continue;
+      rc = zbr_room(z, RANK(j));
+      if (!rc && j > 0) rc = zbr_fill(z, RANK(j), f_ready(z, j, z->rk[RANK(j)].nf[0], 0), var.greedy);
+      if (!rc) rc = zbr_room(z, RANK(j)) || zbr_put(z, RANK(j), SCHED_FORWARD);
+    }
+    for (int j = p - 1; j >= 0 && !rc; j--) {
+      zb_rank *k = &z->rk[RANK(j)];
+      if (k->ni[0] != i || k->nf[0] <= i) rc = 1; /* cannot happen: every stage has run F i */
+      if (!rc && j + 1 < p) rc = zbr_fill(z, RANK(j), i_ready(z, j, i, 0), var.greedy);
+      if (!rc) rc = zbr_put(z, RANK(j), SCHED_BACKWARD_INPUT);
+    }
+  }
+  for (int j = 0; j < p && !rc; j++)
+    while (!rc && pending(&z->rk[RANK(j)]) > 0) rc = zbr_put(z, RANK(j), SCHED_BACKWARD_WEIGHT);
+#undef COST
+#undef RANK
+  free(req);
+  return !rc && z->norder == 3 * (size_t)z->S * (size_t)m ? CORE_OK : CORE_ERUNTIME;
+}
+
 static double zbv_worst(const zbv_rank *vr, int p) {
   double w = 0;
   for (int r = 0; r < p; r++) w = vr[r].bubble > w ? vr[r].bubble : w;
@@ -592,7 +720,7 @@ double sched_memory_cap(const sched_shape *sh) {
 
 double sched_w_stash(const sched_costs *c) { return c->w_stash > 0 ? c->w_stash : 1; }
 
-int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs) {
+int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs, int rounds) {
   int p = pr->p, v = pr->v, m = pr->m;
   zb_state z = {.pr = pr, .c = costs, .S = p * v, .m = m, .max_w = sh->max_pending_w, .ws = sched_w_stash(costs)};
   double cap = sched_memory_cap(sh) * v; /* chunk slots */
@@ -647,11 +775,11 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     int only = probe ? -1 : won, only_iter = won_iter; /* the full pass after a probe: its winner */
     /* v-half, v-min: the building block */
     int vb = pr->family == SCHED_V_HALF || pr->family == SCHED_V_MIN;
-    if (vb && (only < 0 || only == nv + 4) && vpat_run(&z, pr->family == SCHED_V_HALF) == CORE_OK &&
+    if (!rounds && vb && (only < 0 || only == nv + 4) && vpat_run(&z, pr->family == SCHED_V_HALF) == CORE_OK &&
         zb_keep(&z, best, &best_span, &best_end))
       ok = 1, won = nv + 4;
     /* the V in rounds: four variants, each refined with its own bubbles approved */
-    for (int k = 0; v == 2 && k < 4; k++) {
+    for (int k = 0; !rounds && v == 2 && k < 4; k++) {
       if (only >= 0 && only != nv + k) continue;
       zbv_pass ps = {k & 1, k >> 1, NULL, 0};
       double prev = INFINITY;
@@ -664,9 +792,15 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
         ps.approved = appr, ps.max_approved = w;
       }
     }
+    /* micro-batch rounds (asked for, and one chunk per rank): eight variants, and nothing else */
+    for (int k = 0; rounds && v == 1 && k < 8; k++) {
+      if (only >= 0 && only != nv + 8 + k) continue;
+      if (zbr_run(&z, (zbr_variant){k & 1, (k >> 1) & 1, k >> 2}) == CORE_OK && zb_keep(&z, best, &best_span, &best_end))
+        ok = 1, won = nv + 8 + k;
+    }
     /* the list scheduler's variants, each given up once it cannot beat the best so far, none
      * tried once the best reaches the least span possible, the most work of one rank */
-    for (int i = 0; i < nv && best_span > least * (1 + 1e-9); i++) {
+    for (int i = 0; !rounds && i < nv && best_span > least * (1 + 1e-9); i++) {
       if (only >= 0 && i != only) continue;
       z.var = vars[i];
       z.bound = best_span;

@@ -384,3 +384,60 @@ Test(zb, the_zero_bubble_papers_bubbles_at_its_measured_costs) {
   double zv = paper_bubble(SCHED_ZB_V, 0, 0, &pk);
   cr_assert(zv <= h2 && pk <= 8 + 1e-9, "zb-v %.5f at %g, zb-h2 %.5f", zv, pk, h2);
 }
+
+/* The paper's 12 measured set-ups (its code's table: p, m, F, B, W, comm in ms, hidden size, heads;
+ * bench/zb_paper.sh prints the same comparison), each with the paper's memory model for a pending
+ * W (M_W / M_B = 32h / (34h + 5 a s), s = 1024). Its 1F1B to four digits; zb-h1 and zb-h2 no worse
+ * than its ZB-H1 and ZB-H2 within their caps; zb-auto at p no worse than zb-h1; zb-auto at 2p
+ * within 2p, no worse than zb-h2, and within half a percent of the step of the paper's ZB-2p
+ * (equal at p=32 m=256, where the micro-batch rounds win; matching it everywhere is open). */
+static double setup_bubble(const double *s, sched_family f, double limit, double *peak) {
+  int p = (int)s[0], m = (int)s[1];
+  sched_costs c = sched_costs_unit();
+  c.f = s[2], c.b = s[3], c.w = s[4], c.comm = s[5], c.w_stash = 32 * s[6] / (34 * s[6] + 5 * s[7] * 1024);
+  sched_shape sh = {.family = f, .p = p, .v = 1, .m = m, .mem_limit = limit};
+  sched_program pr;
+  sched_sim_result res;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK);
+  *peak = 0;
+  for (int r = 0; r < p; r++) *peak = res.ranks[r].peak_memory > *peak ? res.ranks[r].peak_memory : *peak;
+  double b = res.bubble_rate;
+  sched_sim_result_free(&res);
+  sched_program_free(&pr);
+  return b;
+}
+
+Test(zb, the_papers_twelve_set_ups, .timeout = 120) {
+  static const double set[12][12] = {
+      /* p, m, F, B, W, comm, h, a; the paper's 1F1B, ZB-H1, ZB-H2, ZB-2p */
+      {8, 24, 18.522, 18.086, 9.337, 0.601, 2304, 24, 0.2431, 0.1585, 0.1083, 0.0433},
+      {8, 32, 18.513, 18.086, 9.331, 0.626, 2304, 24, 0.1985, 0.1242, 0.0837, 0.0039},
+      {8, 64, 18.546, 18.097, 9.321, 0.762, 2304, 24, 0.1240, 0.0674, 0.0444, 0.0026},
+      {8, 24, 29.718, 29.444, 19.927, 0.527, 4096, 32, 0.2347, 0.1323, 0.0698, 0.0029},
+      {8, 32, 29.802, 29.428, 19.530, 0.577, 4096, 32, 0.1898, 0.1045, 0.0559, 0.0022},
+      {8, 64, 29.935, 29.621, 19.388, 0.535, 4096, 32, 0.1091, 0.0554, 0.0294, 0.0010},
+      {16, 48, 11.347, 11.248, 8.132, 0.377, 5120, 40, 0.2552, 0.1397, 0.0672, 0.0066},
+      {16, 64, 11.307, 11.254, 8.101, 0.379, 5120, 40, 0.2082, 0.1088, 0.0516, 0.0054},
+      {16, 128, 11.325, 11.308, 8.109, 0.378, 5120, 40, 0.1251, 0.0576, 0.0266, 0.0028},
+      {32, 96, 10.419, 10.207, 7.715, 0.408, 6144, 48, 0.2646, 0.1421, 0.0641, 0.0038},
+      {32, 128, 10.408, 10.204, 7.703, 0.408, 6144, 48, 0.2168, 0.1106, 0.0490, 0.0029},
+      {32, 256, 10.402, 10.248, 7.698, 0.460, 6144, 48, 0.1352, 0.0594, 0.0257, 0.0018},
+  };
+  for (int i = 0; i < 12; i++) {
+    const double *s = set[i];
+    double p = s[0], pk, e = 5e-5; /* the paper's four digits */
+    double b1 = setup_bubble(s, SCHED_1F1B, 0, &pk);
+    cr_assert(fabs(b1 - s[8]) <= e && pk <= p + 1e-9, "set-up %d: 1f1b %.5f at %g, paper %.4f", i, b1, pk, s[8]);
+    double h1 = setup_bubble(s, SCHED_ZB_H1, 0, &pk);
+    cr_assert(h1 <= s[9] + e && pk <= p + 1e-9, "set-up %d: zb-h1 %.5f at %g, paper %.4f", i, h1, pk, s[9]);
+    double h2 = setup_bubble(s, SCHED_ZB_H2, 0, &pk);
+    cr_assert(h2 <= s[10] + e && pk <= 2 * p - 1 + 1e-9, "set-up %d: zb-h2 %.5f at %g, paper %.4f", i, h2, pk, s[10]);
+    double a1 = setup_bubble(s, SCHED_ZB_AUTO, p, &pk);
+    cr_assert(a1 <= h1 + 1e-12 && pk <= p + 1e-9, "set-up %d: zb-auto p %.5f at %g, zb-h1 %.5f", i, a1, pk, h1);
+    double a2 = setup_bubble(s, SCHED_ZB_AUTO, 2 * p, &pk);
+    cr_assert(a2 <= h2 + 1e-12 && a2 <= s[11] + 0.005 && pk <= 2 * p + 1e-9,
+              "set-up %d: zb-auto 2p %.5f at %g, zb-h2 %.5f, paper %.4f", i, a2, pk, h2, s[11]);
+    if (i == 11) cr_assert(a2 <= s[11] + e, "p=32 m=256: zb-auto 2p %.5f, paper %.4f", a2, s[11]);
+  }
+}

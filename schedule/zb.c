@@ -296,6 +296,16 @@ static void run_op(zb_state *z, int r) {
   o[0] = r, o[1] = k->op, o[2] = s, o[3] = j;
 }
 
+/* Open forwards rank r may hold: zb-h1 1F1B's p - r, zb-h2 2(p - r) - 1, else what the variant
+ * asks (var_fcap: 0 none, 1 p - r, 2 2(p - r) - 1), none meaning all of its forwards */
+static int open_cap(const zb_state *z, int r, int var_fcap) {
+  const sched_program *pr = z->pr;
+  int p = pr->p, fc = var_fcap == 1 ? p - r : var_fcap == 2 ? 2 * (p - r) - 1 : 0;
+  if (pr->family == SCHED_ZB_H1) fc = p - r;
+  if (pr->family == SCHED_ZB_H2) fc = 2 * (p - r) - 1;
+  return fc > 0 ? fc : pr->v * z->m;
+}
+
 /* Nothing scheduled yet: every op not run, every rank empty and free at 0. */
 static void zb_reset(zb_state *z) {
   const sched_program *pr = z->pr;
@@ -331,11 +341,7 @@ static int zb_run(zb_state *z) {
   z->nheap = pr->p;
   int p = pr->p;
   for (int r = 0; r < p; r++) {
-    zb_rank *k = &z->rk[r];
-    int fc = z->var.fcap == 1 ? p - r : z->var.fcap == 2 ? 2 * (p - r) - 1 : 0;
-    if (pr->family == SCHED_ZB_H1) fc = p - r;
-    if (pr->family == SCHED_ZB_H2) fc = 2 * (p - r) - 1;
-    k->fcap = fc > 0 ? fc : pr->v * z->m;
+    z->rk[r].fcap = open_cap(z, r, z->var.fcap);
     choose(z, r);
   }
   for (int i = p / 2 - 1; i >= 0; i--) heap_fix(z, i);
@@ -613,10 +619,7 @@ static int zbr_run(zb_state *z, zbr_variant var) {
   int p = pr->p, m = z->m, rc = 0;
   zb_reset(z);
   int *req = core_calloc((size_t)p, sizeof(int));
-  for (int r = 0; r < p; r++) {
-    int fc = pr->family == SCHED_ZB_H1 ? p - r : pr->family == SCHED_ZB_H2 ? 2 * (p - r) - 1 : 0;
-    z->rk[r].fcap = fc > 0 ? fc : m;
-  }
+  for (int r = 0; r < p; r++) z->rk[r].fcap = open_cap(z, r, 0);
 #define RANK(j) (pr->rank_of[j])
 #define COST(op, j) cost(z, (op), (j))
   for (int j = 0; j < p && !rc; j++) rc = zbr_room(z, RANK(j)) || zbr_put(z, RANK(j), SCHED_FORWARD);
@@ -818,6 +821,8 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     }
   }
   free(vr), free(appr);
+  if (!ok && rc == CORE_OK) /* the rounds alone (every variant over the budget): no order, an error */
+    rc = core_error_set(CORE_ERUNTIME, "%s: no micro-batch-rounds order keeps the memory budget", sched_family_name(pr->family));
   if (ok) {
     rc = CORE_OK;
     for (size_t i = 0; i < 3 * n; i++) sched_push_action(pr, (sched_op)best[4 * i + 1], best[4 * i + 2], best[4 * i + 3]);

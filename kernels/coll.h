@@ -86,6 +86,11 @@ typedef struct kernels_coll {
   int (*recv)(kernels_coll_comm *c, int ticket, float *buf, size_t n, int peer);
   /* Ops issued from now on wait for the ticket's transfer (a no-op when none is in flight). */
   int (*wait_p2p)(kernels_coll_comm *c, int ticket);
+  /* begin = 1 opens a group of sends and receives, begin = 0 closes it (may be NULL: no groups).
+   * The transfers issued in between start together once the ops issued before the group are
+   * done and complete as one operation, in whatever order their peers issue theirs; no other
+   * entry may be called while a group is open, and a ticket appears in it at most once. */
+  int (*group)(kernels_coll_comm *c, int begin);
   /* Waits on the host, at most timeout_s seconds, until everything issued on both queues is
    * done; CORE_ERUNTIME on a communication error or a timeout, and then every communicator of the
    * process is unusable (aborted: they share the queues, so what is stuck may be another's). */

@@ -29,7 +29,10 @@ int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm
   int ns = pr->naslots[rank] > 0 ? pr->naslots[rank] : 1;
   w->slot_req = core_malloc(sizeof(MPI_Request) * 2 * (size_t)ns);
   w->slot_peer = core_calloc(2 * (size_t)ns, sizeof(int));
-  for (int i = 0; i < 2 * ns; i++) w->slot_req[i] = MPI_REQUEST_NULL;
+  w->recv_req = core_malloc(sizeof(MPI_Request) * 2 * (size_t)ns);
+  w->recv_at = core_calloc(2 * (size_t)ns, sizeof(int));
+  w->recv_n = core_calloc(2 * (size_t)ns, sizeof(size_t));
+  for (int i = 0; i < 2 * ns; i++) w->slot_req[i] = w->recv_req[i] = MPI_REQUEST_NULL;
   return CORE_OK;
 }
 
@@ -68,8 +71,14 @@ void pipe_worker_free(pipe_worker *w) {
       }
     }
   }
-  free(w->slot_req), free(w->slot_peer);
-  w->slot_req = NULL, w->slot_peer = NULL;
+  if (w->recv_req) /* receives a failed step left posted: withdrawn before their buffers go */
+    for (int k = 0; k < 2 * nslots(w); k++)
+      if (w->recv_req[k] != MPI_REQUEST_NULL) {
+        MPI_Cancel(&w->recv_req[k]);
+        MPI_Wait(&w->recv_req[k], MPI_STATUS_IGNORE);
+      }
+  free(w->slot_req), free(w->slot_peer), free(w->recv_req), free(w->recv_at), free(w->recv_n);
+  w->slot_req = NULL, w->slot_peer = NULL, w->recv_req = NULL, w->recv_at = NULL, w->recv_n = NULL;
 }
 
 static int fail(const pipe_worker *w, int i, const sched_instr *in, const char *what) {
@@ -186,21 +195,17 @@ static int op_send(pipe_worker *w, int i, const sched_instr *in) {
   return err == MPI_SUCCESS ? CORE_OK : fail(w, i, in, "MPI_Isend failed");
 }
 
-static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
-  if (w->dc) return dev_transfer(w, i, in);
-  int rc = drain_slot(w, in->aslot, i, in);
-  if (rc) return rc;
-  size_t n = 0;
-  float *buf = w->ex.buffer(w->ex.ctx, in, &n);
-  int grad = in->op == SCHED_RECV_GRAD;
-  int tag = pipe_tag(w->pr, stage_of(w, in), in->mb, grad);
-  MPI_Request req;
+/* Completes receive k (aslot * 2 + is_grad) if one is posted: waits for it, checks its length and
+ * hands it to the executor. */
+static int finish_recv(pipe_worker *w, int k) {
+  if (w->recv_req[k] == MPI_REQUEST_NULL) return CORE_OK;
+  int i = w->recv_at[k];
+  const sched_instr *in = &w->pr->streams[w->rank].ins[i];
   MPI_Status st;
-  if (MPI_Irecv(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, &req) != MPI_SUCCESS)
-    return fail(w, i, in, "MPI_Irecv failed");
-  rc = wait_req(w, &req, &st, i, in, in->peer);
+  int rc = wait_req(w, &w->recv_req[k], &st, i, in, in->peer);
   if (rc) return rc;
   int got = 0;
+  size_t n = w->recv_n[k];
   MPI_Get_count(&st, MPI_FLOAT, &got);
   if ((size_t)got != n) {
     char msg[128];
@@ -211,9 +216,33 @@ static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
   return CORE_OK;
 }
 
+/* The receives posted into a slot's parts, complete before an op that may read them. */
+static int finish_slot_recvs(pipe_worker *w, int slot) {
+  int rc = finish_recv(w, 2 * slot);
+  return rc ? rc : finish_recv(w, 2 * slot + 1);
+}
+
+/* A receive is posted here and completed before the next op on its slot (its consumer): the rank
+ * computes meanwhile, as the simulator's transfer lane has it. A traced step completes it at once,
+ * so that the timeline shows the wait on the receive. */
+static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
+  if (w->dc) return dev_transfer(w, i, in);
+  int rc = drain_slot(w, in->aslot, i, in);
+  int grad = in->op == SCHED_RECV_GRAD, k = 2 * in->aslot + grad;
+  if (!rc) rc = finish_recv(w, k); /* (a slot's part holds one receive at a time) */
+  if (rc) return rc;
+  size_t n = 0;
+  float *buf = w->ex.buffer(w->ex.ctx, in, &n);
+  int tag = pipe_tag(w->pr, stage_of(w, in), in->mb, grad);
+  if (MPI_Irecv(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, &w->recv_req[k]) != MPI_SUCCESS)
+    return fail(w, i, in, "MPI_Irecv failed");
+  w->recv_at[k] = i, w->recv_n[k] = n;
+  return w->tl ? finish_recv(w, k) : CORE_OK;
+}
+
 static int op_exec(pipe_worker *w, int i, const sched_instr *in) {
-  if (w->dc && in->aslot >= 0) { /* the slot's transfers land (receives) or leave (sends) first */
-    int rc = dev_wait_slot(w, in->aslot, i, in);
+  if (in->aslot >= 0) { /* the slot's transfers land (receives) or leave (sends) first */
+    int rc = w->dc ? dev_wait_slot(w, in->aslot, i, in) : finish_slot_recvs(w, in->aslot);
     if (rc) return rc;
   }
   if (w->dc && in->chunk < 0 && !w->dsynced) { /* the tail: every transfer of the step is issued */
@@ -271,11 +300,12 @@ static int settle_transfers(pipe_worker *w, int i, const sched_instr *in) {
     w->dsynced = 0;
     return rc;
   }
-  for (int k = 0; k < 2 * nslots(w); k++)
-    if (w->slot_req[k] != MPI_REQUEST_NULL) {
-      int rc = wait_req(w, &w->slot_req[k], MPI_STATUS_IGNORE, i, in, w->slot_peer[k]);
-      if (rc) return rc;
-    }
+  for (int k = 0; k < 2 * nslots(w); k++) {
+    int rc = finish_recv(w, k);
+    if (!rc && w->slot_req[k] != MPI_REQUEST_NULL)
+      rc = wait_req(w, &w->slot_req[k], MPI_STATUS_IGNORE, i, in, w->slot_peer[k]);
+    if (rc) return rc;
+  }
   return CORE_OK;
 }
 
@@ -294,16 +324,34 @@ static const op_fn op_table[SCHED_OP_COUNT] = {
     [SCHED_VALIDATE] = op_validate,
 };
 
+/* Whether instruction i of the stream is a transfer and so is the next: a run to post together. */
+static int run_goes_on(const sched_stream *st, int i) {
+  return i + 1 < st->len && sched_is_p2p((sched_op)st->ins[i].op) && sched_is_p2p((sched_op)st->ins[i + 1].op);
+}
+
 int pipe_worker_step(pipe_worker *w) {
   const sched_stream *st = &w->pr->streams[w->rank];
   w->dsynced = 0, w->again = 0;
   if (w->ex.begin) w->ex.begin(w->ex.ctx);
+  /* the device path posts a run of consecutive transfers as one group, so that none waits for
+   * another on the communication queue (a traced step issues them one by one) */
+  int grouping = w->dc && w->dc->group && !w->tl, grouped = 0;
   for (int i = 0; i < st->len; i++) {
     const sched_instr *in = &st->ins[i];
     if (in->op >= SCHED_OP_COUNT) return fail(w, i, in, "unknown opcode");
     if (w->tl && i == 0 && w->ex.sync) w->ex.sync(w->ex.ctx); /* work queued before the step is not its own */
     double t0 = w->tl ? MPI_Wtime() : 0;
-    int rc = op_table[in->op](w, i, in);
+    int rc = CORE_OK;
+    if (grouping && !grouped && run_goes_on(st, i)) {
+      if (w->dc->group(w->dcomm, 1)) return dev_fail(w, i, in);
+      grouped = 1;
+    }
+    rc = op_table[in->op](w, i, in);
+    if (grouped && (rc || !run_goes_on(st, i))) { /* the run's last transfer (or a failure in it) */
+      grouped = 0;
+      int end = w->dc->group(w->dcomm, 0);
+      if (!rc && end) rc = dev_fail(w, i, in);
+    }
     if (!rc && w->tl) rc = trace_wait(w, i, in);
     if (rc) return rc;
     if (w->ex.retired) w->ex.retired(w->ex.ctx, i, in);

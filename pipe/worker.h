@@ -2,19 +2,22 @@
  *
  * One table maps each opcode to a function; nothing in the worker knows which schedule family
  * produced the stream. Transfers are the worker's own: non-blocking MPI sends whose buffers are
- * not reused before the request completes, receives that wait with a timeout, tags derived from
- * (micro-batch, virtual stage, direction). Everything else (loads, compute, reductions, the
+ * not reused before the request completes, receives posted at their RECV and completed (with a
+ * timeout) before the next op on their slot, their consumer, tags derived from (micro-batch,
+ * virtual stage, direction). Everything else (loads, compute, reductions, the
  * optimizer step) goes to the executor, which owns the model and its buffers.
  *
  * The device path (pipe_worker_use_device): transfers go through a device communicator
  * (kernels/coll.h: NCCL send/recv) on the executor's own buffers in the backend's memory, with
- * no host copies. They run on the backend's communication queue in program order; the worker
+ * no host copies. They run on the backend's communication queue in program order, a run of
+ * consecutive transfers as one group (kernels_coll.group) when the table offers it; the worker
  * names each in-flight transfer by a ticket, aslot * 4 + (op - SCHED_SEND_ACT), and makes the
  * compute queue wait for a slot's transfers before the next op on that slot (a receive's
  * consumer, or whoever writes a sent buffer next), and waits on the host, with the timeout, for
  * all of them before the step's tail (REDUCE_*, OPTIMIZER_STEP) or at its end. The
- * program's verification (blocking, unbuffered send/recv: sched_verify) is what makes this
- * deadlock-free: every wait here is one the program's own order already implies. */
+ * program's verification (blocking, unbuffered send/recv: sched_verify) is what makes both paths
+ * deadlock-free: each only relaxes those semantics, so every wait here is one the program's own
+ * order already implies. */
 #ifndef BRIGADE_PIPE_WORKER_H
 #define BRIGADE_PIPE_WORKER_H
 
@@ -69,6 +72,9 @@ typedef struct {
   /* internal */
   MPI_Request *slot_req; /* [naslots * 2] outstanding sends per aslot (activation, gradient) */
   int *slot_peer;        /* [naslots * 2] the rank each of them goes to */
+  MPI_Request *recv_req; /* [naslots * 2] posted receives per aslot, completed by their consumer */
+  int *recv_at;          /* [naslots * 2] the stream index of the RECV that posted each */
+  size_t *recv_n;        /* [naslots * 2] and the floats it expects */
   int tag_ub;
   const struct kernels_coll *dc; /* the device path (NULL: MPI) */
   struct kernels_coll_comm *dcomm;

@@ -1,9 +1,12 @@
 /* schedule/sim.c: replays a full program under a cost model.
  *
- * Each rank runs its stream in order. A compute op occupies its rank for its cost. A send does
- * not block and its data arrives `comm` later; a receive waits until its data has arrived (so a
- * cross-rank dependency adds the latency without occupying either device, as in the zero-bubble
- * paper). REDUCE_TIED_GRADS meets its peer; REDUCE_GRADS and OPTIMIZER_STEP take their cost.
+ * Each rank runs its stream in order. A compute op occupies its rank for its cost. Transfers run
+ * on the rank's transfer lane beside compute (post_run): a run of consecutive ones is posted
+ * once the compute before it is issued and the lane's earlier receives are done; a send's data
+ * arrives `comm` after its post, a receive is done when its data has arrived, and only the
+ * compute op that takes a received input waits for it (so a cross-rank dependency adds the
+ * latency without occupying either device, as in the zero-bubble paper). The step's tail waits
+ * for the lane. REDUCE_TIED_GRADS meets its peer; REDUCE_GRADS and OPTIMIZER_STEP take their cost.
  * Several steps run back to back: a rank starts its stream again after its OPTIMIZER_STEP, which
  * either waits for every rank to reach theirs and for the norm's all-reduce (barrier) or not
  * (post-validation). Messages and tied reductions are told apart by step. */
@@ -26,6 +29,7 @@ typedef struct {
   /* ZeRO-3: per rank, when its communication lane is free and the time its gathers take; per
    * (rank, chunk), when the chunk's last gather ends; gathered chunks now and at most */
   double *lane, *gtime, *gready, *gbytes, *pgbytes, *gmoved;
+  double *xlane, *xpost; /* per rank: when its transfer lane is free; its current run's post time */
   int *ngath, *pgath;
   int *pc;
   int *queue, *queued, qh, qt;
@@ -113,6 +117,27 @@ static int validated(simstate *sm, int r, double *t) {
   return 1;
 }
 
+/* Transfers run on the rank's transfer lane beside its compute, a run of consecutive ones
+ * (sched_is_p2p) posted together once the compute before it is issued and the lane's earlier
+ * receives are done: its sends leave then, its receives complete when their data has arrived,
+ * and only the compute op that takes a received input waits for it. */
+static void post_run(simstate *sm, int r, double t) {
+  int i = sm->pc[r];
+  if (i > 0 && sched_is_p2p((sched_op)sm->pr->streams[r].ins[i - 1].op)) return; /* inside a run */
+  sm->xpost[r] = t > sm->xlane[r] ? t : sm->xlane[r];
+}
+
+/* When compute op `in` of stage s may start on rank r: after its received input (if any). */
+static double input_wait(simstate *sm, int r, const sched_instr *in, int s, double t) {
+  const sched_program *pr = sm->pr;
+  size_t base = (size_t)sm->iter[r] * (size_t)sm->S * (size_t)sm->m + (size_t)s * sm->m + in->mb;
+  double at = -1;
+  if (in->op == SCHED_FORWARD && s > 0 && pr->rank_of[s - 1] != r) at = sm->act_ready[base];
+  else if ((in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) && s < sm->S - 1 && pr->rank_of[s + 1] != r)
+    at = sm->grad_ready[base];
+  return at > t ? at : t;
+}
+
 /* Runs one instruction if it can run now; returns 0 when the rank must wait. */
 static int step(simstate *sm, int r, const sched_instr *in) {
   double t = sm->t[r];
@@ -120,6 +145,8 @@ static int step(simstate *sm, int r, const sched_instr *in) {
     if (!validated(sm, r, &t)) return 0;
     sm->t[r] = t;
   }
+  if (in->op >= SCHED_REDUCE_TIED_GRADS && in->op <= SCHED_OPTIMIZER_STEP && sm->xlane[r] > t)
+    t = sm->xlane[r]; /* the tail: the step's transfers are done first */
   int s = sched_stage_at(sm->pr, r, in);
   sm->last_t0 = sm->last_t1 = t;
   size_t pk = sm->offload && in->chunk >= 0 && in->mb >= 0 && in->chunk < sm->pr->v && in->mb < sm->pr->m
@@ -149,16 +176,20 @@ static int step(simstate *sm, int r, const sched_instr *in) {
   }
   case SCHED_SEND_ACT:
   case SCHED_SEND_GRAD:
-    *msg_slot(sm, r, in) = t + sm->c->comm;
-    emit(sm, r, in, t, t);
+    post_run(sm, r, t);
+    *msg_slot(sm, r, in) = sm->xpost[r] + sm->c->comm;
+    emit(sm, r, in, sm->xpost[r], sm->xpost[r]);
     wake(sm, in->peer);
     return 1;
   case SCHED_RECV_ACT:
   case SCHED_RECV_GRAD: {
-    double ready = *msg_slot(sm, r, in);
+    post_run(sm, r, t);
+    double *at = msg_slot(sm, r, in), ready = *at;
     if (ready < 0) return 0;
-    sm->t[r] = ready > t ? ready : t;
-    emit(sm, r, in, t, sm->t[r]);
+    double done = ready > sm->xpost[r] ? ready : sm->xpost[r];
+    if (done > sm->xlane[r]) sm->xlane[r] = done;
+    *at = done; /* its consumer waits for it */
+    emit(sm, r, in, sm->xpost[r], done);
     return 1;
   }
   case SCHED_REDUCE_TIED_GRADS: {
@@ -221,6 +252,7 @@ static int step(simstate *sm, int r, const sched_instr *in) {
   default: {
     double ready = sm->pr->gather_limit ? sm->gready[r * sm->pr->v + in->chunk] : 0; /* its gather */
     if (ready > t) t = ready;
+    t = input_wait(sm, r, in, s, t);
     sm->t[r] = t + sched_op_cost(sm->c, (sched_op)in->op, s);
     emit(sm, r, in, t, sm->t[r]);
     return 1;
@@ -512,6 +544,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   sm.queue = core_malloc(sizeof(int) * p);
   sm.queued = core_calloc(p, sizeof(int));
   sm.lane = core_calloc(p, sizeof(double));
+  sm.xlane = core_calloc(p, sizeof(double)), sm.xpost = core_calloc(p, sizeof(double));
   sm.gtime = core_calloc(p, sizeof(double));
   sm.gbytes = core_calloc(p, sizeof(double));
   sm.pgbytes = core_calloc(p, sizeof(double));
@@ -531,6 +564,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   }
   free(sm.act_ready), free(sm.grad_ready), free(sm.t), free(sm.tied_at), free(sm.pc), free(sm.has_validate);
   free(sm.busy), free(sm.lo), free(sm.hi), free(sm.queue), free(sm.queued);
+  free(sm.xlane), free(sm.xpost);
   free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gmoved), free(sm.gready), free(sm.ngath), free(sm.pgath);
   free(sm.iter), free(sm.counted), free(sm.arrived), free(sm.barrier_at), free(sm.step_end);
   free(sm.d2h), free(sm.h2d), free(sm.ctime), free(sm.off_end), free(sm.rl_ready), free(sm.mev);

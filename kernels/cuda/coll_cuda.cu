@@ -72,6 +72,8 @@ struct kernels_coll_comm {
   int pending[KERNELS_COLL_SLOTS];          // an async call in the slot not yet waited for
   cudaEvent_t tev[KERNELS_COLL_TICKETS];    // recorded on the comm stream after a transfer (lazily made)
   int tpending[KERNELS_COLL_TICKETS];
+  int grouped, ngroup;                      // p2p_group: a group is open, and the transfers in it
+  int group_t[KERNELS_COLL_TICKETS];        // their tickets (events recorded when the group closes)
   kernels_coll_comm *next;                  // the process's live communicators (sync_comm aborts them all)
 };
 
@@ -300,6 +302,17 @@ static int p2p(const char *entry, kernels_coll_comm *c, int t, float *buf, size_
   cudaStream_t s;
   if ((rc = comm_stream(&s))) return rc;
   if (!c->tev[t]) CUDA_TRY(cudaEventCreateWithFlags(&c->tev[t], cudaEventDisableTiming));
+  if (c->grouped) { // the comm stream already waits for the compute stream (p2p_group)
+    for (int k = 0; k < c->ngroup; k++)
+      if (c->group_t[k] == t)
+        return core_error_set(kRuntimeError, "NCCL collectives, %s: ticket %d twice in one group", entry, t);
+    if (n) {
+      if (is_send) NCCL_TRY(ncclSend(buf, n, ncclFloat, peer, c->comm, s));
+      else NCCL_TRY(ncclRecv(buf, n, ncclFloat, peer, c->comm, s));
+    }
+    c->group_t[c->ngroup++] = t;
+    return 0;
+  }
   CUDA_TRY(cudaEventRecord(c->ready, cuda_stream()));
   CUDA_TRY(cudaStreamWaitEvent(s, c->ready, 0));
   if (n) {
@@ -308,6 +321,34 @@ static int p2p(const char *entry, kernels_coll_comm *c, int t, float *buf, size_
   }
   CUDA_TRY(cudaEventRecord(c->tev[t], s));
   c->tpending[t] = 1;
+  return 0;
+}
+
+// Opens (begin = 1) or closes a group of transfers: NCCL runs the sends and receives issued in
+// between as one operation, so none waits for another (ncclGroupStart / ncclGroupEnd). The
+// comm stream waits for the compute stream once, at the start; each ticket's event is recorded
+// after the group, which is when NCCL enqueues its work.
+static int p2p_group(kernels_coll_comm *c, int begin) {
+  cudaStream_t s;
+  int rc = comm_stream(&s);
+  if (rc) return rc;
+  if (begin) {
+    if (c->grouped) return core_error_set(kRuntimeError, "NCCL collectives, p2p_group: a group is open already");
+    CUDA_TRY(cudaEventRecord(c->ready, cuda_stream()));
+    CUDA_TRY(cudaStreamWaitEvent(s, c->ready, 0));
+    NCCL_TRY(ncclGroupStart());
+    c->grouped = 1, c->ngroup = 0;
+    return 0;
+  }
+  if (!c->grouped) return core_error_set(kRuntimeError, "NCCL collectives, p2p_group: no group is open");
+  c->grouped = 0;
+  ncclResult_t end = ncclGroupEnd(); // always closes the group, even after a failed call in it
+  if (end != ncclSuccess) return nccl_failed(__func__, __FILE__, __LINE__, "ncclGroupEnd()", end);
+  for (int k = 0; k < c->ngroup; k++) {
+    CUDA_TRY(cudaEventRecord(c->tev[c->group_t[k]], s));
+    c->tpending[c->group_t[k]] = 1;
+  }
+  c->ngroup = 0;
   return 0;
 }
 
@@ -374,6 +415,7 @@ static kernels_coll make_table(void) {
   t.send = p2p_send;
   t.recv = p2p_recv;
   t.wait_p2p = wait_p2p;
+  t.group = p2p_group;
   t.sync = sync_comm;
   return t;
 }

@@ -22,8 +22,19 @@ typedef struct {
   uint64_t hash;    /* send: the buffer's contents when sent */
 } ticket;
 
+/* a transfer issued inside an open group, run when the group closes */
+typedef struct {
+  int t, is_send, peer;
+  float *buf;
+  size_t n;
+} gop;
+
+enum { MAXG = 256 };
+
 struct kernels_coll_comm {
   MPI_Comm comm;
+  int grouped, ngroup;
+  gop g[MAXG];
   int nranks, rank;
   int pending[2]; /* an async reduce-scatter issued, run at wait */
   const float *send[2];
@@ -192,10 +203,21 @@ static int ticket_free(kernels_coll_comm *c, int t, const char *entry) {
   return CORE_OK;
 }
 
+/* Inside a group: the transfer waits for the group's end. */
+static int defer(kernels_coll_comm *c, int t, int is_send, float *buf, size_t n, int peer) {
+  for (int k = 0; k < c->ngroup; k++)
+    if (c->g[k].t == t) return core_error_set(CORE_ERUNTIME, "fake coll: ticket %d twice in one group", t);
+  if (c->ngroup == MAXG) return core_error_set(CORE_ERUNTIME, "fake coll: more than %d transfers in a group", MAXG);
+  if (n) dev(buf, is_send ? "send" : "recv");
+  c->g[c->ngroup++] = (gop){t, is_send, peer, buf, n};
+  return CORE_OK;
+}
+
 static int f_send(kernels_coll_comm *c, int t, const float *buf, size_t n, int peer) {
   fake_calls.send++;
   int rc = ticket_free(c, t, "send");
   if (rc) return rc;
+  if (c->grouped) return defer(c, t, 1, (float *)buf, n, peer);
   const float *h = n ? dev(buf, "send") : NULL;
   if (MPI_Ssend(h, (int)n, MPI_FLOAT, peer, 0, c->comm)) return mpi_fail("send");
   c->t[t] = (ticket){.pending = 1, .is_send = 1, .buf = (float *)buf, .n = n, .hash = n ? hash_of(h, n) : 0};
@@ -206,6 +228,7 @@ static int f_recv(kernels_coll_comm *c, int t, float *buf, size_t n, int peer) {
   fake_calls.recv++;
   int rc = ticket_free(c, t, "recv");
   if (rc) return rc;
+  if (c->grouped) return defer(c, t, 0, buf, n, peer);
   if (n) dev(buf, "recv");
   float *data = malloc(sizeof(float) * (n ? n : 1));
   MPI_Status st;
@@ -236,6 +259,47 @@ static int f_wait_p2p(kernels_coll_comm *c, int t) {
   return CORE_OK;
 }
 
+/* A group runs all its transfers at its end, posted together (MPI_Issend / MPI_Irecv, then one
+ * wait for all): a group whose order only works when its transfers overlap completes, as NCCL's
+ * does; one transfer at a time it might not. */
+static int f_group(kernels_coll_comm *c, int begin) {
+  fake_calls.group++;
+  if (begin) {
+    if (c->grouped) return core_error_set(CORE_ERUNTIME, "fake coll: group opened twice");
+    c->grouped = 1, c->ngroup = 0;
+    return CORE_OK;
+  }
+  if (!c->grouped) return core_error_set(CORE_ERUNTIME, "fake coll: no group to close");
+  c->grouped = 0;
+  int n = c->ngroup, rc = CORE_OK;
+  MPI_Request req[MAXG];
+  MPI_Status st[MAXG];
+  float *data[MAXG];
+  for (int k = 0; k < n; k++) {
+    gop *o = &c->g[k];
+    data[k] = o->is_send ? NULL : malloc(sizeof(float) * (o->n ? o->n : 1));
+    int e = o->is_send ? MPI_Issend(o->n ? dev(o->buf, "send") : NULL, (int)o->n, MPI_FLOAT, o->peer, 0, c->comm, &req[k])
+                       : MPI_Irecv(data[k], (int)o->n, MPI_FLOAT, o->peer, 0, c->comm, &req[k]);
+    if (e) return mpi_fail("group");
+  }
+  if (MPI_Waitall(n, req, st)) return mpi_fail("group");
+  for (int k = 0; k < n; k++) {
+    gop *o = &c->g[k];
+    int got = 0;
+    if (!o->is_send) MPI_Get_count(&st[k], MPI_FLOAT, &got);
+    if (!o->is_send && (size_t)got != o->n) {
+      free(data[k]);
+      rc = core_error_set(CORE_ERUNTIME, "fake coll: recv from rank %d: %d floats sent, %zu expected", o->peer, got, o->n);
+      continue;
+    }
+    c->t[o->t] = o->is_send ? (ticket){.pending = 1, .is_send = 1, .buf = o->buf, .n = o->n,
+                                       .hash = o->n ? hash_of(dev(o->buf, "send"), o->n) : 0}
+                            : (ticket){.pending = 1, .buf = o->buf, .data = data[k], .n = o->n};
+  }
+  c->ngroup = 0;
+  return rc;
+}
+
 /* Everything already ran; what sync can check is that the caller waited for its transfers. */
 static int f_sync(kernels_coll_comm *c, double timeout_s) {
   fake_calls.sync++;
@@ -261,6 +325,7 @@ static const kernels_coll table = {
     .send = f_send,
     .recv = f_recv,
     .wait_p2p = f_wait_p2p,
+    .group = f_group,
     .sync = f_sync,
 };
 

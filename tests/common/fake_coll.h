@@ -14,7 +14,9 @@
  *   - send is MPI_Ssend at issue (blocking until the peer receives, matched in order with one
  *     tag, as NCCL's are), and wait_p2p checks that the buffer still holds what was sent;
  *   - recv is MPI_Recv at issue into a private buffer, copied into the caller's at wait_p2p;
- *     a count other than the sender's is an error.
+ *     a count other than the sender's is an error;
+ *   - inside a group the transfers wait for its end, then run posted together (MPI_Issend,
+ *     MPI_Irecv, one MPI_Waitall), so a group completes whatever order its peers issue theirs in.
  * Checks that fail inside the fake (a buffer changed under a send, a communicator freed with a
  * transfer not waited for) print a line and count in fake_coll_errors. */
 #ifndef BRIGADE_TESTS_FAKE_COLL_H
@@ -24,7 +26,7 @@
 
 typedef struct {
   int device_id, unique_id, comm_init, comm_free, all_reduce, reduce_scatter, reduce_scatterv, all_gather,
-      all_gatherv, async, wait, send, recv, wait_p2p, sync;
+      all_gatherv, async, wait, send, recv, wait_p2p, sync, group;
 } fake_coll_calls;
 
 extern fake_coll_calls fake_calls; /* entries called on this rank */

@@ -57,6 +57,12 @@ int main(int argc, char **argv) {
     fails++;
   }
   fails += fake_coll_errors;
+  int groups = 0; /* runs of transfers posted as one group, on some rank */
+  MPI_Allreduce(&fake_calls.group, &groups, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (expect && strcmp(expect, "p2p") == 0 && groups == 0) {
+    if (rank == 0) fprintf(stderr, "worker_fakenccl: no run of transfers went as one group\n");
+    fails++;
+  }
   int all = 0;
   MPI_Allreduce(&fails, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   MPI_Finalize();

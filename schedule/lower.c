@@ -243,7 +243,8 @@ typedef struct {
 /* A rank's stream while it is built: it ends in the gap before compute op g. */
 typedef struct {
   int g;
-  double clock;          /* when the simulator gets to that end */
+  double clock;          /* when the simulator gets to that end (its compute) */
+  double lane, post;     /* its transfer lane: free from (receives done); the open run's post time */
   int *pend, npend, cap; /* produced transfers this rank sends or receives (some done) */
   int held, held_slot;   /* produced, not sent: all, and those whose SEND frees a slot */
   int *early, nearly, capearly; /* consumers (compute indices >= g) of activations received early */
@@ -402,15 +403,30 @@ static double held_delay(build *bd, int r, double to) {
   return h;
 }
 
-/* What committing x now delays: the receiver's next compute op, if the data arrives after it
- * would start, and the receiver's unsent outputs, which would wait for the data too. */
+/* When a transfer appended to rank r's stream now is posted, as the simulator runs the lane: with
+ * the run its last instruction is in, or a new run once its compute so far is issued and its
+ * lane's receives are done. */
+static double post_time(const build *bd, int r) {
+  const sched_stream *st = &bd->out->streams[r];
+  const lrank *k = &bd->rk[r];
+  if (st->len > 0 && sched_is_p2p((sched_op)st->ins[st->len - 1].op)) return k->post;
+  return k->clock > k->lane ? k->clock : k->lane;
+}
+
+/* What committing x now delays: its consumer, if the data is there after the op would start
+ * (a receive holds back only its consumer); the receiver's unsent outputs, which may have to
+ * leave after it is done (unless they join its run); and what the receiver sends after its next
+ * op, since its lane is busy until the receive is done. */
 static double commit_delay(build *bd, const xfer *x) {
-  const sched_program *pr = bd->fl->pr;
   const lrank *B = &bd->rk[x->b];
-  double arr = bd->rk[x->a].clock + bd->fl->costs.comm;
-  double next = B->g < pr->streams[x->b].len ? est_start(bd, x->b, B->g) : INFINITY;
-  double h = pos(arr - (next > B->clock ? next : B->clock));
-  double d = held_delay(bd, x->b, arr > B->clock ? arr : B->clock);
+  double pb = post_time(bd, x->b), arr = post_time(bd, x->a) + bd->fl->costs.comm;
+  double done = arr > pb ? arr : pb;
+  double h = pos(done - est_start(bd, x->b, x->ic));
+  if (B->g < bd->fl->pr->streams[x->b].len) {
+    double lane = pos(done - (est_start(bd, x->b, B->g) + op_cost_at(bd, x->b, B->g)));
+    if (lane > h) h = lane;
+  }
+  double d = held_delay(bd, x->b, done);
   return d > h ? d : h;
 }
 
@@ -422,9 +438,17 @@ static int can_advance(const build *bd, int r) {
   return in < 0 || bd->x[in].done;
 }
 
+/* When rank r's next compute op would start if appended now: at its clock, or when its received
+ * input is there. */
+static double next_start(const build *bd, int r) {
+  const lrank *k = &bd->rk[r];
+  int x = bd->cons[r][k->g];
+  return x >= 0 && bd->x[x].done && bd->x[x].arr > k->clock ? bd->x[x].arr : k->clock;
+}
+
 /* What appending rank r's next compute op delays: the outputs r has not sent go after it. */
 static double advance_delay(build *bd, int r) {
-  return held_delay(bd, r, bd->rk[r].clock + op_cost_at(bd, r, bd->rk[r].g));
+  return held_delay(bd, r, next_start(bd, r) + op_cost_at(bd, r, bd->rk[r].g));
 }
 
 /* Whether the SEND of x frees its slot on the sender: a gradient's does (the slot is live
@@ -523,10 +547,14 @@ static void commit(build *bd, xfer *x) {
                      .chunk = pr->chunk_of[x->src], .peer = x->b, .slot = -1, .aslot = -1};
   sched_instr rcv = {.op = (uint8_t)(x->kind ? SCHED_RECV_ACT : SCHED_RECV_GRAD), .mb = x->mb,
                      .chunk = pr->chunk_of[x->dst], .peer = x->a, .slot = -1, .aslot = -1};
+  lrank *A = &bd->rk[x->a];
+  double pa = post_time(bd, x->a), pb = post_time(bd, x->b);
   sched_push(bd->out, x->a, snd);
   sched_push(bd->out, x->b, rcv);
-  x->arr = bd->rk[x->a].clock + bd->fl->costs.comm;
-  if (x->arr > B->clock) B->clock = x->arr;
+  A->post = pa, B->post = pb;
+  x->arr = pa + bd->fl->costs.comm;
+  if (pb > x->arr) x->arr = pb; /* done: what its consumer waits for */
+  if (x->arr > B->lane) B->lane = x->arr;
   x->done = 1;
   if (x->kind == 1 && x->ic > B->g) {
     if (B->nearly == B->capearly) {
@@ -561,6 +589,7 @@ static void advance(build *bd, int r) {
   sched_push_compute(bd->out, r, in);
   for (int q = 0; q < k->nearly; q++)
     if (k->early[q] <= k->g) k->early[q--] = k->early[--k->nearly];
+  k->clock = next_start(bd, r); /* its received input, if any: the op waits for it */
   bd->start[r][k->g] = k->clock;
   k->clock += op_cost_at(bd, r, k->g);
   int x = bd->prod[r][k->g++];

@@ -389,9 +389,7 @@ Test(zb, the_zero_bubble_papers_bubbles_at_its_measured_costs) {
  * bench/zb_paper.sh prints the same comparison), each with the paper's memory model for a pending
  * W (M_W / M_B = 32h / (34h + 5 a s), s = 1024). Its 1F1B to four digits; zb-h1 and zb-h2 no worse
  * than its ZB-H1 and ZB-H2 within their caps; zb-auto at p no worse than zb-h1; zb-auto at 2p
- * within 2p, no worse than zb-h2, within 0.2% of the step of the paper's ZB-2p everywhere and at
- * most its figure (to its four digits) in at least 11 of the 12 (p=8 m=64 of the 6.2B model is
- * 0.0029 against 0.0010). */
+ * within 2p, no worse than zb-h2, and at most the paper's ZB-2p (to its four digits). */
 static double setup_bubble(const double *s, sched_family f, double limit, double *peak) {
   int p = (int)s[0], m = (int)s[1];
   sched_costs c = sched_costs_unit();
@@ -425,7 +423,6 @@ Test(zb, the_papers_twelve_set_ups, .timeout = 120) {
       {32, 128, 10.408, 10.204, 7.703, 0.408, 6144, 48, 0.2168, 0.1106, 0.0490, 0.0029},
       {32, 256, 10.402, 10.248, 7.698, 0.460, 6144, 48, 0.1352, 0.0594, 0.0257, 0.0018},
   };
-  int equal_2p = 0;
   for (int i = 0; i < 12; i++) {
     const double *s = set[i];
     double p = s[0], pk, e = 5e-5; /* the paper's four digits */
@@ -438,9 +435,7 @@ Test(zb, the_papers_twelve_set_ups, .timeout = 120) {
     double a1 = setup_bubble(s, SCHED_ZB_AUTO, p, &pk);
     cr_assert(a1 <= h1 + 1e-12 && pk <= p + 1e-9, "set-up %d: zb-auto p %.5f at %g, zb-h1 %.5f", i, a1, pk, h1);
     double a2 = setup_bubble(s, SCHED_ZB_AUTO, 2 * p, &pk);
-    cr_assert(a2 <= h2 + 1e-12 && a2 <= s[11] + 0.002 && pk <= 2 * p + 1e-9,
+    cr_assert(a2 <= h2 + 1e-12 && a2 <= s[11] + e && pk <= 2 * p + 1e-9,
               "set-up %d: zb-auto 2p %.5f at %g, zb-h2 %.5f, paper %.4f", i, a2, pk, h2, s[11]);
-    equal_2p += a2 <= s[11] + e;
   }
-  cr_assert(equal_2p >= 11, "zb-auto at 2p is at most the paper's ZB-2p in %d of the 12 set-ups", equal_2p);
 }

@@ -389,12 +389,13 @@ Test(zb, the_zero_bubble_papers_bubbles_at_its_measured_costs) {
  * bench/zb_paper.sh prints the same comparison), each with the paper's memory model for a pending
  * W (M_W / M_B = 32h / (34h + 5 a s), s = 1024). Its 1F1B to four digits; zb-h1 and zb-h2 no worse
  * than its ZB-H1 and ZB-H2 within their caps; zb-auto at p no worse than zb-h1; zb-auto at 2p
- * within 2p, no worse than zb-h2, and at most the paper's ZB-2p (to its four digits). */
+ * within 2p, no worse than zb-h2, and at most the paper's ZB-2p (to its four digits); zb-v within
+ * p and no worse than the paper's ZB-H2, which takes 2p - 1. */
 static double setup_bubble(const double *s, sched_family f, double limit, double *peak) {
   int p = (int)s[0], m = (int)s[1];
   sched_costs c = sched_costs_unit();
   c.f = s[2], c.b = s[3], c.w = s[4], c.comm = s[5], c.w_stash = 32 * s[6] / (34 * s[6] + 5 * s[7] * 1024);
-  sched_shape sh = {.family = f, .p = p, .v = 1, .m = m, .mem_limit = limit};
+  sched_shape sh = {.family = f, .p = p, .v = sched_family_is_v(f) ? 2 : 1, .m = m, .mem_limit = limit};
   sched_program pr;
   sched_sim_result res;
   cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
@@ -437,5 +438,7 @@ Test(zb, the_papers_twelve_set_ups, .timeout = 120) {
     double a2 = setup_bubble(s, SCHED_ZB_AUTO, 2 * p, &pk);
     cr_assert(a2 <= h2 + 1e-12 && a2 <= s[11] + e && pk <= 2 * p + 1e-9,
               "set-up %d: zb-auto 2p %.5f at %g, zb-h2 %.5f, paper %.4f", i, a2, pk, h2, s[11]);
+    double zv = setup_bubble(s, SCHED_ZB_V, 0, &pk);
+    cr_assert(zv <= s[10] + e && pk <= p + 1e-9, "set-up %d: zb-v %.5f at %g, paper's ZB-H2 %.4f", i, zv, pk, s[10]);
   }
 }

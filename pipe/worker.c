@@ -32,6 +32,8 @@ int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm
   w->recv_req = core_malloc(sizeof(MPI_Request) * 2 * (size_t)ns);
   w->recv_at = core_calloc(2 * (size_t)ns, sizeof(int));
   w->recv_n = core_calloc(2 * (size_t)ns, sizeof(size_t));
+  w->recv_ev = core_malloc(sizeof(int) * 2 * (size_t)ns);
+  for (int i = 0; i < 2 * ns; i++) w->recv_ev[i] = -1;
   for (int i = 0; i < 2 * ns; i++) w->slot_req[i] = w->recv_req[i] = MPI_REQUEST_NULL;
   return CORE_OK;
 }
@@ -77,8 +79,9 @@ void pipe_worker_free(pipe_worker *w) {
         MPI_Cancel(&w->recv_req[k]);
         MPI_Wait(&w->recv_req[k], MPI_STATUS_IGNORE);
       }
-  free(w->slot_req), free(w->slot_peer), free(w->recv_req), free(w->recv_at), free(w->recv_n);
+  free(w->slot_req), free(w->slot_peer), free(w->recv_req), free(w->recv_at), free(w->recv_n), free(w->recv_ev);
   w->slot_req = NULL, w->slot_peer = NULL, w->recv_req = NULL, w->recv_at = NULL, w->recv_n = NULL;
+  w->recv_ev = NULL;
 }
 
 static int fail(const pipe_worker *w, int i, const sched_instr *in, const char *what) {
@@ -213,6 +216,9 @@ static int finish_recv(pipe_worker *w, int k) {
     return fail(w, i, in, msg);
   }
   if (w->ex.received) w->ex.received(w->ex.ctx, in);
+  if (w->tl && w->recv_ev[k] >= 0 && w->recv_ev[k] < w->tl->n) /* a traced step: the receive lasted until now */
+    w->tl->ev[w->recv_ev[k]].end = MPI_Wtime() - w->t0;
+  w->recv_ev[k] = -1;
   return CORE_OK;
 }
 
@@ -223,8 +229,8 @@ static int finish_slot_recvs(pipe_worker *w, int slot) {
 }
 
 /* A receive is posted here and completed before the next op on its slot (its consumer): the rank
- * computes meanwhile, as the simulator's transfer lane has it. A traced step completes it at once,
- * so that the timeline shows the wait on the receive. */
+ * computes meanwhile, as the simulator's transfer lane has it. In a traced step its event runs
+ * from the post to the data's arrival, as the simulator draws it. */
 static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
   if (w->dc) return dev_transfer(w, i, in);
   int rc = drain_slot(w, in->aslot, i, in);
@@ -236,13 +242,13 @@ static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
   int tag = pipe_tag(w->pr, stage_of(w, in), in->mb, grad);
   if (MPI_Irecv(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, &w->recv_req[k]) != MPI_SUCCESS)
     return fail(w, i, in, "MPI_Irecv failed");
-  w->recv_at[k] = i, w->recv_n[k] = n;
-  return w->tl ? finish_recv(w, k) : CORE_OK;
+  w->recv_at[k] = i, w->recv_n[k] = n, w->recv_ev[k] = -1;
+  return CORE_OK;
 }
 
 static int op_exec(pipe_worker *w, int i, const sched_instr *in) {
-  if (in->aslot >= 0) { /* the slot's transfers land (receives) or leave (sends) first */
-    int rc = w->dc ? dev_wait_slot(w, in->aslot, i, in) : finish_slot_recvs(w, in->aslot);
+  if (w->dc && in->aslot >= 0) { /* the slot's transfers land (receives) or leave (sends) first */
+    int rc = dev_wait_slot(w, in->aslot, i, in);
     if (rc) return rc;
   }
   if (w->dc && in->chunk < 0 && !w->dsynced) { /* the tail: every transfer of the step is issued */
@@ -265,8 +271,9 @@ static int op_exec(pipe_worker *w, int i, const sched_instr *in) {
  * compute queue first waits for every transfer in flight, then the host for both queues through
  * the communicator's sync, bounded by the timeout (the compute queue may be waiting for a peer's
  * transfer, and a plain device sync would wait for ever on a peer that never comes). Transfers
- * then block like unbuffered send/recv, an order the verified program already allows. Untraced
- * steps are not touched. */
+ * on the device path then block like unbuffered send/recv, an order the verified program already
+ * allows. On the MPI path a receive stays posted: its event's end is set when it lands
+ * (finish_recv), before its consumer's clock starts. Untraced steps are not touched. */
 static int trace_wait(pipe_worker *w, int i, const sched_instr *in) {
   if (w->dc) {
     for (int s = 0; s < nslots(w); s++) {
@@ -340,8 +347,12 @@ int pipe_worker_step(pipe_worker *w) {
     const sched_instr *in = &st->ins[i];
     if (in->op >= SCHED_OP_COUNT) return fail(w, i, in, "unknown opcode");
     if (w->tl && i == 0 && w->ex.sync) w->ex.sync(w->ex.ctx); /* work queued before the step is not its own */
-    double t0 = w->tl ? MPI_Wtime() : 0;
     int rc = CORE_OK;
+    if (!w->dc && in->aslot >= 0 && !sched_is_p2p((sched_op)in->op)) { /* an op on a slot: its receives land first */
+      rc = finish_slot_recvs(w, in->aslot);
+      if (rc) return rc;
+    }
+    double t0 = w->tl ? MPI_Wtime() : 0;
     if (grouping && !grouped && run_goes_on(st, i)) {
       if (w->dc->group(w->dcomm, 1)) return dev_fail(w, i, in);
       grouped = 1;
@@ -361,6 +372,8 @@ int pipe_worker_step(pipe_worker *w) {
                        .stage = in->chunk >= 0 ? stage_of(w, in) : -1, .peer = in->peer,
                        .start = t0 - w->t0, .end = MPI_Wtime() - w->t0};
       sched_timeline_add(w->tl, e);
+      if (!w->dc && (in->op == SCHED_RECV_ACT || in->op == SCHED_RECV_GRAD)) /* its end comes when it lands */
+        w->recv_ev[2 * in->aslot + (in->op == SCHED_RECV_GRAD)] = w->tl->n - 1;
     }
     if (w->again) { /* post-validation redid the previous update: the step from its start */
       w->again = 0;

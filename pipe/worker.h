@@ -75,6 +75,7 @@ typedef struct {
   MPI_Request *recv_req; /* [naslots * 2] posted receives per aslot, completed by their consumer */
   int *recv_at;          /* [naslots * 2] the stream index of the RECV that posted each */
   size_t *recv_n;        /* [naslots * 2] and the floats it expects */
+  int *recv_ev;          /* [naslots * 2] a traced step: its event in tl (its end set when it lands), or -1 */
   int tag_ub;
   const struct kernels_coll *dc; /* the device path (NULL: MPI) */
   struct kernels_coll_comm *dcomm;

@@ -237,8 +237,7 @@ static int exec_local(replay *rp, int r, const sched_instr *in) {
 }
 
 static int is_transfer(const sched_instr *in) {
-  return (in->op >= SCHED_SEND_ACT && in->op <= SCHED_RECV_GRAD) ||
-         (in->op == SCHED_REDUCE_TIED_GRADS && in->peer >= 0);
+  return sched_is_p2p((sched_op)in->op) || (in->op == SCHED_REDUCE_TIED_GRADS && in->peer >= 0);
 }
 
 /* Do instruction a on rank ra and b on rank rb form one rendezvous? */

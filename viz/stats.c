@@ -59,15 +59,13 @@ int viz_rows(const sched_timeline *tl, viz_row **rows) {
   return k;
 }
 
-static int is_transfer(sched_op op) { return op >= SCHED_SEND_ACT && op <= SCHED_RECV_GRAD; }
-
 void viz_event_name(const sched_timeline *tl, const sched_event *e, char *buf, size_t n) {
   sched_op op = (sched_op)e->op;
   char l = sched_op_letter(op), chunk[24] = "";
   if (tl->v > 1 && e->chunk >= 0) snprintf(chunk, sizeof chunk, " c%d", e->chunk);
   if (l) {
     snprintf(buf, n, "%c%d%s", l, e->mb, chunk);
-  } else if (is_transfer(op)) {
+  } else if (sched_is_p2p(op)) {
     const char *arrow = op == SCHED_SEND_ACT || op == SCHED_SEND_GRAD ? "->" : "<-";
     snprintf(buf, n, "%s %d %s r%d%s", sched_op_name(op), e->mb, arrow, e->peer, chunk);
   } else if (op == SCHED_REDUCE_TIED_GRADS && e->peer >= 0) {

@@ -124,6 +124,21 @@ static void gemm_timed(float *c, const float *a, const float *b, int M, int N, i
   gemm_flops += 2.0 * M * N * K;
 }
 
+/* the LM head's products, on logits rows padded to 64 (gemm_ld): GEMMs */
+static void gemm_ld_timed(float *c, const float *a, const float *b, int M, int N, int K, int ta, int tb, float al,
+                          float be, int lda, int ldb, int ldc) {
+  if (!timing) {
+    base->gemm_ld(c, a, b, M, N, K, ta, tb, al, be, lda, ldb, ldc);
+    return;
+  }
+  base->sync();
+  double t = now();
+  base->gemm_ld(c, a, b, M, N, K, ta, tb, al, be, lda, ldb, ldc);
+  base->sync();
+  gemm_s += now() - t;
+  gemm_flops += 2.0 * M * N * K;
+}
+
 /* a linear layer's forward (the product with its bias and residual, one op on the GPU): a GEMM */
 static void linear_timed(float *o, const float *i, const float *w, const float *b, const float *r, int N, int C, int OC) {
   if (!timing) {
@@ -190,6 +205,7 @@ int main(int argc, char **argv) {
   real_gemm = timed.gemm;
   timed.gemm = gemm_timed;
   timed.linear_forward = linear_timed;
+  timed.gemm_ld = gemm_ld_timed;
   wrap_ops();
   layers_chunk ch;
   double t0 = now();

@@ -73,12 +73,19 @@ void pipe_worker_free(pipe_worker *w) {
       }
     }
   }
-  if (w->recv_req) /* receives a failed step left posted: withdrawn before their buffers go */
-    for (int k = 0; k < 2 * nslots(w); k++)
-      if (w->recv_req[k] != MPI_REQUEST_NULL) {
-        MPI_Cancel(&w->recv_req[k]);
-        MPI_Wait(&w->recv_req[k], MPI_STATUS_IGNORE);
+  if (w->recv_req) { /* receives a failed step left posted: withdrawn before their buffers go */
+    double start = now();
+    for (int k = 0; k < 2 * nslots(w); k++) {
+      if (w->recv_req[k] == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&w->recv_req[k]);
+      int done = 0; /* bounded too: one already matched may wait on a peer that is gone */
+      while (MPI_Test(&w->recv_req[k], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+        if (now() - start > w->timeout_s) break;
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
       }
+    }
+  }
   free(w->slot_req), free(w->slot_peer), free(w->recv_req), free(w->recv_at), free(w->recv_n), free(w->recv_ev);
   w->slot_req = NULL, w->slot_peer = NULL, w->recv_req = NULL, w->recv_at = NULL, w->recv_n = NULL;
   w->recv_ev = NULL;

@@ -31,7 +31,6 @@ char sched_op_letter(sched_op op) {
 }
 
 int sched_op_is_compute(sched_op op) { return sched_op_letter(op) != 0; }
-int sched_is_p2p(sched_op op) { return op >= SCHED_SEND_ACT && op <= SCHED_RECV_GRAD; }
 
 const char *sched_family_name(sched_family f) {
   return f < SCHED_FAMILY_COUNT ? family_names[f] : "?";

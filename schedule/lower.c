@@ -12,22 +12,29 @@
  *      commit x    append x's SEND to the sender's stream and its RECV to the receiver's, both in
  *                  this one step; allowed once x's producer is in the sender's stream (the
  *                  receiver cannot have passed x's consumer: that needs x's RECV).
- *    Deadlock-freedom with blocking, unbuffered send/recv (what sched_verify replays, and what
- *    NCCL send/recv on one stream does): every rank's transfers are in commit order. Were ranks
+ *    Deadlock-freedom with blocking, unbuffered send/recv (what sched_verify replays; the
+ *    workers' posted receives and grouped runs only relax it): every rank's transfers are in
+ *    commit order. Were ranks
  *    stuck, each would be at a transfer (nothing else waits: an op's inputs come earlier in its
  *    stream). Take, of the transfers they are stuck at, the one committed first: the other rank
  *    of it is not stuck at an earlier transfer (that one would have been committed first), so
  *    it has done its transfers before this one and is at it too, and the pair completes. The
  *    sends of one rank to another are in the order of the other's receives from it, as NCCL's
  *    matching in order needs. (sched_verify checks all this anyway.)
- * 3. Timing, under sim.c's semantics (a SEND does not wait and its data arrives comm later; a
- *    RECV waits for the data): the steps keep every rank's clock as sim.c will, and prefer
- *    steps that delay nothing, i.e. make no compute op start after its ASAP time and no data
- *    arrive after its consumer's ASAP start:
- *      commit x    when x's data arrives by the time the receiver's next compute op starts, and
- *                  waiting for it makes none of the receiver's unsent outputs late;
+ * 3. Timing, under sim.c's semantics (transfers on a lane beside compute: a transfer appended
+ *    right after another joins its run and is posted with it, otherwise once the compute before
+ *    it is issued and the lane's receives are done; a SEND's data arrives comm after its post;
+ *    a RECV holds back only its consumer, and the lane until its data is there): the steps keep
+ *    every rank's clock and lane as sim.c will (post_time, next_start), and prefer steps that
+ *    delay nothing, i.e. make no compute op start after its ASAP time and no data arrive after
+ *    its consumer's ASAP start:
+ *      commit x    when x's data is there by its consumer's start and by the end of the
+ *                  receiver's next compute op (its lane is then free for what that op
+ *                  produces), and none of the receiver's unsent outputs would be late for it;
  *      advance r   when r has sent all it produced: sends go right after their producer, and
  *                  only a forced step puts one later.
+ *    So a gradient that comes back late is received right after the forward whose activation
+ *    must follow it (memory, below), in one run with that send: the send is not held back.
  *    Memory: a RECV of an activation opens its slot on the receiver (a gradient's slot is open
  *    since its forward), and a SEND of a gradient closes one (of an activation too, in a
  *    forward-only program). So an activation's commit also waits until the receiver is at
@@ -40,9 +47,10 @@
  *    compute op starts at its ASAP time; the tests find that wherever any program can (4).
  *    At comm = 0 one always can (order the transfers by when their producers end: no RECV
  *    then waits).
- * 4. Sometimes no program can: take x sent by rank a to b and y sent by b to a. Blocking
- *    semantics runs them in one order on both ranks: x first means b receives x before it
- *    sends y, so y leaves no sooner than x arrives; y first, the other way round. If x arrives
+ * 4. Sometimes no program with blocking transfers can: take x sent by rank a to b and y sent by
+ *    b to a. Blocking semantics runs them in one order on both ranks: x first means b receives x
+ *    before it sends y, so y leaves no sooner than x arrives; y first, the other way round (the
+ *    lane escapes this when the two go in one run). If x arrives
  *    too late for y's consumer to get y on time that way, and y too late for x's, every
  *    program is late somewhere. E.g. 1F1B p=2 m=3 with the costs of stages 1.0/1.5 (F),
  *    2.0/3.0 (B), comm 1.5: at 11.5 rank 0 sends the activation of micro-batch 2 and rank 1
@@ -52,7 +60,8 @@
  *    step from stage 7 (rank 7) to stage 8 (rank 0) closes; one of the eight ranks must receive
  *    first, so the ASAP 218 is out of reach (this gives 226). tests/schedule/test_sim.c proves
  *    it impossible for every shape of its grid (all families, p <= 4, m <= 10, comm up to 1.5)
- *    where the program here is late, and checks every other one is on time.
+ *    where the program here is late, checks every other one is on time, and counts those the
+ *    lane keeps on time where blocking transfers could not be.
  * 5. LOAD_MICROBATCH goes right before the first and last virtual stage's forwards; the step's
  *    tail (REDUCE_TIED_GRADS, REDUCE_GRADS, OPTIMIZER_STEP) at the end.
  * 6. Activation buffer slots by liveness: (chunk, micro-batch) holds a slot from its first

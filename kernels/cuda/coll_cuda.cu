@@ -302,22 +302,21 @@ static int p2p(const char *entry, kernels_coll_comm *c, int t, float *buf, size_
   cudaStream_t s;
   if ((rc = comm_stream(&s))) return rc;
   if (!c->tev[t]) CUDA_TRY(cudaEventCreateWithFlags(&c->tev[t], cudaEventDisableTiming));
-  if (c->grouped) { // the comm stream already waits for the compute stream (p2p_group)
-    for (int k = 0; k < c->ngroup; k++)
-      if (c->group_t[k] == t)
-        return core_error_set(kRuntimeError, "NCCL collectives, %s: ticket %d twice in one group", entry, t);
-    if (n) {
-      if (is_send) NCCL_TRY(ncclSend(buf, n, ncclFloat, peer, c->comm, s));
-      else NCCL_TRY(ncclRecv(buf, n, ncclFloat, peer, c->comm, s));
-    }
-    c->group_t[c->ngroup++] = t;
-    return 0;
-  }
+  for (int k = 0; c->grouped && k < c->ngroup; k++)
+    if (c->group_t[k] == t)
+      return core_error_set(kRuntimeError, "NCCL collectives, %s: ticket %d twice in one group", entry, t);
+  // the compute stream's ops so far (in a group too: the caller may have queued waits, such as a
+  // reloaded buffer's copy, since the group began; the wait goes on the comm stream now, ahead
+  // of the group's work, which NCCL enqueues when the group closes)
   CUDA_TRY(cudaEventRecord(c->ready, cuda_stream()));
   CUDA_TRY(cudaStreamWaitEvent(s, c->ready, 0));
   if (n) {
     if (is_send) NCCL_TRY(ncclSend(buf, n, ncclFloat, peer, c->comm, s));
     else NCCL_TRY(ncclRecv(buf, n, ncclFloat, peer, c->comm, s));
+  }
+  if (c->grouped) { // its event once the group is enqueued (p2p_group)
+    c->group_t[c->ngroup++] = t;
+    return 0;
   }
   CUDA_TRY(cudaEventRecord(c->tev[t], s));
   c->tpending[t] = 1;
@@ -325,17 +324,14 @@ static int p2p(const char *entry, kernels_coll_comm *c, int t, float *buf, size_
 }
 
 // Opens (begin = 1) or closes a group of transfers: NCCL runs the sends and receives issued in
-// between as one operation, so none waits for another (ncclGroupStart / ncclGroupEnd). The
-// comm stream waits for the compute stream once, at the start; each ticket's event is recorded
-// after the group, which is when NCCL enqueues its work.
+// between as one operation, so none waits for another (ncclGroupStart / ncclGroupEnd). Each
+// ticket's event is recorded after the group, which is when NCCL enqueues its work.
 static int p2p_group(kernels_coll_comm *c, int begin) {
   cudaStream_t s;
   int rc = comm_stream(&s);
   if (rc) return rc;
   if (begin) {
     if (c->grouped) return core_error_set(kRuntimeError, "NCCL collectives, p2p_group: a group is open already");
-    CUDA_TRY(cudaEventRecord(c->ready, cuda_stream()));
-    CUDA_TRY(cudaStreamWaitEvent(s, c->ready, 0));
     NCCL_TRY(ncclGroupStart());
     c->grouped = 1, c->ngroup = 0;
     return 0;

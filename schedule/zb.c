@@ -250,8 +250,9 @@ static void heap_fix(zb_state *z, int i) {
   }
 }
 static void update(zb_state *z, int r) {
+  double t = z->rk[r].t;
   choose(z, r);
-  heap_fix(z, z->rk[r].heap_at);
+  if (z->rk[r].t != t) heap_fix(z, z->rk[r].heap_at); /* keys are (t, rank): an unchanged one stays put */
 }
 
 /* Ranks whose choice may depend on rank q's state: q and the ranks of its stages' neighbours. */

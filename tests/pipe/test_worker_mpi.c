@@ -52,3 +52,12 @@ Test(worker_mpi, zero_bubble, .timeout = 240) {
   run("v-min", 4, 2, 8);
   run("v-min", 3, 2, 2);
 }
+
+/* On the MPI path a receive holds back only its consumer (tests/pipe/worker_lane.c): rank 1 sends
+ * its second gradient only after rank 0's first backward has run, which rank 0 reaches with that
+ * gradient's receive posted before it. A worker whose receive waited for its data would time
+ * out instead. */
+Test(worker_mpi, a_receive_holds_back_only_its_consumer, .timeout = 120) {
+  int rc = test_mpirun(2, "tests/pipe/worker_lane", "--steps 3");
+  cr_assert_eq(rc, 0, "worker_lane failed (exit %d)", rc);
+}

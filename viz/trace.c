@@ -16,8 +16,14 @@
 
 enum { TRACE_VERSION = 1, TRACE_PID = 1 };
 
-/* Activation copies run on their own streams: Perfetto draws them on a row of their own. */
+/* What runs beside a rank's compute goes on rows of its own, since Perfetto draws only events
+ * that nest (a receive lasts from its post to its data's arrival while the rank computes on):
+ * rank r's compute is row r + 1, its activation copies row p + 1 + r, its transfers row
+ * 2p + 1 + r. (A trace with transfers on the compute rows, as older brigades wrote, reads too.) */
 static int is_copy(int op) { return op == SCHED_OFFLOAD || op == SCHED_RELOAD; }
+static int row_of(const sched_timeline *tl, const sched_event *e) {
+  return e->rank + 1 + (is_copy(e->op) ? tl->p : sched_is_p2p((sched_op)e->op) ? 2 * tl->p : 0);
+}
 
 /* A cost unit is drawn as one millisecond, a second as a second. */
 static double us_per_unit(const char *unit) { return sched_unit_is_seconds(unit) ? 1e6 : 1e3; }
@@ -61,16 +67,22 @@ int viz_fwrite_trace(const sched_timeline *tl, FILE *f) {
   snprintf(label, sizeof label, "brigade %s p=%d v=%d m=%d (%s)", tl->schedule, tl->p, tl->v, tl->m,
            sched_unit_is_measured(tl->unit) ? "measured" : sched_unit_is_seconds(tl->unit) ? "simulated" : "simulated, 1 unit = 1 ms");
   write_meta(f, &count, "process_name", 0, "name", label, 0);
-  int copies = 0; /* activation copies: a row of their own under each rank (tid p + 1 + rank) */
-  for (int i = 0; i < tl->n && !copies; i++) copies = is_copy(tl->ev[i].op);
+  int copies = 0, transfers = 0; /* rows of their own under each rank's, when there are any */
+  for (int i = 0; i < tl->n; i++) copies |= is_copy(tl->ev[i].op), transfers |= sched_is_p2p((sched_op)tl->ev[i].op);
   for (int r = 0; r < tl->p; r++) {
     snprintf(label, sizeof label, "rank %d", r);
     write_meta(f, &count, "thread_name", r + 1, "name", label, 0);
-    write_meta(f, &count, "thread_sort_index", r + 1, "sort_index", NULL, 2 * r);
-    if (!copies) continue;
-    snprintf(label, sizeof label, "rank %d copies", r);
-    write_meta(f, &count, "thread_name", tl->p + 1 + r, "name", label, 0);
-    write_meta(f, &count, "thread_sort_index", tl->p + 1 + r, "sort_index", NULL, 2 * r + 1);
+    write_meta(f, &count, "thread_sort_index", r + 1, "sort_index", NULL, 3 * r);
+    if (transfers) {
+      snprintf(label, sizeof label, "rank %d transfers", r);
+      write_meta(f, &count, "thread_name", 2 * tl->p + 1 + r, "name", label, 0);
+      write_meta(f, &count, "thread_sort_index", 2 * tl->p + 1 + r, "sort_index", NULL, 3 * r + 1);
+    }
+    if (copies) {
+      snprintf(label, sizeof label, "rank %d copies", r);
+      write_meta(f, &count, "thread_name", tl->p + 1 + r, "name", label, 0);
+      write_meta(f, &count, "thread_sort_index", tl->p + 1 + r, "sort_index", NULL, 3 * r + 2);
+    }
   }
   unsigned tick = 0;
   core_progress_start("writing the trace");
@@ -89,7 +101,7 @@ int viz_fwrite_trace(const sched_timeline *tl, FILE *f) {
     fprintf(f,
             ",\"pid\":%d,\"tid\":%d,\"args\":{\"mb\":%d,\"chunk\":%d,\"stage\":%d,\"peer\":%d,"
             "\"start\":",
-            TRACE_PID, is_copy(e->op) ? tl->p + 1 + e->rank : e->rank + 1, e->mb, e->chunk, e->stage, e->peer);
+            TRACE_PID, row_of(tl, e), e->mb, e->chunk, e->stage, e->peer);
     core_json_write_number(f, e->start);
     fputs(",\"end\":", f);
     core_json_write_number(f, e->end);
@@ -178,17 +190,20 @@ static int read_event(const sched_timeline *tl, const core_json *ev, double upu,
   sched_op op;
   if ((rc = core_json_get_string(ev, "name", &name)) ||
       (rc = core_json_get_string(ev, "cat", &cat)) ||
-      (rc = core_json_get_int(ev, "tid", 1, 2 * tl->p, &tid)) ||
+      (rc = core_json_get_int(ev, "tid", 1, 3 * tl->p, &tid)) ||
       (rc = core_json_get_number(ev, "ts", &ts)) || (rc = core_json_get_number(ev, "dur", &dur)) ||
       (rc = core_json_get_object(ev, "args", &args)))
     return rc;
   if (op_of(cat, &op))
     return at(core_json_get(ev, "cat"), "'cat' is not one of brigade's op names");
   if (dur < 0) return at(core_json_get(ev, "dur"), "'dur' must not be negative");
-  if ((tid > tl->p) != is_copy(op))
-    return at(core_json_get(ev, "tid"), tid > tl->p ? "'tid' names a copy row but the event is not a copy"
-                                                    : "a copy event is on a rank's compute row");
-  *e = (sched_event){.rank = tid > tl->p ? tid - tl->p - 1 : tid - 1, .op = (uint8_t)op};
+  int row = (tid - 1) / tl->p; /* 0 compute, 1 copies, 2 transfers */
+  if ((row == 1) != is_copy(op))
+    return at(core_json_get(ev, "tid"), row == 1 ? "'tid' names a copy row but the event is not a copy"
+                                                 : "a copy event is not on its rank's copy row");
+  if (row == 2 && !sched_is_p2p(op))
+    return at(core_json_get(ev, "tid"), "'tid' names a transfer row but the event is not a transfer");
+  *e = (sched_event){.rank = tid - 1 - row * tl->p, .op = (uint8_t)op};
   if ((rc = core_json_get_int(args, "mb", -1, INT_MAX, &e->mb)) ||
       (rc = core_json_get_int(args, "chunk", -1, tl->v - 1, &e->chunk)) ||
       (rc = core_json_get_int(args, "stage", -1, tl->p * tl->v - 1, &e->stage)) ||

@@ -309,16 +309,17 @@ Test(viz, trace_is_chrome_trace_event_json) {
       cr_assert_null(core_json_get(e, "ts"));
       if (strcmp(core_json_get(e, "name")->str, "thread_name") == 0) {
         char want[32];
-        int tid = (int)core_json_get(e, "tid")->num;
-        snprintf(want, sizeof want, "rank %d", tid - 1);
+        int tid = (int)core_json_get(e, "tid")->num; /* compute rows, then (past 2p) transfer rows */
+        snprintf(want, sizeof want, tid > 2 * tl.p ? "rank %d transfers" : "rank %d", (tid - 1) % tl.p);
+        cr_assert(tid <= tl.p || tid > 2 * tl.p, "tid %d: a copy row without copies", tid);
         cr_assert_str_eq(core_json_get(core_json_get(e, "args"), "name")->str, want);
         names++;
       }
       continue;
     }
     cr_assert_str_eq(ph, "X");
-    const sched_event *ev = &tl.ev[x++];
-    cr_assert_eq(core_json_get(e, "tid")->num, ev->rank + 1);
+    const sched_event *ev = &tl.ev[x++]; /* transfers on rows of their own: they overlap compute */
+    cr_assert_eq(core_json_get(e, "tid")->num, ev->rank + 1 + (sched_is_p2p((sched_op)ev->op) ? 2 * tl.p : 0));
     cr_assert_str_eq(core_json_get(e, "cat")->str, sched_op_name((sched_op)ev->op));
     cr_assert(fabs(core_json_get(e, "ts")->num - ev->start * 1000) < 1e-9 * (1 + ev->start * 1000));
     cr_assert(fabs(core_json_get(e, "dur")->num - (ev->end - ev->start) * 1000) < 1e-9 * 1000);
@@ -326,7 +327,7 @@ Test(viz, trace_is_chrome_trace_event_json) {
       cr_assert_neq(core_json_at(e, k)->type, CORE_JSON_ARRAY);
   }
   cr_assert_eq(x, tl.n);
-  cr_assert_eq(names, 4);
+  cr_assert_eq(names, 8);
   const char *want[] = {"\"name\":\"F3\"",
                         "\"name\":\"B3\"",
                         "\"name\":\"SEND_ACT 3 -> r2\"",
@@ -389,6 +390,31 @@ Test(viz, trace_times_from_ts_and_dur) {
 
 /* The text of a valid small trace with `from` replaced by `to` must be refused with a message
  * holding `needle` (and the file's name); *tl comes back empty. */
+/* A trace whose transfers sit on their ranks' compute rows, as brigades before the transfer rows
+ * wrote them, reads back to the same events. */
+Test(viz, trace_with_transfers_on_compute_rows_reads) {
+  sched_timeline tl, back;
+  make_1f1b(&tl, 2, 2, 1, 2, 0.5, 1);
+  char *path = tmp_path("old");
+  cr_assert_eq(viz_write_trace(&tl, path), CORE_OK);
+  size_t n;
+  char *text = slurp(path, &n);
+  int moved = 0;
+  for (char *at = text; (at = strstr(at, "\"tid\":")) != NULL; at += 6) /* rows 5, 6 -> 1, 2 */
+    if ((at[6] == '5' || at[6] == '6') && at[7] == ',' && strncmp(at + 8, "\"args\"", 6) == 0) at[6] -= 4, moved++;
+  cr_assert_gt(moved, 0, "no transfer row in the trace");
+  spit(path, text, n);
+  cr_assert_eq(viz_read_trace(path, &back), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(back.n, tl.n);
+  for (int i = 0; i < tl.n; i++)
+    cr_assert(back.ev[i].rank == tl.ev[i].rank && back.ev[i].op == tl.ev[i].op && back.ev[i].mb == tl.ev[i].mb,
+              "event %d", i);
+  sched_timeline_free(&tl), sched_timeline_free(&back);
+  free(text);
+  unlink(path);
+  free(path);
+}
+
 static void refuse(const char *from, const char *to, const char *needle) {
   sched_timeline tl;
   make_1f1b(&tl, 2, 2, 1, 2, 0.5, 1);
@@ -436,10 +462,12 @@ Test(viz, read_trace_refuses_what_is_not_a_brigade_trace) {
   refuse("{\"name\":\"F0\"", "7,{\"name\":\"F0\"", "a trace event must be an object");
   refuse("\"ph\":\"X\"", "\"ph\":\"B\"", "unexpected event phase");
   refuse("\"ph\":\"X\"", "\"ph\":1", "'ph' must be a string, found a number");
-  refuse("\"tid\":2,\"args\":{\"mb\":0", "\"tid\":5,\"args\":{\"mb\":0",
-         "'tid' must be an integer in [1, 4], found 5"); /* ranks' rows, then their copy rows */
+  refuse("\"tid\":2,\"args\":{\"mb\":0", "\"tid\":7,\"args\":{\"mb\":0",
+         "'tid' must be an integer in [1, 6], found 7"); /* ranks' rows, their copy rows, their transfer rows */
   refuse("\"tid\":2,\"args\":{\"mb\":0", "\"tid\":3,\"args\":{\"mb\":0",
          "'tid' names a copy row but the event is not a copy");
+  refuse("\"tid\":2,\"args\":{\"mb\":0", "\"tid\":5,\"args\":{\"mb\":0",
+         "'tid' names a transfer row but the event is not a transfer");
   refuse("\"cat\":\"FORWARD\"", "\"cat\":\"FORWARDS\"", "'cat' is not one of brigade's op names");
   refuse("\"cat\":\"FORWARD\"", "\"kat\":\"FORWARD\"", "missing member 'cat'");
   refuse("\"dur\":1000", "\"dur\":-1000", "'dur' must not be negative");

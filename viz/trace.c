@@ -17,13 +17,16 @@
 enum { TRACE_VERSION = 1, TRACE_PID = 1 };
 
 /* What runs beside a rank's compute goes on rows of its own, since Perfetto draws only events
- * that nest (a receive lasts from its post to its data's arrival while the rank computes on):
- * rank r's compute is row r + 1, its activation copies row p + 1 + r, its transfers row
- * 2p + 1 + r. (A trace with transfers on the compute rows, as older brigades wrote, reads too.) */
-static int is_copy(int op) { return op == SCHED_OFFLOAD || op == SCHED_RELOAD; }
-static int row_of(const sched_timeline *tl, const sched_event *e) {
-  return e->rank + 1 + (is_copy(e->op) ? tl->p : sched_is_p2p((sched_op)e->op) ? 2 * tl->p : 0);
+ * that nest (a receive lasts from its post to its data's arrival while the rank computes on; an
+ * offload and a reload run at once on the two copy streams): rank r's compute is row r + 1, its
+ * copies to the host row p + 1 + r, its transfers row 2p + 1 + r, its copies back row
+ * 3p + 1 + r. (Traces of older brigades, with transfers on the compute rows and both copies on
+ * the copy row, read too.) */
+enum { ROW_COMPUTE, ROW_TO_HOST, ROW_TRANSFERS, ROW_BACK, ROWS };
+static int row_kind(int op) {
+  return op == SCHED_OFFLOAD ? ROW_TO_HOST : op == SCHED_RELOAD ? ROW_BACK : sched_is_p2p((sched_op)op) ? ROW_TRANSFERS : ROW_COMPUTE;
 }
+static int row_of(const sched_timeline *tl, const sched_event *e) { return e->rank + 1 + row_kind(e->op) * tl->p; }
 
 /* A cost unit is drawn as one millisecond, a second as a second. */
 static double us_per_unit(const char *unit) { return sched_unit_is_seconds(unit) ? 1e6 : 1e3; }
@@ -67,23 +70,17 @@ int viz_fwrite_trace(const sched_timeline *tl, FILE *f) {
   snprintf(label, sizeof label, "brigade %s p=%d v=%d m=%d (%s)", tl->schedule, tl->p, tl->v, tl->m,
            sched_unit_is_measured(tl->unit) ? "measured" : sched_unit_is_seconds(tl->unit) ? "simulated" : "simulated, 1 unit = 1 ms");
   write_meta(f, &count, "process_name", 0, "name", label, 0);
-  int copies = 0, transfers = 0; /* rows of their own under each rank's, when there are any */
-  for (int i = 0; i < tl->n; i++) copies |= is_copy(tl->ev[i].op), transfers |= sched_is_p2p((sched_op)tl->ev[i].op);
-  for (int r = 0; r < tl->p; r++) {
-    snprintf(label, sizeof label, "rank %d", r);
-    write_meta(f, &count, "thread_name", r + 1, "name", label, 0);
-    write_meta(f, &count, "thread_sort_index", r + 1, "sort_index", NULL, 3 * r);
-    if (transfers) {
-      snprintf(label, sizeof label, "rank %d transfers", r);
-      write_meta(f, &count, "thread_name", 2 * tl->p + 1 + r, "name", label, 0);
-      write_meta(f, &count, "thread_sort_index", 2 * tl->p + 1 + r, "sort_index", NULL, 3 * r + 1);
+  int used[ROWS] = {1, 0, 0, 0}; /* the side rows, under each rank's, when there are such events */
+  for (int i = 0; i < tl->n; i++) used[row_kind(tl->ev[i].op)] = 1;
+  static const char *const row_name[ROWS] = {"", " copies to host", " transfers", " copies back"};
+  static const int row_order[ROWS] = {0, 2, 1, 3}; /* compute, transfers, copies out, copies back */
+  for (int r = 0; r < tl->p; r++)
+    for (int w = 0; w < ROWS; w++) {
+      if (!used[w]) continue;
+      snprintf(label, sizeof label, "rank %d%s", r, row_name[w]);
+      write_meta(f, &count, "thread_name", w * tl->p + r + 1, "name", label, 0);
+      write_meta(f, &count, "thread_sort_index", w * tl->p + r + 1, "sort_index", NULL, ROWS * r + row_order[w]);
     }
-    if (copies) {
-      snprintf(label, sizeof label, "rank %d copies", r);
-      write_meta(f, &count, "thread_name", tl->p + 1 + r, "name", label, 0);
-      write_meta(f, &count, "thread_sort_index", tl->p + 1 + r, "sort_index", NULL, 3 * r + 2);
-    }
-  }
   unsigned tick = 0;
   core_progress_start("writing the trace");
   core_progress_phase("", tl->n, "events");
@@ -190,19 +187,21 @@ static int read_event(const sched_timeline *tl, const core_json *ev, double upu,
   sched_op op;
   if ((rc = core_json_get_string(ev, "name", &name)) ||
       (rc = core_json_get_string(ev, "cat", &cat)) ||
-      (rc = core_json_get_int(ev, "tid", 1, 3 * tl->p, &tid)) ||
+      (rc = core_json_get_int(ev, "tid", 1, ROWS * tl->p, &tid)) ||
       (rc = core_json_get_number(ev, "ts", &ts)) || (rc = core_json_get_number(ev, "dur", &dur)) ||
       (rc = core_json_get_object(ev, "args", &args)))
     return rc;
   if (op_of(cat, &op))
     return at(core_json_get(ev, "cat"), "'cat' is not one of brigade's op names");
   if (dur < 0) return at(core_json_get(ev, "dur"), "'dur' must not be negative");
-  int row = (tid - 1) / tl->p; /* 0 compute, 1 copies, 2 transfers */
-  if ((row == 1) != is_copy(op))
-    return at(core_json_get(ev, "tid"), row == 1 ? "'tid' names a copy row but the event is not a copy"
-                                                 : "a copy event is not on its rank's copy row");
-  if (row == 2 && !sched_is_p2p(op))
-    return at(core_json_get(ev, "tid"), "'tid' names a transfer row but the event is not a transfer");
+  int row = (tid - 1) / tl->p, kind = row_kind(op);
+  /* what the row may hold: its own kind; older traces also held transfers on the compute rows
+   * and reloads on the copy row */
+  int fits = row == kind || (row == ROW_COMPUTE && kind == ROW_TRANSFERS) || (row == ROW_TO_HOST && kind == ROW_BACK);
+  if (!fits)
+    return at(core_json_get(ev, "tid"), row == ROW_TO_HOST || row == ROW_BACK ? "'tid' names a copy row but the event is not a copy"
+                                        : row == ROW_TRANSFERS ? "'tid' names a transfer row but the event is not a transfer"
+                                                               : "a copy event is not on its rank's copy row");
   *e = (sched_event){.rank = tid - 1 - row * tl->p, .op = (uint8_t)op};
   if ((rc = core_json_get_int(args, "mb", -1, INT_MAX, &e->mb)) ||
       (rc = core_json_get_int(args, "chunk", -1, tl->v - 1, &e->chunk)) ||

@@ -390,6 +390,62 @@ Test(viz, trace_times_from_ts_and_dur) {
 
 /* The text of a valid small trace with `from` replaced by `to` must be refused with a message
  * holding `needle` (and the file's name); *tl comes back empty. */
+/* Every row of a Chrome trace holds events that nest (Perfetto draws nothing else): simulated
+ * programs whose receives overlap compute (zb-h1 with latency 0.5, B = 1.5, W = 0.5: on one row
+ * with compute, a receive there overlaps a W) and whose copies to and from the host run on two
+ * streams (offload full), each kind on its rank's row of its own. */
+Test(viz, trace_rows_hold_events_that_nest) {
+  const sched_shape shapes[] = {
+      {.family = SCHED_ZB_H1, .p = 4, .v = 1, .m = 8},
+      {.family = SCHED_INTERLEAVED, .p = 4, .v = 2, .m = 8, .offload = SCHED_OFFLOAD_FULL},
+      {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 8, .offload = SCHED_OFFLOAD_FULL},
+  };
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+    sched_costs c = sched_costs_unit();
+    c.b = 1.5, c.w = 0.5, c.comm = 0.5, c.offload = 0.4;
+    sched_program pr;
+    cr_assert_eq(sched_compile(&shapes[k], &c, &pr), CORE_OK, "%s", core_error_msg());
+    sched_timeline tl;
+    sched_timeline_init(&tl, sched_family_name(shapes[k].family), "unit", pr.p, pr.v, pr.m);
+    sched_sim_result res;
+    cr_assert_eq(sched_simulate(&pr, &c, &res, &tl), CORE_OK, "%s", core_error_msg());
+    char *path = tmp_path("nest");
+    cr_assert_eq(viz_write_trace(&tl, path), CORE_OK);
+    core_json *j;
+    cr_assert_eq(core_json_parse_file(path, &j), CORE_OK, "%s", core_error_msg());
+    const core_json *evs = core_json_get(j, "traceEvents");
+    int rows = 4 * pr.p, copies = 0, overlaps = 0;
+    for (int row = 1; row <= rows; row++) { /* each row's events: sorted by start, longest first */
+      double st[4096], en[4096];
+      int n = 0;
+      for (size_t i = 0; i < core_json_len(evs); i++) {
+        const core_json *e = core_json_at(evs, i);
+        if (strcmp(core_json_get(e, "ph")->str, "X") != 0 || (int)core_json_get(e, "tid")->num != row) continue;
+        cr_assert_lt(n, 4096);
+        st[n] = core_json_get(e, "ts")->num, en[n] = st[n] + core_json_get(e, "dur")->num, n++;
+        copies += row > pr.p && row <= 2 * pr.p;
+      }
+      for (int a = 1; a < n; a++)
+        for (int b = a; b > 0 && (st[b] < st[b - 1] || (st[b] == st[b - 1] && en[b] > en[b - 1])); b--) {
+          double t = st[b]; st[b] = st[b - 1], st[b - 1] = t;
+          t = en[b], en[b] = en[b - 1], en[b - 1] = t;
+        }
+      double stack[4096];
+      int top = 0;
+      for (int a = 0; a < n; a++) {
+        while (top > 0 && stack[top - 1] <= st[a] + 1e-9) top--;
+        if (top > 0 && en[a] > stack[top - 1] + 1e-9) overlaps++;
+        stack[top++] = en[a];
+      }
+    }
+    cr_assert_eq(overlaps, 0, "%s: %d events overlap another on their row", sched_family_name(shapes[k].family), overlaps);
+    if (shapes[k].offload) cr_assert_gt(copies, 0, "no copies to the host in the trace");
+    core_json_free(j);
+    unlink(path), free(path);
+    sched_sim_result_free(&res), sched_timeline_free(&tl), sched_program_free(&pr);
+  }
+}
+
 /* A trace whose transfers sit on their ranks' compute rows, as brigades before the transfer rows
  * wrote them, reads back to the same events. */
 Test(viz, trace_with_transfers_on_compute_rows_reads) {
@@ -462,12 +518,14 @@ Test(viz, read_trace_refuses_what_is_not_a_brigade_trace) {
   refuse("{\"name\":\"F0\"", "7,{\"name\":\"F0\"", "a trace event must be an object");
   refuse("\"ph\":\"X\"", "\"ph\":\"B\"", "unexpected event phase");
   refuse("\"ph\":\"X\"", "\"ph\":1", "'ph' must be a string, found a number");
-  refuse("\"tid\":2,\"args\":{\"mb\":0", "\"tid\":7,\"args\":{\"mb\":0",
-         "'tid' must be an integer in [1, 6], found 7"); /* ranks' rows, their copy rows, their transfer rows */
+  refuse("\"tid\":2,\"args\":{\"mb\":0", "\"tid\":9,\"args\":{\"mb\":0",
+         "'tid' must be an integer in [1, 8], found 9"); /* ranks' rows, copies out, transfers, copies back */
   refuse("\"tid\":2,\"args\":{\"mb\":0", "\"tid\":3,\"args\":{\"mb\":0",
          "'tid' names a copy row but the event is not a copy");
   refuse("\"tid\":2,\"args\":{\"mb\":0", "\"tid\":5,\"args\":{\"mb\":0",
          "'tid' names a transfer row but the event is not a transfer");
+  refuse("\"tid\":2,\"args\":{\"mb\":0", "\"tid\":7,\"args\":{\"mb\":0",
+         "'tid' names a copy row but the event is not a copy");
   refuse("\"cat\":\"FORWARD\"", "\"cat\":\"FORWARDS\"", "'cat' is not one of brigade's op names");
   refuse("\"cat\":\"FORWARD\"", "\"kat\":\"FORWARD\"", "missing member 'cat'");
   refuse("\"dur\":1000", "\"dur\":-1000", "'dur' must not be negative");

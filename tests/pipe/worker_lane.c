@@ -13,8 +13,8 @@
 
 #include "core/error.h"
 #include "pipe/worker.h"
-#include "schedule/internal.h"
 #include "schedule/schedule.h"
+#include "tests/common/lane_program.h"
 
 #define NF 4096
 enum { TOKEN_TAG = 4242 };
@@ -54,10 +54,6 @@ static float *buffer(void *ctx, const sched_instr *in, size_t *n) {
   return x->buf + ((size_t)(in->op - SCHED_SEND_ACT) * 2 + (size_t)(in->slot & 1)) * NF;
 }
 
-static void put(sched_program *pr, int r, sched_op op, int mb, int peer) {
-  sched_push(pr, r, (sched_instr){.op = op, .mb = mb, .chunk = 0, .peer = peer, .slot = -1, .aslot = -1});
-}
-
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank, size, steps = 3;
@@ -69,18 +65,8 @@ int main(int argc, char **argv) {
     if (rank == 0) fprintf(stderr, "worker_lane: run it on 2 ranks\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  /* sim/a_receive_holds_back_only_its_consumer's program */
-  sched_program pr;
-  sched_program_init(&pr, SCHED_CUSTOM, 2, 1, 2, NULL);
-  for (int j = 0; j < 2; j++)
-    put(&pr, 0, SCHED_LOAD_MICROBATCH, j, -1), put(&pr, 0, SCHED_FORWARD, j, -1), put(&pr, 0, SCHED_SEND_ACT, j, 1);
-  put(&pr, 0, SCHED_RECV_GRAD, 0, 1), put(&pr, 0, SCHED_RECV_GRAD, 1, 1);
-  put(&pr, 0, SCHED_BACKWARD, 0, -1), put(&pr, 0, SCHED_BACKWARD, 1, -1);
-  for (int j = 0; j < 2; j++)
-    put(&pr, 1, SCHED_RECV_ACT, j, 0), put(&pr, 1, SCHED_LOAD_MICROBATCH, j, -1), put(&pr, 1, SCHED_FORWARD, j, -1);
-  for (int j = 0; j < 2; j++) put(&pr, 1, SCHED_BACKWARD, j, -1), put(&pr, 1, SCHED_SEND_GRAD, j, 0);
-  for (int r = 0; r < 2; r++) sched_assign_slots(&pr, r);
-  if (sched_verify(&pr)) {
+  sched_program pr; /* sim/a_receive_holds_back_only_its_consumer's program */
+  if (lane_program(&pr) || sched_verify(&pr)) {
     fprintf(stderr, "rank %d: %s\n", rank, core_error_msg());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "schedule/internal.h"
 #include "schedule/schedule.h"
+#include "tests/common/lane_program.h"
 
 Test(sim, comm_latency_adds_to_each_cross_rank_hop) {
   /* p stages, one micro-batch: the critical path is p forwards, p backwards, 2(p-1) hops */
@@ -396,15 +397,7 @@ static void put(sched_program *pr, int r, sched_op op, int mb, int peer) {
  * F = B = 1, latency 0.5. (A receive that held the rank until its data came would end at 8.) */
 Test(sim, a_receive_holds_back_only_its_consumer) {
   sched_program pr;
-  cr_assert_eq(sched_program_init(&pr, SCHED_CUSTOM, 2, 1, 2, NULL), CORE_OK);
-  for (int j = 0; j < 2; j++)
-    put(&pr, 0, SCHED_LOAD_MICROBATCH, j, -1), put(&pr, 0, SCHED_FORWARD, j, -1), put(&pr, 0, SCHED_SEND_ACT, j, 1);
-  put(&pr, 0, SCHED_RECV_GRAD, 0, 1), put(&pr, 0, SCHED_RECV_GRAD, 1, 1);
-  put(&pr, 0, SCHED_BACKWARD, 0, -1), put(&pr, 0, SCHED_BACKWARD, 1, -1);
-  for (int j = 0; j < 2; j++)
-    put(&pr, 1, SCHED_RECV_ACT, j, 0), put(&pr, 1, SCHED_LOAD_MICROBATCH, j, -1), put(&pr, 1, SCHED_FORWARD, j, -1);
-  for (int j = 0; j < 2; j++) put(&pr, 1, SCHED_BACKWARD, j, -1), put(&pr, 1, SCHED_SEND_GRAD, j, 0);
-  for (int r = 0; r < 2; r++) sched_assign_slots(&pr, r);
+  cr_assert_eq(lane_program(&pr), CORE_OK); /* tests/common/lane_program.h */
   cr_assert_eq(sched_verify(&pr), CORE_OK, "%s", core_error_msg());
   sched_costs c = sched_costs_unit();
   c.w = 0, c.comm = 0.5;

@@ -59,32 +59,26 @@ static double now(void) {
   return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
+/* Polls a request until it completes or the timeout, counted from start, has passed (then it is
+ * left in flight: the job is ending). */
+static void finish_bounded(const pipe_worker *w, MPI_Request *req, double start) {
+  int done = *req == MPI_REQUEST_NULL;
+  while (!done && MPI_Test(req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+    if (now() - start > w->timeout_s) break;
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 void pipe_worker_free(pipe_worker *w) {
   free(w->tpend);
   w->tpend = NULL;
-  if (w->slot_req) { /* bounded: after a failed step a peer may never take a send */
-    double start = now();
-    for (int k = 0; k < 2 * nslots(w); k++) {
-      int done = w->slot_req[k] == MPI_REQUEST_NULL;
-      while (!done && MPI_Test(&w->slot_req[k], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
-        if (now() - start > w->timeout_s) break; /* left in flight: the job is ending */
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
-      }
-    }
-  }
-  if (w->recv_req) { /* receives a failed step left posted: withdrawn before their buffers go */
-    double start = now();
-    for (int k = 0; k < 2 * nslots(w); k++) {
-      if (w->recv_req[k] == MPI_REQUEST_NULL) continue;
-      MPI_Cancel(&w->recv_req[k]);
-      int done = 0; /* bounded too: one already matched may wait on a peer that is gone */
-      while (MPI_Test(&w->recv_req[k], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
-        if (now() - start > w->timeout_s) break;
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
-      }
-    }
+  double start = now(); /* bounded: after a failed step a peer may never take a send, and a
+                         * receive already matched may wait on a peer that is gone */
+  for (int k = 0; w->slot_req && k < 2 * nslots(w); k++) finish_bounded(w, &w->slot_req[k], start);
+  for (int k = 0; w->recv_req && k < 2 * nslots(w); k++) { /* receives a failed step left posted */
+    if (w->recv_req[k] != MPI_REQUEST_NULL) MPI_Cancel(&w->recv_req[k]);
+    finish_bounded(w, &w->recv_req[k], start);
   }
   free(w->slot_req), free(w->slot_peer), free(w->recv_req), free(w->recv_at), free(w->recv_n), free(w->recv_ev);
   w->slot_req = NULL, w->slot_peer = NULL, w->recv_req = NULL, w->recv_at = NULL, w->recv_n = NULL;

@@ -14,9 +14,8 @@
  *                  receiver cannot have passed x's consumer: that needs x's RECV).
  *    Deadlock-freedom with blocking, unbuffered send/recv (what sched_verify replays; the
  *    workers' posted receives and grouped runs only relax it): every rank's transfers are in
- *    commit order. Were ranks
- *    stuck, each would be at a transfer (nothing else waits: an op's inputs come earlier in its
- *    stream). Take, of the transfers they are stuck at, the one committed first: the other rank
+ *    commit order. Were ranks stuck, each would be at a transfer (nothing else waits: an op's
+ *    inputs come earlier in its stream). Take, of the transfers they are stuck at, the one committed first: the other rank
  *    of it is not stuck at an earlier transfer (that one would have been committed first), so
  *    it has done its transfers before this one and is at it too, and the pair completes. The
  *    sends of one rank to another are in the order of the other's receives from it, as NCCL's
@@ -422,14 +421,21 @@ static double post_time(const build *bd, int r) {
   return k->clock > k->lane ? k->clock : k->lane;
 }
 
+/* When x, committed now, is done on its receiver (what its consumer waits for): its data there,
+ * and the receive posted; *pa, *pb: the posts on the sender and the receiver. */
+static double xfer_done(const build *bd, const xfer *x, double *pa, double *pb) {
+  *pa = post_time(bd, x->a), *pb = post_time(bd, x->b);
+  double arr = *pa + bd->fl->costs.comm;
+  return arr > *pb ? arr : *pb;
+}
+
 /* What committing x now delays: its consumer, if the data is there after the op would start
  * (a receive holds back only its consumer); the receiver's unsent outputs, which may have to
  * leave after it is done (unless they join its run); and what the receiver sends after its next
  * op, since its lane is busy until the receive is done. */
 static double commit_delay(build *bd, const xfer *x) {
   const lrank *B = &bd->rk[x->b];
-  double pb = post_time(bd, x->b), arr = post_time(bd, x->a) + bd->fl->costs.comm;
-  double done = arr > pb ? arr : pb;
+  double pa, pb, done = xfer_done(bd, x, &pa, &pb);
   double h = pos(done - est_start(bd, x->b, x->ic));
   if (B->g < bd->fl->pr->streams[x->b].len) {
     double lane = pos(done - (est_start(bd, x->b, B->g) + op_cost_at(bd, x->b, B->g)));
@@ -556,13 +562,11 @@ static void commit(build *bd, xfer *x) {
                      .chunk = pr->chunk_of[x->src], .peer = x->b, .slot = -1, .aslot = -1};
   sched_instr rcv = {.op = (uint8_t)(x->kind ? SCHED_RECV_ACT : SCHED_RECV_GRAD), .mb = x->mb,
                      .chunk = pr->chunk_of[x->dst], .peer = x->a, .slot = -1, .aslot = -1};
-  lrank *A = &bd->rk[x->a];
-  double pa = post_time(bd, x->a), pb = post_time(bd, x->b);
+  double pa, pb;
+  x->arr = xfer_done(bd, x, &pa, &pb); /* before the pushes: the posts depend on the streams' ends */
   sched_push(bd->out, x->a, snd);
   sched_push(bd->out, x->b, rcv);
-  A->post = pa, B->post = pb;
-  x->arr = pa + bd->fl->costs.comm;
-  if (pb > x->arr) x->arr = pb; /* done: what its consumer waits for */
+  bd->rk[x->a].post = pa, B->post = pb;
   if (x->arr > B->lane) B->lane = x->arr;
   x->done = 1;
   if (x->kind == 1 && x->ic > B->g) {

@@ -71,15 +71,21 @@ static void wake(simstate *sm, int r) {
   sm->queue[sm->qt++ % sm->pr->p] = r;
 }
 
+/* Arrival slot, in rank r's current step, of the activation (grad 0) or gradient (1) that goes
+ * into stage s for micro-batch mb. */
+static double *arrival(simstate *sm, int r, int grad, int s, int mb) {
+  size_t k = ((size_t)sm->iter[r] * (size_t)sm->S + (size_t)s) * (size_t)sm->m + (size_t)mb;
+  return grad ? &sm->grad_ready[k] : &sm->act_ready[k];
+}
+
 /* Arrival slot of the message a transfer instruction sends or receives. */
 static double *msg_slot(simstate *sm, int r, const sched_instr *in) {
   int s = sched_stage_at(sm->pr, r, in);
-  size_t base = (size_t)sm->iter[r] * (size_t)sm->S * (size_t)sm->m; /* this step's messages */
   switch (in->op) {
-  case SCHED_SEND_ACT: return &sm->act_ready[base + (size_t)(s + 1) * sm->m + in->mb];
-  case SCHED_RECV_ACT: return &sm->act_ready[base + (size_t)s * sm->m + in->mb];
-  case SCHED_SEND_GRAD: return &sm->grad_ready[base + (size_t)(s - 1) * sm->m + in->mb];
-  default: return &sm->grad_ready[base + (size_t)s * sm->m + in->mb];
+  case SCHED_SEND_ACT: return arrival(sm, r, 0, s + 1, in->mb);
+  case SCHED_RECV_ACT: return arrival(sm, r, 0, s, in->mb);
+  case SCHED_SEND_GRAD: return arrival(sm, r, 1, s - 1, in->mb);
+  default: return arrival(sm, r, 1, s, in->mb);
   }
 }
 
@@ -130,11 +136,10 @@ static void post_run(simstate *sm, int r, double t) {
 /* When compute op `in` of stage s may start on rank r: after its received input (if any). */
 static double input_wait(simstate *sm, int r, const sched_instr *in, int s, double t) {
   const sched_program *pr = sm->pr;
-  size_t base = (size_t)sm->iter[r] * (size_t)sm->S * (size_t)sm->m + (size_t)s * sm->m + in->mb;
   double at = -1;
-  if (in->op == SCHED_FORWARD && s > 0 && pr->rank_of[s - 1] != r) at = sm->act_ready[base];
+  if (in->op == SCHED_FORWARD && s > 0 && pr->rank_of[s - 1] != r) at = *arrival(sm, r, 0, s, in->mb);
   else if ((in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) && s < sm->S - 1 && pr->rank_of[s + 1] != r)
-    at = sm->grad_ready[base];
+    at = *arrival(sm, r, 1, s, in->mb);
   return at > t ? at : t;
 }
 

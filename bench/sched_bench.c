@@ -7,6 +7,7 @@
  * (verified; zb-h1, zb-h2 and zb-auto lower and simulate two orders and keep the faster) and,
  * with the 4-step simulation, the total per instruction that way. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "core/error.h"
@@ -57,8 +58,15 @@ fail:
   return 1;
 }
 
-int main(void) {
+/* `sched_bench FAMILY P V M` times that one shape alone (for a profiler); no arguments: them all. */
+int main(int argc, char **argv) {
   int rc = 0;
+  if (argc == 5) {
+    sched_family f;
+    if (sched_family_parse(argv[1], &f)) return fprintf(stderr, "sched_bench: %s\n", core_error_msg()), 2;
+    return run(f, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
+  }
+  if (argc != 1) return fprintf(stderr, "usage: sched_bench [FAMILY P V M]\n"), 2;
   rc |= run(SCHED_1F1B, 8, 1, 64);
   rc |= run(SCHED_GPIPE, 64, 1, 1024);
   rc |= run(SCHED_1F1B, 64, 1, 1024);

@@ -50,9 +50,10 @@ typedef struct {
   double **ts, **te;
   double last_t0, last_t1;
   int *first, *last, *alast; /* [p][v*m] sched_pair_ranges, offloaded programs only */
+  double *cost; /* [S][4]: sched_op_cost of F, B, I, W of each virtual stage */
 } simstate;
 
-static void emit(simstate *sm, int r, const sched_instr *in, double t0, double t1) {
+static inline void emit(simstate *sm, int r, const sched_instr *in, double t0, double t1) {
   sm->last_t0 = t0, sm->last_t1 = t1;
   if (sched_op_is_compute((sched_op)in->op)) {
     sm->busy[r] += t1 - t0;
@@ -79,7 +80,7 @@ static double *arrival(simstate *sm, int r, int grad, int s, int mb) {
 }
 
 /* Arrival slot of the message a transfer instruction sends or receives. */
-static double *msg_slot(simstate *sm, int r, const sched_instr *in) {
+static inline double *msg_slot(simstate *sm, int r, const sched_instr *in) {
   int s = sched_stage_at(sm->pr, r, in);
   switch (in->op) {
   case SCHED_SEND_ACT: return arrival(sm, r, 0, s + 1, in->mb);
@@ -127,20 +128,39 @@ static int validated(simstate *sm, int r, double *t) {
  * (sched_is_p2p) posted together once the compute before it is issued and the lane's earlier
  * receives are done: its sends leave then, its receives complete when their data has arrived,
  * and only the compute op that takes a received input waits for it. */
-static void post_run(simstate *sm, int r, double t) {
+static inline void post_run(simstate *sm, int r, double t) {
   int i = sm->pc[r];
   if (i > 0 && sched_is_p2p((sched_op)sm->pr->streams[r].ins[i - 1].op)) return; /* inside a run */
   sm->xpost[r] = t > sm->xlane[r] ? t : sm->xlane[r];
 }
 
 /* When compute op `in` of stage s may start on rank r: after its received input (if any). */
-static double input_wait(simstate *sm, int r, const sched_instr *in, int s, double t) {
+static inline double input_wait(simstate *sm, int r, const sched_instr *in, int s, double t) {
   const sched_program *pr = sm->pr;
   double at = -1;
   if (in->op == SCHED_FORWARD && s > 0 && pr->rank_of[s - 1] != r) at = *arrival(sm, r, 0, s, in->mb);
   else if ((in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) && s < sm->S - 1 && pr->rank_of[s + 1] != r)
     at = *arrival(sm, r, 1, s, in->mb);
   return at > t ? at : t;
+}
+
+static inline int send(simstate *sm, int r, const sched_instr *in, double t) {
+  post_run(sm, r, t);
+  *msg_slot(sm, r, in) = sm->xpost[r] + sm->c->comm;
+  emit(sm, r, in, sm->xpost[r], sm->xpost[r]);
+  wake(sm, in->peer);
+  return 1;
+}
+
+static inline int recv(simstate *sm, int r, const sched_instr *in, double t) {
+  post_run(sm, r, t);
+  double *at = msg_slot(sm, r, in), ready = *at;
+  if (ready < 0) return 0;
+  double done = ready > sm->xpost[r] ? ready : sm->xpost[r];
+  if (done > sm->xlane[r]) sm->xlane[r] = done;
+  *at = done; /* its consumer waits for it */
+  emit(sm, r, in, sm->xpost[r], done);
+  return 1;
 }
 
 /* Runs one instruction if it can run now; returns 0 when the rank must wait. */
@@ -180,23 +200,9 @@ static int step(simstate *sm, int r, const sched_instr *in) {
     return 1;
   }
   case SCHED_SEND_ACT:
-  case SCHED_SEND_GRAD:
-    post_run(sm, r, t);
-    *msg_slot(sm, r, in) = sm->xpost[r] + sm->c->comm;
-    emit(sm, r, in, sm->xpost[r], sm->xpost[r]);
-    wake(sm, in->peer);
-    return 1;
+  case SCHED_SEND_GRAD: return send(sm, r, in, t);
   case SCHED_RECV_ACT:
-  case SCHED_RECV_GRAD: {
-    post_run(sm, r, t);
-    double *at = msg_slot(sm, r, in), ready = *at;
-    if (ready < 0) return 0;
-    double done = ready > sm->xpost[r] ? ready : sm->xpost[r];
-    if (done > sm->xlane[r]) sm->xlane[r] = done;
-    *at = done; /* its consumer waits for it */
-    emit(sm, r, in, sm->xpost[r], done);
-    return 1;
-  }
+  case SCHED_RECV_GRAD: return recv(sm, r, in, t);
   case SCHED_REDUCE_TIED_GRADS: {
     if (in->peer < 0) {
       sm->t[r] = t + sm->c->tied;
@@ -258,7 +264,7 @@ static int step(simstate *sm, int r, const sched_instr *in) {
     double ready = sm->pr->gather_limit ? sm->gready[r * sm->pr->v + in->chunk] : 0; /* its gather */
     if (ready > t) t = ready;
     t = input_wait(sm, r, in, s, t);
-    sm->t[r] = t + sched_op_cost(sm->c, (sched_op)in->op, s);
+    sm->t[r] = t + sm->cost[4 * s + in->op - SCHED_FORWARD];
     emit(sm, r, in, t, sm->t[r]);
     return 1;
   }
@@ -294,24 +300,53 @@ static void after_step(simstate *sm, int r, int i, const sched_instr *in) {
   }
 }
 
+/* The common instructions of a program without offload, past its first: what step() does for
+ * them, without the checks the others need. Returns 0 when the rank must wait, -1 when the
+ * instruction is not one of them. */
+static inline int step_common(simstate *sm, int r, const sched_instr *in) {
+  int op = in->op;
+  if (op >= SCHED_FORWARD && op <= SCHED_BACKWARD_WEIGHT) {
+    double t = sm->t[r];
+    int s = sm->pr->stage_of[r * sm->pr->v + in->chunk];
+    if (sm->pr->gather_limit) {
+      double ready = sm->gready[r * sm->pr->v + in->chunk]; /* its gather */
+      if (ready > t) t = ready;
+    }
+    t = input_wait(sm, r, in, s, t);
+    sm->t[r] = t + sm->cost[4 * s + op - SCHED_FORWARD];
+    emit(sm, r, in, t, sm->t[r]);
+    return 1;
+  }
+  if (op == SCHED_SEND_ACT || op == SCHED_SEND_GRAD) return send(sm, r, in, sm->t[r]);
+  if (op == SCHED_RECV_ACT || op == SCHED_RECV_GRAD) return recv(sm, r, in, sm->t[r]);
+  return -1;
+}
+
 static int run(simstate *sm) {
   const sched_program *pr = sm->pr;
   unsigned tick = 0;
   double done = 0;
+  int plain = !sm->offload && !sm->ts; /* no per-instruction bookkeeping after each step */
   for (int r = 0; r < pr->p; r++) wake(sm, r);
   while (sm->qh != sm->qt) {
     int r = sm->queue[sm->qh++ % pr->p];
     sm->queued[r] = 0;
+    const sched_stream *st = &pr->streams[r];
     for (;;) {
-      if (sm->pc[r] == pr->streams[r].len) { /* the step's stream done: the next step's, from its start */
+      int i = sm->pc[r];
+      if (i == st->len) { /* the step's stream done: the next step's, from its start */
         if (sm->iter[r] + 1 >= sm->steps) break;
         sm->iter[r]++, sm->pc[r] = 0;
         continue;
       }
-      const sched_instr *in = &pr->streams[r].ins[sm->pc[r]];
-      if (!step(sm, r, in)) break;
-      after_step(sm, r, sm->pc[r], in);
-      sm->pc[r]++;
+      const sched_instr *in = &st->ins[i];
+      int ok = plain && i > 0 ? step_common(sm, r, in) : -1;
+      if (ok < 0) {
+        ok = step(sm, r, in);
+        if (ok && !plain) after_step(sm, r, i, in);
+      }
+      if (!ok) break;
+      sm->pc[r] = i + 1;
       core_progress_tick(&tick, ++done);
     }
   }
@@ -557,6 +592,9 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   sm.gready = core_calloc(p * (size_t)pr->v, sizeof(double));
   sm.ngath = core_calloc(p, sizeof(int));
   sm.pgath = core_calloc(p, sizeof(int));
+  sm.cost = core_malloc(sizeof(double) * 4 * (size_t)sm.S);
+  for (int s = 0; s < sm.S; s++)
+    for (int op = SCHED_FORWARD; op <= SCHED_BACKWARD_WEIGHT; op++) sm.cost[4 * s + op - SCHED_FORWARD] = sched_op_cost(c, (sched_op)op, s);
   if (tl) sched_timeline_reserve(tl, (size_t)tl->n + sched_program_count(pr)); /* one event per instruction */
   core_progress_start("simulating %s p=%d v=%d m=%d", sched_family_name(pr->family), pr->p, pr->v, pr->m);
   core_progress_phase("", (double)sched_program_count(pr), "instructions run");
@@ -573,7 +611,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gmoved), free(sm.gready), free(sm.ngath), free(sm.pgath);
   free(sm.iter), free(sm.counted), free(sm.arrived), free(sm.barrier_at), free(sm.step_end);
   free(sm.d2h), free(sm.h2d), free(sm.ctime), free(sm.off_end), free(sm.rl_ready), free(sm.mev);
-  free(sm.first), free(sm.last), free(sm.alast);
+  free(sm.first), free(sm.last), free(sm.alast), free(sm.cost);
   return rc;
 }
 

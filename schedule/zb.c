@@ -23,8 +23,9 @@
  *      overruns it would delay the critical path), unless the variant fills every gap, or (the
  *      zero-bubble paper's rule) a gap that would make the rank's idle time so far the largest
  *      of all ranks' (or larger than the largest by a quarter);
- * else it waits for the next arrival. Decisions are made in time order over all ranks (a heap of
- * each rank's next choice), so a rank decides knowing everything that started before.
+ * else it waits for the next arrival. Decisions are made in time order over all ranks (a
+ * tournament tree of each rank's next choice), so a rank decides knowing everything that started
+ * before.
  *
  * Deadlock-freedom under the budget: a W can always run (it needs only its own I), so pending W's
  * never block for long; with one chunk per rank the open forwards of rank r+1 are a subset of rank
@@ -59,7 +60,6 @@ typedef struct {
   double idle;        /* idle time since its first op */
   double cap;       /* budget in chunk slots: open + w_stash * pending */
   int fcap;         /* open forwards at most */
-  int heap_at;      /* position in the heap, -1 when not in it */
   double t;         /* its next choice: time, op, chunk, mb */
   int op, chunk, mb;
 } zb_rank;
@@ -81,7 +81,11 @@ typedef struct {
   double ws, eps;
   double *f_end, *i_end; /* [S*m], < 0 until done */
   zb_rank *rk;
-  int *heap, nheap;
+  /* a tournament tree over the ranks by (next choice's time, rank): leaf P2 + r is rank r (r >= p:
+   * none, its key INFINITY), node i the earlier of nodes 2i and 2i + 1, node 1 the rank to run
+   * next; key[r]: rank r's next choice's time */
+  int *tree, P2;
+  double *key;
   int *order;           /* the chosen ops in time order: (rank, op, chunk, mb) */
   size_t norder;
   double bound;         /* a variant whose longest span must exceed this is given up */
@@ -229,30 +233,20 @@ static void choose(zb_state *z, int r) {
   }
 }
 
-/* ---- a binary heap of ranks by (next choice's time, rank) ---- */
-static int before(const zb_state *z, int a, int b) {
-  const zb_rank *x = &z->rk[a], *y = &z->rk[b];
-  return x->t < y->t || (x->t == y->t && a < b);
-}
-static void heap_swap(zb_state *z, int i, int j) {
-  int a = z->heap[i], b = z->heap[j];
-  z->heap[i] = b, z->heap[j] = a;
-  z->rk[b].heap_at = i, z->rk[a].heap_at = j;
-}
-static void heap_fix(zb_state *z, int i) {
-  while (i > 0 && before(z, z->heap[i], z->heap[(i - 1) / 2])) heap_swap(z, i, (i - 1) / 2), i = (i - 1) / 2;
-  for (;;) {
-    int l = 2 * i + 1, r = l + 1, b = i;
-    if (l < z->nheap && before(z, z->heap[l], z->heap[b])) b = l;
-    if (r < z->nheap && before(z, z->heap[r], z->heap[b])) b = r;
-    if (b == i) return;
-    heap_swap(z, i, b), i = b;
-  }
+/* ---- the tournament tree ----
+ * Every rank of node 2i's subtree is below every rank of node 2i + 1's, so on equal times the
+ * left one, the lower rank, wins: the order (time, rank). A changed time replays its path, one
+ * compare and select per level, where a binary heap sifted with branches. */
+static void tree_play(zb_state *z, int i) {
+  int a = z->tree[2 * i], b = z->tree[2 * i + 1];
+  z->tree[i] = z->key[b] < z->key[a] ? b : a;
 }
 static void update(zb_state *z, int r) {
   double t = z->rk[r].t;
   choose(z, r);
-  if (z->rk[r].t != t) heap_fix(z, z->rk[r].heap_at); /* keys are (t, rank): an unchanged one stays put */
+  if (z->rk[r].t == t) return; /* keys are (t, rank): an unchanged one keeps its place */
+  z->key[r] = z->rk[r].t;
+  for (int i = (z->P2 + r) >> 1; i >= 1; i >>= 1) tree_play(z, i);
 }
 
 /* Ranks whose choice may depend on rank q's state: q and the ranks of its stages' neighbours. */
@@ -338,16 +332,16 @@ static int zb_run(zb_state *z) {
   const sched_program *pr = z->pr;
   size_t n = (size_t)z->S * (size_t)z->m;
   zb_reset(z);
-  for (int r = 0; r < pr->p; r++) z->heap[r] = r, z->rk[r].heap_at = r;
-  z->nheap = pr->p;
   int p = pr->p;
+  for (int r = 0; r < z->P2; r++) z->tree[z->P2 + r] = r, z->key[r] = INFINITY;
   for (int r = 0; r < p; r++) {
     z->rk[r].fcap = open_cap(z, r, z->var.fcap);
     choose(z, r);
+    z->key[r] = z->rk[r].t;
   }
-  for (int i = p / 2 - 1; i >= 0; i--) heap_fix(z, i);
+  for (int i = z->P2 - 1; i >= 1; i--) tree_play(z, i);
   for (size_t done = 0; done < 3 * n; done++) {
-    int r = z->heap[0];
+    int r = z->tree[1];
     if (z->rk[r].op < 0 || z->rk[r].t == INFINITY)
       return core_error_set(CORE_ERUNTIME, "%s: every rank waits with %zu of %zu ops scheduled (a bug)",
                             sched_family_name(pr->family), done, 3 * n);
@@ -736,7 +730,8 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
   z.f_end = core_malloc(sizeof(double) * n);
   z.i_end = core_malloc(sizeof(double) * n);
   z.rk = core_calloc((size_t)p, sizeof(zb_rank));
-  z.heap = core_malloc(sizeof(int) * (size_t)p);
+  for (z.P2 = 2; z.P2 < p; z.P2 *= 2) {}
+  z.tree = core_malloc(sizeof(int) * 2 * (size_t)z.P2), z.key = core_malloc(sizeof(double) * (size_t)z.P2);
   z.order = core_malloc(sizeof(int) * 4 * 3 * n);
   int *best = core_malloc(sizeof(int) * 4 * 3 * n);
   for (int r = 0; r < p; r++) {
@@ -829,6 +824,6 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     for (size_t i = 0; i < 3 * n; i++) sched_push_action(pr, (sched_op)best[4 * i + 1], best[4 * i + 2], best[4 * i + 3]);
   }
   for (int r = 0; r < p; r++) free(z.rk[r].nf), free(z.rk[r].ni), free(z.rk[r].wq);
-  free(z.rk), free(z.f_end), free(z.i_end), free(z.heap), free(z.order), free(best);
+  free(z.rk), free(z.f_end), free(z.i_end), free(z.tree), free(z.key), free(z.order), free(best);
   return rc;
 }

@@ -36,6 +36,21 @@ static int fail(void) {
   return core_error_code() == CORE_EINPUT ? 2 : 1;
 }
 
+/* The config key that says in a training config what a shape flag says (sim CONFIG's errors). */
+static const char *config_key_of(const char *flag) {
+  static const char *const map[][2] = {
+      {"--schedule", "pipeline.schedule"}, {"--stages", "pipeline.stages"},
+      {"--virtual", "pipeline.virtual_stages"}, {"--microbatches", "gradient_accumulation_steps"},
+      {"--max-pending-w", "pipeline.max_pending_w"}, {"--mem-limit", "pipeline.mem_limit"},
+      {"--tied", "model.layers.[N].tie"}, {"--zero3", "zero_optimization.stage"},
+      {"--keep-gathered", "zero_optimization.reshard_after_forward"}, {"--prefetch", "zero_optimization.prefetch"},
+      {"--offload", "pipeline.offload"}, {"--post-validation", "optimizer.post_validation"},
+  };
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strcmp(flag, map[i][0]) == 0) return map[i][1];
+  return "pipeline.schedule";
+}
+
 /* Parses the flags both commands share (the shape, and the costs it is compiled under) and the
  * ones of `sim` only (allow_sim). */
 static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
@@ -164,10 +179,10 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
     if (!o->shape_flag && (!strcmp(a, "--schedule") || !strcmp(a, "--stages") || !strcmp(a, "--virtual") ||
                            !strcmp(a, "--microbatches") || !strcmp(a, "--max-pending-w") || !strcmp(a, "--tied") ||
                            !strcmp(a, "--mem-limit") || !strcmp(a, "--zero3") || !strcmp(a, "--keep-gathered") ||
-                           !strcmp(a, "--prefetch")))
+                           !strcmp(a, "--prefetch") || !strcmp(a, "--offload") || !strcmp(a, "--post-validation")))
       o->shape_flag = a;
     if (!o->cost_flag && (!strncmp(a, "--cost-", 7) || !strcmp(a, "--comm") || !strcmp(a, "--act-bytes") ||
-                           !strcmp(a, "--w-stash")))
+                           !strcmp(a, "--w-stash") || !strcmp(a, "--offload-gbps")))
       o->cost_flag = a;
     if (!o->config_flag && (!strcmp(a, "--set") || !strcmp(a, "--gflops") || !strcmp(a, "--dp") ||
                             !strcmp(a, "--dp-gbps")))
@@ -175,8 +190,8 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
   }
   if (o->config) {
     if (o->shape_flag || o->schedule_file)
-      return core_error_set(CORE_EINPUT, "sim CONFIG takes the shape from the config: use --set "
-                                         "pipeline.schedule=... instead of %s",
+      return core_error_set(CORE_EINPUT, "sim CONFIG takes the shape from the config: use --set %s=... instead of %s",
+                            o->shape_flag ? config_key_of(o->shape_flag) : "pipeline.schedule",
                             o->shape_flag ? o->shape_flag : "--schedule-file");
     if (o->cost_flag)
       return core_error_set(CORE_EINPUT, "sim CONFIG prices each stage from its FLOPs (--gflops, --dp, "

@@ -266,7 +266,8 @@ Test(cli, sim_a_training_config) {
 
 /* Flags of one way of running sim given to the other were ignored without a word: the cost
  * model of shape flags with a config (its costs are FLOPs), the config's pricing without one,
- * --virtual with a schedule file (whose placement sets v). */
+ * --virtual with a schedule file (whose placement sets v); --offload, --offload-gbps and
+ * --post-validation with a config (its pipeline.offload* and optimizer.post_validation say). */
 Test(cli, sim_flags_that_would_be_ignored_are_errors) {
   const char *bad[][2] = {
       {"sim configs/tiny.cfg --comm 1", "--comm"},
@@ -274,6 +275,10 @@ Test(cli, sim_flags_that_would_be_ignored_are_errors) {
       {"sim configs/tiny.cfg --act-bytes 1000", "--act-bytes"},
       {"sim configs/tiny.cfg --virtual 2", "--virtual"},
       {"sim configs/tiny.cfg --tied", "--tied"},
+      {"sim configs/tiny.cfg --offload full", "use --set pipeline.offload=... instead of --offload"},
+      {"sim configs/tiny.cfg --post-validation", "optimizer.post_validation"},
+      {"sim configs/tiny.cfg --offload-gbps 5", "--offload-gbps"},
+      {"sim configs/tiny.cfg --zero3", "use --set zero_optimization.stage=... instead of --zero3"},
       {"sim --schedule 1f1b --stages 2 --microbatches 2 --gflops 10", "--gflops"},
       {"sim --schedule 1f1b --stages 2 --microbatches 2 --dp 2", "--dp"},
       {"sim --schedule 1f1b --stages 2 --microbatches 2 --set pipeline.stages=2", "--set"},

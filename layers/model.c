@@ -65,6 +65,17 @@ static int expand(layers_model *m, const core_config *c, int **elem_out) {
       rc = core_error_set(CORE_EINPUT, "model.layers.[%d]: unknown layer type '%s' (%s); known: embedding, "
                           "transformer_block, causal_attention, linear, relu, gelu, layernorm, lm_head, "
                           "cross_entropy", i, type, w);
+    /* a member only another type reads would be ignored without a word: an error, as an unknown key is */
+    static const char *const own[][2] = {{"out", "linear"}, {"bias", "linear"}, {"eps", "layernorm"},
+                                         {"mlp_ratio", "transformer_block"}};
+    for (size_t k = 0; t && !rc && k < sizeof own / sizeof own[0]; k++) {
+      char path[128], kw[256];
+      snprintf(path, sizeof path, "model.layers.[%d].%s", i, own[k][0]);
+      if (strcmp(t->name, own[k][1]) == 0 || !core_config_has(c, path)) continue;
+      core_config_elem_where(c, "model.layers", i, own[k][0], kw, sizeof kw);
+      rc = core_error_set(CORE_EINPUT, "model.layers.[%d].%s is a key of %s layers; this layer is a %s (%s)", i,
+                          own[k][0], own[k][1], t->name, kw);
+    }
     for (int r = 0; r < rep && !rc; r++) {
       layer *l = &m->layers[m->n];
       l->type = t, l->index = m->n, l->tied_to = -1;

@@ -151,9 +151,19 @@ static int read_optimizer(train_cfg *t) {
   if (!rc) rc = core_config_get_float(c, "optimizer.params.weight_decay", 0.0, &o->weight_decay);
   if (!rc) rc = core_config_get_float(c, "optimizer.params.momentum", 0.0, &o->momentum);
   if (!rc) rc = core_config_get_float(c, "gradient_clipping", 0.0, &o->clip);
-  if (!rc && !(o->lr > 0 && o->eps > 0 && o->weight_decay >= 0 && o->momentum >= 0 && o->clip >= 0))
-    rc = core_error_set(CORE_EINPUT, "%s: optimizer.params.lr and eps must be > 0; weight_decay, "
-                        "momentum and gradient_clipping >= 0", core_config_name(c));
+  const struct {
+    const char *key;
+    double v;
+    int positive; /* > 0, else >= 0 */
+  } chk[] = {{"optimizer.params.lr", o->lr, 1}, {"optimizer.params.eps", o->eps, 1},
+             {"optimizer.params.weight_decay", o->weight_decay, 0}, {"optimizer.params.momentum", o->momentum, 0},
+             {"gradient_clipping", o->clip, 0}};
+  for (size_t i = 0; !rc && i < sizeof chk / sizeof chk[0]; i++)
+    if (!(chk[i].positive ? chk[i].v > 0 : chk[i].v >= 0)) {
+      char w[256];
+      core_config_where(c, chk[i].key, -1, w, sizeof w);
+      rc = core_error_set(CORE_EINPUT, "%s = %g must be %s (%s)", chk[i].key, chk[i].v, chk[i].positive ? "> 0" : ">= 0", w);
+    }
   return rc;
 }
 
@@ -260,7 +270,11 @@ static int read_pipeline(train_cfg *t, int world) {
   int defv = t->family == SCHED_INTERLEAVED || sched_family_is_v(t->family) ? 2 : 1;
   rc = get_i(c, "pipeline.virtual_stages", defv, 1, 64, &t->v);
   if (!rc) rc = core_config_get_string(c, "pipeline.partition_method", "parameters", &part);
-  if (!rc) rc = sched_part_parse(part, &t->part);
+  if (!rc && (rc = sched_part_parse(part, &t->part))) {
+    char w[256];
+    core_config_where(c, "pipeline.partition_method", -1, w, sizeof w);
+    return core_error_prefix("pipeline.partition_method (%s)", w);
+  }
   if (!rc && t->part != SCHED_PART_EXPLICIT && core_config_list_len(c, "pipeline.boundaries") > 0) {
     char w[256]; /* boundaries would be ignored: the cut would not be the one written */
     core_config_where(c, "pipeline.boundaries", -1, w, sizeof w);

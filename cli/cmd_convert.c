@@ -32,6 +32,11 @@ static int import(const char *in, const char *out, int heads) {
   int V = st ? hh.V : lh.V, T = st ? hh.maxT : lh.maxT, C = st ? hh.C : lh.C, L = st ? hh.L : lh.L;
   int NH = st ? heads : lh.NH;
   if (st && heads < 1) rc = core_error_set(CORE_EINPUT, "convert: a safetensors file does not say GPT-2's head count: give --heads");
+  else if (st && C % heads)
+    rc = core_error_set(CORE_EINPUT, "convert: --heads %d does not divide %s's width %d", heads, in, C);
+  else if (!st && heads && heads != lh.NH) /* the header says; a different --heads would be ignored */
+    rc = core_error_set(CORE_EINPUT, "convert: --heads %d, but %s's header says %d heads (leave --heads out for an "
+                        "llm.c file)", heads, in, lh.NH);
   char text[1024];
   snprintf(text, sizeof text,
            "model = { vocab_size = %d; seq_len = %d; d_model = %d; n_heads = %d;\n  layers = (\n"
@@ -86,6 +91,9 @@ int cli_convert(int argc, char **argv) {
     return rc ? fail() : 0;
   }
   if (!rc && !to) rc = core_error_set(CORE_EINPUT, "convert: from a checkpoint directory give --to llmc or --to safetensors");
+  if (!rc && hv) /* the checkpoint's config says the heads */
+    rc = core_error_set(CORE_EINPUT, "convert: --heads applies to a model.safetensors file read into a checkpoint, not "
+                        "to a checkpoint directory (%s)", in);
   if (!rc && strcmp(to, "llmc") != 0 && strcmp(to, "safetensors") != 0)
     rc = core_error_set(CORE_EINPUT, "convert --to: '%s' is not a format brigade writes (llmc, safetensors)", to);
   if (rc) return fail();

@@ -29,7 +29,9 @@ int pipe_llmc_open(pipe_llmc *h, const char *path) {
   if (!h->f) return core_error_set(CORE_EINPUT, "cannot open %s: %s", path, strerror(errno));
   int32_t hd[256];
   if (fread(hd, sizeof(int32_t), 256, h->f) != 256) {
+    int err = ferror(h->f) ? errno : 0; /* a directory opens, then cannot be read (EISDIR) */
     pipe_llmc_close(h);
+    if (err) return core_error_set(CORE_EINPUT, "cannot read %s: %s", path, strerror(err));
     return core_error_set(CORE_EINPUT, "%s: shorter than llm.c's 1024-byte header", path);
   }
   if (hd[0] != PIPE_LLMC_MAGIC) {

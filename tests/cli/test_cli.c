@@ -407,3 +407,37 @@ Test(cli, sim_steps_and_step_sync) {
   cr_assert(strstr(out, "--step-sync: 'sometimes' is not barrier, post-validation or eager"), "%s", out);
   free(out);
 }
+
+/* convert's --heads where it would be ignored or cannot hold (an llm.c file's header says the
+ * heads, a checkpoint's config does, a count that does not divide the width was reported at
+ * made-up lines of the file), and --init-from a directory (was "shorter than llm.c's header"):
+ * each one clear line, exit 2. */
+Test(cli, convert_heads_and_init_from_a_directory, .timeout = 120) {
+  char dir[] = "/tmp/brigade_cli_XXXXXX", cmd[2048], *out;
+  cr_assert(mkdtemp(dir));
+  const char *b = test_build_dir();
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=0 "
+           "--set checkpoint.dir=%s/ck 1>&2 && %s/brigade convert %s/ck %s/w.bin --to llmc 1>&2 && "
+           "%s/brigade convert %s/ck %s/w.st --to safetensors 1>&2", b, dir, b, dir, dir, b, dir, dir);
+  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  const char *bad[][2] = {
+      {"convert %s/w.bin %s/a --heads 8", "--heads 8, but "},
+      {"convert %s/w.st %s/b --heads 5", "--heads 5 does not divide "},
+      {"convert %s/ck %s/c.bin --to llmc --heads 4", "--heads applies to a model.safetensors file"},
+      {"train configs/tiny.cfg --set train.steps=1 --init-from %s/ck%s", "Is a directory"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char args[1024];
+    snprintf(args, sizeof args, bad[i][0], dir, i == 3 ? "" : dir);
+    int rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", args, &out);
+    cr_assert_eq(rc, 2, "'%s' exited %d: %s", args, rc, out);
+    cr_assert(strncmp(out, "brigade: error: ", 16) == 0 && strstr(out, bad[i][1]), "'%s': %s", args, out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", args, out);
+    free(out);
+  }
+  snprintf(cmd, sizeof cmd, "convert %s/w.bin %s/d --heads 4", dir, dir); /* the header's own count: fine */
+  cr_assert_eq(brigade(cmd, &out), 0, "%s", out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_assert_eq(test_sh(cmd), 0);
+}

@@ -474,6 +474,9 @@ static int load_layers(const char *sub, pipe_runner *rn, const window *win, floa
   }
   closedir(d);
   free(seen);
+  if (!rc && nfiles == 0) /* not a different model: no rank file at all */
+    rc = core_error_set(CORE_EINPUT, "checkpoint %s holds no rank file (rank_00000.ckpt, ...): an emptied or "
+                        "incomplete checkpoint", sub);
   if (!rc && found < total)
     rc = core_error_set(CORE_EINPUT, "checkpoint %s lacks %d of this rank's %d layers (a different model?)", sub,
                         total - found, total);

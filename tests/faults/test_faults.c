@@ -276,7 +276,8 @@ Test(faults, resume_with_another_model_is_refused, .timeout = 180) {
 }
 
 /* A 2-stage checkpoint without its stage-1 rank file: exit 2 naming the file and the layout it
- * was written with; the step before it still resumes. */
+ * was written with; the step before it still resumes; with no rank file left, the message says
+ * that. */
 Test(faults, missing_rank_file_names_the_layout, .timeout = 120) {
   char dir[] = "/tmp/brigade_faults_XXXXXX", cmd[2048], *out;
   cr_assert(mkdtemp(dir));
@@ -298,6 +299,13 @@ Test(faults, missing_rank_file_names_the_layout, .timeout = 120) {
   free(out);
   rc = run(&out, "%s/brigade train " TINY "--set train.steps=6 --resume %s/step_00000002", b, dir);
   cr_assert(rc == 0 && strstr(out, "step     6"), "exit %d:\n%s", rc, out);
+  free(out);
+  /* no rank file left at all: said so, not "lacks 10 of this rank's 10 layers (a different model?)" */
+  snprintf(cmd, sizeof cmd, "rm %s/step_00000004/rank_00000.ckpt", dir);
+  cr_assert_eq(test_sh(cmd), 0);
+  rc = run(&out, "%s/brigade train " TINY "--set train.steps=6 --resume %s", b, dir);
+  snprintf(want, sizeof want, "brigade: error: checkpoint %s/step_00000004 holds no rank file (rank_00000.ckpt, ...)", dir);
+  cr_assert(rc == 2 && strstr(out, want), "exit %d:\n%s", rc, out);
   free(out);
   rm_tree(dir);
 }

@@ -194,19 +194,19 @@ bench-gpu: $(BUILD)/bench/train_step $(BUILD)/bench/gemm_shapes
 	$(BUILD)/bench/gemm_shapes cuda bf16
 	$(BUILD)/bench/gemm_shapes cuda bf16fast
 
-# The CUDA backend without a GPU: tests/emu compiles kernels/cuda/*.cu (all but coll_cuda.cu) as
-# host C++ against an emulated CUDA runtime, cuBLAS (column-major, argument checks), WMMA and
-# CUB, under ASan, and runs the GPU op harness (tests/gpu/test_ops_gpu.c) against it, with the
+# The CUDA backend without a GPU: tests/emu compiles kernels/cuda/*.cu as host C++ against an
+# emulated CUDA runtime, cuBLAS (column-major, argument checks), WMMA, CUB and NCCL (over MPI),
+# under ASan, and runs the GPU op harness (tests/gpu/test_ops_gpu.c) against it, with the
 # threads of each block run in order and then in reverse (a missing barrier fails one of them).
 # `make test` runs it too (tests/emu/test_ops_emu.sh, both orders, about 80 s); see
 # tests/emu/emu.cpp for what it does not model. $(EMU)/brigade is the CLI on the emulated
 # backend (backend = "cuda"): tests/emu/test_train_emu.c trains a small GPT on it against the CPU.
 EMU      := $(BUILD)/emu
-EMU_CU   := attention_cuda backend blas_cuda flash_cuda ops_cuda
+EMU_CU   := attention_cuda backend blas_cuda coll_cuda flash_cuda ops_cuda
 EMU_HDRS := $(wildcard tests/emu/include/*.h tests/emu/include/cub/device/*.cuh)
 EMU_CXX  := g++ -std=c++17 -O1 -g -fsanitize=address -fno-omit-frame-pointer -Itests/emu/include -I. \
             -DBRIGADE_CUDA=1 -MMD -MP
-EMU_OBJS := $(EMU_CU:%=$(EMU)/%.o) $(EMU)/emu.o $(EMU)/ops.o \
+EMU_OBJS := $(EMU_CU:%=$(EMU)/%.o) $(EMU)/emu.o $(EMU)/nccl_emu.o $(EMU)/ops.o \
             $(filter-out %.cu.o $(BUILD)/kernels/ops.o,$(LIB_OBJS))
 EMU_LIBS := $(PC_LIBS) -lm -lpthread
 
@@ -218,6 +218,9 @@ $(EMU)/%.o: $(EMU)/%.cpp $(EMU_HDRS) kernels/cuda/cuda.h kernels/cuda/reduce.cuh
 $(EMU)/emu.o: tests/emu/emu.cpp $(EMU_HDRS)
 	@mkdir -p $(EMU)
 	$(EMU_CXX) -Wall -Wextra -c $< -o $@
+$(EMU)/nccl_emu.o: tests/emu/nccl_emu.cpp $(EMU_HDRS)
+	@mkdir -p $(EMU)
+	$(EMU_CXX) $(PC_CFLAGS) -Wall -Wextra -Werror -c $< -o $@
 $(EMU)/ops.o: kernels/ops.c $(FLAGS_STAMP) # with the CUDA table, whatever this build has
 	@mkdir -p $(EMU)
 	$(CC) $(filter-out -DBRIGADE_CUDA=1,$(CFLAGS)) -DBRIGADE_CUDA=1 -c $< -o $@

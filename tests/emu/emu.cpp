@@ -1,6 +1,6 @@
 // tests/emu/emu.cpp: the CUDA backend on the CPU, for machines without a GPU (make test-cuda-emu).
 //
-// kernels/cuda/*.cu (all but coll_cuda.cu, NCCL) are compiled as host C++ (tests/emu/prep.sed
+// kernels/cuda/*.cu are compiled as host C++ (tests/emu/prep.sed
 // rewrites the launches) against the headers in tests/emu/include, which declare what this file
 // defines: the CUDA runtime calls the backend makes, the device built-ins its kernels use,
 // cuBLAS's GEMMs, nvcuda::wmma and CUB's radix sort. The GPU op harness (tests/gpu/test_ops_gpu.c)
@@ -24,12 +24,14 @@
 // backend's cudaStreamNonBlocking streams on a GPU (kernels, async copies and memsets, events,
 // cuBLAS after cublasSetStream, CUB).
 // Not modelled: concurrency between streams (everything runs at once, in issue order), device
-// math-library ulps (host expf etc.), FMA contraction, tensor-core summation order, NCCL.
+// math-library ulps (host expf etc.), FMA contraction, tensor-core summation order. NCCL is
+// tests/emu/nccl_emu.cpp, over MPI (EMU_GPU_PER_RANK=1 gives each process a GPU of its own).
 // x86-64 only (the fiber switch is a few lines of assembly).
 #if !defined(__x86_64__)
 #error "tests/emu: x86-64 only"
 #endif
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <map>
@@ -125,6 +127,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; } // nothing is ever left to run
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
   *p = malloc(bytes ? bytes : 1); // host memory: cudaMemcpyAsync checks it is not a device range
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
@@ -143,6 +146,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   return e ? cudaSuccess : cudaErrorInvalidValue;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) { // everything has run already
   emu_check_stream(s, "cudaStreamWaitEvent");
   return e ? cudaSuccess : cudaErrorInvalidValue;
@@ -161,9 +165,19 @@ cudaError_t cudaGetDevice(int *d) {
   *d = 0;
   return cudaSuccess;
 }
+// The emulated GPU's identity: one GPU that every process of the machine shares (so ranks take
+// the MPI path through host copies), or with EMU_GPU_PER_RANK=1 one GPU per process (its pid in
+// the UUID), so that ranks take the NCCL path (tests/emu/nccl_emu.cpp).
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int d) {
   if (d != 0) return cudaErrorInvalidValue;
+  memset(prop, 0, sizeof *prop);
   snprintf(prop->name, sizeof prop->name, "CUDA emulator (tests/emu)");
+  const char *own = getenv("EMU_GPU_PER_RANK");
+  if (own && strcmp(own, "1") == 0) {
+    long pid = (long)getpid();
+    memcpy(prop->uuid.bytes, "emuGPU", 6);
+    memcpy(prop->uuid.bytes + 8, &pid, sizeof pid);
+  }
   return cudaSuccess;
 }
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d) {
@@ -745,6 +759,3 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// coll_cuda.cu (NCCL) is not emulated: the emulated table has no device collectives
-struct kernels_coll;
-const struct kernels_coll *cuda_coll(void) { return nullptr; }

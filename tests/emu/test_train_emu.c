@@ -8,6 +8,9 @@
  *   - a 2-stage pipeline whose ranks share the (one) emulated GPU, so its transfers take the
  *     MPI path through host copies, and rank 0 says so;
  *   - 2 replicas under ZeRO-2 with overlap (collectives through host copies too);
+ *   - with a GPU per rank (EMU_GPU_PER_RANK=1): the pipeline's transfers (zb-h2 on 4 stages,
+ *     runs of them in groups) and ZeRO-2's and ZeRO-3's collectives over NCCL, as the emulator
+ *     gives it (tests/emu/nccl_emu.cpp, over MPI);
  *   - bf16 mixed precision (16-bit GEMM operands, the emulated cuBLAS's GemmEx and cuBLASLt's
  *     fused linear layers), with a vocabulary of 300 (logits in padded rows).
  * Tolerances, relative per step: fp32 1e-6 (the emulator's arithmetic is the host's, only the
@@ -59,8 +62,23 @@ static void run(const char *prog, int np, const char *sets, double out[STEPS], c
   cr_assert_eq(n, STEPS, "%s logged %d steps", cmd, n);
 }
 
-/* emu_only: options of the emulated run only (what the CPU backend refuses, as offload) */
-static void follows_the_cpu_with(int np, const char *sets, const char *emu_only, double rtol, const char *must_say) {
+/* The emulated NCCL's counts over the run's communicators (EMU_NCCL_STATS=1, one line each). */
+static void nccl_counts(const char *text, long *grouped, long *collectives) {
+  *grouped = *collectives = 0;
+  for (const char *l = strstr(text, "tests/emu (NCCL):"); l; l = strstr(l + 1, "tests/emu (NCCL):")) {
+    long snd, rcv, g, c;
+    const char *r = strstr(l, "rank ");
+    r = r ? strstr(r + 5, ": ") : NULL;
+    cr_assert(r && sscanf(r, ": %ld sends, %ld receives (%ld of them in groups), %ld collectives", &snd, &rcv, &g, &c) == 4,
+              "an unreadable count line: %.200s", l);
+    *grouped += g, *collectives += c;
+  }
+}
+
+/* emu_only: options of the emulated run only (what the CPU backend refuses, as offload); with
+ * text, the emulated run's output (caller frees) */
+static void follows_the_cpu_run(int np, const char *sets, const char *emu_only, double rtol, const char *must_say,
+                                char **out) {
   double cpu[STEPS], emu[STEPS];
   char *text;
   run("brigade", np, sets, cpu, &text);
@@ -69,7 +87,8 @@ static void follows_the_cpu_with(int np, const char *sets, const char *emu_only,
   snprintf(emu_sets, sizeof emu_sets, "%s --set backend=cuda %s", sets, emu_only);
   run("emu/brigade", np, emu_sets, emu, &text);
   if (must_say) cr_expect(strstr(text, must_say), "the emulated run did not say \"%s\":\n%s", must_say, text);
-  free(text);
+  if (out) *out = text;
+  else free(text);
   for (int i = 0; i < STEPS; i++) {
     double rel = fabs(emu[i] - cpu[i]) / fabs(cpu[i]);
     cr_log_info("np %d %s: step %d cpu %.9g emulated cuda %.9g (relative %.2g)", np, sets, i + 1, cpu[i], emu[i],
@@ -79,8 +98,27 @@ static void follows_the_cpu_with(int np, const char *sets, const char *emu_only,
   }
 }
 
+static void follows_the_cpu_with(int np, const char *sets, const char *emu_only, double rtol, const char *must_say) {
+  follows_the_cpu_run(np, sets, emu_only, rtol, must_say, NULL);
+}
+
 static void follows_the_cpu(int np, const char *sets, double rtol, const char *must_say) {
   follows_the_cpu_with(np, sets, "", rtol, must_say);
+}
+
+/* Each rank on an emulated GPU of its own (EMU_GPU_PER_RANK=1): the pipeline's transfers and
+ * ZeRO's collectives take kernels/cuda/coll_cuda.cu's NCCL path, on tests/emu/nccl_emu.cpp
+ * (over MPI). The counts it prints show that transfers went in groups (runs of consecutive
+ * transfers, p2p_group) and how many collectives ran. */
+static void follows_the_cpu_on_nccl(int np, const char *sets, const char *must_say, long *grouped,
+                                    long *collectives) {
+  char *text;
+  setenv("EMU_GPU_PER_RANK", "1", 1), setenv("EMU_NCCL_STATS", "1", 1);
+  follows_the_cpu_run(np, sets, "", 1e-6, must_say, &text);
+  unsetenv("EMU_GPU_PER_RANK"), unsetenv("EMU_NCCL_STATS");
+  nccl_counts(text, grouped, collectives);
+  cr_log_info("np %d %s: %ld transfers in groups, %ld collectives", np, sets, *grouped, *collectives);
+  free(text);
 }
 
 Test(train_emu, one_process_follows_the_cpu, .timeout = 300) { follows_the_cpu(0, "", 1e-6, NULL); }
@@ -94,6 +132,30 @@ Test(train_emu, zero2_replicas_follow_the_cpu, .timeout = 300) {
                   "--set zero_optimization.stage=2 --set zero_optimization.overlap_comm=true "
                   "--set zero_optimization.reduce_bucket_size=500",
                   1e-6, "ZeRO collectives: MPI through host copies");
+}
+
+/* zb-h2 on 4 stages: its runs of transfers go as NCCL groups (the last stage's first backward
+ * receives a gradient and sends an activation in one run, and so on); the tied embedding's
+ * gradient exchange too */
+Test(train_emu, pipeline_on_a_gpu_each_follows_the_cpu, .timeout = 600) {
+  long grouped, coll;
+  follows_the_cpu_on_nccl(4, "--set pipeline.stages=4 --set 'pipeline.schedule=\"zb-h2\"' --set gradient_accumulation_steps=4",
+                          "pipeline transfers: nccl send/recv", &grouped, &coll);
+  cr_expect(grouped > 0, "no transfer went in a group");
+}
+
+/* 2 stages x 2 replicas: ZeRO-2's bucketed reduce-scatters (asynchronous, on the communication
+ * stream, overlapped) and ZeRO-3's gathers over NCCL, beside the pipeline's transfers */
+Test(train_emu, zero_over_nccl_follows_the_cpu, .timeout = 600) {
+  long grouped, coll;
+  follows_the_cpu_on_nccl(4,
+                          "--set pipeline.stages=2 --set 'pipeline.schedule=\"zb-h1\"' --set zero_optimization.stage=2 "
+                          "--set zero_optimization.overlap_comm=true --set zero_optimization.reduce_bucket_size=500",
+                          "ZeRO collectives: NCCL", &grouped, &coll);
+  cr_expect(coll > 0, "no collective ran on NCCL");
+  follows_the_cpu_on_nccl(4, "--set pipeline.stages=2 --set zero_optimization.stage=3", "ZeRO collectives: NCCL", &grouped,
+                          &coll);
+  cr_expect(coll > 0, "no collective ran on NCCL");
 }
 
 /* a vocabulary of 300: the logits in rows of 320 (gemm_ld, the loss's padded rows) */

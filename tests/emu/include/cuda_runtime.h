@@ -37,7 +37,8 @@ typedef enum cudaError {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
-  cudaErrorInvalidConfiguration = 9
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorNotReady = 600
 } cudaError_t;
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
@@ -63,19 +64,25 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s = 0);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
                             cudaStream_t s = 0);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamQuery(cudaStream_t s);
 // pinned host memory and events: the emulator runs everything at once, in call order
 cudaError_t cudaMallocHost(void **p, size_t bytes);
 cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDevice(int *d);
+struct cudaUUID_t {
+  char bytes[16];
+};
 struct cudaDeviceProp {
   char name[256];
+  cudaUUID_t uuid;
 };
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int d);
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d);

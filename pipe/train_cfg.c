@@ -156,14 +156,18 @@ static int read_optimizer(train_cfg *t) {
     double v;
     int positive; /* > 0, else >= 0 */
   } chk[] = {{"optimizer.params.lr", o->lr, 1}, {"optimizer.params.eps", o->eps, 1},
-             {"optimizer.params.weight_decay", o->weight_decay, 0}, {"optimizer.params.momentum", o->momentum, 0},
-             {"gradient_clipping", o->clip, 0}};
+             {"optimizer.params.weight_decay", o->weight_decay, 0}, {"gradient_clipping", o->clip, 0}};
   for (size_t i = 0; !rc && i < sizeof chk / sizeof chk[0]; i++)
     if (!(chk[i].positive ? chk[i].v > 0 : chk[i].v >= 0)) {
       char w[256];
       core_config_where(c, chk[i].key, -1, w, sizeof w);
       rc = core_error_set(CORE_EINPUT, "%s = %g must be %s (%s)", chk[i].key, chk[i].v, chk[i].positive ? "> 0" : ">= 0", w);
     }
+  if (!rc && !(o->momentum >= 0 && o->momentum < 1)) { /* 1 or more: the velocity never decays */
+    char w[256];
+    core_config_where(c, "optimizer.params.momentum", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "optimizer.params.momentum = %g must be in [0, 1) (%s)", o->momentum, w);
+  }
   return rc;
 }
 

@@ -441,3 +441,26 @@ Test(cli, convert_heads_and_init_from_a_directory, .timeout = 120) {
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   cr_assert_eq(test_sh(cmd), 0);
 }
+
+/* `brigade train configs/tiny.cfg --set train.steps=1 ARGS` must end with exit 2 and one line
+ * "brigade: error: ..." holding each of want[] (NULL-terminated). */
+static void train_refuses(const char *args, const char *const *want) {
+  char cmd[1024], *out;
+  snprintf(cmd, sizeof cmd, "train configs/tiny.cfg --set train.steps=1 %s", args);
+  int rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", cmd, &out); /* train initialises MPI */
+  cr_assert_eq(rc, 2, "'%s' exited %d: %s", cmd, rc, out);
+  cr_assert(strncmp(out, "brigade: error: ", 16) == 0, "'%s': %s", cmd, out);
+  for (int i = 0; want[i]; i++) cr_assert(strstr(out, want[i]), "'%s': wanted '%s', got %s", cmd, want[i], out);
+  cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", cmd, out);
+  free(out);
+}
+
+/* SGD's momentum of 1 or more was accepted (a velocity that never decays); it must be in [0, 1). */
+Test(cli, sgd_momentum_must_be_below_one) {
+  const char *const w2[] = {"optimizer.params.momentum = 2 must be in [0, 1) (--set optimizer.params.momentum)", NULL};
+  train_refuses("--set optimizer.type=SGD --set optimizer.params.momentum=2", w2);
+  const char *const w1[] = {"optimizer.params.momentum = 1 must be in [0, 1)", NULL};
+  train_refuses("--set optimizer.type=SGD --set optimizer.params.momentum=1.0", w1);
+  const char *const wn[] = {"optimizer.params.momentum = -0.5 must be in [0, 1)", NULL};
+  train_refuses("--set optimizer.type=SGD --set optimizer.params.momentum=-0.5", wn);
+}

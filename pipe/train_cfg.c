@@ -195,8 +195,12 @@ static int read_schedule(train_cfg *t) {
   const core_config *c = t->cfg;
   const char *type;
   int rc = core_config_get_string(c, "scheduler.type", "constant", &type);
-  if (!rc) rc = zero_lr_parse_kind(type, &t->lr.kind);
   if (rc) return rc;
+  if ((rc = zero_lr_parse_kind(type, &t->lr.kind))) {
+    char w[256];
+    core_config_where(c, "scheduler.type", -1, w, sizeof w);
+    return core_error_prefix("scheduler.type (%s)", w);
+  }
   t->lr.lr = t->opt.lr;
   int64_t w = 0, total = 1;
   rc = core_config_get_int_range(c, "scheduler.params.warmup_num_steps", 0, 0, 1L << 40, &w);
@@ -251,8 +255,14 @@ static int read_precision(train_cfg *t) {
   if (!rc) rc = get_i(c, "fp16.loss_scale_window", 1000, 1, 1 << 30, &t->scale_window);
   if (!rc) rc = get_i(c, "fp16.hysteresis", 2, 1, PIPE_MAX_HYSTERESIS, &t->hysteresis);
   if (!rc) rc = core_config_get_float(c, "fp16.min_loss_scale", 1, &t->min_scale);
-  if (!rc && !(t->loss_scale >= 0 && t->min_scale > 0))
-    rc = core_error_set(CORE_EINPUT, "%s: fp16.loss_scale must be >= 0 and fp16.min_loss_scale > 0", core_config_name(c));
+  for (int k = 0; k < 2 && !rc; k++) {
+    const char *key = k ? "fp16.min_loss_scale" : "fp16.loss_scale";
+    double v = k ? t->min_scale : t->loss_scale;
+    if (k ? v > 0 : v >= 0) continue;
+    char w[256];
+    core_config_where(c, key, -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "%s = %g must be %s (%s)", key, v, k ? "> 0" : ">= 0 (0: dynamic)", w);
+  }
   t->dynamic_scale = t->loss_scale == 0;
   if (t->dynamic_scale) t->loss_scale = (double)(1ull << (power > 62 ? 62 : power)) * (power > 62 ? (double)(1ull << (power - 62)) : 1.0);
   if (t->precision != 2) t->loss_scale = 1, t->dynamic_scale = 0;
@@ -323,9 +333,14 @@ static int read_pipeline(train_cfg *t, int world) {
                                            "rank, in stages' activations, to bring every rank under (%s)"
                                          : "pipeline.memory_limit is the limit of pipeline.offload = \"auto\" (%s)", w);
   }
-  if (!rc && !(t->offload_gbps > 0 && t->offload_gflops > 0))
-    rc = core_error_set(CORE_EINPUT, "pipeline.offload_gbps and pipeline.offload_gflops must be > 0 (got %g and %g)",
-                        t->offload_gbps, t->offload_gflops);
+  for (int k = 0; k < 2 && !rc; k++) {
+    const char *key = k ? "pipeline.offload_gflops" : "pipeline.offload_gbps";
+    double v = k ? t->offload_gflops : t->offload_gbps;
+    if (v > 0) continue;
+    char w[256];
+    core_config_where(c, key, -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "%s = %g must be > 0 (%s)", key, v, w);
+  }
   if (!rc) rc = core_config_get_float(c, "pipeline.mem_limit", 0.0, &t->mem_limit);
   if (!rc && (t->mem_limit != 0 && (t->family != SCHED_ZB_AUTO || !(t->mem_limit >= 1)))) {
     char w[256];
@@ -373,7 +388,11 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   if (!rc) rc = get_i(c, "train.eval_batches", 4, 1, 1 << 16, &t->eval_batches);
   if (!rc) rc = get_i(c, "threads", 1, 0, 1024, &t->threads);
   if (!rc) rc = core_config_get_float(c, "train.timeout", 60.0, &t->timeout);
-  if (!rc && !(t->timeout > 0)) rc = core_error_set(CORE_EINPUT, "train.timeout must be > 0 seconds");
+  if (!rc && !(t->timeout > 0)) {
+    char w[256];
+    core_config_where(c, "train.timeout", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "train.timeout = %g must be > 0 seconds (%s)", t->timeout, w);
+  }
   if (!rc) rc = core_config_get_int(c, "train.seed", 1337, &seed);
   if (!rc) rc = core_config_get_string(c, "data.path", NULL, &t->data_path);
   if (!rc && !t->data_path) rc = core_error_set(CORE_EINPUT, "%s: data.path is missing (a text or token file)", core_config_name(c));

@@ -464,3 +464,22 @@ Test(cli, sgd_momentum_must_be_below_one) {
   const char *const wn[] = {"optimizer.params.momentum = -0.5 must be in [0, 1)", NULL};
   train_refuses("--set optimizer.type=SGD --set optimizer.params.momentum=-0.5", wn);
 }
+
+/* Range errors that named no place (pipeline.offload_gbps / offload_gflops "must be > 0 (got 0
+ * and 50)", "train.timeout must be > 0 seconds", fp16's scales with the file only, an unknown
+ * scheduler.type with nothing): each now names its key and the --set (or line) that gave it. */
+Test(cli, range_errors_name_the_key_and_its_place) {
+  const char *cases[][2] = {
+      {"--set pipeline.offload_gbps=0", "pipeline.offload_gbps = 0 must be > 0 (--set pipeline.offload_gbps)"},
+      {"--set pipeline.offload_gflops=-3", "pipeline.offload_gflops = -3 must be > 0 (--set pipeline.offload_gflops)"},
+      {"--set train.timeout=0", "train.timeout = 0 must be > 0 seconds (--set train.timeout)"},
+      {"--set train.timeout=-1.5", "train.timeout = -1.5 must be > 0 seconds (--set train.timeout)"},
+      {"--set fp16.loss_scale=-1", "fp16.loss_scale = -1 must be >= 0 (0: dynamic) (--set fp16.loss_scale)"},
+      {"--set fp16.min_loss_scale=0", "fp16.min_loss_scale = 0 must be > 0 (--set fp16.min_loss_scale)"},
+      {"--set scheduler.type=foo", "scheduler.type (--set scheduler.type): unknown scheduler.type 'foo'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *const w[] = {cases[i][1], NULL};
+    train_refuses(cases[i][0], w);
+  }
+}

@@ -240,6 +240,11 @@ void train_cfg_warn(const train_cfg *t) {
   if (s->kind == ZERO_LR_CONSTANT && core_config_has(t->cfg, "scheduler.params.warmup_num_steps"))
     core_log(CORE_LOG_WARN, "scheduler.params.warmup_num_steps is set, but scheduler.type is constant: there is no "
              "warm-up (WarmupLR or WarmupCosineLR have one)");
+  if (!t->trace_path && core_config_has(t->cfg, "trace.step")) { /* as checkpoint.interval without checkpoint.dir */
+    char w[256];
+    core_config_where(t->cfg, "trace.step", -1, w, sizeof w);
+    core_log(CORE_LOG_WARN, "trace.step is set (%s), but trace.path is not: no trace will be written", w);
+  }
 }
 
 /* bf16.enabled, fp16.* with DeepSpeed's meaning (loss_scale 0 = dynamic). */

@@ -483,3 +483,19 @@ Test(cli, range_errors_name_the_key_and_its_place) {
     train_refuses(cases[i][0], w);
   }
 }
+
+/* trace.step without trace.path was ignored without a word; now a warning at start-up, as
+ * checkpoint.interval without checkpoint.dir gets (the path may come from a --set of another
+ * run), and the run goes on. */
+Test(cli, trace_step_without_a_path_is_a_warning, .timeout = 60) {
+  char *out;
+  int rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", "train configs/tiny.cfg --set train.steps=1 --set trace.step=1", &out);
+  cr_assert_eq(rc, 0, "exited %d: %s", rc, out);
+  cr_assert(strstr(out, "brigade: warning: trace.step is set (--set trace.step), but trace.path is not: no trace will "
+                        "be written"), "%s", out);
+  free(out);
+  rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", "train configs/tiny.cfg --set train.steps=1", &out);
+  cr_assert_eq(rc, 0, "exited %d: %s", rc, out);
+  cr_assert(!strstr(out, "trace.step"), "%s", out);
+  free(out);
+}

@@ -288,6 +288,11 @@ static int read_pipeline(train_cfg *t, int world) {
   }
   int defv = t->family == SCHED_INTERLEAVED || sched_family_is_v(t->family) ? 2 : 1;
   rc = get_i(c, "pipeline.virtual_stages", defv, 1, 64, &t->v);
+  if (!rc && core_config_has(c, "pipeline.virtual_stages")) { /* named as the config gave it, not as compile's --virtual */
+    char w[256];
+    core_config_where(c, "pipeline.virtual_stages", -1, w, sizeof w);
+    rc = sched_check_virtual(t->family, t->v, "pipeline.virtual_stages", w);
+  }
   if (!rc) rc = core_config_get_string(c, "pipeline.partition_method", "parameters", &part);
   if (!rc && (rc = sched_part_parse(part, &t->part))) {
     char w[256];

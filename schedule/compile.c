@@ -1,7 +1,9 @@
 /* schedule/compile.c: compute orders (which F and B each rank runs, in which order).
  * Transfers, loads and buffer slots are added by schedule/lower.c. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "core/progress.h"
@@ -140,6 +142,48 @@ static void compile_dualpipev(sched_program *pr) {
   }
 }
 
+/* "--virtual 2" or "pipeline.virtual_stages = 2" */
+static void named_v(char *buf, size_t n, const char *name, int v) {
+  snprintf(buf, n, "%s%s%d", name, strncmp(name, "--", 2) == 0 ? " " : " = ", v);
+}
+
+int sched_check_virtual(sched_family family, int v, const char *name, const char *where) {
+  char got[96], give[96], at[300] = "";
+  named_v(got, sizeof got, name, v);
+  named_v(give, sizeof give, name, 2);
+  if (where) snprintf(at, sizeof at, " (%s)", where);
+  switch (family) {
+  case SCHED_GPIPE:
+  case SCHED_1F1B:
+    if (v != 1)
+      return core_error_set(CORE_EINPUT, "schedule %s runs one chunk per rank (got %s); use interleaved for virtual "
+                            "stages%s", sched_family_name(family), got, at);
+    break;
+  case SCHED_ZB_H1:
+  case SCHED_ZB_H2:
+  case SCHED_ZB_AUTO:
+    if (v != 1)
+      return core_error_set(CORE_EINPUT, "schedule %s runs one chunk per rank (got %s)%s", sched_family_name(family), got,
+                            at);
+    break;
+  case SCHED_ZB_V:
+  case SCHED_V_ZB:
+  case SCHED_V_HALF:
+  case SCHED_V_MIN:
+  case SCHED_DUALPIPE_V:
+    if (v != 2)
+      return core_error_set(CORE_EINPUT, "schedule %s runs two chunks per rank in a V (give %s, got %d)%s",
+                            sched_family_name(family), give, v, at);
+    break;
+  case SCHED_INTERLEAVED:
+    if (v < 2)
+      return core_error_set(CORE_EINPUT, "schedule interleaved needs %s >= 2 chunks per rank (got %d)%s", name, v, at);
+    break;
+  default: break;
+  }
+  return CORE_OK;
+}
+
 /* rounds: see sched_compile_zb (zero-bubble families only) */
 static int compile_compute(const sched_shape *sh, const sched_costs *costs, sched_program *out, int rounds) {
   if (sh->p < 1) return core_error_set(CORE_EINPUT, "--stages must be >= 1 (got %d)", sh->p);
@@ -164,48 +208,28 @@ static int compile_compute(const sched_shape *sh, const sched_costs *costs, sche
                           sh->mem_limit);
   if (!(costs->w_stash >= 0 && costs->w_stash <= 1))
     return core_error_set(CORE_EINPUT, "--w-stash must be a fraction in (0, 1] (got %g)", costs->w_stash);
+  int rc = sched_check_virtual(sh->family, sh->v, "--virtual", NULL);
+  if (rc) return rc;
   switch (sh->family) {
-  case SCHED_GPIPE:
-  case SCHED_1F1B:
-    if (sh->v != 1)
-      return core_error_set(CORE_EINPUT,
-                            "schedule %s runs one chunk per rank (got --virtual %d); use "
-                            "interleaved for virtual stages",
-                            sched_family_name(sh->family), sh->v);
-    break;
-  case SCHED_ZB_H1:
-  case SCHED_ZB_H2:
-  case SCHED_ZB_AUTO:
-    if (sh->v != 1)
-      return core_error_set(CORE_EINPUT, "schedule %s runs one chunk per rank (got --virtual %d)",
-                            sched_family_name(sh->family), sh->v);
-    break;
-  case SCHED_ZB_V:
-  case SCHED_V_ZB:
-  case SCHED_V_HALF:
-  case SCHED_V_MIN:
-    if (sh->v != 2)
-      return core_error_set(CORE_EINPUT, "schedule %s runs two chunks per rank in a V (give "
-                            "--virtual 2, got %d)", sched_family_name(sh->family), sh->v);
-    break;
   case SCHED_DUALPIPE_V:
-    if (sh->v != 2)
-      return core_error_set(CORE_EINPUT, "schedule dualpipev runs two chunks per rank in a V (give "
-                            "--virtual 2, got %d)", sh->v);
     if (sh->m < 2 * sh->p)
       return core_error_set(CORE_EINPUT, "schedule dualpipev needs at least 2 micro-batches per stage "
                             "(m >= 2p = %d, got %d)", 2 * sh->p, sh->m);
     break;
-  case SCHED_INFERENCE: break;
-  case SCHED_INTERLEAVED:
-    if (sh->v < 2)
-      return core_error_set(CORE_EINPUT,
-                            "schedule interleaved needs --virtual >= 2 chunks per rank (got %d)",
-                            sh->v);
-    break;
+  case SCHED_GPIPE:
+  case SCHED_1F1B:
+  case SCHED_ZB_H1:
+  case SCHED_ZB_H2:
+  case SCHED_ZB_AUTO:
+  case SCHED_ZB_V:
+  case SCHED_V_ZB:
+  case SCHED_V_HALF:
+  case SCHED_V_MIN:
+  case SCHED_INFERENCE:
+  case SCHED_INTERLEAVED: break;
   default: return core_error_set(CORE_EINPUT, "schedule family %d cannot be compiled", sh->family);
   }
-  int rc = sched_costs_check(costs, sh->p * sh->v, sh->m); /* zb.c's list scheduler times by them */
+  rc = sched_costs_check(costs, sh->p * sh->v, sh->m); /* zb.c's list scheduler times by them */
   if (rc) return rc;
   /* the V placement: chunk 0 of rank r is stage r, chunk 1 is stage 2p-1-r */
   int *vshape = NULL;

@@ -136,6 +136,13 @@ typedef struct {
  * "pipeline.stages"; v only when it is not 1), the estimate and the limit it passes. */
 int sched_size_check(const sched_shape *sh, const sched_size *sz, const sched_limits *lim, const char *const names[3]);
 
+/* CORE_EINPUT when family cannot run v chunks per rank (1 for gpipe, 1f1b and zb-h1/h2/auto, 2
+ * for the V families, 2 or more for interleaved). The message names v as the user gave it: name
+ * is a flag ("--virtual": "got --virtual 2") or a key ("pipeline.virtual_stages": "got
+ * pipeline.virtual_stages = 2"); where, when not NULL, is put at its end in parentheses (the
+ * key's config line or --set). sched_compile_compute checks it with "--virtual". */
+int sched_check_virtual(sched_family family, int v, const char *name, const char *where);
+
 /* costs: the zero-bubble families place W by list scheduling under them. */
 int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched_program *out);
 int sched_lower(const sched_program *compute, const sched_costs *costs, sched_program *out);

@@ -499,3 +499,34 @@ Test(cli, trace_step_without_a_path_is_a_warning, .timeout = 60) {
   cr_assert(!strstr(out, "trace.step"), "%s", out);
   free(out);
 }
+
+/* A virtual stage count the schedule cannot run was reported as "(got --virtual 2)", compile's
+ * flag, by train, sim CONFIG and tune too; they now name pipeline.virtual_stages and where it was
+ * set, while compile and sim with shape flags keep --virtual. */
+Test(cli, virtual_stage_errors_name_the_key_or_the_flag, .timeout = 60) {
+  const char *cases[][2] = {
+      {"train configs/tiny.cfg --set train.steps=1 --set pipeline.virtual_stages=2",
+       "schedule 1f1b runs one chunk per rank (got pipeline.virtual_stages = 2); use interleaved for virtual stages "
+       "(--set pipeline.virtual_stages)"},
+      {"sim configs/tiny.cfg --set pipeline.schedule=zb-v --set pipeline.virtual_stages=3",
+       "schedule zb-v runs two chunks per rank in a V (give pipeline.virtual_stages = 2, got 3) (--set "
+       "pipeline.virtual_stages)"},
+      {"tune configs/tiny.cfg --memory 1G --set pipeline.schedule=interleaved --set pipeline.virtual_stages=1",
+       "schedule interleaved needs pipeline.virtual_stages >= 2 chunks per rank (got 1) (--set pipeline.virtual_stages)"},
+      {"compile --schedule 1f1b --stages 2 --microbatches 2 --virtual 2",
+       "schedule 1f1b runs one chunk per rank (got --virtual 2); use interleaved for virtual stages"},
+      {"sim --schedule dualpipev --stages 2 --microbatches 4 --virtual 3",
+       "schedule dualpipev runs two chunks per rank in a V (give --virtual 2, got 3)"},
+      {"sim --schedule interleaved --stages 2 --microbatches 4 --virtual 1",
+       "schedule interleaved needs --virtual >= 2 chunks per rank (got 1)"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *out;
+    int rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", cases[i][0], &out);
+    cr_assert_eq(rc, 2, "'%s' exited %d: %s", cases[i][0], rc, out);
+    cr_assert(strncmp(out, "brigade: error: ", 16) == 0 && strstr(out, cases[i][1]), "'%s': wanted '%s', got %s",
+              cases[i][0], cases[i][1], out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", cases[i][0], out);
+    free(out);
+  }
+}

@@ -21,20 +21,33 @@ int train_cut_model(const train_cfg *t, const layers_model *m, int **bounds_out)
   }
   int *given = NULL, rc = CORE_OK;
   if (t->part == SCHED_PART_EXPLICIT) {
+    /* the log shows the loss as the last piece's last layer (layers 0..n): the last boundary may
+     * count it (n + 1) or not (n, the loss joining the last piece); the same cut either way */
+    const char *loss = m->layers[n].name;
     int nb = core_config_list_len(t->cfg, "pipeline.boundaries");
+    char where[256];
+    core_config_where(t->cfg, "pipeline.boundaries", -1, where, sizeof where);
     if (nb != k + 1)
-      rc = core_error_set(CORE_EINPUT, "pipeline.boundaries needs %d entries (0, the cuts, %d) for %d pieces", k + 1, n, k);
+      rc = core_error_set(CORE_EINPUT, "pipeline.boundaries holds %d entries; %d pieces (pipeline.stages x "
+                          "pipeline.virtual_stages) need %d: 0, the cuts, and %d (or %d, counting the loss '%s') (%s)",
+                          nb, k, k + 1, n, n + 1, loss, where);
     given = core_malloc(sizeof(int) * (size_t)(k + 1));
     for (int i = 0; i < nb && i <= k && !rc; i++) {
       int64_t b;
       rc = core_config_array_int(t->cfg, "pipeline.boundaries", i, &b);
-      if (!rc && (b < 0 || b > n)) { /* before narrowing to int: 2^32 + 1 must not pass as 1 */
-        char where[256];
-        core_config_where(t->cfg, "pipeline.boundaries", i, where, sizeof where);
+      core_config_where(t->cfg, "pipeline.boundaries", i, where, sizeof where);
+      if (!rc && (b < 0 || b > n + 1)) /* before narrowing to int: 2^32 + 1 must not pass as 1 */
         rc = core_error_set(CORE_EINPUT, "pipeline.boundaries[%d] = %lld is not a layer boundary in [0, %d] (%s)", i,
-                            (long long)b, n, where);
-      }
-      if (!rc) given[i] = (int)b;
+                            (long long)b, n + 1, where);
+      else if (!rc && i > 0 && i < k && b >= n)
+        rc = core_error_set(CORE_EINPUT, "pipeline.boundaries[%d] = %lld leaves the pieces after it no layer but the "
+                            "loss '%s' (layer %d), which joins the last piece: a cut must be below %d (%s)", i,
+                            (long long)b, loss, n, n, where);
+      else if (!rc && (i == 0 ? b != 0 : i == k && b < n))
+        rc = core_error_set(CORE_EINPUT, "pipeline.boundaries must start at 0 and end at %d (the layers before the "
+                            "loss '%s', which joins the last piece) or %d (counting it); [%d] is %lld (%s)", n, loss,
+                            n + 1, i, (long long)b, where);
+      if (!rc) given[i] = (int)(b > n ? n : b);
     }
   }
   int *bounds = core_malloc(sizeof(int) * (size_t)(k + 1));

@@ -530,3 +530,34 @@ Test(cli, virtual_stage_errors_name_the_key_or_the_flag, .timeout = 60) {
     free(out);
   }
 }
+
+/* Explicit boundaries: the start-up log shows the last piece as layers 5..9 (.. loss), but a last
+ * boundary of 10, counting the loss layer, was refused ("not a layer boundary in [0, 9]"). Both
+ * 9 (the loss joining the last piece) and 10 now give the same cut; a wrong end says both. */
+Test(cli, explicit_boundaries_may_count_the_loss_layer) {
+  const char *base = "sim configs/tiny.cfg --set pipeline.stages=2 --set pipeline.partition_method=explicit --json";
+  char args[512], *with, *without;
+  snprintf(args, sizeof args, "%s --set 'pipeline.boundaries=[0, 4, 10]'", base);
+  cr_assert_eq(brigade(args, &with), 0, "%s", with);
+  snprintf(args, sizeof args, "%s --set 'pipeline.boundaries=[0, 4, 9]'", base);
+  cr_assert_eq(brigade(args, &without), 0, "%s", without);
+  cr_assert(same_run(with, without), "[0, 4, 10] and [0, 4, 9] differ:\n%s\n%s", with, without);
+  free(with), free(without);
+  const char *bad[][2] = {
+      {"[0, 4, 8]", "pipeline.boundaries must start at 0 and end at 9 (the layers before the loss 'loss', which joins "
+                    "the last piece) or 10 (counting it); [2] is 8 (--set pipeline.boundaries)"},
+      {"[0, 4, 11]", "pipeline.boundaries[2] = 11 is not a layer boundary in [0, 10] (--set pipeline.boundaries)"},
+      {"[0, 9, 10]", "pipeline.boundaries[1] = 9 leaves the pieces after it no layer but the loss 'loss' (layer 9)"},
+      {"[0, 10]", "pipeline.boundaries holds 2 entries; 2 pieces (pipeline.stages x pipeline.virtual_stages) need 3: 0, "
+                  "the cuts, and 9 (or 10, counting the loss 'loss') (--set pipeline.boundaries)"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *out;
+    snprintf(args, sizeof args, "%s --set 'pipeline.boundaries=%s'", base, bad[i][0]);
+    int rc = brigade(args, &out);
+    cr_assert_eq(rc, 2, "'%s' exited %d: %s", args, rc, out);
+    cr_assert(strncmp(out, "brigade: error: ", 16) == 0 && strstr(out, bad[i][1]), "'%s': wanted '%s', got %s", args,
+              bad[i][1], out);
+    free(out);
+  }
+}

@@ -185,7 +185,7 @@ Test(train, bad_configs_name_the_line) {
              "data.val_fraction = 1e-300 leaves it no token of the 4404412");
   /* a 64-bit boundary that an int would read as 2, a valid cut */
   bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "pipeline = { partition_method = \"explicit\";\n  boundaries = [0L, 4294967298L]; };\n",
-             "--set pipeline.stages=1", "pipeline.boundaries[1] = 4294967298 is not a layer boundary in [0, 2] (/tmp/brigade_bad_");
+             "--set pipeline.stages=1", "pipeline.boundaries[1] = 4294967298 is not a layer boundary in [0, 3] (/tmp/brigade_bad_");
   bad_config("data = { path = \"data/kjv.txt\"; };\n" MODEL "train_micro_batch_size_per_gpu = 1048576;\ngradient_accumulation_steps = 4096;\n",
              "", "1048576 x gradient_accumulation_steps 4096 = 4294967296 sequences per replica, more than 2147483647 (/tmp/brigade_bad_");
   /* B*T positions in one micro-batch are an int in the layers (2^32 wrapped to N = 0); before,

@@ -72,8 +72,10 @@ static int load_tokens(const char *path, uint16_t **tok, size_t *ntok, int *is_t
 int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double val_fraction,
                    int seq_len) {
   memset(d, 0, sizeof *d);
+  d->failed_key = "data.val_fraction";
   if (!(val_fraction >= 0 && val_fraction < 1))
     return core_error_set(CORE_EINPUT, "data.val_fraction must be in [0, 1) (got %g)", val_fraction);
+  d->failed_key = "data.path";
   int rc = load_tokens(path, &d->tok, &d->n, &d->is_tokens, &d->vocab);
   if (rc) return rc;
   d->n_train = d->n;
@@ -83,6 +85,7 @@ int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double 
     rc = load_tokens(val_path, &d->val_tok, &d->n_val, &vt, &vv);
     if (rc) {
       pipe_data_free(d);
+      d->failed_key = "data.val_path";
       return rc;
     }
     if (vt != d->is_tokens) { /* one tokenization for both splits */
@@ -90,6 +93,7 @@ int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double 
                           "format", val_path, vt ? "an llm.c token file" : "text (bytes)", path,
                           d->is_tokens ? "an llm.c token file" : "text (bytes)");
       pipe_data_free(d);
+      d->failed_key = "data.val_path";
       return rc;
     }
     if (vv > d->vocab) d->vocab = vv;
@@ -102,12 +106,17 @@ int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double 
   /* a separate validation file must hold a sequence too (an empty one is no split at all) */
   int val_short = val_file ? d->n_val < need : d->n_val > 0 && d->n_val < need;
   if (d->n_train < need || val_short) {
-    size_t got = d->n_train < need ? d->n_train : d->n_val;
-    const char *which = d->n_train >= need && val_file ? val_path : path;
+    int train_short = d->n_train < need;
+    size_t got = train_short ? d->n_train : d->n_val;
+    const char *which = !train_short && val_file ? val_path : path;
     pipe_data_free(d);
-    return core_error_set(CORE_EINPUT, "data file %s: a split holds %zu tokens, fewer than one "
-                          "sequence of %d plus its target", which, got, seq_len);
+    /* the validation split of path is the fraction's: too small a fraction for a sequence */
+    d->failed_key = train_short ? "data.path" : val_file ? "data.val_path" : "data.val_fraction";
+    rc = core_error_set(CORE_EINPUT, "data file %s: the %s split holds %zu tokens, fewer than one sequence of %d plus its "
+                        "target", which, train_short ? "training" : "validation", got, seq_len);
+    return rc;
   }
+  d->failed_key = NULL;
   return CORE_OK;
 }
 

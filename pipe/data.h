@@ -24,11 +24,15 @@ typedef struct {
    * the start when the next would run past the end; 0: positions drawn at random */
   int sequential;
   long per_step; /* global micro-batches per step (m x d) */
+  /* after a failed pipe_data_open: the config key the failure concerns ("data.path",
+   * "data.val_path" or "data.val_fraction"), for the caller's message; NULL after success */
+  const char *failed_key;
 } pipe_data;
 
 enum { PIPE_TRAIN = 0, PIPE_VAL = 1 };
 
-/* Opens path (and val_path, may be NULL). Errors are CORE_EINPUT with the path in the message. */
+/* Opens path (and val_path, may be NULL). Errors are CORE_EINPUT with the path in the message
+ * (and, for a split too short, which split), and set d->failed_key. */
 int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double val_fraction,
                    int seq_len);
 void pipe_data_free(pipe_data *d);

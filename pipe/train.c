@@ -345,9 +345,10 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   if (!rc) rc = layers_model_build(&probe, tr->cfg.cfg, 1);
   layers_model_free(&probe);
   if (!rc && (rc = pipe_data_open(&tr->data, tr->cfg.data_path, tr->cfg.val_path, tr->cfg.val_fraction, tr->cfg.T))) {
+    const char *key = tr->data.failed_key ? tr->data.failed_key : "data"; /* the key whose file or value failed */
     char w[256];
-    core_config_where(tr->cfg.cfg, "data", -1, w, sizeof w);
-    core_error_prefix("data (%s)", w);
+    core_config_where(tr->cfg.cfg, key, -1, w, sizeof w);
+    core_error_prefix("%s (%s)", key, w);
   }
   if (!rc) tr->data.sequential = tr->cfg.sequential, tr->data.per_step = (long)tr->cfg.m * tr->cfg.d;
   if (!rc && tr->cfg.eval_interval > 0 && tr->data.n_val == 0)

@@ -416,6 +416,11 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   }
   if (!rc) t->sequential = strcmp(order, "sequential") == 0;
   if (!rc) rc = core_config_get_float(c, "data.val_fraction", 0.1, &t->val_fraction);
+  if (!rc && !(t->val_fraction >= 0 && t->val_fraction < 1)) {
+    char w[256];
+    core_config_where(c, "data.val_fraction", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "data.val_fraction = %g must be in [0, 1) (%s)", t->val_fraction, w);
+  }
   if (!rc) rc = core_config_get_string(c, "backend", "cpu", &t->backend);
   if (!rc) rc = read_offload(t);
   if (!rc) rc = core_config_get_string(c, "checkpoint.dir", NULL, &t->ckpt_dir);

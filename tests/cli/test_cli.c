@@ -561,3 +561,31 @@ Test(cli, explicit_boundaries_may_count_the_loss_layer) {
     free(out);
   }
 }
+
+/* Data errors named the data group's line ("data (configs/tiny.cfg:9)") whichever --set gave the
+ * file or fraction, and "a split holds N tokens" did not say which split: now the key and its
+ * --set, and "the training split" or "the validation split". */
+Test(cli, data_errors_name_the_key_and_the_split, .timeout = 60) {
+  char shortf[] = "/tmp/brigade_short_XXXXXX";
+  int fd = mkstemp(shortf);
+  cr_assert(fd >= 0 && write(fd, "abcdefgh", 8) == 8);
+  close(fd);
+  char a[5][512];
+  snprintf(a[0], sizeof a[0], "--set data.path=%s", shortf);
+  snprintf(a[1], sizeof a[1], "--set data.val_path=%s", shortf);
+  const char *cases[][2] = {
+      {"--set data.val_fraction=1.5", "data.val_fraction = 1.5 must be in [0, 1) (--set data.val_fraction)"},
+      {"--set data.path=/nonexistent/corpus.txt", "data.path (--set data.path): cannot open data file /nonexistent/corpus.txt"},
+      {"--set data.val_path=/nonexistent/val.txt", "data.val_path (--set data.val_path): cannot open data file /nonexistent/val.txt"},
+      {"--set data.val_fraction=0.000001", "data.val_fraction (--set data.val_fraction): data file data/kjv.txt: the "
+                                           "validation split holds 4 tokens, fewer than one sequence of 32 plus its target"},
+      {a[0], "data.path (--set data.path): data file "},
+      {a[1], "data.val_path (--set data.val_path): data file "},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *const w[] = {cases[i][1], i == 4 ? "the training split holds 8 tokens" : i == 5 ? "the validation split "
+                             "holds 8 tokens" : NULL, NULL};
+    train_refuses(cases[i][0], w);
+  }
+  unlink(shortf);
+}

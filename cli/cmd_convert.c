@@ -2,6 +2,7 @@
  * checkpoint of any layout (stages, replicas, ZeRO stage) as llm.c's GPT-2 checkpoint (fp32,
  * version 3), which llm.c's train_gpt2 loads, or as Hugging Face's GPT-2 model.safetensors (F32);
  * brigade reads either back with `train --init-from`. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,33 @@
 static int fail(void) {
   fprintf(stderr, "brigade: error: %s\n", core_error_msg());
   return core_error_code() == CORE_EINPUT ? 2 : 1;
+}
+
+/* Nothing the user has is written over: an output checkpoint directory must not exist or be
+ * empty, an output file must not exist or be empty (an empty placeholder holds nothing). */
+static int refuse_existing(const char *out, int want_dir) {
+  struct stat sb;
+  if (stat(out, &sb) != 0) return CORE_OK;
+  if (want_dir && !S_ISDIR(sb.st_mode))
+    return core_error_set(CORE_EINPUT, "convert: %s exists and is not a directory; a weights file converts into a new "
+                          "checkpoint directory (remove it or pick another path)", out);
+  if (!want_dir && S_ISDIR(sb.st_mode))
+    return core_error_set(CORE_EINPUT, "convert: %s is a directory; give the path of the file to write", out);
+  if (!want_dir && sb.st_size > 0)
+    return core_error_set(CORE_EINPUT, "convert: %s exists (%lld bytes) and would be written over; remove it or pick "
+                          "another path", out, (long long)sb.st_size);
+  if (want_dir) {
+    DIR *d = opendir(out);
+    if (!d) return CORE_OK; /* unreadable: writing into it reports why */
+    struct dirent *e;
+    int used = 0;
+    while (!used && (e = readdir(d))) used = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    if (used)
+      return core_error_set(CORE_EINPUT, "convert: %s is not empty, and converting into it would write over what it "
+                            "holds; remove it or pick another path", out);
+  }
+  return CORE_OK;
 }
 
 /* llm.c's file or Hugging Face's safetensors into a brigade checkpoint directory: GPT-2's model
@@ -87,6 +115,7 @@ int cli_convert(int argc, char **argv) {
   if (!rc && !from_dir) { /* a weights file into a checkpoint directory */
     if (to && strcmp(to, "brigade") != 0)
       rc = core_error_set(CORE_EINPUT, "convert: %s is a weights file; it converts into a checkpoint directory (no --to)", in);
+    if (!rc) rc = refuse_existing(out, 1);
     if (!rc) rc = import(in, out, heads);
     return rc ? fail() : 0;
   }
@@ -96,6 +125,7 @@ int cli_convert(int argc, char **argv) {
                         "to a checkpoint directory (%s)", in);
   if (!rc && strcmp(to, "llmc") != 0 && strcmp(to, "safetensors") != 0)
     rc = core_error_set(CORE_EINPUT, "convert --to: '%s' is not a format brigade writes (llmc, safetensors)", to);
+  if (!rc) rc = refuse_existing(out, 0);
   if (rc) return fail();
   char *text = NULL;
   int64_t vocab = 0;

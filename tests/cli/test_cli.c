@@ -589,3 +589,47 @@ Test(cli, data_errors_name_the_key_and_the_split, .timeout = 60) {
   }
   unlink(shortf);
 }
+
+/* convert wrote over an existing output file or into a checkpoint directory that held files,
+ * without a word; now it refuses (exit 2, one line saying to remove it or pick another path)
+ * and leaves them as they were. An empty file or directory holds nothing and is written. */
+Test(cli, convert_never_writes_over_the_users_files, .timeout = 120) {
+  char dir[] = "/tmp/brigade_cli_XXXXXX", cmd[2048], *out;
+  cr_assert(mkdtemp(dir));
+  const char *b = test_build_dir();
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=0 "
+           "--set checkpoint.dir=%s/ck 1>&2 && %s/brigade convert %s/ck %s/w.bin --to llmc 1>&2 && "
+           "echo keep > %s/mine.bin && mkdir %s/full && echo keep > %s/full/notes.txt && : > %s/empty.bin && mkdir %s/emptydir",
+           b, dir, b, dir, dir, dir, dir, dir, dir, dir);
+  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  const char *bad[][2] = {
+      {"convert %s/ck %s/mine.bin --to llmc", "mine.bin exists (5 bytes) and would be written over; remove it or pick another path"},
+      {"convert %s/ck %s/mine.bin --to safetensors", "mine.bin exists (5 bytes) and would be written over"},
+      {"convert %s/ck %s/full --to llmc", "full is a directory; give the path of the file to write"},
+      {"convert %s/w.bin %s/full", "full is not empty, and converting into it would write over what it holds; remove it or "
+                                   "pick another path"},
+      {"convert %s/w.bin %s/mine.bin", "mine.bin exists and is not a directory"},
+      {"convert %s/w.bin %s/ck", "ck is not empty"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char args[1024];
+    snprintf(args, sizeof args, bad[i][0], dir, dir);
+    int rc = brigade(args, &out);
+    cr_assert_eq(rc, 2, "'%s' exited %d: %s", args, rc, out);
+    cr_assert(strncmp(out, "brigade: error: convert: ", 25) == 0 && strstr(out, bad[i][1]), "'%s': wanted '%s', got %s",
+              args, bad[i][1], out);
+    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", args, out);
+    free(out);
+  }
+  snprintf(cmd, sizeof cmd, "grep -qx keep %s/mine.bin && grep -qx keep %s/full/notes.txt && [ \"$(ls %s/full)\" = notes.txt ]",
+           dir, dir, dir);
+  cr_assert_eq(test_sh(cmd), 0, "a refused convert changed the user's files");
+  snprintf(cmd, sizeof cmd, "convert %s/ck %s/empty.bin --to llmc", dir, dir);
+  cr_assert_eq(brigade(cmd, &out), 0, "%s", out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "convert %s/w.bin %s/emptydir", dir, dir);
+  cr_assert_eq(brigade(cmd, &out), 0, "%s", out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "cmp %s/w.bin %s/empty.bin && rm -rf %s", dir, dir, dir);
+  cr_assert_eq(test_sh(cmd), 0);
+}

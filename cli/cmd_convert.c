@@ -134,6 +134,7 @@ int cli_convert(int argc, char **argv) {
   rc = pipe_ckpt_model_config(in, &text, &vocab);
   if (!rc) rc = core_config_load_string(&cfg, text, in);
   if (!rc) rc = layers_model_build(&m, cfg, (int)vocab);
+  if (!rc) rc = pipe_gpt2_check_shape(&m, in); /* the checkpoint's model, not the output, is at fault */
   float **params = core_calloc(m.built ? (size_t)m.n : 1, sizeof(float *));
   if (!rc) rc = pipe_ckpt_model_params(in, &m, params);
   int st = !strcmp(to, "safetensors");

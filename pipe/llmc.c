@@ -103,6 +103,29 @@ int pipe_llmc_check_model(const pipe_llmc *h, const layers_model *m) {
   return CORE_OK;
 }
 
+int pipe_gpt2_check_shape(const layers_model *m, const char *name) {
+  const char *want = "embedding, transformer_block x L, layernorm, lm_head tied to the embedding, cross_entropy";
+  int n = m->n;
+  if (n < 5)
+    return core_error_set(CORE_EINPUT, "%s: the model is not GPT-2-shaped (%s): it has %d layers, GPT-2 at least 5",
+                          name, want, n);
+  for (int i = 0; i < n; i++) {
+    const layer *l = &m->layers[i];
+    const char *type = i == 0 ? "embedding" : i == n - 3 ? "layernorm" : i == n - 2 ? "lm_head" : i == n - 1 ? "cross_entropy"
+                                                                                                     : "transformer_block";
+    if (!is(l, type))
+      return core_error_set(CORE_EINPUT, "%s: the model is not GPT-2-shaped (%s): layer %d ('%s') is a %s, GPT-2 has "
+                            "a %s there", name, want, i, l->name, l->type->name, type);
+    if (i == n - 2 && l->tied_to != 0)
+      return core_error_set(CORE_EINPUT, "%s: the model is not GPT-2-shaped (%s): its lm_head '%s' is not tied to the "
+                            "embedding '%s'", name, want, l->name, m->layers[0].name);
+    if (i > 0 && i < n - 3 && l->hidden != 4 * l->C)
+      return core_error_set(CORE_EINPUT, "%s: the model is not GPT-2-shaped (%s): block '%s' (layer %d) has an MLP of "
+                            "%d, GPT-2's is 4 x d_model = %d", name, want, l->name, i, l->hidden, 4 * l->C);
+  }
+  return CORE_OK;
+}
+
 /* count values of the file from value `at` (fp32 or bf16) into dst as fp32 */
 static int read_values(const pipe_llmc *h, long long at, size_t count, float *dst) {
   if (!count) return CORE_OK;

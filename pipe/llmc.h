@@ -36,6 +36,11 @@ void pipe_llmc_close(pipe_llmc *h);
 /* Whether a brigade model is the file's GPT-2: an error names the tensor (or layer) and both
  * shapes, and the config key to change. */
 int pipe_llmc_check_model(const pipe_llmc *h, const layers_model *m);
+/* Whether a brigade model is GPT-2-shaped, as llm.c's and Hugging Face's files need it: an
+ * embedding, transformer blocks with an MLP of 4 x d_model, a layernorm, an lm_head tied to the
+ * embedding, the cross-entropy. CORE_EINPUT otherwise, naming `name` (the checkpoint it comes
+ * from) and the first layer that differs. */
+int pipe_gpt2_check_shape(const layers_model *m, const char *name);
 /* Values [lo, hi) of model layer li's flat parameters (as its chunk holds them) into dst[0 ..
  * hi - lo), read from the file (a tied head's are wte's). Only those values are read. */
 int pipe_llmc_read_layer(const pipe_llmc *h, const layers_model *m, int li, size_t lo, size_t hi, float *dst);

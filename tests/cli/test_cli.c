@@ -633,3 +633,39 @@ Test(cli, convert_never_writes_over_the_users_files, .timeout = 120) {
   snprintf(cmd, sizeof cmd, "cmp %s/w.bin %s/empty.bin && rm -rf %s", dir, dir, dir);
   cr_assert_eq(test_sh(cmd), 0);
 }
+
+/* convert --to llmc / safetensors of a checkpoint whose model is not GPT-2's blamed the output
+ * path ("out.bin: llm.c's GPT-2 needs model.layers = ..."); now it names the checkpoint and what
+ * differs: the layer, or the untied head. */
+Test(cli, convert_of_a_model_not_gpt2_names_the_checkpoint, .timeout = 120) {
+  char dir[] = "/tmp/brigade_cli_XXXXXX", cmd[4096], *out;
+  cr_assert(mkdtemp(dir));
+  const char *b = test_build_dir();
+  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=0 "
+           "--set checkpoint.dir=%s/lin --set 'model.layers=({type=\"embedding\"; name=\"wte\";}, {type=\"transformer_block\"; "
+           "name=\"h\"; repeat=2;}, {type=\"linear\"; name=\"proj\"; out=32;}, {type=\"layernorm\"; name=\"ln_f\";}, "
+           "{type=\"lm_head\"; name=\"head\"; tie=\"wte\";}, {type=\"cross_entropy\"; name=\"loss\";})' 1>&2 && "
+           "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=0 --set checkpoint.dir=%s/untied "
+           "--set 'model.layers=({type=\"embedding\"; name=\"wte\";}, {type=\"transformer_block\"; name=\"h\"; repeat=2;}, "
+           "{type=\"layernorm\"; name=\"ln_f\";}, {type=\"lm_head\"; name=\"head\";}, {type=\"cross_entropy\"; "
+           "name=\"loss\";})' 1>&2", b, dir, b, dir);
+  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  const char *cases[][2] = {
+      {"convert %s/lin %s/out.bin --to llmc", "lin: the model is not GPT-2-shaped (embedding, transformer_block x L, "
+       "layernorm, lm_head tied to the embedding, cross_entropy): layer 3 ('proj') is a linear, GPT-2 has a transformer_block there"},
+      {"convert %s/lin %s/out.st --to safetensors", "lin: the model is not GPT-2-shaped"},
+      {"convert %s/untied %s/out.bin --to llmc", "untied: the model is not GPT-2-shaped (embedding, transformer_block x L, "
+       "layernorm, lm_head tied to the embedding, cross_entropy): its lm_head 'head' is not tied to the embedding 'wte'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char args[1024];
+    snprintf(args, sizeof args, cases[i][0], dir, dir);
+    int rc = brigade(args, &out);
+    cr_assert_eq(rc, 2, "'%s' exited %d: %s", args, rc, out);
+    cr_assert(strncmp(out, "brigade: error: ", 16) == 0 && strstr(out, cases[i][1]) && !strstr(out, "out."),
+              "'%s': wanted '%s' and no output path, got %s", args, cases[i][1], out);
+    free(out);
+  }
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  cr_assert_eq(test_sh(cmd), 0);
+}

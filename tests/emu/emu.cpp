@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <random>
 #include <vector>
@@ -97,16 +98,35 @@ cudaError_t cudaFree(void *p) {
   if (!p) return cudaSuccess;
   auto it = allocs.find((uintptr_t)p);
   if (it == allocs.end()) die("cudaFree of a pointer cudaMalloc did not return");
+  emu_nccl_forget(p, it->second); // results still held back for it go with it
   allocs.erase(it);
   free(p);
   return cudaSuccess;
 }
-void emu_check_stream(cudaStream_t s, const char *what) {
+static void check_stream(cudaStream_t s, const char *what) {
   if (s) return;
   fprintf(stderr, "tests/emu: %s on the legacy default stream (0), which is not ordered with the "
           "backend's cudaStreamNonBlocking streams\n", what);
   fflush(stderr);
   abort();
+}
+
+// ---- streams and events: when NCCL's results become visible ----
+// Work runs when it is issued, except what an NCCL call writes (a receive's buffer, a
+// collective's output: tests/emu/nccl_emu.cpp), which is held back, the buffer reading as NaN,
+// until its stream is waited for: by work issued later on the same stream, by another stream
+// through an event recorded on it after the call (cudaStreamWaitEvent), or by the host
+// (cudaEventSynchronize, cudaStreamSynchronize, cudaStreamQuery). On a GPU a reader that skips
+// that wait races with the transfer; here it reads NaN, every time. Each stream counts the NCCL
+// calls issued on it; an event remembers its stream and that count when recorded.
+struct CUstream_st {
+  long calls;
+};
+static std::map<cudaEvent_t, std::pair<cudaStream_t, long>> recorded;
+long emu_stream_call(cudaStream_t s) { return ++s->calls; }
+void emu_check_stream(cudaStream_t s, const char *what) { // work issued on s: after s's NCCL results
+  check_stream(s, what);
+  emu_nccl_deliver(s, LONG_MAX);
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
   emu_check_stream(s, "cudaMemsetAsync");
@@ -126,8 +146,16 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
   memcpy(dst, src, bytes);
   return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; } // nothing is ever left to run
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  check_stream(s, "cudaStreamSynchronize");
+  emu_nccl_deliver(s, LONG_MAX);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t s) { // nothing is ever left to run
+  check_stream(s, "cudaStreamQuery");
+  emu_nccl_deliver(s, LONG_MAX);
+  return cudaSuccess;
+}
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
   *p = malloc(bytes ? bytes : 1); // host memory: cudaMemcpyAsync checks it is not a device range
   return *p ? cudaSuccess : cudaErrorMemoryAllocation;
@@ -136,24 +164,40 @@ cudaError_t cudaFreeHost(void *p) {
   free(p);
   return cudaSuccess;
 }
-static int emu_events; // events are only ever recorded after work that is already done
+static int emu_events;
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
   *e = (cudaEvent_t)(uintptr_t)++emu_events;
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-  emu_check_stream(s, "cudaEventRecord");
-  return e ? cudaSuccess : cudaErrorInvalidValue;
+  check_stream(s, "cudaEventRecord");
+  if (!e) return cudaErrorInvalidValue;
+  recorded[e] = {s, s->calls};
+  return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
-cudaError_t cudaEventDestroy(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) { // everything has run already
-  emu_check_stream(s, "cudaStreamWaitEvent");
-  return e ? cudaSuccess : cudaErrorInvalidValue;
+// what waiting for event e makes visible: its stream's NCCL results up to its record
+static void reached(cudaEvent_t e) {
+  auto it = recorded.find(e);
+  if (it != recorded.end()) emu_nccl_deliver(it->second.first, it->second.second);
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  if (!e) return cudaErrorInvalidValue;
+  reached(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  if (!e) return cudaErrorInvalidValue;
+  recorded.erase(e);
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  check_stream(s, "cudaStreamWaitEvent");
+  if (!e) return cudaErrorInvalidValue;
+  reached(e);
+  return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
-  static int stream;
-  *s = (cudaStream_t)&stream;
+  *s = new CUstream_st{0}; // each its own (never destroyed: the backend keeps its streams)
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceCount(int *n) {

@@ -14,6 +14,11 @@
 // another, as NCCL promises. So a program whose transfers need more than that (a send that
 // completes only because the host went on while the GPU's stream waited) hangs here.
 //
+// What a call writes (a receive's buffer, a collective's output) is held back, the buffer
+// filled with NaN, until the stream it was issued on is waited for (tests/emu/emu.cpp's streams
+// and events call emu_nccl_deliver): a reader on another stream that does not wait for the
+// call's event, as a GPU would race, reads NaN here.
+//
 // Checked as NCCL's contract asks: float data only, buffers inside emulated device allocations
 // (a host pointer given to NCCL aborts), work on a non-default stream, ranks and roots in range,
 // a group closed as often as it was opened.
@@ -44,7 +49,16 @@ struct Op {
   size_t count;
   int root; // peer of a send or receive
   ncclComm_t comm;
+  cudaStream_t stream;
 };
+
+struct Held { // a call's output, not yet visible
+  cudaStream_t stream;
+  long call; // emu_stream_call's count of the call on its stream
+  float *dst;
+  std::vector<float> data;
+};
+std::vector<Held> held;
 
 int serial;             // ids made by this process
 int depth;              // ncclGroupStart calls not yet closed
@@ -155,9 +169,46 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) {
   return ncclSuccess;
 }
 
+void emu_nccl_deliver(cudaStream_t s, long upto) {
+  std::vector<Held> later;
+  for (Held &h : held) // in call order: a later result over the same bytes wins
+    if (h.stream == s && h.call <= upto) memcpy(h.dst, h.data.data(), h.data.size() * sizeof(float));
+    else later.push_back(std::move(h));
+  held.swap(later);
+}
+
+void emu_nccl_forget(const void *p, size_t bytes) {
+  uintptr_t a = (uintptr_t)p;
+  std::vector<Held> keep;
+  for (Held &h : held)
+    if ((uintptr_t)h.dst < a || (uintptr_t)h.dst >= a + bytes) keep.push_back(std::move(h));
+  held.swap(keep);
+}
+
 namespace {
 
 ncclResult_t mpi(int rc) { return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
+
+// The call o has run: its output is held back until its stream is waited for.
+void hold(const Op &o) {
+  long call = emu_stream_call(o.stream);
+  const ncclComm *c = o.comm;
+  size_t n = o.count;
+  switch (o.kind) {
+  case kSend: return;
+  case kReduce:
+    if (c->rank != o.root) return;
+    break;
+  case kAllGather: n *= (size_t)c->nranks; break;
+  case kBroadcast:
+    if (c->rank == o.root && o.send == o.recv) return; // the root's own data, unchanged
+    break;
+  default: break;
+  }
+  if (!n) return;
+  held.push_back(Held{o.stream, call, o.recv, std::vector<float>(o.recv, o.recv + n)});
+  memset(o.recv, 0xFF, n * sizeof(float)); // NaN
+}
 
 // A collective, run now (the buffers are checked where they are given).
 ncclResult_t collective(const Op &o) {
@@ -196,7 +247,7 @@ ncclResult_t issue(Kind kind, const void *send, void *recv, size_t count, ncclDa
     die("a send buffer is not inside one device allocation (a host pointer given to NCCL?)");
   if (writes && count && !(kind == kReduce && comm->rank != root) && !emu_is_device_range(recv, out))
     die("a receive buffer is not inside one device allocation (a host pointer given to NCCL?)");
-  Op o{kind, (const float *)send, (float *)recv, count, root, comm};
+  Op o{kind, (const float *)send, (float *)recv, count, root, comm, stream};
   comm->sent += kind == kSend, comm->received += kind == kRecv;
   comm->collectives += kind != kSend && kind != kRecv;
   comm->grouped += depth > 0 && (kind == kSend || kind == kRecv);
@@ -205,9 +256,11 @@ ncclResult_t issue(Kind kind, const void *send, void *recv, size_t count, ncclDa
     return ncclSuccess;
   }
   if (!count) return ncclSuccess;
-  if (kind == kSend) return mpi(MPI_Send(send, (int)count, MPI_FLOAT, root, 0, comm->mpi));
-  if (kind == kRecv) return mpi(MPI_Recv(recv, (int)count, MPI_FLOAT, root, 0, comm->mpi, MPI_STATUS_IGNORE));
-  return collective(o);
+  ncclResult_t r = kind == kSend   ? mpi(MPI_Send(send, (int)count, MPI_FLOAT, root, 0, comm->mpi))
+                   : kind == kRecv ? mpi(MPI_Recv(recv, (int)count, MPI_FLOAT, root, 0, comm->mpi, MPI_STATUS_IGNORE))
+                                   : collective(o);
+  if (r == ncclSuccess) hold(o);
+  return r;
 }
 
 } // namespace
@@ -236,6 +289,8 @@ ncclResult_t ncclGroupEnd(void) {
     if (o.count && o.kind != kSend && o.kind != kRecv && r == ncclSuccess) r = collective(o);
   if (!req.empty() && MPI_Waitall((int)req.size(), req.data(), MPI_STATUSES_IGNORE) != MPI_SUCCESS)
     r = ncclSystemError;
+  for (const Op &o : ops)
+    if (o.count && r == ncclSuccess) hold(o);
   return r;
 }
 

@@ -126,7 +126,7 @@ static std::map<cudaEvent_t, std::pair<cudaStream_t, long>> recorded;
 long emu_stream_call(cudaStream_t s) { return ++s->calls; }
 void emu_check_stream(cudaStream_t s, const char *what) { // work issued on s: after s's NCCL results
   check_stream(s, what);
-  emu_nccl_deliver(s, LONG_MAX);
+  emu_nccl_deliver(s, LONG_MAX, false);
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
   emu_check_stream(s, "cudaMemsetAsync");
@@ -148,12 +148,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   check_stream(s, "cudaStreamSynchronize");
-  emu_nccl_deliver(s, LONG_MAX);
+  emu_nccl_deliver(s, LONG_MAX, true);
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) { // nothing is ever left to run
   check_stream(s, "cudaStreamQuery");
-  emu_nccl_deliver(s, LONG_MAX);
+  emu_nccl_deliver(s, LONG_MAX, true);
   return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
@@ -175,14 +175,15 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   recorded[e] = {s, s->calls};
   return cudaSuccess;
 }
-// what waiting for event e makes visible: its stream's NCCL results up to its record
-static void reached(cudaEvent_t e) {
+// what waiting for event e (by stream `by`, or the host: NULL) makes visible: its stream's NCCL
+// results up to its record, finished for any waiter but its own stream
+static void reached(cudaEvent_t e, cudaStream_t by) {
   auto it = recorded.find(e);
-  if (it != recorded.end()) emu_nccl_deliver(it->second.first, it->second.second);
+  if (it != recorded.end()) emu_nccl_deliver(it->second.first, it->second.second, it->second.first != by);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidValue;
-  reached(e);
+  reached(e, nullptr);
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
@@ -193,7 +194,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   check_stream(s, "cudaStreamWaitEvent");
   if (!e) return cudaErrorInvalidValue;
-  reached(e);
+  reached(e, s);
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {

@@ -60,6 +60,15 @@ struct Held { // a call's output, not yet visible
 };
 std::vector<Held> held;
 
+struct Read { // what a call read, as it was: it must not change before the call is waited for
+  cudaStream_t stream;
+  long call;
+  const char *what; // the call
+  const unsigned char *src;
+  std::vector<unsigned char> bytes;
+};
+std::vector<Read> reads;
+
 int serial;             // ids made by this process
 int depth;              // ncclGroupStart calls not yet closed
 std::vector<Op> queued; // the open group's calls
@@ -169,7 +178,17 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) {
   return ncclSuccess;
 }
 
-void emu_nccl_deliver(cudaStream_t s, long upto) {
+void emu_nccl_deliver(cudaStream_t s, long upto, bool done) {
+  std::vector<Read> open;
+  for (Read &r : reads)
+    if (!done || r.stream != s || r.call > upto) open.push_back(std::move(r));
+    else if (memcmp(r.src, r.bytes.data(), r.bytes.size()) != 0) {
+      char msg[300];
+      snprintf(msg, sizeof msg, "a buffer %s reads was written before the call's stream was waited for (on a GPU "
+               "the call may still be reading it: a write-after-read race; wait for its event first)", r.what);
+      die(msg);
+    }
+  reads.swap(open);
   std::vector<Held> later;
   for (Held &h : held) // in call order: a later result over the same bytes wins
     if (h.stream == s && h.call <= upto) memcpy(h.dst, h.data.data(), h.data.size() * sizeof(float));
@@ -179,6 +198,10 @@ void emu_nccl_deliver(cudaStream_t s, long upto) {
 
 void emu_nccl_forget(const void *p, size_t bytes) {
   uintptr_t a = (uintptr_t)p;
+  std::vector<Read> open;
+  for (Read &r : reads)
+    if ((uintptr_t)r.src < a || (uintptr_t)r.src >= a + bytes) open.push_back(std::move(r));
+  reads.swap(open);
   std::vector<Held> keep;
   for (Held &h : held)
     if ((uintptr_t)h.dst < a || (uintptr_t)h.dst >= a + bytes) keep.push_back(std::move(h));
@@ -189,11 +212,26 @@ namespace {
 
 ncclResult_t mpi(int rc) { return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
 
-// The call o has run: its output is held back until its stream is waited for.
+const char *kind_name(Kind k) {
+  static const char *const names[] = {"ncclSend", "ncclRecv", "ncclAllReduce", "ncclReduce", "ncclReduceScatter",
+                                      "ncclAllGather", "ncclBroadcast"};
+  return names[k];
+}
+
+// The call o has run: what it read is kept to compare (an input another stream overwrites
+// before the call is waited for), what it wrote is held back until its stream is waited for.
 void hold(const Op &o) {
   long call = emu_stream_call(o.stream);
   const ncclComm *c = o.comm;
-  size_t n = o.count;
+  size_t n = o.count, in = o.count * sizeof(float);
+  if (o.kind == kReduceScatter) in *= (size_t)c->nranks;
+  uintptr_t sa = (uintptr_t)o.send, ra = (uintptr_t)o.recv;
+  size_t out = (o.kind == kAllGather ? n * (size_t)c->nranks : n) * sizeof(float);
+  bool reads_input = o.kind != kRecv && !(o.kind == kBroadcast && c->rank != o.root) &&
+                     (o.kind == kSend || o.kind == kBroadcast || sa + in <= ra || ra + out <= sa); // not in place
+  if (reads_input && in)
+    reads.push_back(Read{o.stream, call, kind_name(o.kind), (const unsigned char *)o.send,
+                         std::vector<unsigned char>((const unsigned char *)o.send, (const unsigned char *)o.send + in)});
   switch (o.kind) {
   case kSend: return;
   case kReduce:

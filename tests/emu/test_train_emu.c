@@ -108,9 +108,10 @@ static void follows_the_cpu(int np, const char *sets, double rtol, const char *m
 
 /* Each rank on an emulated GPU of its own (EMU_GPU_PER_RANK=1): the pipeline's transfers and
  * ZeRO's collectives take kernels/cuda/coll_cuda.cu's NCCL path, on tests/emu/nccl_emu.cpp
- * (over MPI), whose results stay NaN until their stream is waited for (a consumer that skips
- * wait_p2p's event fails: checked by mutation). The counts it prints show that transfers went
- * in groups (runs of consecutive transfers, p2p_group) and how many collectives ran. */
+ * (over MPI), whose results stay NaN until their stream is waited for and whose inputs must not
+ * change before then (checked by mutation: a wait_p2p that does not wait fails the first test,
+ * a ZeRO-2 bucket wait that does not wait the second). The counts it prints show that transfers
+ * went in groups (runs of consecutive transfers, p2p_group) and how many collectives ran. */
 static void follows_the_cpu_on_nccl(int np, const char *sets, const char *must_say, long *grouped,
                                     long *collectives) {
   char *text;

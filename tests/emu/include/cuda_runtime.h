@@ -137,9 +137,11 @@ void emu_static_smem(void *p, size_t bytes); // a static __shared__ array: NaN a
 void emu_check_stream(cudaStream_t s, const char *what);
 // NCCL's results (tests/emu/nccl_emu.cpp, tests/emu/emu.cpp's streams and events): the count of
 // NCCL calls on stream s, one more; the results of those up to call `upto` of stream s made
-// visible; the held-back results for a freed range dropped
+// visible, and with done (waited for by another stream or the host, not just followed by more
+// work on s) the calls known finished, their inputs checked unchanged; what is kept for a freed
+// range dropped
 long emu_stream_call(cudaStream_t s);
-void emu_nccl_deliver(cudaStream_t s, long upto);
+void emu_nccl_deliver(cudaStream_t s, long upto, bool done);
 void emu_nccl_forget(const void *p, size_t bytes);
 
 // ---- launches: tests/emu/prep.sed turns k<<<grid, block, smem, stream>>>(args) into

@@ -494,6 +494,22 @@ Test(sim, compiling_under_costs_that_overflow_is_an_error) {
   sched_program_free(&compute);
 }
 
+/* An op far below the step it runs in (F = 1 beside a hop of 1e300) would be lost to rounding
+ * (sim showed rank 1 busy 0): an error naming the op, for a compiled shape and a schedule file. */
+Test(sim, costs_too_far_apart_are_an_error) {
+  sched_shape sh = {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 8};
+  sched_costs c = sched_costs_unit();
+  c.comm = 1e300;
+  sched_program pr;
+  core_error_clear();
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_EINPUT, "compiled");
+  cr_assert(strstr(core_error_msg(), "costs too far apart") && strstr(core_error_msg(), "FORWARD of virtual stage 0"),
+            "%s", core_error_msg());
+  c.comm = 1e3; /* 1e-12 of the step's bound is far below F: fine */
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  sched_program_free(&pr);
+}
+
 /* A rank whose first op starts late on a huge clock (costs of 1e300): its span runs from that
  * start, not from a sentinel the clock has passed. */
 Test(sim, span_starts_at_the_first_op_on_a_huge_clock) {

@@ -61,6 +61,16 @@ dim3 blockDim, gridDim;
 
 // ---- device memory ----
 
+static void forget_range(const void *p, size_t bytes);
+static std::map<uintptr_t, size_t> pinned; // page-locked host memory (cudaMallocHost): start -> bytes
+static bool is_pinned(const void *p, size_t bytes) {
+  uintptr_t a = (uintptr_t)p;
+  auto it = pinned.upper_bound(a);
+  if (it == pinned.begin()) return false;
+  --it;
+  return a + bytes <= it->first + it->second;
+}
+
 static std::map<uintptr_t, size_t> allocs; // start -> bytes
 static cudaError_t last_err = cudaSuccess;
 
@@ -98,7 +108,7 @@ cudaError_t cudaFree(void *p) {
   if (!p) return cudaSuccess;
   auto it = allocs.find((uintptr_t)p);
   if (it == allocs.end()) die("cudaFree of a pointer cudaMalloc did not return");
-  emu_nccl_forget(p, it->second); // results still held back for it go with it
+  forget_range(p, it->second); // what is kept for it goes with it
   allocs.erase(it);
   free(p);
   return cudaSuccess;
@@ -111,22 +121,124 @@ static void check_stream(cudaStream_t s, const char *what) {
   abort();
 }
 
-// ---- streams and events: when NCCL's results become visible ----
-// Work runs when it is issued, except what an NCCL call writes (a receive's buffer, a
-// collective's output: tests/emu/nccl_emu.cpp), which is held back, the buffer reading as NaN,
-// until its stream is waited for: by work issued later on the same stream, by another stream
-// through an event recorded on it after the call (cudaStreamWaitEvent), or by the host
-// (cudaEventSynchronize, cudaStreamSynchronize, cudaStreamQuery). On a GPU a reader that skips
-// that wait races with the transfer; here it reads NaN, every time. Each stream counts the NCCL
-// calls issued on it; an event remembers its stream and that count when recorded.
+// ---- streams and events: when an asynchronous call's effects become visible ----
+// Work runs when it is issued, but what an asynchronous call writes (an NCCL call's output:
+// tests/emu/nccl_emu.cpp; a copy's destination but pageable host memory, which CUDA writes
+// before the call returns) is held back, the buffer reading as NaN, until its stream is waited
+// for: by work issued later on the same stream, by another stream through an event recorded on
+// it after the call (cudaStreamWaitEvent), or by the host (cudaEventSynchronize,
+// cudaStreamSynchronize, cudaStreamQuery). And what it reads (an NCCL input; a copy's source but
+// pageable host memory, which CUDA stages before returning) is kept and compared when another
+// stream or the host waits for it: written meanwhile, it aborts the run. On a GPU a reader that
+// skips the wait, or a writer that overwrites an input before it, races with the call; here it
+// fails every time. Each stream counts the calls issued on it; an event remembers its stream and
+// that count when recorded.
 struct CUstream_st {
   long calls;
 };
 static std::map<cudaEvent_t, std::pair<cudaStream_t, long>> recorded;
-long emu_stream_call(cudaStream_t s) { return ++s->calls; }
-void emu_check_stream(cudaStream_t s, const char *what) { // work issued on s: after s's NCCL results
+
+struct Held { // a call's output, not yet visible
+  cudaStream_t stream;
+  long call;
+  unsigned char *dst;
+  std::vector<unsigned char> data;
+};
+struct Read { // what a call read, as it was
+  cudaStream_t stream;
+  long call;
+  const char *what;
+  const unsigned char *src;
+  std::vector<unsigned char> bytes;
+};
+static std::vector<Held> held;
+static std::vector<Read> reads;
+
+void emu_call_done(cudaStream_t s, const char *what, const void *in, size_t in_bytes, void *out, size_t out_bytes) {
+  long call = ++s->calls;
+  const unsigned char *i = (const unsigned char *)in;
+  unsigned char *o = (unsigned char *)out;
+  if (in_bytes) reads.push_back(Read{s, call, what, i, std::vector<unsigned char>(i, i + in_bytes)});
+  if (out_bytes) {
+    held.push_back(Held{s, call, o, std::vector<unsigned char>(o, o + out_bytes)});
+    memset(o, 0xFF, out_bytes); // NaN
+  }
+}
+
+// Read records that are settled: each checked unchanged (no one wrote the buffer while the call
+// might still read it), then dropped.
+static void settle_reads(bool (*which)(const Read &, const void *), const void *arg) {
+  std::vector<Read> open;
+  for (Read &r : reads)
+    if (!which(r, arg)) open.push_back(std::move(r));
+    else if (memcmp(r.src, r.bytes.data(), r.bytes.size()) != 0) {
+      char msg[300];
+      snprintf(msg, sizeof msg, "a buffer %s reads was written before the call's stream was waited for (on a GPU "
+               "the call may still be reading it: a write-after-read race; wait for its event first)", r.what);
+      die(msg);
+    }
+  reads.swap(open);
+}
+
+struct Upto {
+  cudaStream_t s;
+  long upto;
+};
+static bool read_upto(const Read &r, const void *a) {
+  const Upto *u = (const Upto *)a;
+  return r.stream == u->s && r.call <= u->upto;
+}
+
+struct Range {
+  cudaStream_t s;
+  uintptr_t lo, hi;
+};
+static bool read_overlaps(const Read &r, const void *a) {
+  const Range *g = (const Range *)a;
+  uintptr_t lo = (uintptr_t)r.src, hi = lo + r.bytes.size();
+  return r.stream == g->s && lo < g->hi && g->lo < hi;
+}
+
+// Stream s's calls up to `upto` made visible; with done they are known finished for whoever
+// waits (another stream or the host waited for them, or s itself runs work whose writes are not
+// known, a kernel: from then on s may write their inputs), their inputs checked unchanged. A
+// later NCCL call or copy on s (its writes known: emu_stream_writes) leaves them open.
+static void deliver(cudaStream_t s, long upto, bool done) {
+  Upto u{s, upto};
+  if (done) settle_reads(read_upto, &u);
+  std::vector<Held> later;
+  for (Held &h : held) // in call order: a later result over the same bytes wins
+    if (h.stream == s && h.call <= upto) memcpy(h.dst, h.data.data(), h.data.size());
+    else later.push_back(std::move(h));
+  held.swap(later);
+}
+
+// What is kept for a freed range goes with it.
+static void forget_range(const void *p, size_t bytes) {
+  uintptr_t a = (uintptr_t)p;
+  std::vector<Read> open;
+  for (Read &r : reads)
+    if ((uintptr_t)r.src < a || (uintptr_t)r.src >= a + bytes) open.push_back(std::move(r));
+  reads.swap(open);
+  std::vector<Held> keep;
+  for (Held &h : held)
+    if ((uintptr_t)h.dst < a || (uintptr_t)h.dst >= a + bytes) keep.push_back(std::move(h));
+  held.swap(keep);
+}
+
+void emu_check_stream(cudaStream_t s, const char *what) { // work issued on s: after s's earlier calls
   check_stream(s, what);
-  emu_nccl_deliver(s, LONG_MAX, false);
+  deliver(s, LONG_MAX, true);
+}
+
+void emu_check_stream_call(cudaStream_t s, const char *what) {
+  check_stream(s, what);
+  deliver(s, LONG_MAX, false);
+}
+
+void emu_stream_writes(cudaStream_t s, const void *p, size_t bytes) {
+  Range g{s, (uintptr_t)p, (uintptr_t)p + bytes};
+  if (bytes) settle_reads(read_overlaps, &g);
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
   emu_check_stream(s, "cudaMemsetAsync");
@@ -136,31 +248,43 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
                             cudaStream_t stream) {
-  emu_check_stream(stream, "cudaMemcpyAsync");
+  emu_check_stream_call(stream, "cudaMemcpyAsync");
   bool dd = emu_is_device_range(dst, bytes), sd = emu_is_device_range(src, bytes);
   if (dd != (k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice) ||
       sd != (k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice))
     die("cudaMemcpyAsync: a pointer is not of the kind's side, or the range passes its allocation");
   uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
   if (bytes && d < s + bytes && s < d + bytes) die("cudaMemcpyAsync: overlapping ranges");
+  emu_stream_writes(stream, dst, bytes);
   memcpy(dst, src, bytes);
+  // asynchronous but for pageable host memory: CUDA stages a pageable source and fills a
+  // pageable destination before returning
+  bool reads_later = sd || is_pinned(src, bytes), writes_later = dd || is_pinned(dst, bytes);
+  if (bytes)
+    emu_call_done(stream, "cudaMemcpyAsync", reads_later ? src : nullptr, reads_later ? bytes : 0,
+                  writes_later ? dst : nullptr, writes_later ? bytes : 0);
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   check_stream(s, "cudaStreamSynchronize");
-  emu_nccl_deliver(s, LONG_MAX, true);
+  deliver(s, LONG_MAX, true);
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) { // nothing is ever left to run
   check_stream(s, "cudaStreamQuery");
-  emu_nccl_deliver(s, LONG_MAX, true);
+  deliver(s, LONG_MAX, true);
   return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
   *p = malloc(bytes ? bytes : 1); // host memory: cudaMemcpyAsync checks it is not a device range
-  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (!*p) return cudaErrorMemoryAllocation;
+  pinned[(uintptr_t)*p] = bytes;
+  return cudaSuccess;
 }
 cudaError_t cudaFreeHost(void *p) {
+  auto it = pinned.find((uintptr_t)p);
+  if (p && it == pinned.end()) die("cudaFreeHost of a pointer cudaMallocHost did not return");
+  if (p) forget_range(p, it->second), pinned.erase(it);
   free(p);
   return cudaSuccess;
 }
@@ -179,7 +303,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 // results up to its record, finished for any waiter but its own stream
 static void reached(cudaEvent_t e, cudaStream_t by) {
   auto it = recorded.find(e);
-  if (it != recorded.end()) emu_nccl_deliver(it->second.first, it->second.second, it->second.first != by);
+  if (it != recorded.end()) deliver(it->second.first, it->second.second, it->second.first != by);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidValue;

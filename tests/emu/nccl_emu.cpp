@@ -15,9 +15,8 @@
 // completes only because the host went on while the GPU's stream waited) hangs here.
 //
 // What a call writes (a receive's buffer, a collective's output) is held back, the buffer
-// filled with NaN, until the stream it was issued on is waited for (tests/emu/emu.cpp's streams
-// and events call emu_nccl_deliver): a reader on another stream that does not wait for the
-// call's event, as a GPU would race, reads NaN here.
+// filled with NaN, until the stream it was issued on is waited for, and what it reads must not
+// change before then (tests/emu/emu.cpp's streams and events, emu_call_done).
 //
 // Checked as NCCL's contract asks: float data only, buffers inside emulated device allocations
 // (a host pointer given to NCCL aborts), work on a non-default stream, ranks and roots in range,
@@ -51,23 +50,6 @@ struct Op {
   ncclComm_t comm;
   cudaStream_t stream;
 };
-
-struct Held { // a call's output, not yet visible
-  cudaStream_t stream;
-  long call; // emu_stream_call's count of the call on its stream
-  float *dst;
-  std::vector<float> data;
-};
-std::vector<Held> held;
-
-struct Read { // what a call read, as it was: it must not change before the call is waited for
-  cudaStream_t stream;
-  long call;
-  const char *what; // the call
-  const unsigned char *src;
-  std::vector<unsigned char> bytes;
-};
-std::vector<Read> reads;
 
 int serial;             // ids made by this process
 int depth;              // ncclGroupStart calls not yet closed
@@ -178,36 +160,6 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) {
   return ncclSuccess;
 }
 
-void emu_nccl_deliver(cudaStream_t s, long upto, bool done) {
-  std::vector<Read> open;
-  for (Read &r : reads)
-    if (!done || r.stream != s || r.call > upto) open.push_back(std::move(r));
-    else if (memcmp(r.src, r.bytes.data(), r.bytes.size()) != 0) {
-      char msg[300];
-      snprintf(msg, sizeof msg, "a buffer %s reads was written before the call's stream was waited for (on a GPU "
-               "the call may still be reading it: a write-after-read race; wait for its event first)", r.what);
-      die(msg);
-    }
-  reads.swap(open);
-  std::vector<Held> later;
-  for (Held &h : held) // in call order: a later result over the same bytes wins
-    if (h.stream == s && h.call <= upto) memcpy(h.dst, h.data.data(), h.data.size() * sizeof(float));
-    else later.push_back(std::move(h));
-  held.swap(later);
-}
-
-void emu_nccl_forget(const void *p, size_t bytes) {
-  uintptr_t a = (uintptr_t)p;
-  std::vector<Read> open;
-  for (Read &r : reads)
-    if ((uintptr_t)r.src < a || (uintptr_t)r.src >= a + bytes) open.push_back(std::move(r));
-  reads.swap(open);
-  std::vector<Held> keep;
-  for (Held &h : held)
-    if ((uintptr_t)h.dst < a || (uintptr_t)h.dst >= a + bytes) keep.push_back(std::move(h));
-  held.swap(keep);
-}
-
 namespace {
 
 ncclResult_t mpi(int rc) { return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError; }
@@ -218,34 +170,33 @@ const char *kind_name(Kind k) {
   return names[k];
 }
 
-// The call o has run: what it read is kept to compare (an input another stream overwrites
-// before the call is waited for), what it wrote is held back until its stream is waited for.
-void hold(const Op &o) {
-  long call = emu_stream_call(o.stream);
+// What call o reads (none: 0 bytes) and writes on this rank.
+void ranges(const Op &o, size_t *in_bytes, size_t *out_bytes) {
   const ncclComm *c = o.comm;
-  size_t n = o.count, in = o.count * sizeof(float);
+  size_t in = o.count * sizeof(float), out = in;
   if (o.kind == kReduceScatter) in *= (size_t)c->nranks;
+  if (o.kind == kAllGather) out *= (size_t)c->nranks;
   uintptr_t sa = (uintptr_t)o.send, ra = (uintptr_t)o.recv;
-  size_t out = (o.kind == kAllGather ? n * (size_t)c->nranks : n) * sizeof(float);
   bool reads_input = o.kind != kRecv && !(o.kind == kBroadcast && c->rank != o.root) &&
                      (o.kind == kSend || o.kind == kBroadcast || sa + in <= ra || ra + out <= sa); // not in place
-  if (reads_input && in)
-    reads.push_back(Read{o.stream, call, kind_name(o.kind), (const unsigned char *)o.send,
-                         std::vector<unsigned char>((const unsigned char *)o.send, (const unsigned char *)o.send + in)});
-  switch (o.kind) {
-  case kSend: return;
-  case kReduce:
-    if (c->rank != o.root) return;
-    break;
-  case kAllGather: n *= (size_t)c->nranks; break;
-  case kBroadcast:
-    if (c->rank == o.root && o.send == o.recv) return; // the root's own data, unchanged
-    break;
-  default: break;
-  }
-  if (!n) return;
-  held.push_back(Held{o.stream, call, o.recv, std::vector<float>(o.recv, o.recv + n)});
-  memset(o.recv, 0xFF, n * sizeof(float)); // NaN
+  bool writes = o.kind != kSend && !(o.kind == kReduce && c->rank != o.root) &&
+                !(o.kind == kBroadcast && c->rank == o.root && o.send == o.recv); // the root's own data, unchanged
+  *in_bytes = reads_input ? in : 0, *out_bytes = writes ? out : 0;
+}
+
+// Call o is about to run: the inputs of its stream's earlier calls that it overwrites are settled.
+void will_run(const Op &o) {
+  size_t in, out;
+  ranges(o, &in, &out);
+  emu_stream_writes(o.stream, o.recv, out);
+}
+
+// The call o has run: what it read and wrote, to the emulator's stream bookkeeping
+// (emu_call_done: the input compared when the call is waited for, the output held back).
+void hold(const Op &o) {
+  size_t in, out;
+  ranges(o, &in, &out);
+  emu_call_done(o.stream, kind_name(o.kind), in ? o.send : nullptr, in, out ? o.recv : nullptr, out);
 }
 
 // A collective, run now (the buffers are checked where they are given).
@@ -277,7 +228,7 @@ ncclResult_t issue(Kind kind, const void *send, void *recv, size_t count, ncclDa
                    ncclComm_t comm, cudaStream_t stream, const char *what) {
   if (!comm || type != ncclFloat || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
   if (count > (size_t)0x7fffffff) return ncclInvalidArgument; // one MPI count
-  emu_check_stream(stream, what);
+  emu_check_stream_call(stream, what);
   size_t n = count * sizeof(float), in = kind == kReduceScatter ? n * (size_t)comm->nranks : n;
   size_t out = kind == kAllGather ? n * (size_t)comm->nranks : n;
   bool reads = kind != kRecv, writes = kind != kSend;
@@ -294,6 +245,7 @@ ncclResult_t issue(Kind kind, const void *send, void *recv, size_t count, ncclDa
     return ncclSuccess;
   }
   if (!count) return ncclSuccess;
+  will_run(o);
   ncclResult_t r = kind == kSend   ? mpi(MPI_Send(send, (int)count, MPI_FLOAT, root, 0, comm->mpi))
                    : kind == kRecv ? mpi(MPI_Recv(recv, (int)count, MPI_FLOAT, root, 0, comm->mpi, MPI_STATUS_IGNORE))
                                    : collective(o);
@@ -315,6 +267,8 @@ ncclResult_t ncclGroupEnd(void) {
   ops.swap(queued);
   std::vector<MPI_Request> req;
   ncclResult_t r = ncclSuccess;
+  for (const Op &o : ops)
+    if (o.count) will_run(o);
   for (const Op &o : ops) // the transfers first, all posted
     if (o.count && (o.kind == kSend || o.kind == kRecv)) {
       MPI_Request q;

@@ -135,14 +135,15 @@ void emu_static_smem(void *p, size_t bytes); // a static __shared__ array: NaN a
 // Work queued on the legacy default stream (0) is not ordered with the backend's
 // cudaStreamNonBlocking streams: a launch, copy, memset, event or GEMM given no stream aborts.
 void emu_check_stream(cudaStream_t s, const char *what);
-// NCCL's results (tests/emu/nccl_emu.cpp, tests/emu/emu.cpp's streams and events): the count of
-// NCCL calls on stream s, one more; the results of those up to call `upto` of stream s made
-// visible, and with done (waited for by another stream or the host, not just followed by more
-// work on s) the calls known finished, their inputs checked unchanged; what is kept for a freed
-// range dropped
-long emu_stream_call(cudaStream_t s);
-void emu_nccl_deliver(cudaStream_t s, long upto, bool done);
-void emu_nccl_forget(const void *p, size_t bytes);
+// An asynchronous call on stream s has run (an NCCL call: tests/emu/nccl_emu.cpp; a copy): what
+// it read (in, in_bytes; none: NULL, 0) must not change, and what it wrote (out, out_bytes) stays
+// hidden (NaN), until s is waited for (tests/emu/emu.cpp, streams and events).
+void emu_call_done(cudaStream_t s, const char *what, const void *in, size_t in_bytes, void *out, size_t out_bytes);
+// Such a call is issued on s (the stream checked, s's earlier results made visible to it; their
+// inputs stay watched), and it is about to write [p, p + bytes): the inputs of s's earlier calls
+// there are settled first (s writing them after reading them is in order).
+void emu_check_stream_call(cudaStream_t s, const char *what);
+void emu_stream_writes(cudaStream_t s, const void *p, size_t bytes);
 
 // ---- launches: tests/emu/prep.sed turns k<<<grid, block, smem, stream>>>(args) into
 // emu_launch(k, grid, block, smem, stream)(args) ----

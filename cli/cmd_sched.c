@@ -146,7 +146,7 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.tied);
     } else if (allow_sim && strcmp(a, "--cost-gather") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.gather);
-    } else if (allow_sim && strcmp(a, "--act-bytes") == 0) {
+    } else if (strcmp(a, "--act-bytes") == 0) { /* compile too: with --offload-gbps, the copies' time */
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.act_bytes);
     } else if (allow_sim && strcmp(a, "--json") == 0) {
       o->json = 1;

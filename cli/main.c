@@ -78,7 +78,7 @@ static const struct command commands[] = {
      "  --dp D --dp-gbps BW  D replicas per stage; ZeRO stages compared at BW GB/s\n"
      "  --svg FILE         the best candidate's simulated timeline\n"
      "  --max-instructions N --max-memory BYTES  candidates over them are skipped, not built\n"
-     "                     (defaults 2^20 per candidate and the machine's memory)\n"},
+     "                     (defaults 2^20 per candidate and $BRIGADE_MAX_MEMORY, else the machine's memory)\n"},
     {"plot", cli_plot, "draw a trace brigade wrote (simulated or measured)",
      "usage: brigade plot TRACE.json [-o FILE.svg] [--ascii]\n"
      "  TRACE.json         a Chrome trace from `sim --trace` or a training run's trace.path\n"

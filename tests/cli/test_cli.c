@@ -108,6 +108,28 @@ Test(cli, compile_under_the_cost_flags) {
   remove(csv);
 }
 
+/* compile --offload full prices a slot's copy as its help says, by --act-bytes over
+ * --offload-gbps (it refused --act-bytes as sim's alone): a copy that hides offloads, one 100
+ * times slower does not. */
+Test(cli, compile_offload_by_bytes_and_bandwidth) {
+  char args[512], path[] = "/tmp/brigade_cli_XXXXXX", *out;
+  close(mkstemp(path));
+  int n[2];
+  for (int k = 0; k < 2; k++) {
+    snprintf(args, sizeof args, "compile --schedule 1f1b --stages 4 --microbatches 8 --offload full --act-bytes %s "
+             "--offload-gbps 10 --format instructions -o %s", k ? "1e11" : "1e9", path);
+    cr_assert_eq(brigade(args, &out), 0, "%s", out);
+    free(out);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "grep -c OFFLOAD %s", path);
+    test_capture(cmd, &out);
+    n[k] = atoi(out);
+    free(out);
+  }
+  cr_assert(n[0] > 0 && n[1] == 0, "offloads: %d with copies of 0.1, %d with copies of 10", n[0], n[1]);
+  remove(path);
+}
+
 /* A bad --format is refused before -o opens the file: an existing file is left as it was. */
 Test(cli, compile_bad_format_keeps_the_output_file) {
   char path[] = "/tmp/brigade_cli_XXXXXX";

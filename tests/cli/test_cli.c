@@ -430,6 +430,30 @@ Test(cli, sim_steps_and_step_sync) {
   free(out);
 }
 
+/* A step-0 checkpoint of configs/tiny.cfg in dir/ck and its llm.c export dir/w.bin (and, with
+ * st, its safetensors export dir/w.st); `then`: more shell commands to run after them ("" none). */
+static void exported_checkpoint(const char *dir, int st, const char *then) {
+  char cmd[2048];
+  const char *b = test_build_dir();
+  int k = snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=0 "
+                   "--set checkpoint.dir=%s/ck 1>&2 && %s/brigade convert %s/ck %s/w.bin --to llmc 1>&2", b, dir, b, dir, dir);
+  if (st) k += snprintf(cmd + k, sizeof cmd - (size_t)k, " && %s/brigade convert %s/ck %s/w.st --to safetensors 1>&2", b, dir, dir);
+  if (*then) snprintf(cmd + k, sizeof cmd - (size_t)k, " && %s", then);
+  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+}
+
+/* `brigade ARGS` is refused: exit 2, one line "brigade: error: " + prefix ... holding want. */
+static void refused(const char *args, const char *prefix, const char *want) {
+  char *out;
+  int rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", args, &out);
+  cr_assert_eq(rc, 2, "'%s' exited %d: %s", args, rc, out);
+  size_t n = strlen("brigade: error: ");
+  cr_assert(strncmp(out, "brigade: error: ", n) == 0 && strncmp(out + n, prefix, strlen(prefix)) == 0 && strstr(out, want),
+            "'%s': wanted '%s', got %s", args, want, out);
+  cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", args, out);
+  free(out);
+}
+
 /* convert's --heads where it would be ignored or cannot hold (an llm.c file's header says the
  * heads, a checkpoint's config does, a count that does not divide the width was reported at
  * made-up lines of the file), and --init-from a directory (was "shorter than llm.c's header"):
@@ -437,11 +461,7 @@ Test(cli, sim_steps_and_step_sync) {
 Test(cli, convert_heads_and_init_from_a_directory, .timeout = 120) {
   char dir[] = "/tmp/brigade_cli_XXXXXX", cmd[2048], *out;
   cr_assert(mkdtemp(dir));
-  const char *b = test_build_dir();
-  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=0 "
-           "--set checkpoint.dir=%s/ck 1>&2 && %s/brigade convert %s/ck %s/w.bin --to llmc 1>&2 && "
-           "%s/brigade convert %s/ck %s/w.st --to safetensors 1>&2", b, dir, b, dir, dir, b, dir, dir);
-  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  exported_checkpoint(dir, 1, "");
   const char *bad[][2] = {
       {"convert %s/w.bin %s/a --heads 8", "--heads 8, but "},
       {"convert %s/w.st %s/b --heads 5", "--heads 5 does not divide "},
@@ -451,11 +471,7 @@ Test(cli, convert_heads_and_init_from_a_directory, .timeout = 120) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char args[1024];
     snprintf(args, sizeof args, bad[i][0], dir, i == 3 ? "" : dir);
-    int rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", args, &out);
-    cr_assert_eq(rc, 2, "'%s' exited %d: %s", args, rc, out);
-    cr_assert(strncmp(out, "brigade: error: ", 16) == 0 && strstr(out, bad[i][1]), "'%s': %s", args, out);
-    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", args, out);
-    free(out);
+    refused(args, "", bad[i][1]);
   }
   snprintf(cmd, sizeof cmd, "convert %s/w.bin %s/d --heads 4", dir, dir); /* the header's own count: fine */
   cr_assert_eq(brigade(cmd, &out), 0, "%s", out);
@@ -618,12 +634,9 @@ Test(cli, data_errors_name_the_key_and_the_split, .timeout = 60) {
 Test(cli, convert_never_writes_over_the_users_files, .timeout = 120) {
   char dir[] = "/tmp/brigade_cli_XXXXXX", cmd[2048], *out;
   cr_assert(mkdtemp(dir));
-  const char *b = test_build_dir();
-  snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=0 "
-           "--set checkpoint.dir=%s/ck 1>&2 && %s/brigade convert %s/ck %s/w.bin --to llmc 1>&2 && "
-           "echo keep > %s/mine.bin && mkdir %s/full && echo keep > %s/full/notes.txt && : > %s/empty.bin && mkdir %s/emptydir",
-           b, dir, b, dir, dir, dir, dir, dir, dir, dir);
-  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  snprintf(cmd, sizeof cmd, "echo keep > %s/mine.bin && mkdir %s/full && echo keep > %s/full/notes.txt && : > %s/empty.bin "
+           "&& mkdir %s/emptydir", dir, dir, dir, dir, dir);
+  exported_checkpoint(dir, 0, cmd);
   const char *bad[][2] = {
       {"convert %s/ck %s/mine.bin --to llmc", "mine.bin exists (5 bytes) and would be written over; remove it or pick another path"},
       {"convert %s/ck %s/mine.bin --to safetensors", "mine.bin exists (5 bytes) and would be written over"},
@@ -636,12 +649,7 @@ Test(cli, convert_never_writes_over_the_users_files, .timeout = 120) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char args[1024];
     snprintf(args, sizeof args, bad[i][0], dir, dir);
-    int rc = brigade(args, &out);
-    cr_assert_eq(rc, 2, "'%s' exited %d: %s", args, rc, out);
-    cr_assert(strncmp(out, "brigade: error: convert: ", 25) == 0 && strstr(out, bad[i][1]), "'%s': wanted '%s', got %s",
-              args, bad[i][1], out);
-    cr_assert(strchr(out, '\n') == out + strlen(out) - 1, "'%s' printed more than one line: %s", args, out);
-    free(out);
+    refused(args, "convert: ", bad[i][1]);
   }
   snprintf(cmd, sizeof cmd, "grep -qx keep %s/mine.bin && grep -qx keep %s/full/notes.txt && [ \"$(ls %s/full)\" = notes.txt ]",
            dir, dir, dir);

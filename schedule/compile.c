@@ -276,19 +276,30 @@ static int two_orders(const sched_shape *sh) {
 }
 
 /* Replaces *out by the rounds' lowered program when it simulates faster; errors of the second
- * attempt are dropped (the first program stands) */
+ * attempt are dropped (the first program stands). Not lowered when it cannot win: *out has no
+ * bubble and the rounds' compute order, run as early as it can, ends no sooner than *out. */
 static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
   sched_program compute, alt;
-  if (compile_compute(sh, costs, &compute, 1) != CORE_OK) return;
-  int rc = sched_lower(&compute, costs, &alt);
-  sched_program_free(&compute);
-  if (rc) return;
   sched_sim_result a, b;
-  int ra = sched_simulate(out, costs, &a, NULL), rb = sched_simulate(&alt, costs, &b, NULL);
-  int better = !ra && !rb &&
-               (b.bubble_rate < a.bubble_rate - 1e-12 ||
-                (b.bubble_rate <= a.bubble_rate + 1e-12 && b.makespan < a.makespan * (1 - 1e-12)));
-  if (!ra) sched_sim_result_free(&a);
+  if (sched_simulate(out, costs, &a, NULL) != CORE_OK) return; /* nothing to compare with */
+  if (compile_compute(sh, costs, &compute, 1) != CORE_OK) {
+    sched_sim_result_free(&a);
+    return;
+  }
+  double asap;
+  int rc = a.bubble_rate <= 1e-12 && sched_asap_end(&compute, costs, &asap) == CORE_OK &&
+                   !(asap < a.makespan * (1 - 1e-12))
+               ? CORE_EINPUT /* it cannot win */
+               : sched_lower(&compute, costs, &alt);
+  sched_program_free(&compute);
+  if (rc) {
+    sched_sim_result_free(&a);
+    return;
+  }
+  int rb = sched_simulate(&alt, costs, &b, NULL);
+  int better = !rb && (b.bubble_rate < a.bubble_rate - 1e-12 ||
+                       (b.bubble_rate <= a.bubble_rate + 1e-12 && b.makespan < a.makespan * (1 - 1e-12)));
+  sched_sim_result_free(&a);
   if (!rb) sched_sim_result_free(&b);
   if (better) {
     sched_program_free(out);

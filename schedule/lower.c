@@ -910,6 +910,22 @@ void sched_append_tail(sched_program *out) {
   }
 }
 
+int sched_asap_end(const sched_program *compute, const sched_costs *costs, double *end) {
+  int rc = sched_check_compute(compute);
+  if (!rc) rc = sched_costs_check(costs, compute->p * compute->v, compute->m);
+  if (rc) return rc;
+  flow fl;
+  flow_init(&fl, compute, costs);
+  rc = flow_run(&fl);
+  *end = 0;
+  for (int r = 0; !rc && r < compute->p; r++) {
+    int n = compute->streams[r].len;
+    if (n > 0 && fl.end[r][n - 1] > *end) *end = fl.end[r][n - 1];
+  }
+  flow_free(&fl);
+  return rc;
+}
+
 int sched_lower(const sched_program *compute, const sched_costs *costs, sched_program *out) {
   int rc = sched_check_compute(compute);
   if (!rc) rc = sched_costs_check(costs, compute->p * compute->v, compute->m);

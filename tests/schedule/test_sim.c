@@ -372,6 +372,38 @@ Test(sim, lowering_is_on_time_unless_no_program_can) {
   cr_assert(lane_on_time > 0, "no shape where the transfer lane beats blocking receives");
 }
 
+/* sched_compile lowers zb-h1/h2/auto's second compute order only when it might win: not when
+ * the first has no bubble and the second, run as early as its dependencies allow
+ * (sched_asap_end), ends no sooner. That rests on no lowering simulating shorter than that
+ * bound: checked here for every family and the grid above's shapes and latencies. */
+Test(sim, no_lowering_beats_the_compute_orders_asap_end) {
+  const double comms[] = {0, 0.25, 1.5};
+  int checked = 0;
+  for (int ci = 0; ci < 3; ci++)
+    for (int f = SCHED_GPIPE; f < SCHED_CUSTOM; f++)
+      for (int p = 1; p <= 4; p++)
+        for (int m = 1; m <= 8; m++) {
+          int v = f == SCHED_INTERLEAVED || sched_family_is_v((sched_family)f) ? 2 : 1;
+          if (f == SCHED_DUALPIPE_V && m < 2 * p) continue;
+          sched_shape sh = {.family = (sched_family)f, .p = p, .v = v, .m = m};
+          sched_costs c = sched_costs_unit();
+          c.b = 1.5, c.w = 0.5, c.comm = comms[ci];
+          sched_program compute, full;
+          if (sched_compile_compute(&sh, &c, &compute) != CORE_OK) continue;
+          double end;
+          cr_assert_eq(sched_asap_end(&compute, &c, &end), CORE_OK, "%s", core_error_msg());
+          cr_assert_eq(sched_lower(&compute, &c, &full), CORE_OK, "%s", core_error_msg());
+          sched_sim_result res;
+          cr_assert_eq(sched_simulate(&full, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
+          cr_assert(res.makespan >= end * (1 - 1e-12), "%s p=%d m=%d comm %g: simulated %.17g, before the bound %.17g",
+                    sched_family_name((sched_family)f), p, m, c.comm, res.makespan, end);
+          checked++;
+          sched_sim_result_free(&res);
+          sched_program_free(&full), sched_program_free(&compute);
+        }
+  cr_assert(checked > 500, "only %d shapes", checked);
+}
+
 /* The reproduction that started this: 1F1B, 2 stages, 2 micro-batches, latency 0.5. Rank 0 sends
  * micro-batch 1's activation (ready at 2) before it waits for micro-batch 0's gradient (there
  * at 5), so rank 1 runs F1 at 4.5, not at 5.5: the step takes 10, the dataflow bound. */

@@ -106,14 +106,16 @@ int sched_costs_check(const sched_costs *c, int S, int m) {
   if (!(bound < INFINITY))
     return core_error_set(CORE_EINPUT, "costs too large: a step of %d virtual stages x %d micro-batches "
                           "under them overflows a double", S, m);
-  /* an op far below the clock it runs on is lost to rounding (a rank busy 0 for its forwards) */
+  /* an op far below the clock it runs on is lost to rounding (a rank busy 0 for its forwards):
+   * the compute of a step runs on a clock of at most its ops and hops */
+  double clock = (double)S * m * (op + 2 * c->comm);
   for (int s = 0; s < S; s++) {
     for (sched_op o = SCHED_FORWARD; o <= SCHED_BACKWARD_WEIGHT; o++) {
       double t = sched_op_cost(c, o, s);
-      if (t > 0 && t < 1e-12 * bound)
-        return core_error_set(CORE_EINPUT, "costs too far apart: a step under them may reach %g, and %s of virtual "
+      if (t > 0 && t < 1e-12 * clock)
+        return core_error_set(CORE_EINPUT, "costs too far apart: a step's compute under them may reach %g, and %s of virtual "
                               "stage %d takes %g, below 1e-12 of it, where rounding loses it; give the costs in "
-                              "units closer together", bound, sched_op_name(o), s, t);
+                              "units closer together", clock, sched_op_name(o), s, t);
     }
     if (!c->stage_f && !c->stage_b && !c->stage_w && !c->stage_dp_w) break;
   }

@@ -88,6 +88,7 @@ const char *cudaGetErrorString(cudaError_t e) {
   case cudaErrorInvalidValue: return "invalid argument";
   case cudaErrorMemoryAllocation: return "out of memory";
   case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+  case cudaErrorNotReady: return "device not ready";
   default: return "unknown error";
   }
 }
@@ -263,6 +264,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
   if (bytes)
     emu_call_done(stream, "cudaMemcpyAsync", reads_later ? src : nullptr, reads_later ? bytes : 0,
                   writes_later ? dst : nullptr, writes_later ? bytes : 0);
+  if (k == cudaMemcpyDeviceToHost && !writes_later) deliver(stream, LONG_MAX, true); // it returned when its stream got there
   return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {

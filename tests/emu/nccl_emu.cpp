@@ -25,6 +25,9 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 bool emu_is_device_range(const void *p, size_t bytes);
@@ -177,10 +180,10 @@ void ranges(const Op &o, size_t *in_bytes, size_t *out_bytes) {
   if (o.kind == kReduceScatter) in *= (size_t)c->nranks;
   if (o.kind == kAllGather) out *= (size_t)c->nranks;
   uintptr_t sa = (uintptr_t)o.send, ra = (uintptr_t)o.recv;
-  bool reads_input = o.kind != kRecv && !(o.kind == kBroadcast && c->rank != o.root) &&
-                     (o.kind == kSend || o.kind == kBroadcast || sa + in <= ra || ra + out <= sa); // not in place
   bool writes = o.kind != kSend && !(o.kind == kReduce && c->rank != o.root) &&
                 !(o.kind == kBroadcast && c->rank == o.root && o.send == o.recv); // the root's own data, unchanged
+  bool reads_input = o.kind != kRecv && !(o.kind == kBroadcast && c->rank != o.root) &&
+                     (!writes || o.kind == kBroadcast || sa + in <= ra || ra + out <= sa); // not in place
   *in_bytes = reads_input ? in : 0, *out_bytes = writes ? out : 0;
 }
 

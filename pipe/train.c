@@ -347,7 +347,8 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
   if (!rc && (rc = pipe_data_open(&tr->data, tr->cfg.data_path, tr->cfg.val_path, tr->cfg.val_fraction, tr->cfg.T))) {
     const char *key = tr->data.failed_key ? tr->data.failed_key : "data"; /* the key whose file or value failed */
     char w[256];
-    core_config_where(tr->cfg.cfg, key, -1, w, sizeof w);
+    if (core_config_where(tr->cfg.cfg, key, -1, w, sizeof w) != CORE_OK && strcmp(key, "data.val_fraction") == 0)
+      snprintf(w, sizeof w, "not set: its default, %g", tr->cfg.val_fraction); /* no line of the config says it */
     core_error_prefix("%s (%s)", key, w);
   }
   if (!rc) tr->data.sequential = tr->cfg.sequential, tr->data.per_step = (long)tr->cfg.m * tr->cfg.d;

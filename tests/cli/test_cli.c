@@ -625,6 +625,18 @@ Test(cli, data_errors_name_the_key_and_the_split, .timeout = 60) {
                              "holds 8 tokens" : NULL, NULL};
     train_refuses(cases[i][0], w);
   }
+  /* the fraction set nowhere: its default is named, not a config line that does not hold it */
+  char cfg[] = "/tmp/brigade_cfg_XXXXXX", cmd[1024], *out;
+  close(mkstemp(cfg));
+  snprintf(cmd, sizeof cmd, "sed 's/ val_fraction = 0.05;//' configs/tiny.cfg > %s && grep -qv val_fraction %s && "
+           "head -c 300 data/kjv.txt > %s", cfg, cfg, shortf);
+  cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
+  snprintf(cmd, sizeof cmd, "train %s --set train.steps=1 --set data.path=%s", cfg, shortf);
+  cr_assert_eq(brigade_env("ASAN_OPTIONS=detect_leaks=0", cmd, &out), 2, "%s", out);
+  cr_assert(strstr(out, "data.val_fraction (not set: its default, 0.1): data file ") &&
+            strstr(out, "the validation split holds 30 tokens"), "%s", out);
+  free(out);
+  unlink(cfg);
   unlink(shortf);
 }
 

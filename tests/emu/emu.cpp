@@ -237,13 +237,29 @@ void emu_check_stream_call(cudaStream_t s, const char *what) {
   deliver(s, LONG_MAX, false);
 }
 
+// A write of [p, p + bytes) issued on s over what a call on another stream still writes: on a GPU
+// the two race (a write-after-write race), and here the held result would land over it later.
+static void check_unheld(cudaStream_t s, const void *p, size_t bytes, const char *what) {
+  uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
+  for (const Held &h : held)
+    if (h.stream != s && (uintptr_t)h.dst < hi && lo < (uintptr_t)h.dst + h.data.size()) {
+      char msg[300];
+      snprintf(msg, sizeof msg, "%s writes a buffer that a call on another stream is still writing (on a GPU the "
+               "two race: a write-after-write race; wait for that call's event first)", what);
+      die(msg);
+    }
+}
+
 void emu_stream_writes(cudaStream_t s, const void *p, size_t bytes) {
   Range g{s, (uintptr_t)p, (uintptr_t)p + bytes};
-  if (bytes) settle_reads(read_overlaps, &g);
+  if (!bytes) return;
+  settle_reads(read_overlaps, &g);
+  check_unheld(s, p, bytes, "an asynchronous call");
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s) {
   emu_check_stream(s, "cudaMemsetAsync");
   if (!emu_is_device_range(p, bytes)) die("cudaMemsetAsync past a device allocation");
+  if (bytes) check_unheld(s, p, bytes, "cudaMemsetAsync");
   memset(p, v, bytes);
   return cudaSuccess;
 }

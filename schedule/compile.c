@@ -309,11 +309,6 @@ static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_p
   }
 }
 
-sched_costs sched_costs_unit(void) {
-  sched_costs c = {.f = 1, .b = 1, .w = 1};
-  return c;
-}
-
 int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
   sched_program compute;
   core_progress_start("compiling %s p=%d v=%d m=%d", sched_family_name(sh->family), sh->p, sh->v, sh->m);

@@ -75,53 +75,6 @@
 #include "core/progress.h"
 #include "schedule/internal.h"
 
-double sched_op_cost(const sched_costs *c, sched_op op, int s) {
-  double f = c->stage_f ? c->stage_f[s] : c->f;
-  double b = c->stage_b ? c->stage_b[s] : c->b;
-  double w = c->stage_w ? c->stage_w[s] : c->w;
-  double dp = c->stage_dp_w ? c->stage_dp_w[s] : c->dp_w;
-  switch (op) {
-  case SCHED_FORWARD: return f;
-  case SCHED_BACKWARD: return b + w + dp;
-  case SCHED_BACKWARD_INPUT: return b;
-  case SCHED_BACKWARD_WEIGHT: return w + dp;
-  default: return 0;
-  }
-}
-
-int sched_costs_check(const sched_costs *c, int S, int m) {
-  double op = 0; /* the dearest F + backward of one stage and micro-batch */
-  for (int s = 0; s < S; s++) {
-    double t = sched_op_cost(c, SCHED_FORWARD, s) + sched_op_cost(c, SCHED_BACKWARD, s);
-    if (!(t <= op)) op = t; /* and a nan */
-    if (!c->stage_f && !c->stage_b && !c->stage_w && !c->stage_dp_w) break;
-  }
-  for (int s = 0; s < S && (c->stage_w_stash || c->stage_act_bytes); s++) {
-    if (c->stage_w_stash && !(c->stage_w_stash[s] >= 0 && c->stage_w_stash[s] <= 1))
-      return core_error_set(CORE_EINPUT, "virtual stage %d: W stash fraction %g is not in [0, 1]", s, c->stage_w_stash[s]);
-    if (c->stage_act_bytes && !(c->stage_act_bytes[s] >= 0 && c->stage_act_bytes[s] < INFINITY))
-      return core_error_set(CORE_EINPUT, "virtual stage %d: slot bytes %g are not a size", s, c->stage_act_bytes[s]);
-  }
-  double bound = (double)S * m * (op + 2 * c->comm) + c->tied + c->reduce + c->step;
-  if (!(bound < INFINITY))
-    return core_error_set(CORE_EINPUT, "costs too large: a step of %d virtual stages x %d micro-batches "
-                          "under them overflows a double", S, m);
-  /* an op far below the clock it runs on is lost to rounding (a rank busy 0 for its forwards):
-   * the compute of a step runs on a clock of at most its ops and hops */
-  double clock = (double)S * m * (op + 2 * c->comm);
-  for (int s = 0; s < S; s++) {
-    for (sched_op o = SCHED_FORWARD; o <= SCHED_BACKWARD_WEIGHT; o++) {
-      double t = sched_op_cost(c, o, s);
-      if (t > 0 && t < 1e-12 * clock)
-        return core_error_set(CORE_EINPUT, "costs too far apart: a step's compute under them may reach %g, and %s of virtual "
-                              "stage %d takes %g, below 1e-12 of it, where rounding loses it; give the costs in "
-                              "units closer together", clock, sched_op_name(o), s, t);
-    }
-    if (!c->stage_f && !c->stage_b && !c->stage_w && !c->stage_dp_w) break;
-  }
-  return CORE_OK;
-}
-
 typedef struct {
   const sched_program *pr;
   sched_costs costs;

@@ -627,13 +627,6 @@ int sched_sim_times(const sched_program *pr, const sched_costs *c, double **ts, 
   return rc;
 }
 
-double sched_offload_cost(const sched_costs *c, int s) {
-  if (c->offload > 0) return c->offload;
-  double bytes = c->stage_act_bytes ? c->stage_act_bytes[s] : c->act_bytes;
-  if (c->offload_gbps > 0 && bytes > 0) return bytes / (c->offload_gbps * 1e9);
-  return -1;
-}
-
 void sched_sim_result_free(sched_sim_result *res) {
   free(res->ranks);
   memset(res, 0, sizeof *res);

@@ -716,8 +716,6 @@ double sched_memory_cap(const sched_shape *sh) {
   }
 }
 
-double sched_w_stash(const sched_costs *c) { return c->w_stash > 0 ? c->w_stash : 1; }
-
 int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs, int rounds) {
   int p = pr->p, v = pr->v, m = pr->m;
   zb_state z = {.pr = pr, .c = costs, .S = p * v, .m = m, .max_w = sh->max_pending_w, .ws = sched_w_stash(costs)};

@@ -62,20 +62,22 @@ Test(emu_streams, later_work_on_the_same_stream_sees_a_result) {
   done(t);
 }
 
+/* y = x on s1, then x set to 0 on s2: a write-after-read race unless s2 waits for s1's event */
+static void copy_then_overwrite_input(Two &t, bool wait) {
+  cudaMemcpyAsync(t.y, t.x, 16, cudaMemcpyDeviceToDevice, t.s1); // reads x
+  if (wait) cudaEventRecord(t.e, t.s1), cudaStreamWaitEvent(t.s2, t.e, 0);
+  cudaMemsetAsync(t.x, 0, 16, t.s2);
+  cudaStreamSynchronize(t.s1);
+}
+
 Test(emu_streams, overwriting_an_input_before_the_wait_aborts, .signal = SIGABRT) {
   Two t = setup();
-  cudaMemcpyAsync(t.y, t.x, 16, cudaMemcpyDeviceToDevice, t.s1); // reads x
-  cudaMemsetAsync(t.x, 0, 16, t.s2);                              // a write-after-read race
-  cudaStreamSynchronize(t.s1);
+  copy_then_overwrite_input(t, false);
 }
 
 Test(emu_streams, overwriting_an_input_after_the_wait_runs) {
   Two t = setup();
-  cudaMemcpyAsync(t.y, t.x, 16, cudaMemcpyDeviceToDevice, t.s1);
-  cudaEventRecord(t.e, t.s1);
-  cudaStreamWaitEvent(t.s2, t.e, 0);
-  cudaMemsetAsync(t.x, 0, 16, t.s2);
-  cudaStreamSynchronize(t.s1);
+  copy_then_overwrite_input(t, true);
   cr_expect_eq(host_first(t.s1, t.y), 1);
   done(t);
 }

@@ -202,7 +202,7 @@ bench-gpu: $(BUILD)/bench/train_step $(BUILD)/bench/gemm_shapes
 # tests/emu/emu.cpp for what it does not model. $(EMU)/brigade is the CLI on the emulated
 # backend (backend = "cuda"): tests/emu/test_train_emu.c trains a small GPT on it against the CPU.
 EMU      := $(BUILD)/emu
-EMU_CU   := attention_cuda backend blas_cuda coll_cuda flash_cuda ops_cuda
+EMU_CU   := attention_cuda backend blas_cuda coll_cuda flash_cuda flash_mma ops_cuda
 EMU_HDRS := $(wildcard tests/emu/include/*.h tests/emu/include/cub/device/*.cuh)
 EMU_CXX  := g++ -std=c++17 -O1 -g -fsanitize=address -fno-omit-frame-pointer -Itests/emu/include -I. \
             -DBRIGADE_CUDA=1 -MMD -MP
@@ -213,7 +213,7 @@ EMU_LIBS := $(PC_LIBS) -lm -lpthread
 $(EMU)/%.cpp: kernels/cuda/%.cu tests/emu/prep.sed
 	@mkdir -p $(EMU)
 	{ echo '#line 1 "$<"'; sed -E -f tests/emu/prep.sed $<; } > $@
-$(EMU)/%.o: $(EMU)/%.cpp $(EMU_HDRS) kernels/cuda/cuda.h kernels/cuda/reduce.cuh
+$(EMU)/%.o: $(EMU)/%.cpp $(EMU_HDRS) kernels/cuda/cuda.h kernels/cuda/reduce.cuh kernels/cuda/flash.cuh
 	$(EMU_CXX) -w -c $< -o $@
 $(EMU)/emu.o: tests/emu/emu.cpp $(EMU_HDRS)
 	@mkdir -p $(EMU)

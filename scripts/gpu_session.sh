@@ -13,7 +13,8 @@
 # Environment: OUT (default /tmp/gpu-out), GPU_SESSION_BUDGET (seconds for everything, default
 # 540), GPU_PREFIX (default /tmp/brigade-prefix), GPU_USE_PREFIX=auto|yes|no, CUDA (default 1
 # when nvcc is found), GPU_STEPS (default "build test-gpu bench-gpu offload-bench torch-sdpa
-# torch-math zb_exec offload pipeline"), ZB_ARGS (extra arguments for zb_exec), TORCH_ARGS (extra for torch_gpt2.py).
+# torch-math zb_exec offload pipeline"; also flash-ab, the fused attention's kernels against each
+# other), ZB_ARGS (extra arguments for zb_exec), TORCH_ARGS (extra for torch_gpt2.py).
 # At most 8 files land in $OUT: env.log, 1-build.log, 2-test-gpu.log, 3-bench-gpu.log,
 # 4-torch.log, 5-zb_exec.log, 6-offload.log (scripts/gpu_offload_bench.sh,
 # scripts/gpu_offload_check.sh and scripts/gpu_pipeline_check.sh), summary.txt.
@@ -210,6 +211,11 @@ GPU_BINS="build/brigade build/tests/gpu/test_ops_gpu build/tests/gpu/test_train_
 step build 1-build.log 240 make -j"$NPROC" CUDA="$CUDA" $GPU_BINS
 step test-gpu 2-test-gpu.log 200 make CUDA="$CUDA" test-gpu
 step bench-gpu 3-bench-gpu.log 180 make CUDA="$CUDA" bench-gpu
+# the fused attention's kernels against each other (BRIGADE_CUDA_FLASH): their op tests on the
+# GPU, then the default bf16 step with each, per-op times included
+step flash-ab 3-bench-gpu.log 150 sh -c 'BRIGADE_TEST_BACKEND=cuda BRIGADE_REQUIRE_GPU=1 \
+  build/tests/gpu/test_ops_gpu --filter "*/attention*"; for k in mma mma-lean wmma; do
+  echo "== BRIGADE_CUDA_FLASH=$k"; BRIGADE_CUDA_FLASH=$k build/bench/train_step configs/gpt2-124m.cfg 8 1 cuda 16 1024 bf16; done'
 # the Makefile's mpirun line (root, shared memory, the probed single-copy mechanism)
 MPIRUN_CMD=$(make -s CUDA="$CUDA" --eval 'print-mpirun: ; @echo $(MPIRUN)' print-mpirun 2>/dev/null | tail -1)
 [ -n "$MPIRUN_CMD" ] || MPIRUN_CMD="env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun"

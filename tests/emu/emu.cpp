@@ -503,6 +503,41 @@ void emu_shfl_slot_read(void *v, size_t bytes, int src_lane) {
 void emu_warp_barrier(void) { arrive(warp_bars[cur / 32], warp_live[cur / 32]); }
 unsigned char *emu_dyn_smem(void) { return dyn_smem; }
 
+// PTX mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (kernels/cuda/flash.cuh), d += a b, one
+// warp together: each lane's 4 A and 2 B registers go round the warp through the shuffle slots
+// (8 bytes a round), then each lane sums its own 4 elements of D in fp32, k in order. Layout (g =
+// lane / 4, q = lane % 4): A(r, c) in lane (r % 8) * 4 + (c % 8) / 2, register r / 8 + 2 (c / 8);
+// B(k, n) in lane 4 n + (k % 8) / 2, register k / 8; the lower column (A) or row (B) of a pair in
+// the low half; D(g + 8 (i / 2), 2q + i % 2) in d[i].
+void emu_mma_bf16_16816(float *d, const uint32_t *a, const uint32_t *b) {
+  emu_shfl_begin(0xffffffffu);
+  uint32_t got[32][6];
+  const uint32_t *mine[3] = {a, a + 2, b};
+  for (int round = 0; round < 3; round++) {
+    emu_shfl_slot_write(mine[round], 8);
+    emu_warp_barrier();
+    for (int l = 0; l < 32; l++) emu_shfl_slot_read(&got[l][2 * round], 8, l);
+    emu_warp_barrier();
+  }
+  auto bf = [](uint32_t word, int high) {
+    uint32_t u = (high ? word >> 16 : word & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+  };
+  int lane = cur % 32, g = lane / 4, q = lane % 4;
+  for (int i = 0; i < 4; i++) {
+    int r = g + 8 * (i / 2), n = 2 * q + i % 2;
+    float s = d[i];
+    for (int k = 0; k < 16; k++) {
+      float x = bf(got[(r % 8) * 4 + (k % 8) / 2][r / 8 + 2 * (k / 8)], k % 2);
+      float y = bf(got[4 * n + (k % 8) / 2][4 + k / 8], k % 2);
+      s += x * y;
+    }
+    d[i] = s;
+  }
+}
+
 static void fiber_main(void) {
 #ifdef __SANITIZE_ADDRESS__
   __sanitizer_finish_switch_fiber(nullptr, &sched_stack_bottom, &sched_stack_size);

@@ -734,14 +734,20 @@ Test(OPS_HARNESS_SUITE, attention_bf16) {
   need_backend();
   rng r = {13};
   G->matmul_half(1);
-  for (int flash = 0; flash <= 1; flash++) {
+  /* the GEMMs, then the fused kernels on mma.sync (the default, then without its prefetch) and
+   * on WMMA */
+  static const char *kinds[] = {"mma", "mma", "mma-lean", "wmma"};
+  for (int mode = 0; mode <= 3; mode++) {
+    int flash = mode > 0;
     setenv("BRIGADE_CUDA_ATTENTION", flash ? "flash" : "gemm", 1);
+    setenv("BRIGADE_CUDA_FLASH", kinds[mode], 1);
     check_attention_bf16(&r, 1, 65, 64, 1, flash);   /* one full tile and one row more */
     check_attention_bf16(&r, 2, 100, 128, 2, flash); /* a ragged second tile */
     check_attention_bf16(&r, 1, 256, 128, 2, flash); /* whole tiles, several off the diagonal */
     check_attention_bf16(&r, 1, 40, 96, 3, flash);   /* head size 32: GEMMs either way */
   }
   unsetenv("BRIGADE_CUDA_ATTENTION");
+  unsetenv("BRIGADE_CUDA_FLASH");
   G->matmul_half(0);
 }
 

@@ -24,12 +24,20 @@ enum { TILE = 64, WARPS = 4, FA_THREADS = 32 * WARPS };
 // are zero. src points at row 0's first element of the head; rows are `stride` floats apart.
 template <int HS> struct Staged {
   static constexpr int N = TILE * HS / 4 / FA_THREADS; // float4s per thread (8 at HS 64)
-  static_assert(TILE * HS % (4 * FA_THREADS) == 0, "a tile is whole float4s per thread");
+  static_assert(TILE * HS % (4 * FA_THREADS) == 0 && TILE % 16 == 0 && HS % 8 == 0, "a tile is whole float4s per thread");
   float4 v[N];
+  // float4 number e of the tile: row r, columns d..d+3. A warp's 32 float4s are 16 rows x 2
+  // adjacent float4s (16 full 32-byte sectors read), so that put_t's 2-byte writes land in 32
+  // distinct banks (rows LD = 72 elements apart) and put's in few
+  static __device__ __forceinline__ void where(int e, int &r, int &d) {
+    r = e % 16 + 16 * (e / (4 * HS)), d = 4 * ((e / 16) % (HS / 4));
+  }
   __device__ void fetch(const float *src, size_t stride, int r0, int T, bool vec) {
 #pragma unroll
     for (int i = 0; i < N; i++) {
-      int e = threadIdx.x + i * FA_THREADS, r = e / (HS / 4), d = 4 * (e % (HS / 4)), t = r0 + r;
+      int r, d;
+      where(threadIdx.x + i * FA_THREADS, r, d);
+      int t = r0 + r;
       if (t >= T) {
         v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       } else if (vec) {
@@ -43,7 +51,8 @@ template <int HS> struct Staged {
   __device__ void put(bf16 *dst, int ld = HS + 8) const {
 #pragma unroll
     for (int i = 0; i < N; i++) {
-      int e = threadIdx.x + i * FA_THREADS, r = e / (HS / 4), d = 4 * (e % (HS / 4));
+      int r, d;
+      where(threadIdx.x + i * FA_THREADS, r, d);
       bf16 *o = dst + r * ld + d;
       o[0] = __float2bfloat16_rn(v[i].x), o[1] = __float2bfloat16_rn(v[i].y);
       o[2] = __float2bfloat16_rn(v[i].z), o[3] = __float2bfloat16_rn(v[i].w);
@@ -52,7 +61,8 @@ template <int HS> struct Staged {
   __device__ void put_t(bf16 *dst, int ld) const {
 #pragma unroll
     for (int i = 0; i < N; i++) {
-      int e = threadIdx.x + i * FA_THREADS, r = e / (HS / 4), d = 4 * (e % (HS / 4));
+      int r, d;
+      where(threadIdx.x + i * FA_THREADS, r, d);
       bf16 *o = dst + d * ld + r;
       o[0] = __float2bfloat16_rn(v[i].x), o[ld] = __float2bfloat16_rn(v[i].y);
       o[2 * ld] = __float2bfloat16_rn(v[i].z), o[3 * ld] = __float2bfloat16_rn(v[i].w);

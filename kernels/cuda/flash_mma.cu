@@ -77,7 +77,9 @@ __device__ __forceinline__ void store_rows(float *dst, size_t stride, const floa
 
 // ---- forward ----
 
-// grid (B*NH, query tiles), the last query tiles first. out [B, T, C] =; cache: L [B*NH*T] then
+// grid: one block per (head, query tile), a head's tiles adjacent (so that the blocks running
+// together share their heads' K and V in L2), the last query tile of each head (the most keys)
+// first. out [B, T, C] =; cache: L [B*NH*T] then
 // O [B*NH, T, HS]. vec: qkv's rows are 16-byte aligned (float4 loads).
 template <int HS, bool PF>
 __global__ void __launch_bounds__(FA_THREADS)
@@ -87,7 +89,8 @@ __global__ void __launch_bounds__(FA_THREADS)
   extern __shared__ __align__(128) unsigned char smem[];
   bf16 *Qs = (bf16 *)smem, *Ks = Qs + TILE * LD, *Vt = Ks + TILE * LD; // Vt: V transposed, [HS][LD]
 
-  int qt = gridDim.y - 1 - blockIdx.y, bh = blockIdx.x, h = bh % NH, b = bh / NH;
+  int ntiles = (T + TILE - 1) / TILE, bh = blockIdx.x / ntiles, qt = ntiles - 1 - blockIdx.x % ntiles;
+  int h = bh % NH, b = bh / NH;
   int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, q0 = qt * TILE;
   int row0 = q0 + 16 * w + g; // this lane's rows: row0 and row0 + 8
   float sl2 = scale * FA_LOG2E;
@@ -163,7 +166,7 @@ __global__ void __launch_bounds__(FA_THREADS)
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   float inv0 = 1.0f / l0, inv1 = 1.0f / l1; // l >= 1: the row's max term is exp2(0)
-  float *L = cache + (size_t)bh * T, *Oc = cache + (size_t)gridDim.x * T + (size_t)bh * T * HS;
+  float *L = cache + (size_t)bh * T, *Oc = cache + (size_t)(gridDim.x / ntiles) * T + (size_t)bh * T * HS;
   store_rows<ND>(out + (size_t)b * T * C + (size_t)h * HS, C, o, row0, T, inv0, inv1, q);
   store_rows<ND>(Oc, HS, o, row0, T, inv0, inv1, q);
   if (q == 0) {
@@ -174,7 +177,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 // ---- backward (D = rowsum(dO * O) comes from flash_cuda.cu's k_flash_d) ----
 
-// grid (B*NH, key tiles): dK and dV of one key tile, over the query tiles at or after it. vec:
+// grid: one block per (head, key tile), a head's tiles adjacent, the first key tile (the most
+// query tiles) first: dK and dV of one key tile, over the query tiles at or after it. vec:
 // qkv's and dout's rows are 16-byte aligned.
 template <int HS, bool PF>
 __global__ void __launch_bounds__(FA_THREADS)
@@ -185,9 +189,9 @@ __global__ void __launch_bounds__(FA_THREADS)
   bf16 *Qs = (bf16 *)smem, *dOs = Qs + TILE * LD, *Qt = dOs + TILE * LD, *dOt = Qt + TILE * LD;
   float *Lr = (float *)(dOt + TILE * LD), *Dr = Lr + TILE;
 
-  int kt = blockIdx.y, bh = blockIdx.x, h = bh % NH, b = bh / NH;
+  int ntiles = (T + TILE - 1) / TILE, bh = blockIdx.x / ntiles, kt = blockIdx.x % ntiles, h = bh % NH, b = bh / NH;
   int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, k0 = kt * TILE;
-  int key0 = k0 + 16 * w + g, ntiles = (T + TILE - 1) / TILE; // this lane's keys: key0, key0 + 8
+  int key0 = k0 + 16 * w + g; // this lane's keys: key0, key0 + 8
   float sl2 = scale * FA_LOG2E;
   size_t stride = 3 * (size_t)C;
   const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
@@ -258,8 +262,7 @@ __global__ void __launch_bounds__(FA_THREADS)
   store_rows<ND>(rows + 2 * (size_t)C, stride, dv, key0, T, 1.0f, 1.0f, q);
 }
 
-// grid (B*NH, query tiles): dQ of one query tile, over the key tiles up to the diagonal (the
-// last query tiles first)
+// grid as the forward's: dQ of one query tile, over the key tiles up to the diagonal
 template <int HS, bool PF>
 __global__ void __launch_bounds__(FA_THREADS)
     k_mma_dq(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T, int C,
@@ -268,7 +271,8 @@ __global__ void __launch_bounds__(FA_THREADS)
   extern __shared__ __align__(128) unsigned char smem[];
   bf16 *Ks = (bf16 *)smem, *Vs = Ks + TILE * LD, *Kt = Vs + TILE * LD;
 
-  int qt = gridDim.y - 1 - blockIdx.y, bh = blockIdx.x, h = bh % NH, b = bh / NH;
+  int ntiles = (T + TILE - 1) / TILE, bh = blockIdx.x / ntiles, qt = ntiles - 1 - blockIdx.x % ntiles;
+  int h = bh % NH, b = bh / NH;
   int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, q0 = qt * TILE;
   int row0 = q0 + 16 * w + g;
   float sl2 = scale * FA_LOG2E;
@@ -331,13 +335,20 @@ __global__ void __launch_bounds__(FA_THREADS)
 
 // ---- host side ----
 
+// one block per (head, tile) in a one-dimensional grid
+static unsigned blocks(int B, int T, int NH, const char *op) {
+  size_t n = (size_t)B * NH * ((T + TILE - 1) / TILE);
+  if (n > 0x7fffffffu) cuda_fail(op, __FILE__, __LINE__, "the fused attention's grid", "B * NH * T / 64 exceeds 2^31 - 1 blocks");
+  return (unsigned)n;
+}
+
 // prefetch: each block loads its next tile into registers while it computes on the current one
 // (255 registers a thread, 2 blocks an SM on sm_90); else it loads each tile when it needs it
 // (fewer registers, more blocks an SM to hide the loads instead)
 void cuda_flash_mma_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int vec,
                             int prefetch) {
   size_t smem = 3 * (size_t)TILE * LD * sizeof(bf16); // 27 KiB: no opt-in above 48 KiB needed
-  dim3 grid((unsigned)(B * NH), (unsigned)((T + TILE - 1) / TILE)); // y: at most 65535 tiles
+  unsigned grid = blocks(B, T, NH, "attention_forward");
   float scale = 1.0f / sqrtf(64.0f);
   auto fwd = prefetch ? k_mma_forward<64, true> : k_mma_forward<64, false>;
   fwd<<<grid, FA_THREADS, smem, cuda_stream()>>>(out, att, qkv, T, C, NH, scale, vec);
@@ -346,7 +357,7 @@ void cuda_flash_mma_forward(float *out, float *att, const float *qkv, int B, int
 
 void cuda_flash_mma_backward(float *dqkv, const float *dout, const float *qkv, const float *att, const float *D,
                              int B, int T, int C, int NH, int vec, int prefetch) {
-  dim3 grid((unsigned)(B * NH), (unsigned)((T + TILE - 1) / TILE));
+  unsigned grid = blocks(B, T, NH, "attention_backward");
   cudaStream_t s = cuda_stream();
   float scale = 1.0f / sqrtf(64.0f);
   size_t smem_kv = 4 * (size_t)TILE * LD * sizeof(bf16) + 2 * TILE * sizeof(float); // 36.5 KiB

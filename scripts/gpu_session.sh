@@ -207,14 +207,14 @@ step() {
 "
 }
 
-GPU_BINS="build/brigade build/tests/gpu/test_ops_gpu build/tests/gpu/test_train_gpu build/bench/train_step build/bench/gemm_shapes build/bench/zb_exec"
+GPU_BINS="build/brigade build/tests/gpu/test_ops_gpu build/tests/gpu/test_train_gpu build/bench/train_step build/bench/gemm_shapes build/bench/attention build/bench/zb_exec"
 step build 1-build.log 240 make -j"$NPROC" CUDA="$CUDA" $GPU_BINS
 step test-gpu 2-test-gpu.log 200 make CUDA="$CUDA" test-gpu
 step bench-gpu 3-bench-gpu.log 180 make CUDA="$CUDA" bench-gpu
 # the fused attention's kernels against each other (BRIGADE_CUDA_FLASH): their op tests on the
-# GPU, then the default bf16 step with each, per-op times included
+# GPU, bench/attention (each kind alone), then the default bf16 step with each, per-op times included
 step flash-ab 3-bench-gpu.log 150 sh -c 'BRIGADE_TEST_BACKEND=cuda BRIGADE_REQUIRE_GPU=1 \
-  build/tests/gpu/test_ops_gpu --filter "*/attention*"; for k in mma mma-lean wmma; do
+  build/tests/gpu/test_ops_gpu --filter "*/attention*"; build/bench/attention cuda; for k in mma mma-lean wmma; do
   echo "== BRIGADE_CUDA_FLASH=$k"; BRIGADE_CUDA_FLASH=$k build/bench/train_step configs/gpt2-124m.cfg 8 1 cuda 16 1024 bf16; done'
 # the Makefile's mpirun line (root, shared memory, the probed single-copy mechanism)
 MPIRUN_CMD=$(make -s CUDA="$CUDA" --eval 'print-mpirun: ; @echo $(MPIRUN)' print-mpirun 2>/dev/null | tail -1)

@@ -213,7 +213,7 @@ EMU_LIBS := $(PC_LIBS) -lm -lpthread
 $(EMU)/%.cpp: kernels/cuda/%.cu tests/emu/prep.sed
 	@mkdir -p $(EMU)
 	{ echo '#line 1 "$<"'; sed -E -f tests/emu/prep.sed $<; } > $@
-$(EMU)/%.o: $(EMU)/%.cpp $(EMU_HDRS) kernels/cuda/cuda.h kernels/cuda/reduce.cuh kernels/cuda/flash.cuh
+$(EMU)/%.o: $(EMU)/%.cpp $(EMU_HDRS) kernels/cuda/cuda.h kernels/cuda/reduce.cuh kernels/cuda/ptx.cuh
 	$(EMU_CXX) -w -c $< -o $@
 $(EMU)/emu.o: tests/emu/emu.cpp $(EMU_HDRS)
 	@mkdir -p $(EMU)

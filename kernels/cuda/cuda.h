@@ -81,12 +81,10 @@ int cuda_flash_usable(int T, int C, int NH);
 void cuda_flash_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void cuda_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
                          int NH);
-// flash_mma.cu, the default kernels of the two above (head size 64; D = rowsum(dO * O) given;
-// vec: 16-byte aligned rows; prefetch: the next tile loaded during this one's products)
-void cuda_flash_mma_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int vec,
-                            int prefetch);
-void cuda_flash_mma_backward(float *dqkv, const float *dout, const float *qkv, const float *att, const float *D,
-                             int B, int T, int C, int NH, int vec, int prefetch);
+// flash_mma.cu: the default kernels of the two above (head size 64), on mma.sync
+void cuda_flash_mma_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+void cuda_flash_mma_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
+                             int NH);
 // attention_cuda.cu
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,

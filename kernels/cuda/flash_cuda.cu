@@ -1,6 +1,8 @@
 // kernels/cuda/flash_cuda.cu: fused ("flash") causal attention on bf16 tensor cores, for bf16
 // mixed precision: attention_cuda.cu calls it when cuda_flash_usable() says yes (the default
-// under bf16; BRIGADE_CUDA_ATTENTION=gemm takes the per-head GEMMs instead).
+// under bf16; BRIGADE_CUDA_ATTENTION=gemm takes the per-head GEMMs instead). These are the WMMA
+// kernels (BRIGADE_CUDA_FLASH=wmma); the default is flash_mma.cu's, the same maths and cache on
+// mma.sync with the scores in registers, to which forward() and backward() below hand over.
 //
 // The maths of attention_cuda.cu (ops.h's attention contract), computed the FlashAttention-2
 // way (Dao 2023): the T x T scores never reach device memory. Tiles of 64 query rows x 64 keys;
@@ -32,12 +34,12 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda.h"
-#include "kernels/cuda/flash.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 using namespace nvcuda;
+typedef __nv_bfloat16 bf16;
 
-enum { SLD = TILE + 4, PLD = TILE + 8 };
+enum { TILE = 64, WARPS = 4, FA_THREADS = 32 * WARPS, SLD = TILE + 4, PLD = TILE + 8 };
 
 // Shared-memory layout of one block, in elements: bf16 tiles [TILE][HS + 8], fp32 tiles
 // [TILE][TILE + 4] or [TILE][HS + 4]; every array starts on a 128-byte boundary (WMMA wants 32).
@@ -48,6 +50,42 @@ template <int HS> struct Smem {
   static constexpr size_t s_tile = (size_t)TILE * SLD * sizeof(float);
   static constexpr size_t o_tile = (size_t)TILE * FLD * sizeof(float);
   __host__ __device__ static constexpr size_t up(size_t b) { return (b + 127) & ~(size_t)127; }
+};
+
+// One TILE x HS fp32 tile of one head (q, k or v of qkv, or dO) on its way into a bf16 shared
+// tile, held in registers between the two halves: fetch() issues every global load of the tile
+// at once (float4 when the rows are 16-byte aligned), put() rounds to bf16 and writes shared
+// memory. A kernel fetches the next tile before it computes on the current one, so the loads'
+// latency hides behind the tensor-core work instead of stalling each tile. Rows at or past T
+// are zero. src points at row 0's first element of the head; rows are `stride` floats apart.
+template <int HS> struct Staged {
+  static constexpr int N = TILE * HS / 4 / FA_THREADS; // float4s per thread (8 at HS 64)
+  static_assert(TILE * HS % (4 * FA_THREADS) == 0, "a tile is whole float4s per thread");
+  float4 v[N];
+  __device__ void fetch(const float *src, size_t stride, int r0, int T, bool vec) {
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      int e = threadIdx.x + i * FA_THREADS, r = e / (HS / 4), d = 4 * (e % (HS / 4)), t = r0 + r;
+      if (t >= T) {
+        v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      } else if (vec) {
+        v[i] = *(const float4 *)(src + (size_t)t * stride + d);
+      } else {
+        const float *x = src + (size_t)t * stride + d;
+        v[i] = make_float4(x[0], x[1], x[2], x[3]);
+      }
+    }
+  }
+  __device__ void put(bf16 *dst) const {
+    constexpr int HLD = Smem<HS>::HLD;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      int e = threadIdx.x + i * FA_THREADS, r = e / (HS / 4), d = 4 * (e % (HS / 4));
+      bf16 *o = dst + r * HLD + d;
+      o[0] = __float2bfloat16_rn(v[i].x), o[1] = __float2bfloat16_rn(v[i].y);
+      o[2] = __float2bfloat16_rn(v[i].z), o[3] = __float2bfloat16_rn(v[i].w);
+    }
+  }
 };
 
 // acc(16 x 16) = sum over k of A[16 x 16k] B[16k x 16]; A row-major at a (ld lda), B read
@@ -136,6 +174,11 @@ template <int HS> __device__ void store_rows(float *tile, Acc (&acc)[HS / 16], i
 }
 
 // ---- forward ----
+
+// Scores go through exp2: S * scale * log2(e) in base-2 units (one multiply, and exp2f is one
+// special-function instruction); the cache's L stays the natural log-sum-exp.
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
 
 // grid (B*NH, query tiles), the last query tiles (the most keys) first, so that the longest
 // blocks start earliest. out [B, T, C] =; cache: L [B*NH*T] then O [B*NH, T, HS]. vec: qkv's rows
@@ -422,21 +465,17 @@ int cuda_flash_usable(int T, int C, int NH) {
   return C / NH == 64 && T > 64 && (T + TILE - 1) / TILE <= 65535;
 }
 
-// BRIGADE_CUDA_FLASH: "mma" (the default: flash_mma.cu's kernels, prefetching), "mma-lean"
-// (flash_mma.cu's without the prefetch) or "wmma" (this file's): KIND_MMA, KIND_LEAN, KIND_WMMA
-enum { KIND_MMA, KIND_LEAN, KIND_WMMA };
-static int kernels_kind(const char *op) {
+// BRIGADE_CUDA_FLASH: "mma" (the default: flash_mma.cu's kernels) or "wmma" (this file's)
+static int use_wmma(const char *op) {
   const char *e = getenv("BRIGADE_CUDA_FLASH");
-  if (!e || !*e || !strcmp(e, "mma")) return KIND_MMA;
-  if (!strcmp(e, "mma-lean")) return KIND_LEAN;
-  if (!strcmp(e, "wmma")) return KIND_WMMA;
-  cuda_fail(op, __FILE__, __LINE__, "BRIGADE_CUDA_FLASH", "is none of \"mma\" (the default), \"mma-lean\", \"wmma\"");
+  if (!e || !*e || !strcmp(e, "mma")) return 0;
+  if (!strcmp(e, "wmma")) return 1;
+  cuda_fail(op, __FILE__, __LINE__, "BRIGADE_CUDA_FLASH", "is neither \"mma\" (the default) nor \"wmma\"");
 }
 
 template <int HS> static void forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-  int kind = kernels_kind("attention_forward");
-  if (kind != KIND_WMMA) {
-    cuda_flash_mma_forward(out, att, qkv, B, T, C, NH, rows16(qkv, C), kind == KIND_MMA);
+  if (!use_wmma("attention_forward")) {
+    cuda_flash_mma_forward(out, att, qkv, B, T, C, NH);
     return;
   }
   static bool ready = false;
@@ -451,10 +490,13 @@ template <int HS> static void forward(float *out, float *att, const float *qkv, 
 template <int HS>
 static void backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
                      int NH) {
-  int kind = kernels_kind("attention_backward"), wmma = kind == KIND_WMMA;
+  if (!use_wmma("attention_backward")) {
+    cuda_flash_mma_backward(dqkv, dout, qkv, att, B, T, C, NH);
+    return;
+  }
   static bool ready = false;
   const size_t smem = BwdTiles<HS>::bytes;
-  if (wmma && !ready) {
+  if (!ready) {
     allow_smem(k_flash_dkv<HS>, smem, "attention_backward");
     allow_smem(k_flash_dq<HS>, smem, "attention_backward");
     ready = true;
@@ -466,10 +508,6 @@ static void backward(float *dqkv, const float *dout, const float *qkv, const flo
   LAUNCH_CHECK_OP("attention_backward");
   dim3 grid((unsigned)(B * NH), (unsigned)((T + TILE - 1) / TILE)); // y: at most 65535 tiles
   int vec = rows16(qkv, C) && rows16(dout, C);
-  if (!wmma) {
-    cuda_flash_mma_backward(dqkv, dout, qkv, att, D, B, T, C, NH, vec, kind == KIND_MMA);
-    return;
-  }
   k_flash_dkv<HS><<<grid, FA_THREADS, smem, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale, vec);
   LAUNCH_CHECK_OP("attention_backward");
   k_flash_dq<HS><<<grid, FA_THREADS, smem, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale, vec);

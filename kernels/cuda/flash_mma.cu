@@ -1,59 +1,148 @@
-// kernels/cuda/flash_mma.cu: the fused causal attention of flash_cuda.cu (same maths, same cache,
-// same grids and tiles) with its products on mma.sync (flash.cuh's mma_bf16_16816) instead of
-// WMMA: the default fused kernels; BRIGADE_CUDA_FLASH=wmma takes flash_cuda.cu's.
+// kernels/cuda/flash_mma.cu: fused causal attention for bf16 mixed precision, head size 64, the
+// default kernels of flash_cuda.cu's entry points (BRIGADE_CUDA_FLASH=wmma takes that file's
+// WMMA kernels instead). The maths and the cache are flash_cuda.cu's (FlashAttention-2, Dao
+// 2023; the cache: L [B*NH*T] natural log-sum-exps, then O [B*NH, T, 64] fp32); the products run
+// on mma.sync with their operands from ldmatrix (kernels/cuda/ptx.cuh).
 //
-// WMMA's fragments have no documented layout, so flash_cuda.cu passes every score tile through
-// shared memory (stored fp32, read back by the softmax, P written bf16, loaded again as a
-// fragment) and keeps the forward's output accumulator there too. With mma.sync each lane knows
-// which elements it holds: a warp's 16 rows of S = Q K^T stay in registers (8 tiles of 16 x 8),
-// the softmax (or the backward's P and dS) works on them in place, and they are rounded and
-// paired straight into the A operand of the next product (P V, P^T dO, dS^T Q, dS K). Shared
-// memory holds only the bf16 tiles of Q, K, V and dO, some of them transposed (put_t) so that
-// every operand pair is one 32-bit load, conflict-free with rows 72 elements apart. Each warp
-// works on its own 16 rows from there: no barrier inside a tile's arithmetic.
-//   forward (per query tile): Q's A operands in registers; per key tile up to the diagonal,
-//     S = Q K^T, online softmax (the row max over the 4 lanes that share a row, two shuffles; the
-//     row sums kept per lane and added at the end), O = O alpha + P V in registers.
+// A pre-pass (k_heads_bf16) writes q, k, v (and in backward dO) as bf16 per head, [B*NH][Tp][64]
+// with Tp = T rounded up to 64 and zeros past T; the backward's pre-pass also computes
+// D = rowsum(dO * O) as it reads dO. (The values are what the WMMA kernels round as they load;
+// under bf16 training the activations are bf16 values already.) Tiles then go from device
+// memory to shared memory by cp.async, 16 bytes a thread, double-buffered: a block issues the
+// next tile's copies before it computes on the current one, holding no registers for them.
+// Shared tiles are 64 x 64 bf16 in rows of 72 (144 bytes: ldmatrix's 8 row reads hit distinct
+// banks). ldmatrix gives every operand from these row-major tiles, .trans the ones whose pairs run
+// down a column (V, dO, Q and K as the right factor of P V, P^T dO, dS^T Q, dS K).
+//
+// Each warp owns 16 rows of a tile, with the scores of its rows in registers: S = Q K^T is 8
+// m16n8 tiles, the softmax (or the backward's P and dS) works on them in place, and they are
+// rounded and paired straight into the A operand of the next product. No barrier inside a tile's
+// arithmetic; one a tile, after its copies are waited for.
+//   forward (per query tile of 64): Q's A operands in registers; per key tile up to the diagonal,
+//     S, online softmax (row max over the 4 lanes sharing a row, two shuffles; row sums per lane,
+//     added at the end), O = O alpha + P V in registers.
 //   dK, dV (per key tile): K's and V's A operands in registers; per query tile at or after it,
 //     S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - D) scale, dV += P^T dO, dK += dS^T Q.
 //   dQ (per query tile): Q's and dO's A operands in registers; per key tile up to the diagonal,
 //     S, P, dP = dO V^T, dS, dQ += dS K.
+// Grids are one-dimensional, one block per (head, tile), a head's tiles adjacent so that the
+// blocks running together share their heads' tiles in L2; the longest blocks of a head first.
 // Every output is written once by one block, so results repeat bit for bit.
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "kernels/cuda/cuda.h"
-#include "kernels/cuda/flash.cuh"
+#include "kernels/cuda/ptx.cuh"
 
-enum { LD = TILE + 8 }; // every shared tile: rows of 64 bf16 (a tile, or a transposed 64-wide head) + 8
+typedef __nv_bfloat16 bf16;
 
-// a[kk] = the A operands of this warp's 16 rows (row-major bf16 at rows, ld LD), k-steps of 16
-template <int KS> __device__ __forceinline__ void load_a(uint32_t (&a)[KS][4], const bf16 *rows, int g, int q) {
+enum {
+  HS = 64,                    // head size
+  TILE = 64,                  // rows of a tile (query rows or keys)
+  WARPS = 4,                  // each warp 16 rows of a tile
+  THREADS = 32 * WARPS,       //
+  LD = 72,                    // a shared tile's row, in bf16
+  TILE_ELEMS = TILE * LD,     //
+  KS = HS / 16, NJ = TILE / 8, ND = HS / 8 // k-steps over a head, 8-column tiles of a tile row and of a head
+};
+
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
+
+// ---- the pre-pass ----
+
+// Part p (< parts) of src's rows, head h: row t of batch b at src + (b T + t) stride + p C + 64 h,
+// into dst [parts][B*NH][Tp][64] bf16, zeros for t >= T. One thread per 8 elements (16 bytes
+// written); vec: src's rows 16-byte aligned (float4 loads). With O (parts = 1): D[bh T + t] =
+// sum_d src * O[bh, t, d] (O's rows 16-byte aligned if ovec), summed over the row's 8 threads.
+__global__ void k_heads_bf16(bf16 *dst, float *D, const float *O, const float *src, int B, int T, int Tp, int C,
+                             int NH, int parts, size_t stride, int vec, int ovec) {
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x, n = (size_t)parts * B * NH * Tp * 8;
+  bool in = i < n; // not returning: the D sum shuffles across the warp
+  size_t row = in ? i / 8 : 0, bh = row / Tp % ((size_t)B * NH);
+  int c8 = (int)(i % 8), t = (int)(row % Tp), p = (int)(row / ((size_t)Tp * B * NH));
+  int b = (int)(bh / NH), h = (int)(bh % NH);
+  float x[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (in && t < T) {
+    const float *s = src + ((size_t)b * T + t) * stride + (size_t)p * C + (size_t)h * HS + 8 * c8;
+    if (vec) {
+      float4 u = *(const float4 *)s, w = *(const float4 *)(s + 4);
+      x[0] = u.x, x[1] = u.y, x[2] = u.z, x[3] = u.w, x[4] = w.x, x[5] = w.y, x[6] = w.z, x[7] = w.w;
+    } else {
+      for (int k = 0; k < 8; k++) x[k] = s[k];
+    }
+  }
+  if (in)
+    *(uint4 *)(dst + row * HS + 8 * c8) =
+        make_uint4(pack_bf16(x[0], x[1]), pack_bf16(x[2], x[3]), pack_bf16(x[4], x[5]), pack_bf16(x[6], x[7]));
+  if (!D) return; // uniform across the grid
+  float s = 0.0f;
+  if (in && t < T) {
+    const float *o = O + (bh * T + t) * HS + 8 * c8;
+    if (ovec) {
+      float4 u = *(const float4 *)o, w = *(const float4 *)(o + 4);
+      s = x[0] * u.x + x[1] * u.y + x[2] * u.z + x[3] * u.w + x[4] * w.x + x[5] * w.y + x[6] * w.z + x[7] * w.w;
+    } else {
+      for (int k = 0; k < 8; k++) s += x[k] * o[k];
+    }
+  }
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  s += __shfl_xor_sync(0xffffffffu, s, 4);
+  if (in && c8 == 0 && t < T) D[bh * T + t] = s;
+}
+
+// ---- tiles and operands ----
+
+// the 64 x 64 bf16 tile at src (rows 64 elements apart) into dst (rows LD apart): 512 copies of
+// 16 bytes, 4 a thread; the caller commits
+__device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src) {
 #pragma unroll
-  for (int kk = 0; kk < KS; kk++) {
-    const bf16 *p = rows + g * LD + 16 * kk + 2 * q;
-    a[kk][0] = ld32(p), a[kk][1] = ld32(p + 8 * LD), a[kk][2] = ld32(p + 8), a[kk][3] = ld32(p + 8 * LD + 8);
+  for (int i = 0; i < TILE * HS / 8 / THREADS; i++) {
+    int c = threadIdx.x + i * THREADS, r = c / 8, k = 8 * (c % 8);
+    cp_async16(dst + r * LD + k, src + (size_t)r * HS + k);
   }
 }
 
-// acc[j] (+)= A (this warp's 16 rows x 16 KS) times the transpose of Y's rows 8j..8j+7 (Y bf16,
-// row-major at ld LD: B(k, n) = Y[8j + n][k], so each pair runs along a row of Y), for j < NJ
-template <int NJ, int KS>
-__device__ __forceinline__ void times_rows(float (&acc)[NJ][4], const uint32_t (&a)[KS][4], const bf16 *Y, int g,
-                                           int q) {
+// a[kk] = the A operands of rows r0..r0+15 of the tile X (row-major), k-steps of 16 columns
+__device__ __forceinline__ void load_a(uint32_t (&a)[KS][4], const bf16 *X, int r0, int lane) {
 #pragma unroll
-  for (int j = 0; j < NJ; j++)
+  for (int kk = 0; kk < KS; kk++) ldsm_x4(a[kk], X + (r0 + lane % 16) * LD + 16 * kk + 8 * (lane / 16));
+}
+
+// acc[j] += A times Y^T: B(k, n) = Y[n][k] for the tile Y's rows n in 8j..8j+7 (S = Q K^T: Y = K;
+// dP = dO V^T: Y = V; and the transposed ones), k over the KS k-steps
+__device__ __forceinline__ void times_t(float (&acc)[NJ][4], const uint32_t (&a)[KS][4], const bf16 *Y, int lane) {
+#pragma unroll
+  for (int jp = 0; jp < NJ / 2; jp++)
 #pragma unroll
     for (int kk = 0; kk < KS; kk++) {
-      const bf16 *p = Y + (8 * j + g) * LD + 16 * kk + 2 * q;
-      uint32_t b[2] = {ld32(p), ld32(p + 8)};
-      mma_bf16_16816(acc[j], a[kk], b);
+      uint32_t r[4];
+      ldsm_x4(r, Y + (16 * jp + lane % 8 + 8 * (lane / 16)) * LD + 16 * kk + 8 * (lane / 8 % 2));
+      uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+      mma_bf16_16816(acc[2 * jp], a[kk], b0);
+      mma_bf16_16816(acc[2 * jp + 1], a[kk], b1);
     }
 }
 
-// the D tiles s[2kk], s[2kk + 1] (fp32, this warp's 16 rows x 16 columns) as bf16 A operands
-template <int NJ> __device__ __forceinline__ void to_a(uint32_t (&a)[NJ / 2][4], const float (&s)[NJ][4]) {
+// acc[d] += A times Z: B(k, n) = Z[k][n], the tile Z's rows k over the NJ / 2 k-steps of 16 and
+// its columns n in 8d..8d+7 (O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K)
+__device__ __forceinline__ void times(float (&acc)[ND][4], const uint32_t (&a)[NJ / 2][4], const bf16 *Z, int lane) {
+#pragma unroll
+  for (int dp = 0; dp < ND / 2; dp++)
+#pragma unroll
+    for (int kk = 0; kk < NJ / 2; kk++) {
+      uint32_t r[4];
+      ldsm_x4_t(r, Z + (16 * kk + lane % 8 + 8 * (lane / 8 % 2)) * LD + 16 * dp + 8 * (lane / 16));
+      uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+      mma_bf16_16816(acc[2 * dp], a[kk], b0);
+      mma_bf16_16816(acc[2 * dp + 1], a[kk], b1);
+    }
+}
+
+// the D tiles s[2kk], s[2kk + 1] (fp32, 16 rows x 16 columns) as bf16 A operands
+__device__ __forceinline__ void to_a(uint32_t (&a)[NJ / 2][4], const float (&s)[NJ][4]) {
 #pragma unroll
   for (int j = 0; j < NJ; j++) {
     a[j / 2][2 * (j % 2)] = pack_bf16(s[j][0], s[j][1]);
@@ -61,9 +150,13 @@ template <int NJ> __device__ __forceinline__ void to_a(uint32_t (&a)[NJ / 2][4],
   }
 }
 
-// this warp's 16 rows x 8 ND columns of acc, times `mul`, to rows row0 and row0 + 8 of dst (rows
-// `stride` floats apart; a row at or past T is not written)
-template <int ND>
+template <int N> __device__ __forceinline__ void zero(float (&acc)[N][4]) {
+#pragma unroll
+  for (int j = 0; j < N; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+}
+
+// 16 rows x 64 columns of acc times mul0 (row row0) or mul1 (row0 + 8) into dst's rows (stride
+// floats apart; rows at or past T are not written); q = lane % 4
 __device__ __forceinline__ void store_rows(float *dst, size_t stride, const float (&acc)[ND][4], int row0, int T,
                                            float mul0, float mul1, int q) {
 #pragma unroll
@@ -77,64 +170,52 @@ __device__ __forceinline__ void store_rows(float *dst, size_t stride, const floa
 
 // ---- forward ----
 
-// grid: one block per (head, query tile), a head's tiles adjacent (so that the blocks running
-// together share their heads' K and V in L2), the last query tile of each head (the most keys)
-// first. out [B, T, C] =; cache: L [B*NH*T] then
-// O [B*NH, T, HS]. vec: qkv's rows are 16-byte aligned (float4 loads).
-template <int HS, bool PF>
-__global__ void __launch_bounds__(FA_THREADS)
-    k_mma_forward(float *out, float *cache, const float *qkv, int T, int C, int NH, float scale, int vec) {
-  static_assert(HS <= TILE, "a transposed head fits a tile's rows");
-  constexpr int KS = HS / 16, NJ = TILE / 8, ND = HS / 8;
+// q, k, v: the pre-pass's [B*NH][Tp][64]. out [B, T, C] =; cache: L then O.
+__global__ void __launch_bounds__(THREADS)
+    k_mma_forward(float *out, float *cache, const bf16 *q, const bf16 *k, const bf16 *v, int T, int Tp, int C, int NH,
+                  float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16 *Qs = (bf16 *)smem, *Ks = Qs + TILE * LD, *Vt = Ks + TILE * LD; // Vt: V transposed, [HS][LD]
+  bf16 *Ks = (bf16 *)smem, *Vs = Ks + 2 * TILE_ELEMS; // two buffers each; Q goes through Ks[1]
 
-  int ntiles = (T + TILE - 1) / TILE, bh = blockIdx.x / ntiles, qt = ntiles - 1 - blockIdx.x % ntiles;
+  int ntiles = Tp / TILE, bh = blockIdx.x / ntiles, qt = ntiles - 1 - blockIdx.x % ntiles;
   int h = bh % NH, b = bh / NH;
-  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, q0 = qt * TILE;
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4, q0 = qt * TILE;
   int row0 = q0 + 16 * w + g; // this lane's rows: row0 and row0 + 8
   float sl2 = scale * FA_LOG2E;
-  size_t stride = 3 * (size_t)C;
-  const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
-  Staged<HS> kst, vst;
-  kst.fetch(base, stride, q0, T, vec); // Q first, through the K registers
-  kst.put(Qs, LD);
-  kst.fetch(base + C, stride, 0, T, vec);
-  vst.fetch(base + 2 * (size_t)C, stride, 0, T, vec);
-  __syncthreads();
+  size_t head = (size_t)bh * Tp * HS;
+  load_tile(Ks + TILE_ELEMS, q + head + (size_t)q0 * HS);
+  load_tile(Ks, k + head);
+  load_tile(Vs, v + head);
+  cp_async_commit();
   uint32_t qa[KS][4];
-  load_a<KS>(qa, Qs + 16 * w * LD, g, q);
   float o[ND][4];
-#pragma unroll
-  for (int d = 0; d < ND; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  zero<ND>(o);
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // rows row0, row0 + 8 (base-2 max; this lane's sums)
 
   for (int kt = 0; kt <= qt; kt++) {
-    int k0 = kt * TILE;
-    __syncthreads(); // the previous tile's K and V are no longer read
-    if (!PF && kt > 0) {
-      kst.fetch(base + C, stride, k0, T, vec);
-      vst.fetch(base + 2 * (size_t)C, stride, k0, T, vec);
+    int k0 = kt * TILE, buf = kt & 1;
+    cp_async_wait<0>();
+    __syncthreads(); // tile kt is in; every warp is done with tile kt - 1's buffers
+    if (kt == 0) {
+      load_a(qa, Ks + TILE_ELEMS, 16 * w, lane);
+      __syncthreads(); // Q is read: its buffer takes tile 1
     }
-    kst.put(Ks, LD);
-    vst.put_t(Vt, LD);
-    __syncthreads();
-    if (PF && kt < qt) { // the next tile's loads fly while this one is computed
-      kst.fetch(base + C, stride, k0 + TILE, T, vec);
-      vst.fetch(base + 2 * (size_t)C, stride, k0 + TILE, T, vec);
+    if (kt < qt) { // the next tile's copies fly while this one is computed
+      load_tile(Ks + (buf ^ 1) * TILE_ELEMS, k + head + (size_t)(k0 + TILE) * HS);
+      load_tile(Vs + (buf ^ 1) * TILE_ELEMS, v + head + (size_t)(k0 + TILE) * HS);
+      cp_async_commit();
     }
     float s[NJ][4];
-#pragma unroll
-    for (int j = 0; j < NJ; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-    times_rows<NJ, KS>(s, qa, Ks, g, q);
-    // scores in base 2, the diagonal tile masked (keys past a row; key k0 <= every row, so
-    // each row has a finite max)
+    zero<NJ>(s);
+    times_t(s, qa, Ks + buf * TILE_ELEMS, lane);
+    // scores in base 2, the diagonal tile masked (keys past a row; key k0 <= every row of the
+    // tile, so every row has a finite max)
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int j = 0; j < NJ; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        int key = k0 + 8 * j + 2 * q + (e & 1), row = row0 + 8 * (e / 2);
+        int key = k0 + 8 * j + 2 * q4 + (e & 1), row = row0 + 8 * (e / 2);
         float x = kt == qt && key > row ? -INFINITY : s[j][e] * sl2;
         s[j][e] = x;
         if (e < 2) mx0 = fmaxf(mx0, x);
@@ -158,8 +239,8 @@ __global__ void __launch_bounds__(FA_THREADS)
 #pragma unroll
     for (int d = 0; d < ND; d++) o[d][0] *= al0, o[d][1] *= al0, o[d][2] *= al1, o[d][3] *= al1;
     uint32_t pa[NJ / 2][4];
-    to_a<NJ>(pa, s);
-    times_rows<ND, NJ / 2>(o, pa, Vt, g, q); // O += P V: B(k, n) = V[k][n] = Vt[n][k]
+    to_a(pa, s);
+    times(o, pa, Vs + buf * TILE_ELEMS, lane); // O += P V
   }
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -167,205 +248,199 @@ __global__ void __launch_bounds__(FA_THREADS)
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   float inv0 = 1.0f / l0, inv1 = 1.0f / l1; // l >= 1: the row's max term is exp2(0)
   float *L = cache + (size_t)bh * T, *Oc = cache + (size_t)(gridDim.x / ntiles) * T + (size_t)bh * T * HS;
-  store_rows<ND>(out + (size_t)b * T * C + (size_t)h * HS, C, o, row0, T, inv0, inv1, q);
-  store_rows<ND>(Oc, HS, o, row0, T, inv0, inv1, q);
-  if (q == 0) {
+  store_rows(out + (size_t)b * T * C + (size_t)h * HS, C, o, row0, T, inv0, inv1, q4);
+  store_rows(Oc, HS, o, row0, T, inv0, inv1, q4);
+  if (q4 == 0) {
     if (row0 < T) L[row0] = (m0 + log2f(l0)) * FA_LN2;
     if (row0 + 8 < T) L[row0 + 8] = (m1 + log2f(l1)) * FA_LN2;
   }
 }
 
-// ---- backward (D = rowsum(dO * O) comes from flash_cuda.cu's k_flash_d) ----
+// ---- backward ----
 
-// grid: one block per (head, key tile), a head's tiles adjacent, the first key tile (the most
-// query tiles) first: dK and dV of one key tile, over the query tiles at or after it. vec:
-// qkv's and dout's rows are 16-byte aligned.
-template <int HS, bool PF>
-__global__ void __launch_bounds__(FA_THREADS)
-    k_mma_dkv(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T, int C,
-              int NH, float scale, int vec) {
-  constexpr int KS = HS / 16, NJ = TILE / 8, ND = HS / 8;
+// dK and dV of one key tile, over the query tiles at or after it (per head, the first key tile,
+// with the most query tiles, first). q, k, v, dO: the pre-pass's; D: rowsum(dO * O) [B*NH*T].
+__global__ void __launch_bounds__(THREADS)
+    k_mma_dkv(float *dqkv, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dO, const float *cache,
+              const float *D, int T, int Tp, int C, int NH, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16 *Qs = (bf16 *)smem, *dOs = Qs + TILE * LD, *Qt = dOs + TILE * LD, *dOt = Qt + TILE * LD;
-  float *Lr = (float *)(dOt + TILE * LD), *Dr = Lr + TILE;
+  bf16 *Qs = (bf16 *)smem, *dOs = Qs + 2 * TILE_ELEMS; // two buffers each; K and V go through [1]
+  float *Lr = (float *)(dOs + 2 * TILE_ELEMS), *Dr = Lr + 2 * TILE; // [2][TILE] each
 
-  int ntiles = (T + TILE - 1) / TILE, bh = blockIdx.x / ntiles, kt = blockIdx.x % ntiles, h = bh % NH, b = bh / NH;
-  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, k0 = kt * TILE;
+  int ntiles = Tp / TILE, bh = blockIdx.x / ntiles, kt = blockIdx.x % ntiles, h = bh % NH, b = bh / NH;
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4, k0 = kt * TILE;
   int key0 = k0 + 16 * w + g; // this lane's keys: key0, key0 + 8
   float sl2 = scale * FA_LOG2E;
-  size_t stride = 3 * (size_t)C;
-  const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
-  const float *dy = dout + (size_t)b * T * C + (size_t)h * HS;
+  size_t head = (size_t)bh * Tp * HS;
   const float *L = cache + (size_t)bh * T, *Db = D + (size_t)bh * T;
-  Staged<HS> qst, dst; // K and V first (their A operands), then each query tile's Q and dO
-  qst.fetch(base + C, stride, k0, T, vec);
-  dst.fetch(base + 2 * (size_t)C, stride, k0, T, vec);
-  qst.put(Qs, LD);
-  dst.put(dOs, LD);
-  __syncthreads();
+  load_tile(Qs + TILE_ELEMS, k + head + (size_t)k0 * HS);
+  load_tile(dOs + TILE_ELEMS, v + head + (size_t)k0 * HS);
+  load_tile(Qs, q + head + (size_t)k0 * HS); // the first query tile is the key tile's own
+  load_tile(dOs, dO + head + (size_t)k0 * HS);
+  cp_async_commit();
+  for (int i = threadIdx.x; i < TILE; i += THREADS) {
+    Lr[i] = k0 + i < T ? L[k0 + i] * FA_LOG2E : 0.0f;
+    Dr[i] = k0 + i < T ? Db[k0 + i] : 0.0f;
+  }
   uint32_t ka[KS][4], va[KS][4];
-  load_a<KS>(ka, Qs + 16 * w * LD, g, q);
-  load_a<KS>(va, dOs + 16 * w * LD, g, q);
-  qst.fetch(base, stride, k0, T, vec); // the first query tile is the key tile's own
-  dst.fetch(dy, C, k0, T, vec);
   float dk[ND][4], dv[ND][4];
-#pragma unroll
-  for (int d = 0; d < ND; d++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+  zero<ND>(dk), zero<ND>(dv);
 
   for (int qt = kt; qt < ntiles; qt++) {
-    int q0 = qt * TILE;
-    __syncthreads(); // the previous query tile (or K and V) is no longer read
-    if (!PF && qt > kt) {
-      qst.fetch(base, stride, q0, T, vec);
-      dst.fetch(dy, C, q0, T, vec);
+    int q0 = qt * TILE, buf = (qt - kt) & 1;
+    cp_async_wait<0>();
+    __syncthreads(); // query tile qt is in; every warp is done with the last one's buffers
+    if (qt == kt) {
+      load_a(ka, Qs + TILE_ELEMS, 16 * w, lane);
+      load_a(va, dOs + TILE_ELEMS, 16 * w, lane);
+      __syncthreads(); // K and V are read: their buffers take the next query tile
     }
-    qst.put(Qs, LD);
-    qst.put_t(Qt, LD);
-    dst.put(dOs, LD);
-    dst.put_t(dOt, LD);
-    for (int i = threadIdx.x; i < TILE; i += blockDim.x) {
-      Lr[i] = q0 + i < T ? L[q0 + i] * FA_LOG2E : 0.0f;
-      Dr[i] = q0 + i < T ? Db[q0 + i] : 0.0f;
+    if (qt + 1 < ntiles) { // the next query tile's copies (and statistics) while this one is computed
+      int n0 = q0 + TILE, nb = buf ^ 1;
+      load_tile(Qs + nb * TILE_ELEMS, q + head + (size_t)n0 * HS);
+      load_tile(dOs + nb * TILE_ELEMS, dO + head + (size_t)n0 * HS);
+      cp_async_commit();
+      for (int i = threadIdx.x; i < TILE; i += THREADS) {
+        Lr[nb * TILE + i] = n0 + i < T ? L[n0 + i] * FA_LOG2E : 0.0f;
+        Dr[nb * TILE + i] = n0 + i < T ? Db[n0 + i] : 0.0f;
+      }
     }
-    __syncthreads();
-    if (PF && qt + 1 < ntiles) { // the next query tile's loads fly while this one is computed
-      qst.fetch(base, stride, q0 + TILE, T, vec);
-      dst.fetch(dy, C, q0 + TILE, T, vec);
-    }
+    const bf16 *Qb = Qs + buf * TILE_ELEMS, *dOb = dOs + buf * TILE_ELEMS;
+    const float *Lb = Lr + buf * TILE, *Dq = Dr + buf * TILE;
     float st[NJ][4], dpt[NJ][4]; // S^T and dP^T: this warp's 16 keys x the tile's 64 queries
-#pragma unroll
-    for (int j = 0; j < NJ; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) st[j][e] = dpt[j][e] = 0.0f;
-    times_rows<NJ, KS>(st, ka, Qs, g, q);
-    times_rows<NJ, KS>(dpt, va, dOs, g, q);
+    zero<NJ>(st), zero<NJ>(dpt);
+    times_t(st, ka, Qb, lane);
+    times_t(dpt, va, dOb, lane);
     // P^T = exp(S scale - L) where the query is at or after the key and before T; dS^T
 #pragma unroll
     for (int j = 0; j < NJ; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        int c = 8 * j + 2 * q + (e & 1), qr = q0 + c, key = key0 + 8 * (e / 2);
-        float p = qr < T && qr >= key ? exp2f(st[j][e] * sl2 - Lr[c]) : 0.0f;
+        int c = 8 * j + 2 * q4 + (e & 1), qr = q0 + c, key = key0 + 8 * (e / 2);
+        float p = qr < T && qr >= key ? exp2f(st[j][e] * sl2 - Lb[c]) : 0.0f;
         st[j][e] = p;
-        dpt[j][e] = p * (dpt[j][e] - Dr[c]) * scale;
+        dpt[j][e] = p * (dpt[j][e] - Dq[c]) * scale;
       }
     uint32_t pa[NJ / 2][4], dsa[NJ / 2][4];
-    to_a<NJ>(pa, st);
-    to_a<NJ>(dsa, dpt);
-    times_rows<ND, NJ / 2>(dv, pa, dOt, g, q);  // dV += P^T dO: B(k, n) = dO[k][n] = dOt[n][k]
-    times_rows<ND, NJ / 2>(dk, dsa, Qt, g, q);  // dK += dS^T Q
+    to_a(pa, st);
+    to_a(dsa, dpt);
+    times(dv, pa, dOb, lane);  // dV += P^T dO
+    times(dk, dsa, Qb, lane);  // dK += dS^T Q
   }
+  size_t stride = 3 * (size_t)C;
   float *rows = dqkv + (size_t)b * T * stride + (size_t)h * HS;
-  store_rows<ND>(rows + C, stride, dk, key0, T, 1.0f, 1.0f, q);
-  store_rows<ND>(rows + 2 * (size_t)C, stride, dv, key0, T, 1.0f, 1.0f, q);
+  store_rows(rows + C, stride, dk, key0, T, 1.0f, 1.0f, q4);
+  store_rows(rows + 2 * (size_t)C, stride, dv, key0, T, 1.0f, 1.0f, q4);
 }
 
-// grid as the forward's: dQ of one query tile, over the key tiles up to the diagonal
-template <int HS, bool PF>
-__global__ void __launch_bounds__(FA_THREADS)
-    k_mma_dq(float *dqkv, const float *dout, const float *qkv, const float *cache, const float *D, int T, int C,
-             int NH, float scale, int vec) {
-  constexpr int KS = HS / 16, NJ = TILE / 8, ND = HS / 8;
+// dQ of one query tile, over the key tiles up to the diagonal (per head, the last query tile first)
+__global__ void __launch_bounds__(THREADS)
+    k_mma_dq(float *dqkv, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dO, const float *cache,
+             const float *D, int T, int Tp, int C, int NH, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16 *Ks = (bf16 *)smem, *Vs = Ks + TILE * LD, *Kt = Vs + TILE * LD;
+  bf16 *Ks = (bf16 *)smem, *Vs = Ks + 2 * TILE_ELEMS; // two buffers each; Q and dO go through [1]
 
-  int ntiles = (T + TILE - 1) / TILE, bh = blockIdx.x / ntiles, qt = ntiles - 1 - blockIdx.x % ntiles;
+  int ntiles = Tp / TILE, bh = blockIdx.x / ntiles, qt = ntiles - 1 - blockIdx.x % ntiles;
   int h = bh % NH, b = bh / NH;
-  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, q0 = qt * TILE;
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4, q0 = qt * TILE;
   int row0 = q0 + 16 * w + g;
   float sl2 = scale * FA_LOG2E;
-  size_t stride = 3 * (size_t)C;
-  const float *base = qkv + (size_t)b * T * stride + (size_t)h * HS;
+  size_t head = (size_t)bh * Tp * HS;
   const float *L = cache + (size_t)bh * T, *Db = D + (size_t)bh * T;
+  load_tile(Ks + TILE_ELEMS, q + head + (size_t)q0 * HS);
+  load_tile(Vs + TILE_ELEMS, dO + head + (size_t)q0 * HS);
+  load_tile(Ks, k + head);
+  load_tile(Vs, v + head);
+  cp_async_commit();
   float lr0 = row0 < T ? L[row0] * FA_LOG2E : 0.0f, lr1 = row0 + 8 < T ? L[row0 + 8] * FA_LOG2E : 0.0f;
   float d0 = row0 < T ? Db[row0] : 0.0f, d1 = row0 + 8 < T ? Db[row0 + 8] : 0.0f;
-  Staged<HS> kst, vst; // Q and dO first (their A operands), then each key tile's K and V
-  kst.fetch(base, stride, q0, T, vec);
-  vst.fetch(dout + (size_t)b * T * C + (size_t)h * HS, C, q0, T, vec);
-  kst.put(Ks, LD);
-  vst.put(Vs, LD);
-  __syncthreads();
   uint32_t qa[KS][4], da[KS][4];
-  load_a<KS>(qa, Ks + 16 * w * LD, g, q);
-  load_a<KS>(da, Vs + 16 * w * LD, g, q);
-  kst.fetch(base + C, stride, 0, T, vec);
-  vst.fetch(base + 2 * (size_t)C, stride, 0, T, vec);
   float dq[ND][4];
-#pragma unroll
-  for (int d = 0; d < ND; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+  zero<ND>(dq);
 
   for (int kt = 0; kt <= qt; kt++) {
-    int k0 = kt * TILE;
-    __syncthreads(); // the previous key tile (or Q and dO) is no longer read
-    if (!PF && kt > 0) {
-      kst.fetch(base + C, stride, k0, T, vec);
-      vst.fetch(base + 2 * (size_t)C, stride, k0, T, vec);
+    int k0 = kt * TILE, buf = kt & 1;
+    cp_async_wait<0>();
+    __syncthreads(); // key tile kt is in; every warp is done with the last one's buffers
+    if (kt == 0) {
+      load_a(qa, Ks + TILE_ELEMS, 16 * w, lane);
+      load_a(da, Vs + TILE_ELEMS, 16 * w, lane);
+      __syncthreads(); // Q and dO are read: their buffers take key tile 1
     }
-    kst.put(Ks, LD);
-    kst.put_t(Kt, LD);
-    vst.put(Vs, LD);
-    __syncthreads();
-    if (PF && kt < qt) { // the next key tile's loads fly while this one is computed
-      kst.fetch(base + C, stride, k0 + TILE, T, vec);
-      vst.fetch(base + 2 * (size_t)C, stride, k0 + TILE, T, vec);
+    if (kt < qt) { // the next key tile's copies fly while this one is computed
+      load_tile(Ks + (buf ^ 1) * TILE_ELEMS, k + head + (size_t)(k0 + TILE) * HS);
+      load_tile(Vs + (buf ^ 1) * TILE_ELEMS, v + head + (size_t)(k0 + TILE) * HS);
+      cp_async_commit();
     }
+    const bf16 *Kb = Ks + buf * TILE_ELEMS;
     float s[NJ][4], dp[NJ][4];
-#pragma unroll
-    for (int j = 0; j < NJ; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
-    times_rows<NJ, KS>(s, qa, Ks, g, q);
-    times_rows<NJ, KS>(dp, da, Vs, g, q); // dP = dO V^T
+    zero<NJ>(s), zero<NJ>(dp);
+    times_t(s, qa, Kb, lane);
+    times_t(dp, da, Vs + buf * TILE_ELEMS, lane); // dP = dO V^T
 #pragma unroll
     for (int j = 0; j < NJ; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        int key = k0 + 8 * j + 2 * q + (e & 1), row = row0 + 8 * (e / 2);
+        int key = k0 + 8 * j + 2 * q4 + (e & 1), row = row0 + 8 * (e / 2);
         float p = row < T && key <= row ? exp2f(s[j][e] * sl2 - (e < 2 ? lr0 : lr1)) : 0.0f;
         dp[j][e] = p * (dp[j][e] - (e < 2 ? d0 : d1)) * scale;
       }
     uint32_t dsa[NJ / 2][4];
-    to_a<NJ>(dsa, dp);
-    times_rows<ND, NJ / 2>(dq, dsa, Kt, g, q); // dQ += dS K: B(k, n) = K[k][n] = Kt[n][k]
+    to_a(dsa, dp);
+    times(dq, dsa, Kb, lane); // dQ += dS K
   }
-  store_rows<ND>(dqkv + (size_t)b * T * stride + (size_t)h * HS, stride, dq, row0, T, 1.0f, 1.0f, q);
+  store_rows(dqkv + (size_t)b * T * 3 * C + (size_t)h * HS, 3 * (size_t)C, dq, row0, T, 1.0f, 1.0f, q4);
 }
 
 // ---- host side ----
 
+static int aligned16(const void *p, size_t row_floats) { return (uintptr_t)p % 16 == 0 && row_floats % 4 == 0; }
+
 // one block per (head, tile) in a one-dimensional grid
-static unsigned blocks(int B, int T, int NH, const char *op) {
-  size_t n = (size_t)B * NH * ((T + TILE - 1) / TILE);
-  if (n > 0x7fffffffu) cuda_fail(op, __FILE__, __LINE__, "the fused attention's grid", "B * NH * T / 64 exceeds 2^31 - 1 blocks");
+static unsigned blocks(int B, int Tp, int NH, const char *op) {
+  size_t n = (size_t)B * NH * (Tp / TILE);
+  if (n > 0x7fffffffu)
+    cuda_fail(op, __FILE__, __LINE__, "the fused attention's grid", "B * NH * T / 64 exceeds 2^31 - 1 blocks");
   return (unsigned)n;
 }
 
-// prefetch: each block loads its next tile into registers while it computes on the current one
-// (255 registers a thread, 2 blocks an SM on sm_90); else it loads each tile when it needs it
-// (fewer registers, more blocks an SM to hide the loads instead)
-void cuda_flash_mma_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int vec,
-                            int prefetch) {
-  size_t smem = 3 * (size_t)TILE * LD * sizeof(bf16); // 27 KiB: no opt-in above 48 KiB needed
-  unsigned grid = blocks(B, T, NH, "attention_forward");
-  float scale = 1.0f / sqrtf(64.0f);
-  auto fwd = prefetch ? k_mma_forward<64, true> : k_mma_forward<64, false>;
-  fwd<<<grid, FA_THREADS, smem, cuda_stream()>>>(out, att, qkv, T, C, NH, scale, vec);
+// the pre-pass over `parts` parts of src into dst (and D from O when given)
+static void heads_bf16(bf16 *dst, float *D, const float *O, const float *src, int B, int T, int Tp, int C, int NH,
+                       int parts, size_t stride, const char *op) {
+  size_t n = (size_t)parts * B * NH * Tp * 8;
+  k_heads_bf16<<<(unsigned)((n + 255) / 256), 256, 0, cuda_stream()>>>(
+      dst, D, O, src, B, T, Tp, C, NH, parts, stride, aligned16(src, stride), O ? aligned16(O, HS) : 0);
+  LAUNCH_CHECK_OP(op);
+}
+
+void cuda_flash_mma_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+  int Tp = (T + TILE - 1) / TILE * TILE;
+  size_t per = (size_t)B * NH * Tp * HS; // elements of one of q, k, v
+  bf16 *q = (bf16 *)cuda_workspace(3 * per * sizeof(bf16)), *k = q + per, *v = k + per;
+  heads_bf16(q, nullptr, nullptr, qkv, B, T, Tp, C, NH, 3, 3 * (size_t)C, "attention_forward");
+  size_t smem = 4 * (size_t)TILE_ELEMS * sizeof(bf16); // 36 KiB: no opt-in above 48 KiB needed
+  k_mma_forward<<<blocks(B, Tp, NH, "attention_forward"), THREADS, smem, cuda_stream()>>>(
+      out, att, q, k, v, T, Tp, C, NH, 1.0f / sqrtf((float)HS));
   LAUNCH_CHECK_OP("attention_forward");
 }
 
-void cuda_flash_mma_backward(float *dqkv, const float *dout, const float *qkv, const float *att, const float *D,
-                             int B, int T, int C, int NH, int vec, int prefetch) {
-  unsigned grid = blocks(B, T, NH, "attention_backward");
+void cuda_flash_mma_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
+                             int NH) {
+  int Tp = (T + TILE - 1) / TILE * TILE;
+  size_t per = (size_t)B * NH * Tp * HS, rows = (size_t)B * NH * T;
+  size_t dbytes = (rows * sizeof(float) + 127) / 128 * 128;
+  unsigned char *ws = (unsigned char *)cuda_workspace(dbytes + 4 * per * sizeof(bf16));
+  float *D = (float *)ws;
+  bf16 *q = (bf16 *)(ws + dbytes), *k = q + per, *v = k + per, *dO = v + per;
+  heads_bf16(q, nullptr, nullptr, qkv, B, T, Tp, C, NH, 3, 3 * (size_t)C, "attention_backward");
+  heads_bf16(dO, D, att + rows, dout, B, T, Tp, C, NH, 1, (size_t)C, "attention_backward");
+  unsigned grid = blocks(B, Tp, NH, "attention_backward");
+  float scale = 1.0f / sqrtf((float)HS);
   cudaStream_t s = cuda_stream();
-  float scale = 1.0f / sqrtf(64.0f);
-  size_t smem_kv = 4 * (size_t)TILE * LD * sizeof(bf16) + 2 * TILE * sizeof(float); // 36.5 KiB
-  size_t smem_q = 3 * (size_t)TILE * LD * sizeof(bf16);
-  auto dkv = prefetch ? k_mma_dkv<64, true> : k_mma_dkv<64, false>;
-  auto dq = prefetch ? k_mma_dq<64, true> : k_mma_dq<64, false>;
-  dkv<<<grid, FA_THREADS, smem_kv, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale, vec);
+  size_t smem_kv = 4 * (size_t)TILE_ELEMS * sizeof(bf16) + 4 * TILE * sizeof(float); // 37 KiB
+  k_mma_dkv<<<grid, THREADS, smem_kv, s>>>(dqkv, q, k, v, dO, att, D, T, Tp, C, NH, scale);
   LAUNCH_CHECK_OP("attention_backward");
-  dq<<<grid, FA_THREADS, smem_q, s>>>(dqkv, dout, qkv, att, D, T, C, NH, scale, vec);
+  size_t smem_q = 4 * (size_t)TILE_ELEMS * sizeof(bf16);
+  k_mma_dq<<<grid, THREADS, smem_q, s>>>(dqkv, q, k, v, dO, att, D, T, Tp, C, NH, scale);
   LAUNCH_CHECK_OP("attention_backward");
 }

@@ -423,12 +423,18 @@ struct Bar { // a barrier: `arrived` of the live participants; gen counts releas
   int arrived = 0;
   unsigned gen = 0;
 };
+struct CpCopy { // one cp.async of 16 bytes, performed at the wait that covers its group
+  void *dst;
+  const void *src;
+};
 struct Fiber {
   void *sp = nullptr;
   char *stack = nullptr;
   bool done = false;
   Bar *wait = nullptr; // runnable again once wait->gen != wait_gen
   unsigned wait_gen = 0;
+  std::vector<std::vector<CpCopy>> cp_groups; // committed, oldest first
+  std::vector<CpCopy> cp_open;                // issued since the last commit
 };
 static const size_t STACK_BYTES = 256 * 1024;
 static std::vector<Fiber> fibers;
@@ -503,7 +509,7 @@ void emu_shfl_slot_read(void *v, size_t bytes, int src_lane) {
 void emu_warp_barrier(void) { arrive(warp_bars[cur / 32], warp_live[cur / 32]); }
 unsigned char *emu_dyn_smem(void) { return dyn_smem; }
 
-// PTX mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (kernels/cuda/flash.cuh), d += a b, one
+// PTX mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (kernels/cuda/ptx.cuh), d += a b, one
 // warp together: each lane's 4 A and 2 B registers go round the warp through the shuffle slots
 // (8 bytes a round), then each lane sums its own 4 elements of D in fp32, k in order. Layout (g =
 // lane / 4, q = lane % 4): A(r, c) in lane (r % 8) * 4 + (c % 8) / 2, register r / 8 + 2 (c / 8);
@@ -538,11 +544,66 @@ void emu_mma_bf16_16816(float *d, const uint32_t *a, const uint32_t *b) {
   }
 }
 
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16 (kernels/cuda/ptx.cuh): the warp's 32 row
+// addresses go round through the shuffle slots; lane l's r[i] is matrix i's (l / 4, 2(l % 4)..+1),
+// or transposed (2(l % 4)..+1, l / 4), the first of the pair in the low half. Each row must be
+// 16 bytes of this block's shared memory, 16-byte aligned.
+void emu_ldmatrix_x4(uint32_t *r, const void *p, int trans) {
+  emu_shfl_begin(0xffffffffu);
+  emu_shfl_slot_write(&p, sizeof p);
+  emu_warp_barrier();
+  const uint16_t *rows[32];
+  for (int l = 0; l < 32; l++) emu_shfl_slot_read(&rows[l], sizeof rows[l], l);
+  emu_warp_barrier();
+  for (int l = 0; l < 32; l++) {
+    const unsigned char *a = (const unsigned char *)rows[l];
+    if ((uintptr_t)a % 16 || a < dyn_smem || a + 16 > dyn_smem + dyn_smem_bytes)
+      die("ldmatrix: a row address that is not 16 aligned bytes of the block's shared memory");
+  }
+  int lane = cur % 32;
+  for (int i = 0; i < 4; i++) {
+    uint16_t lo, hi;
+    if (!trans)
+      lo = rows[8 * i + lane / 4][2 * (lane % 4)], hi = rows[8 * i + lane / 4][2 * (lane % 4) + 1];
+    else
+      lo = rows[8 * i + 2 * (lane % 4)][lane / 4], hi = rows[8 * i + 2 * (lane % 4) + 1][lane / 4];
+    r[i] = (uint32_t)lo | (uint32_t)hi << 16;
+  }
+}
+
+// cp.async.cg.shared.global of 16 bytes, commit_group, wait_group n (kernels/cuda/ptx.cuh): on a
+// GPU the bytes land any time between the call and the wait that covers them, so the emulator
+// takes both ends: the destination turns to 0xFF bytes (NaN as bf16 or fp32) at the call, and the
+// copy is performed once a wait leaves at most n of the thread's committed groups pending. A read
+// before the wait, or a copy into a buffer other threads still read (no barrier between), shows
+// as NaN. A thread that ends with copies not waited for aborts.
+void emu_cp_async16(void *smem, const void *gmem) {
+  unsigned char *d = (unsigned char *)smem;
+  if ((uintptr_t)d % 16 || (uintptr_t)gmem % 16 || d < dyn_smem || d + 16 > dyn_smem + dyn_smem_bytes)
+    die("cp.async: a destination outside the block's shared memory, or an address not 16-byte aligned");
+  memset(d, 0xFF, 16);
+  fibers[cur].cp_open.push_back(CpCopy{smem, gmem});
+}
+void emu_cp_async_commit(void) {
+  Fiber &f = fibers[cur];
+  f.cp_groups.push_back(std::move(f.cp_open));
+  f.cp_open.clear();
+}
+void emu_cp_async_wait(int n) {
+  Fiber &f = fibers[cur];
+  while ((int)f.cp_groups.size() > n) {
+    for (const CpCopy &c : f.cp_groups.front()) memcpy(c.dst, c.src, 16);
+    f.cp_groups.erase(f.cp_groups.begin());
+  }
+}
+
 static void fiber_main(void) {
 #ifdef __SANITIZE_ADDRESS__
   __sanitizer_finish_switch_fiber(nullptr, &sched_stack_bottom, &sched_stack_size);
 #endif
   (*kernel_body)();
+  if (!fibers[cur].cp_groups.empty() || !fibers[cur].cp_open.empty())
+    die("a thread ended with cp.async copies it never waited for");
   fibers[cur].done = true;
   int w = cur / 32;
   warp_live[w]--, block_live--;
@@ -612,6 +673,7 @@ static void run_block(void) {
     __asan_unpoison_memory_region(f.stack, STACK_BYTES); // frames of the last block never returned
 #endif
     f.done = false, f.wait = nullptr;
+    f.cp_groups.clear(), f.cp_open.clear();
     void **sp = (void **)(((uintptr_t)f.stack + STACK_BYTES) & ~(uintptr_t)15);
     *--sp = nullptr;            // fiber_main's return address (it never returns)
     *--sp = (void *)fiber_main; // where emu_switch's ret goes

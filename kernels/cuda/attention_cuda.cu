@@ -147,7 +147,7 @@ static int use_flash(int T, int C, int NH) { return use_flash_for(nullptr, T, C,
 size_t cuda_attention_cache_floats(int B, int T, int C, int NH) {
   if (NH > 0 && C % NH == 0 && use_flash(T, C, NH)) {
     flash_sized = 1;
-    return (size_t)B * NH * T * (1 + (size_t)(C / NH)); // L, then O (flash_cuda.cu)
+    return cuda_flash_cache_floats(B, T, C, NH); // L, O, then bf16 q, k, v (flash_mma.cu)
   }
   return (size_t)B * NH * T * T;
 }

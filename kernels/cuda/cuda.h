@@ -81,7 +81,9 @@ int cuda_flash_usable(int T, int C, int NH);
 void cuda_flash_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void cuda_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
                          int NH);
-// flash_mma.cu: the default kernels of the two above (head size 64), on mma.sync
+// flash_mma.cu: the default kernels of the two above (head size 64), on mma.sync, and the
+// floats of the fused path's cache (L, O, then the bf16 q, k, v the backward reads)
+size_t cuda_flash_cache_floats(int B, int T, int C, int NH);
 void cuda_flash_mma_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 void cuda_flash_mma_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
                              int NH);

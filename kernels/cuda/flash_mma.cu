@@ -5,7 +5,7 @@
 // on mma.sync with their operands from ldmatrix (kernels/cuda/ptx.cuh).
 //
 // A pre-pass (k_heads_bf16) writes q, k, v (and in backward dO) as bf16 per head, [B*NH][Tp][64]
-// with Tp = T rounded up to 128 and zeros past T; the forward keeps q, k, v in the cache, after
+// with Tp = T rounded up to 64 and zeros past T; the forward keeps q, k, v in the cache, after
 // L and O, for the backward; the backward's pre-pass computes D = rowsum(dO * O) as it reads dO. (The values are what the WMMA kernels round as they load;
 // under bf16 training the activations are bf16 values already.) Tiles then go from device
 // memory to shared memory by cp.async, 16 bytes a thread, double-buffered: a block issues the
@@ -40,11 +40,12 @@
 typedef __nv_bfloat16 bf16;
 
 enum {
-  HS = 64,                                 // head size
-  TILE = 64,                               // rows of a shared tile (query rows or keys)
-  PAD = 128,                               // the pre-pass's rows per head: T rounded up to this
-  LD = 72,                                 // a shared tile's row, in bf16
-  TILE_ELEMS = TILE * LD,                  //
+  HS = 64,                    // head size
+  TILE = 64,                  // rows of a tile (query rows or keys)
+  WARPS = 4,                  // each warp 16 rows of a tile
+  THREADS = 32 * WARPS,       //
+  LD = 72,                    // a shared tile's row, in bf16
+  TILE_ELEMS = TILE * LD,     //
   KS = HS / 16, NJ = TILE / 8, ND = HS / 8 // k-steps over a head, 8-column tiles of a tile row and of a head
 };
 
@@ -96,33 +97,20 @@ __global__ void k_heads_bf16(bf16 *dst, float *D, const float *O, const float *s
 
 // ---- tiles and operands ----
 
-// A block has W warps (4 or 8), each owning 16 rows of the block's rows (W * 16 query rows in the
-// forward and dQ kernels, keys in the dK/dV kernel); the other side comes in tiles of 64.
-
 // the 64 x 64 bf16 tile at src (rows 64 elements apart) into dst (rows LD apart): 512 copies of
-// 16 bytes over the block's 32 W threads; the caller commits
-template <int W> __device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src) {
+// 16 bytes, 4 a thread; the caller commits
+__device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src) {
 #pragma unroll
-  for (int i = 0; i < TILE * HS / 8 / (32 * W); i++) {
-    int c = threadIdx.x + i * 32 * W, r = c / 8, k = 8 * (c % 8);
+  for (int i = 0; i < TILE * HS / 8 / THREADS; i++) {
+    int c = threadIdx.x + i * THREADS, r = c / 8, k = 8 * (c % 8);
     cp_async16(dst + r * LD + k, src + (size_t)r * HS + k);
   }
 }
 
-// the block's W * 16 rows of src (rows 64 elements apart) into the tiles at t0 (rows 0..63) and
-// t1 (rows 64..127, when W = 8); warp w's rows are then tile_of(w, t0, t1) + 16 (w % 4) LD
-template <int W> __device__ __forceinline__ void load_rows(bf16 *t0, bf16 *t1, const bf16 *src) {
-  load_tile<W>(t0, src);
-  if (W == 8) load_tile<W>(t1, src + (size_t)TILE * HS);
-}
-__device__ __forceinline__ const bf16 *rows_of(int w, const bf16 *t0, const bf16 *t1) {
-  return (w < 4 ? t0 : t1) + 16 * (w % 4) * LD;
-}
-
-// a[kk] = the A operands of the 16 rows at X (row-major, rows LD apart), k-steps of 16 columns
-__device__ __forceinline__ void load_a(uint32_t (&a)[KS][4], const bf16 *X, int lane) {
+// a[kk] = the A operands of rows r0..r0+15 of the tile X (row-major), k-steps of 16 columns
+__device__ __forceinline__ void load_a(uint32_t (&a)[KS][4], const bf16 *X, int r0, int lane) {
 #pragma unroll
-  for (int kk = 0; kk < KS; kk++) ldsm_x4(a[kk], X + (lane % 16) * LD + 16 * kk + 8 * (lane / 16));
+  for (int kk = 0; kk < KS; kk++) ldsm_x4(a[kk], X + (r0 + lane % 16) * LD + 16 * kk + 8 * (lane / 16));
 }
 
 // acc[j] += A times Y^T: B(k, n) = Y[n][k] for the tile Y's rows n in 8j..8j+7 (S = Q K^T: Y = K;
@@ -184,59 +172,53 @@ __device__ __forceinline__ void store_rows(float *dst, size_t stride, const floa
 
 // ---- forward ----
 
-// One block per W * 16 query rows (per head, the last block, with the most keys, first), over the
-// key tiles up to its last row; a warp skips the tiles wholly past its rows. q, k, v: the
-// pre-pass's [B*NH][Tp][64]. out [B, T, C] =; cache: L then O.
-template <int W>
-__global__ void __launch_bounds__(32 * W)
+// q, k, v: the pre-pass's [B*NH][Tp][64]. out [B, T, C] =; cache: L then O.
+__global__ void __launch_bounds__(THREADS)
     k_mma_forward(float *out, float *cache, const bf16 *q, const bf16 *k, const bf16 *v, int T, int Tp, int C, int NH,
                   float scale) {
-  constexpr int ROWS = 16 * W;
   extern __shared__ __align__(128) unsigned char smem[];
-  bf16 *Ks = (bf16 *)smem, *Vs = Ks + 2 * TILE_ELEMS; // two buffers each; Q goes through Ks[1], Vs[1]
+  bf16 *Ks = (bf16 *)smem, *Vs = Ks + 2 * TILE_ELEMS; // two buffers each; Q goes through Ks[1]
 
-  int nb = Tp / ROWS, bh = blockIdx.x / nb, q0 = (nb - 1 - blockIdx.x % nb) * ROWS, h = bh % NH, b = bh / NH;
-  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
-  int first = q0 + 16 * w, row0 = first + g; // this warp's first row; this lane's rows: row0, row0 + 8
-  int ntiles = (q0 + ROWS) / TILE;           // key tiles up to the block's last row
+  int ntiles = Tp / TILE, bh = blockIdx.x / ntiles, qt = ntiles - 1 - blockIdx.x % ntiles;
+  int h = bh % NH, b = bh / NH;
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4, q0 = qt * TILE;
+  int row0 = q0 + 16 * w + g; // this lane's rows: row0 and row0 + 8
   float sl2 = scale * FA_LOG2E;
   size_t head = (size_t)bh * Tp * HS;
-  load_rows<W>(Ks + TILE_ELEMS, Vs + TILE_ELEMS, q + head + (size_t)q0 * HS);
-  load_tile<W>(Ks, k + head);
-  load_tile<W>(Vs, v + head);
+  load_tile(Ks + TILE_ELEMS, q + head + (size_t)q0 * HS);
+  load_tile(Ks, k + head);
+  load_tile(Vs, v + head);
   cp_async_commit();
   uint32_t qa[KS][4];
   float o[ND][4];
   zero<ND>(o);
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // rows row0, row0 + 8 (base-2 max; this lane's sums)
 
-  for (int kt = 0; kt < ntiles; kt++) {
+  for (int kt = 0; kt <= qt; kt++) {
     int k0 = kt * TILE, buf = kt & 1;
     cp_async_wait<0>();
     __syncthreads(); // tile kt is in; every warp is done with tile kt - 1's buffers
     if (kt == 0) {
-      load_a(qa, rows_of(w, Ks + TILE_ELEMS, Vs + TILE_ELEMS), lane);
-      __syncthreads(); // Q is read: its buffers take tile 1
+      load_a(qa, Ks + TILE_ELEMS, 16 * w, lane);
+      __syncthreads(); // Q is read: its buffer takes tile 1
     }
-    if (kt + 1 < ntiles) { // the next tile's copies fly while this one is computed
-      load_tile<W>(Ks + (buf ^ 1) * TILE_ELEMS, k + head + (size_t)(k0 + TILE) * HS);
-      load_tile<W>(Vs + (buf ^ 1) * TILE_ELEMS, v + head + (size_t)(k0 + TILE) * HS);
+    if (kt < qt) { // the next tile's copies fly while this one is computed
+      load_tile(Ks + (buf ^ 1) * TILE_ELEMS, k + head + (size_t)(k0 + TILE) * HS);
+      load_tile(Vs + (buf ^ 1) * TILE_ELEMS, v + head + (size_t)(k0 + TILE) * HS);
       cp_async_commit();
     }
-    if (k0 > first + 15) continue; // every key of the tile is past this warp's rows
-    bool diag = k0 + TILE - 1 > first; // some key past some row: mask
     float s[NJ][4];
     zero<NJ>(s);
     times_t(s, qa, Ks + buf * TILE_ELEMS, lane);
-    // scores in base 2, keys past a row masked (key 0 is in every row's first tile, so each
-    // row's running max is finite from the first tile on)
+    // scores in base 2, the diagonal tile masked (keys past a row; key k0 <= every row of the
+    // tile, so every row has a finite max)
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int j = 0; j < NJ; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         int key = k0 + 8 * j + 2 * q4 + (e & 1), row = row0 + 8 * (e / 2);
-        float x = diag && key > row ? -INFINITY : s[j][e] * sl2;
+        float x = kt == qt && key > row ? -INFINITY : s[j][e] * sl2;
         s[j][e] = x;
         if (e < 2) mx0 = fmaxf(mx0, x);
         else mx1 = fmaxf(mx1, x);
@@ -267,7 +249,7 @@ __global__ void __launch_bounds__(32 * W)
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
   float inv0 = 1.0f / l0, inv1 = 1.0f / l1; // l >= 1: the row's max term is exp2(0)
-  float *L = cache + (size_t)bh * T, *Oc = cache + (size_t)(gridDim.x / nb) * T + (size_t)bh * T * HS;
+  float *L = cache + (size_t)bh * T, *Oc = cache + (size_t)(gridDim.x / ntiles) * T + (size_t)bh * T * HS;
   store_rows(out + (size_t)b * T * C + (size_t)h * HS, C, o, row0, T, inv0, inv1, q4);
   store_rows(Oc, HS, o, row0, T, inv0, inv1, q4);
   if (q4 == 0) {
@@ -278,73 +260,54 @@ __global__ void __launch_bounds__(32 * W)
 
 // ---- backward ----
 
-// dK and dV of W * 16 keys (per head, the first block, with the most query tiles, first), over the
-// query tiles from the block's own on; a warp skips the tiles wholly before its keys. q, k, v,
-// dO: the pre-pass's; D: rowsum(dO * O) [B*NH*T].
-template <int W>
-__global__ void __launch_bounds__(32 * W)
+// dK and dV of one key tile, over the query tiles at or after it (per head, the first key tile,
+// with the most query tiles, first). q, k, v, dO: the pre-pass's; D: rowsum(dO * O) [B*NH*T].
+template <bool OCC>
+__global__ void __launch_bounds__(THREADS, OCC ? 3 : 2)
     k_mma_dkv(float *dqkv, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dO, const float *cache,
               const float *D, int T, int Tp, int C, int NH, float scale) {
-  constexpr int ROWS = 16 * W;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16 *Qs = (bf16 *)smem, *dOs = Qs + 2 * TILE_ELEMS; // two buffers each; K and V go through [1]
   float *Lr = (float *)(dOs + 2 * TILE_ELEMS), *Dr = Lr + 2 * TILE; // [2][TILE] each
 
-  int nb = Tp / ROWS, bh = blockIdx.x / nb, k0 = blockIdx.x % nb * ROWS, h = bh % NH, b = bh / NH;
-  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
-  int first = k0 + 16 * w, key0 = first + g; // this warp's first key; this lane's keys: key0, key0 + 8
-  int qt0 = k0 / TILE, ntiles = Tp / TILE;
+  int ntiles = Tp / TILE, bh = blockIdx.x / ntiles, kt = blockIdx.x % ntiles, h = bh % NH, b = bh / NH;
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4, k0 = kt * TILE;
+  int key0 = k0 + 16 * w + g; // this lane's keys: key0, key0 + 8
   float sl2 = scale * FA_LOG2E;
   size_t head = (size_t)bh * Tp * HS;
   const float *L = cache + (size_t)bh * T, *Db = D + (size_t)bh * T;
-  uint32_t ka[KS][4], va[KS][4];
-  // K, then V, through the second buffers (with W = 4 both at once: K in Qs[1], V in dOs[1]);
-  // the first query tile (the block's own first 64 rows) with K
-  if (W == 4) {
-    load_tile<W>(Qs + TILE_ELEMS, k + head + (size_t)k0 * HS);
-    load_tile<W>(dOs + TILE_ELEMS, v + head + (size_t)k0 * HS);
-  } else {
-    load_rows<W>(Qs + TILE_ELEMS, dOs + TILE_ELEMS, k + head + (size_t)k0 * HS);
-  }
-  load_tile<W>(Qs, q + head + (size_t)k0 * HS);
-  load_tile<W>(dOs, dO + head + (size_t)k0 * HS);
+  load_tile(Qs + TILE_ELEMS, k + head + (size_t)k0 * HS);
+  load_tile(dOs + TILE_ELEMS, v + head + (size_t)k0 * HS);
+  load_tile(Qs, q + head + (size_t)k0 * HS); // the first query tile is the key tile's own
+  load_tile(dOs, dO + head + (size_t)k0 * HS);
   cp_async_commit();
-  for (int i = threadIdx.x; i < TILE; i += 32 * W) {
+  for (int i = threadIdx.x; i < TILE; i += THREADS) {
     Lr[i] = k0 + i < T ? L[k0 + i] * FA_LOG2E : 0.0f;
     Dr[i] = k0 + i < T ? Db[k0 + i] : 0.0f;
   }
-  cp_async_wait<0>();
-  __syncthreads();
-  if (W == 4) {
-    load_a(ka, Qs + TILE_ELEMS + 16 * w * LD, lane);
-    load_a(va, dOs + TILE_ELEMS + 16 * w * LD, lane);
-  } else {
-    load_a(ka, rows_of(w, Qs + TILE_ELEMS, dOs + TILE_ELEMS), lane);
-    __syncthreads(); // K is read: V takes its buffers
-    load_rows<W>(Qs + TILE_ELEMS, dOs + TILE_ELEMS, v + head + (size_t)k0 * HS);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    load_a(va, rows_of(w, Qs + TILE_ELEMS, dOs + TILE_ELEMS), lane);
-  }
+  uint32_t ka[KS][4], va[KS][4];
   float dk[ND][4], dv[ND][4];
   zero<ND>(dk), zero<ND>(dv);
 
-  for (int qt = qt0; qt < ntiles; qt++) {
-    int q0 = qt * TILE, buf = (qt - qt0) & 1;
-    if (qt > qt0) cp_async_wait<0>();
-    __syncthreads(); // query tile qt is in; every warp is done with the last one's buffers (or K, V)
+  for (int qt = kt; qt < ntiles; qt++) {
+    int q0 = qt * TILE, buf = (qt - kt) & 1;
+    cp_async_wait<0>();
+    __syncthreads(); // query tile qt is in; every warp is done with the last one's buffers
+    if (qt == kt) {
+      load_a(ka, Qs + TILE_ELEMS, 16 * w, lane);
+      load_a(va, dOs + TILE_ELEMS, 16 * w, lane);
+      __syncthreads(); // K and V are read: their buffers take the next query tile
+    }
     if (qt + 1 < ntiles) { // the next query tile's copies (and statistics) while this one is computed
-      int n0 = q0 + TILE, nx = buf ^ 1;
-      load_tile<W>(Qs + nx * TILE_ELEMS, q + head + (size_t)n0 * HS);
-      load_tile<W>(dOs + nx * TILE_ELEMS, dO + head + (size_t)n0 * HS);
+      int n0 = q0 + TILE, nb = buf ^ 1;
+      load_tile(Qs + nb * TILE_ELEMS, q + head + (size_t)n0 * HS);
+      load_tile(dOs + nb * TILE_ELEMS, dO + head + (size_t)n0 * HS);
       cp_async_commit();
-      for (int i = threadIdx.x; i < TILE; i += 32 * W) {
-        Lr[nx * TILE + i] = n0 + i < T ? L[n0 + i] * FA_LOG2E : 0.0f;
-        Dr[nx * TILE + i] = n0 + i < T ? Db[n0 + i] : 0.0f;
+      for (int i = threadIdx.x; i < TILE; i += THREADS) {
+        Lr[nb * TILE + i] = n0 + i < T ? L[n0 + i] * FA_LOG2E : 0.0f;
+        Dr[nb * TILE + i] = n0 + i < T ? Db[n0 + i] : 0.0f;
       }
     }
-    if (q0 + TILE - 1 < first) continue; // every query of the tile is before this warp's keys
     const bf16 *Qb = Qs + buf * TILE_ELEMS, *dOb = dOs + buf * TILE_ELEMS;
     const float *Lb = Lr + buf * TILE, *Dq = Dr + buf * TILE;
     float st[NJ][4], dpt[NJ][4]; // S^T and dP^T: this warp's 16 keys x the tile's 64 queries
@@ -364,8 +327,8 @@ __global__ void __launch_bounds__(32 * W)
     uint32_t pa[NJ / 2][4], dsa[NJ / 2][4];
     to_a(pa, st);
     to_a(dsa, dpt);
-    times(dv, pa, dOb, lane); // dV += P^T dO
-    times(dk, dsa, Qb, lane); // dK += dS^T Q
+    times(dv, pa, dOb, lane);  // dV += P^T dO
+    times(dk, dsa, Qb, lane);  // dK += dS^T Q
   }
   size_t stride = 3 * (size_t)C;
   float *rows = dqkv + (size_t)b * T * stride + (size_t)h * HS;
@@ -373,64 +336,46 @@ __global__ void __launch_bounds__(32 * W)
   store_rows(rows + 2 * (size_t)C, stride, dv, key0, T, 1.0f, 1.0f, q4);
 }
 
-// dQ of W * 16 query rows (per head, the last block first), over the key tiles up to its last
-// row; a warp skips the tiles wholly past its rows. With 8 warps, 128 registers a thread (a
-// 32-byte spill on sm_90), so that two blocks share an SM (165 registers left one)
-template <int W>
-__global__ void __launch_bounds__(32 * W, W == 8 ? 2 : 1)
+// dQ of one query tile, over the key tiles up to the diagonal (per head, the last query tile first)
+template <bool OCC>
+__global__ void __launch_bounds__(THREADS, OCC ? 4 : 3)
     k_mma_dq(float *dqkv, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dO, const float *cache,
              const float *D, int T, int Tp, int C, int NH, float scale) {
-  constexpr int ROWS = 16 * W;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16 *Ks = (bf16 *)smem, *Vs = Ks + 2 * TILE_ELEMS; // two buffers each; Q and dO go through [1]
 
-  int nb = Tp / ROWS, bh = blockIdx.x / nb, q0 = (nb - 1 - blockIdx.x % nb) * ROWS, h = bh % NH, b = bh / NH;
-  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
-  int first = q0 + 16 * w, row0 = first + g;
-  int ntiles = (q0 + ROWS) / TILE;
+  int ntiles = Tp / TILE, bh = blockIdx.x / ntiles, qt = ntiles - 1 - blockIdx.x % ntiles;
+  int h = bh % NH, b = bh / NH;
+  int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4, q0 = qt * TILE;
+  int row0 = q0 + 16 * w + g;
   float sl2 = scale * FA_LOG2E;
   size_t head = (size_t)bh * Tp * HS;
   const float *L = cache + (size_t)bh * T, *Db = D + (size_t)bh * T;
-  uint32_t qa[KS][4], da[KS][4];
-  // Q, then dO, through the second buffers (with W = 4 both at once); key tile 0 with Q
-  if (W == 4) {
-    load_tile<W>(Ks + TILE_ELEMS, q + head + (size_t)q0 * HS);
-    load_tile<W>(Vs + TILE_ELEMS, dO + head + (size_t)q0 * HS);
-  } else {
-    load_rows<W>(Ks + TILE_ELEMS, Vs + TILE_ELEMS, q + head + (size_t)q0 * HS);
-  }
-  load_tile<W>(Ks, k + head);
-  load_tile<W>(Vs, v + head);
+  load_tile(Ks + TILE_ELEMS, q + head + (size_t)q0 * HS);
+  load_tile(Vs + TILE_ELEMS, dO + head + (size_t)q0 * HS);
+  load_tile(Ks, k + head);
+  load_tile(Vs, v + head);
   cp_async_commit();
   float lr0 = row0 < T ? L[row0] * FA_LOG2E : 0.0f, lr1 = row0 + 8 < T ? L[row0 + 8] * FA_LOG2E : 0.0f;
   float d0 = row0 < T ? Db[row0] : 0.0f, d1 = row0 + 8 < T ? Db[row0 + 8] : 0.0f;
-  cp_async_wait<0>();
-  __syncthreads();
-  if (W == 4) {
-    load_a(qa, Ks + TILE_ELEMS + 16 * w * LD, lane);
-    load_a(da, Vs + TILE_ELEMS + 16 * w * LD, lane);
-  } else {
-    load_a(qa, rows_of(w, Ks + TILE_ELEMS, Vs + TILE_ELEMS), lane);
-    __syncthreads(); // Q is read: dO takes its buffers
-    load_rows<W>(Ks + TILE_ELEMS, Vs + TILE_ELEMS, dO + head + (size_t)q0 * HS);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    load_a(da, rows_of(w, Ks + TILE_ELEMS, Vs + TILE_ELEMS), lane);
-  }
+  uint32_t qa[KS][4], da[KS][4];
   float dq[ND][4];
   zero<ND>(dq);
 
-  for (int kt = 0; kt < ntiles; kt++) {
+  for (int kt = 0; kt <= qt; kt++) {
     int k0 = kt * TILE, buf = kt & 1;
-    if (kt > 0) cp_async_wait<0>();
-    __syncthreads(); // key tile kt is in; every warp is done with the last one's buffers (or Q, dO)
-    if (kt + 1 < ntiles) { // the next key tile's copies fly while this one is computed
-      load_tile<W>(Ks + (buf ^ 1) * TILE_ELEMS, k + head + (size_t)(k0 + TILE) * HS);
-      load_tile<W>(Vs + (buf ^ 1) * TILE_ELEMS, v + head + (size_t)(k0 + TILE) * HS);
+    cp_async_wait<0>();
+    __syncthreads(); // key tile kt is in; every warp is done with the last one's buffers
+    if (kt == 0) {
+      load_a(qa, Ks + TILE_ELEMS, 16 * w, lane);
+      load_a(da, Vs + TILE_ELEMS, 16 * w, lane);
+      __syncthreads(); // Q and dO are read: their buffers take key tile 1
+    }
+    if (kt < qt) { // the next key tile's copies fly while this one is computed
+      load_tile(Ks + (buf ^ 1) * TILE_ELEMS, k + head + (size_t)(k0 + TILE) * HS);
+      load_tile(Vs + (buf ^ 1) * TILE_ELEMS, v + head + (size_t)(k0 + TILE) * HS);
       cp_async_commit();
     }
-    if (k0 > first + 15) continue; // every key of the tile is past this warp's rows
     const bf16 *Kb = Ks + buf * TILE_ELEMS;
     float s[NJ][4], dp[NJ][4];
     zero<NJ>(s), zero<NJ>(dp);
@@ -455,15 +400,9 @@ __global__ void __launch_bounds__(32 * W, W == 8 ? 2 : 1)
 
 static int aligned16(const void *p, size_t row_floats) { return (uintptr_t)p % 16 == 0 && row_floats % 4 == 0; }
 
-// BRIGADE_CUDA_FLASH=mma: blocks of 8 warps (128 rows); "mma64": of 4 warps (64 rows)
-static int warps(void) {
-  const char *e = getenv("BRIGADE_CUDA_FLASH");
-  return e && !strcmp(e, "mma64") ? 4 : 8;
-}
-
-// one block per (head, W * 16 rows) in a one-dimensional grid
-static unsigned blocks(int B, int Tp, int NH, int W, const char *op) {
-  size_t n = (size_t)B * NH * (Tp / (16 * W));
+// one block per (head, tile) in a one-dimensional grid
+static unsigned blocks(int B, int Tp, int NH, const char *op) {
+  size_t n = (size_t)B * NH * (Tp / TILE);
   if (n > 0x7fffffffu)
     cuda_fail(op, __FILE__, __LINE__, "the fused attention's grid", "B * NH * T / 64 exceeds 2^31 - 1 blocks");
   return (unsigned)n;
@@ -484,27 +423,32 @@ static void heads_bf16(bf16 *dst, float *D, const float *O, const float *src, in
 static size_t qkv_offset(size_t BH, int T) { return (BH * T * (1 + HS) + 31) / 32 * 32; }
 size_t cuda_flash_cache_floats(int B, int T, int C, int NH) {
   (void)C;
-  size_t BH = (size_t)B * NH, Tp = (size_t)(T + PAD - 1) / PAD * PAD;
+  size_t BH = (size_t)B * NH, Tp = (size_t)(T + TILE - 1) / TILE * TILE;
   return qkv_offset(BH, T) + 3 * BH * Tp * HS / 2;
 }
 
 void cuda_flash_mma_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-  int Tp = (T + PAD - 1) / PAD * PAD, W = warps();
+  int Tp = (T + TILE - 1) / TILE * TILE;
   size_t per = (size_t)B * NH * Tp * HS; // elements of one of q, k, v
   bf16 *q = (bf16 *)(att + qkv_offset((size_t)B * NH, T)), *k = q + per, *v = k + per;
   heads_bf16(q, nullptr, nullptr, qkv, B, T, Tp, C, NH, 3, 3 * (size_t)C, "attention_forward");
   size_t smem = 4 * (size_t)TILE_ELEMS * sizeof(bf16); // 36 KiB: no opt-in above 48 KiB needed
-  unsigned grid = blocks(B, Tp, NH, W, "attention_forward");
-  float scale = 1.0f / sqrtf((float)HS);
-  auto kernel = W == 8 ? k_mma_forward<8> : k_mma_forward<4>;
-  kernel<<<grid, 32 * W, smem, cuda_stream()>>>(out, att, q, k, v, T, Tp, C, NH, scale);
+  k_mma_forward<<<blocks(B, Tp, NH, "attention_forward"), THREADS, smem, cuda_stream()>>>(
+      out, att, q, k, v, T, Tp, C, NH, 1.0f / sqrtf((float)HS));
   LAUNCH_CHECK_OP("attention_forward");
+}
+
+// BRIGADE_CUDA_FLASH=mma-occ: the backward kernels held to fewer registers for more blocks an
+// SM (dK/dV 168 registers, 3 blocks; dQ 128, 4 blocks; small spills) instead of 236 (2) and 166 (3)
+static int occ(void) {
+  const char *e = getenv("BRIGADE_CUDA_FLASH");
+  return e && !strcmp(e, "mma-occ");
 }
 
 void cuda_flash_mma_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
                              int NH) {
   (void)qkv; // its bf16 copies are in the cache
-  int Tp = (T + PAD - 1) / PAD * PAD, W = warps();
+  int Tp = (T + TILE - 1) / TILE * TILE;
   size_t per = (size_t)B * NH * Tp * HS, rows = (size_t)B * NH * T;
   size_t dbytes = (rows * sizeof(float) + 127) / 128 * 128;
   unsigned char *ws = (unsigned char *)cuda_workspace(dbytes + per * sizeof(bf16));
@@ -512,15 +456,15 @@ void cuda_flash_mma_backward(float *dqkv, const float *dout, const float *qkv, c
   bf16 *dO = (bf16 *)(ws + dbytes);
   const bf16 *q = (const bf16 *)(att + qkv_offset((size_t)B * NH, T)), *k = q + per, *v = k + per;
   heads_bf16(dO, D, att + rows, dout, B, T, Tp, C, NH, 1, (size_t)C, "attention_backward");
-  unsigned grid = blocks(B, Tp, NH, W, "attention_backward");
+  unsigned grid = blocks(B, Tp, NH, "attention_backward");
   float scale = 1.0f / sqrtf((float)HS);
   cudaStream_t s = cuda_stream();
   size_t smem_kv = 4 * (size_t)TILE_ELEMS * sizeof(bf16) + 4 * TILE * sizeof(float); // 37 KiB
-  auto dkv = W == 8 ? k_mma_dkv<8> : k_mma_dkv<4>;
-  dkv<<<grid, 32 * W, smem_kv, s>>>(dqkv, q, k, v, dO, att, D, T, Tp, C, NH, scale);
+  auto dkv = occ() ? k_mma_dkv<true> : k_mma_dkv<false>;
+  dkv<<<grid, THREADS, smem_kv, s>>>(dqkv, q, k, v, dO, att, D, T, Tp, C, NH, scale);
   LAUNCH_CHECK_OP("attention_backward");
   size_t smem_q = 4 * (size_t)TILE_ELEMS * sizeof(bf16);
-  auto dq = W == 8 ? k_mma_dq<8> : k_mma_dq<4>;
-  dq<<<grid, 32 * W, smem_q, s>>>(dqkv, q, k, v, dO, att, D, T, Tp, C, NH, scale);
+  auto dq = occ() ? k_mma_dq<true> : k_mma_dq<false>;
+  dq<<<grid, THREADS, smem_q, s>>>(dqkv, q, k, v, dO, att, D, T, Tp, C, NH, scale);
   LAUNCH_CHECK_OP("attention_backward");
 }

@@ -3,7 +3,7 @@
  * milliseconds per call (best of 5 after a warm-up, the device waited for) and TFLOP/s of the
  * causal products (forward 4 B NH hs T(T+1)/2 FLOPs, backward 2.5 times that, FlashAttention's
  * count). On "cuda" under bf16 mixed precision, each kernel kind in turn: the fused kernels as
- * BRIGADE_CUDA_FLASH picks them (mma, the default; mma-occ; wmma), or with
+ * BRIGADE_CUDA_FLASH picks them (mma, the default; wmma), or with
  * BRIGADE_CUDA_ATTENTION=gemm set the per-head GEMMs alone; elsewhere the backend's one path in fp32. Random inputs in
  * [-2, 2] (q, k, v) and [-1, 1] (the output's gradient). Prints figures; exits 0.
  *     build/bench/attention [BACKEND [B T]]    BACKEND: cpu (default) or cuda */
@@ -95,9 +95,9 @@ int main(int argc, char **argv) {
     run(ops, "bf16 per-head GEMMs", B, T, C, NH);
     return 0;
   }
-  static const char *kinds[] = {"mma", "mma-occ", "wmma"};
+  static const char *kinds[] = {"mma", "wmma"};
   char label[64];
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 2; k++) {
     setenv("BRIGADE_CUDA_FLASH", kinds[k], 1);
     snprintf(label, sizeof label, "bf16 fused, BRIGADE_CUDA_FLASH=%s", kinds[k]);
     run(ops, label, B, T, C, NH);

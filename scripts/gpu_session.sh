@@ -214,7 +214,7 @@ step bench-gpu 3-bench-gpu.log 180 make CUDA="$CUDA" bench-gpu
 # the fused attention's kernels against each other (BRIGADE_CUDA_FLASH): their op tests on the
 # GPU, bench/attention (each kind alone), then the default bf16 step with each, per-op times included
 step flash-ab 3-bench-gpu.log 150 sh -c 'BRIGADE_TEST_BACKEND=cuda BRIGADE_REQUIRE_GPU=1 \
-  build/tests/gpu/test_ops_gpu --filter "*/attention*"; build/bench/attention cuda; for k in mma mma-occ wmma; do
+  build/tests/gpu/test_ops_gpu --filter "*/attention*"; build/bench/attention cuda; for k in mma wmma; do
   echo "== BRIGADE_CUDA_FLASH=$k"; BRIGADE_CUDA_FLASH=$k build/bench/train_step configs/gpt2-124m.cfg 8 1 cuda 16 1024 bf16; done'
 # the Makefile's mpirun line (root, shared memory, the probed single-copy mechanism)
 MPIRUN_CMD=$(make -s CUDA="$CUDA" --eval 'print-mpirun: ; @echo $(MPIRUN)' print-mpirun 2>/dev/null | tail -1)

@@ -465,13 +465,12 @@ int cuda_flash_usable(int T, int C, int NH) {
   return C / NH == 64 && T > 64 && (T + TILE - 1) / TILE <= 65535;
 }
 
-// BRIGADE_CUDA_FLASH: "mma" (the default: flash_mma.cu's kernels), "mma-occ" (the same, its
-// backward held to fewer registers) or "wmma" (this file's)
+// BRIGADE_CUDA_FLASH: "mma" (the default: flash_mma.cu's kernels) or "wmma" (this file's)
 static int use_wmma(const char *op) {
   const char *e = getenv("BRIGADE_CUDA_FLASH");
-  if (!e || !*e || !strcmp(e, "mma") || !strcmp(e, "mma-occ")) return 0;
+  if (!e || !*e || !strcmp(e, "mma")) return 0;
   if (!strcmp(e, "wmma")) return 1;
-  cuda_fail(op, __FILE__, __LINE__, "BRIGADE_CUDA_FLASH", "is none of \"mma\" (the default), \"mma-occ\", \"wmma\"");
+  cuda_fail(op, __FILE__, __LINE__, "BRIGADE_CUDA_FLASH", "is neither \"mma\" (the default) nor \"wmma\"");
 }
 
 template <int HS> static void forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {

@@ -5,9 +5,10 @@
 // on mma.sync with their operands from ldmatrix (kernels/cuda/ptx.cuh).
 //
 // A pre-pass (k_heads_bf16) writes q, k, v (and in backward dO) as bf16 per head, [B*NH][Tp][64]
-// with Tp = T rounded up to 64 and zeros past T; the forward keeps q, k, v in the cache, after
-// L and O, for the backward; the backward's pre-pass computes D = rowsum(dO * O) as it reads dO. (The values are what the WMMA kernels round as they load;
-// under bf16 training the activations are bf16 values already.) Tiles then go from device
+// with Tp = T rounded up to 64 and zeros past T. The forward keeps q, k, v in the cache, after L
+// and O, for the backward; the backward's pre-pass computes D = rowsum(dO * O) as it reads dO.
+// (The values are what the WMMA kernels round as they load; under bf16 training the activations
+// are bf16 values already.) Tiles then go from device
 // memory to shared memory by cp.async, 16 bytes a thread, double-buffered: a block issues the
 // next tile's copies before it computes on the current one, holding no registers for them.
 // Shared tiles are 64 x 64 bf16 in rows of 72 (144 bytes: ldmatrix's 8 row reads hit distinct
@@ -28,11 +29,16 @@
 // Grids are one-dimensional, one block per (head, tile), a head's tiles adjacent so that the
 // blocks running together share their heads' tiles in L2; the longest blocks of a head first.
 // Every output is written once by one block, so results repeat bit for bit.
+//
+// Measured on an H100 at GPT-2-124M's shape (bench/attention, B=16, T=1024, 12 heads): forward
+// 0.25 ms a layer (104 TFLOP/s of causal products, the pre-pass included), backward 0.54 ms (120);
+// the WMMA kernels 0.63 and 1.49. Registers (sm_90): forward 128 (4 blocks an SM), dK/dV 236 (2),
+// dQ 166 (3), no spills. Tried and not kept: blocks of 8 warps (128 rows: half the tile traffic
+// per row, but fewer blocks; slower), and the backward held to fewer registers for more blocks
+// an SM (no faster).
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cuda/cuda.h"
 #include "kernels/cuda/ptx.cuh"
@@ -262,8 +268,7 @@ __global__ void __launch_bounds__(THREADS)
 
 // dK and dV of one key tile, over the query tiles at or after it (per head, the first key tile,
 // with the most query tiles, first). q, k, v, dO: the pre-pass's; D: rowsum(dO * O) [B*NH*T].
-template <bool OCC>
-__global__ void __launch_bounds__(THREADS, OCC ? 3 : 2)
+__global__ void __launch_bounds__(THREADS, 2)
     k_mma_dkv(float *dqkv, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dO, const float *cache,
               const float *D, int T, int Tp, int C, int NH, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -337,8 +342,7 @@ __global__ void __launch_bounds__(THREADS, OCC ? 3 : 2)
 }
 
 // dQ of one query tile, over the key tiles up to the diagonal (per head, the last query tile first)
-template <bool OCC>
-__global__ void __launch_bounds__(THREADS, OCC ? 4 : 3)
+__global__ void __launch_bounds__(THREADS, 3)
     k_mma_dq(float *dqkv, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dO, const float *cache,
              const float *D, int T, int Tp, int C, int NH, float scale) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -438,13 +442,6 @@ void cuda_flash_mma_forward(float *out, float *att, const float *qkv, int B, int
   LAUNCH_CHECK_OP("attention_forward");
 }
 
-// BRIGADE_CUDA_FLASH=mma-occ: the backward kernels held to fewer registers for more blocks an
-// SM (dK/dV 168 registers, 3 blocks; dQ 128, 4 blocks; small spills) instead of 236 (2) and 166 (3)
-static int occ(void) {
-  const char *e = getenv("BRIGADE_CUDA_FLASH");
-  return e && !strcmp(e, "mma-occ");
-}
-
 void cuda_flash_mma_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
                              int NH) {
   (void)qkv; // its bf16 copies are in the cache
@@ -460,11 +457,9 @@ void cuda_flash_mma_backward(float *dqkv, const float *dout, const float *qkv, c
   float scale = 1.0f / sqrtf((float)HS);
   cudaStream_t s = cuda_stream();
   size_t smem_kv = 4 * (size_t)TILE_ELEMS * sizeof(bf16) + 4 * TILE * sizeof(float); // 37 KiB
-  auto dkv = occ() ? k_mma_dkv<true> : k_mma_dkv<false>;
-  dkv<<<grid, THREADS, smem_kv, s>>>(dqkv, q, k, v, dO, att, D, T, Tp, C, NH, scale);
+  k_mma_dkv<<<grid, THREADS, smem_kv, s>>>(dqkv, q, k, v, dO, att, D, T, Tp, C, NH, scale);
   LAUNCH_CHECK_OP("attention_backward");
   size_t smem_q = 4 * (size_t)TILE_ELEMS * sizeof(bf16);
-  auto dq = occ() ? k_mma_dq<true> : k_mma_dq<false>;
-  dq<<<grid, THREADS, smem_q, s>>>(dqkv, q, k, v, dO, att, D, T, Tp, C, NH, scale);
+  k_mma_dq<<<grid, THREADS, smem_q, s>>>(dqkv, q, k, v, dO, att, D, T, Tp, C, NH, scale);
   LAUNCH_CHECK_OP("attention_backward");
 }

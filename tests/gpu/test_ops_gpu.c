@@ -736,10 +736,9 @@ Test(OPS_HARNESS_SUITE, attention_bf16) {
   need_backend();
   rng r = {13};
   G->matmul_half(1);
-  /* the GEMMs, then the fused kernels on mma.sync (the default; then with the backward held to
-   * fewer registers) and on WMMA */
-  static const char *kinds[] = {"mma", "mma", "mma-occ", "wmma"};
-  for (int mode = 0; mode <= 3; mode++) {
+  /* the GEMMs, then the fused kernels on mma.sync (the default) and on WMMA */
+  static const char *kinds[] = {"mma", "mma", "wmma"};
+  for (int mode = 0; mode <= 2; mode++) {
     int flash = mode > 0;
     setenv("BRIGADE_CUDA_ATTENTION", flash ? "flash" : "gemm", 1);
     setenv("BRIGADE_CUDA_FLASH", kinds[mode], 1);

@@ -182,8 +182,9 @@ endif
 # (BRIGADE_CUDA_HALF=fast), then with the plain linear layers (BRIGADE_CUDA_LINEAR=plain), then
 # fp16 both ways, then fp32; then the GEMM rates of the MLP's and the LM head's products
 # (bench/gemm_shapes.c: the vocabulary as it is, padded to 50304, and in padded logits rows as
-# the model runs it) in both bf16 modes.
-bench-gpu: $(BUILD)/bench/train_step $(BUILD)/bench/gemm_shapes
+# the model runs it) in both bf16 modes; then the attention op alone (bench/attention.c: each
+# fused kernel set, then the per-head GEMMs).
+bench-gpu: $(BUILD)/bench/train_step $(BUILD)/bench/gemm_shapes $(BUILD)/bench/attention
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16
 	BRIGADE_CUDA_ATTENTION=gemm $(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 10 1 cuda 16 1024 bf16fast
@@ -193,6 +194,8 @@ bench-gpu: $(BUILD)/bench/train_step $(BUILD)/bench/gemm_shapes
 	$(BUILD)/bench/train_step configs/gpt2-124m.cfg 3 1 cuda 16 1024 fp32
 	$(BUILD)/bench/gemm_shapes cuda bf16
 	$(BUILD)/bench/gemm_shapes cuda bf16fast
+	$(BUILD)/bench/attention cuda
+	BRIGADE_CUDA_ATTENTION=gemm $(BUILD)/bench/attention cuda
 
 # The CUDA backend without a GPU: tests/emu compiles kernels/cuda/*.cu as host C++ against an
 # emulated CUDA runtime, cuBLAS (column-major, argument checks), WMMA, CUB and NCCL (over MPI),

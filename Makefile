@@ -139,10 +139,10 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(LIB)
 # Runs every test binary; each prints Criterion's synthesis line. Fails if any fails.
 # Then the CUDA backend on the emulator (tests/emu, below), and the README's commands, run as
 # written (scripts/readme_commands.sh; its mpirun lines get the MPIRUN below).
-test: $(BIN) $(TEST_BINS) $(WORKER_BINS) $(BUILD)/emu/test_ops_emu $(BUILD)/emu/test_emu_streams $(BUILD)/emu/brigade data/kjv.txt
+test: $(BIN) $(TEST_BINS) $(WORKER_BINS) $(BUILD)/emu/test_ops_emu $(BUILD)/emu/test_emu_streams $(BUILD)/emu/test_emu_ptx $(BUILD)/emu/brigade data/kjv.txt
 	@OMPI_MCA_btl_vader_single_copy_mechanism=$(MPI_SINGLE_COPY) BRIGADE_BIN=$(abspath $(BIN)) \
 	  BRIGADE_BUILD=$(abspath $(BUILD)) BRIGADE_MPIRUN='$(MPIRUN)' \
-	  sh scripts/run_tests.sh $(TEST_BINS) $(BUILD)/emu/test_emu_streams tests/emu/test_ops_emu.sh scripts/readme_commands.sh
+	  sh scripts/run_tests.sh $(TEST_BINS) $(BUILD)/emu/test_emu_streams $(BUILD)/emu/test_emu_ptx tests/emu/test_ops_emu.sh scripts/readme_commands.sh
 
 # The fault suite in full: every case of tests/faults/test_faults.c (`make test` runs the fast ones
 # and 3 trials of two runs into one checkpoint directory; here FAULT_TRIALS of them and the
@@ -228,6 +228,8 @@ $(EMU)/ops.o: kernels/ops.c $(FLAGS_STAMP) # with the CUDA table, whatever this 
 	@mkdir -p $(EMU)
 	$(CC) $(filter-out -DBRIGADE_CUDA=1,$(CFLAGS)) -DBRIGADE_CUDA=1 -c $< -o $@
 $(EMU)/test_emu_streams: tests/emu/test_emu_streams.cpp $(EMU)/emu.o $(EMU_HDRS)
+	$(EMU_CXX) -Wall -Wextra -Werror $< $(EMU)/emu.o $(TEST_LIBS) -lpthread -o $@
+$(EMU)/test_emu_ptx: tests/emu/test_emu_ptx.cpp $(EMU)/emu.o $(EMU_HDRS) kernels/cuda/ptx.cuh
 	$(EMU_CXX) -Wall -Wextra -Werror $< $(EMU)/emu.o $(TEST_LIBS) -lpthread -o $@
 $(EMU)/test_ops_emu: $(BUILD)/tests/gpu/test_ops_gpu.o $(TEST_HELPER_OBJS) $(EMU_OBJS)
 	g++ -fsanitize=address $(LDFLAGS) $^ $(EMU_LIBS) $(TEST_LIBS) -o $@

@@ -422,19 +422,24 @@ static void heads_bf16(bf16 *dst, float *D, const float *O, const float *src, in
 }
 
 // The fused path's cache (att): L [B*NH*T] and O [B*NH*T*64] (fp32, flash_cuda.cu's), then, from
-// a 128-byte boundary, the forward's pre-pass's q, k, v (bf16 [3][B*NH][Tp][64]), which the
-// backward reads back instead of converting qkv again
-static size_t qkv_offset(size_t BH, int T) { return (BH * T * (1 + HS) + 31) / 32 * 32; }
+// the next 128-byte boundary (att itself may lie anywhere in a layer's activation slot: 32 floats
+// of slack), the forward's pre-pass's q, k, v (bf16 [3][B*NH][Tp][64]), which the backward reads
+// back instead of converting qkv again (cp.async and the pre-pass's 16-byte stores need them
+// aligned)
+static bf16 *qkv_copies(const float *att, size_t BH, int T) {
+  uintptr_t p = (uintptr_t)(att + BH * T * (1 + HS));
+  return (bf16 *)((p + 127) & ~(uintptr_t)127);
+}
 size_t cuda_flash_cache_floats(int B, int T, int C, int NH) {
   (void)C;
   size_t BH = (size_t)B * NH, Tp = (size_t)(T + TILE - 1) / TILE * TILE;
-  return qkv_offset(BH, T) + 3 * BH * Tp * HS / 2;
+  return BH * T * (1 + HS) + 32 + 3 * BH * Tp * HS / 2;
 }
 
 void cuda_flash_mma_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
   int Tp = (T + TILE - 1) / TILE * TILE;
   size_t per = (size_t)B * NH * Tp * HS; // elements of one of q, k, v
-  bf16 *q = (bf16 *)(att + qkv_offset((size_t)B * NH, T)), *k = q + per, *v = k + per;
+  bf16 *q = qkv_copies(att, (size_t)B * NH, T), *k = q + per, *v = k + per;
   heads_bf16(q, nullptr, nullptr, qkv, B, T, Tp, C, NH, 3, 3 * (size_t)C, "attention_forward");
   size_t smem = 4 * (size_t)TILE_ELEMS * sizeof(bf16); // 36 KiB: no opt-in above 48 KiB needed
   k_mma_forward<<<blocks(B, Tp, NH, "attention_forward"), THREADS, smem, cuda_stream()>>>(
@@ -451,7 +456,7 @@ void cuda_flash_mma_backward(float *dqkv, const float *dout, const float *qkv, c
   unsigned char *ws = (unsigned char *)cuda_workspace(dbytes + per * sizeof(bf16));
   float *D = (float *)ws;
   bf16 *dO = (bf16 *)(ws + dbytes);
-  const bf16 *q = (const bf16 *)(att + qkv_offset((size_t)B * NH, T)), *k = q + per, *v = k + per;
+  const bf16 *q = qkv_copies(att, (size_t)B * NH, T), *k = q + per, *v = k + per;
   heads_bf16(dO, D, att + rows, dout, B, T, Tp, C, NH, 1, (size_t)C, "attention_backward");
   unsigned grid = blocks(B, Tp, NH, "attention_backward");
   float scale = 1.0f / sqrtf((float)HS);

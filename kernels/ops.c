@@ -1,6 +1,7 @@
 /* kernels/ops.c: finding a backend's op table by name. This is the one place that knows which
  * backends the build has; layers only ever see a kernels_ops pointer. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -29,6 +30,13 @@ void kernels_describe_device(const kernels_ops *ops, char *buf, size_t n) {
   }
 #endif
   snprintf(buf, n, "%s (a test backend: the CPU behind device pointers)", ops->name);
+}
+
+size_t kernels_attention_cache_floats(const char *backend, int precision, int B, int T, int C, int NH) {
+  const char *e = getenv("BRIGADE_CUDA_ATTENTION");
+  int fused = backend && !strcmp(backend, "cuda") && precision == 1 && NH > 0 && C % NH == 0 && C / NH == 64 &&
+              T > 64 && !(e && !strcmp(e, "gemm"));
+  return fused ? kernels_fused_attention_floats(B, T, NH, C / NH) : (size_t)B * (size_t)NH * (size_t)T * (size_t)T;
 }
 
 int kernels_get_ops(const char *backend, const kernels_ops **out) {

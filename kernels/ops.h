@@ -131,9 +131,9 @@ typedef struct kernels_ops {
                              const float *att, int B, int T, int C, int NH);
   /* Floats att must hold for attention_forward / attention_backward of this shape in the table's
    * current mode; NULL: B*NH*T*T (the probabilities). The CUDA table's fused path (flash) keeps
-   * only its own cache, B*NH*T*(1 + C/NH) floats; once it has answered that, a call of a shape
-   * the fused path takes that would now take the other one (the mode changed after the buffers
-   * were sized) stops with a message rather than overrun att. */
+   * only its own cache, kernels_fused_attention_floats; once it has answered that, a call of a
+   * shape the fused path takes that would now take the other one (the mode changed after the
+   * buffers were sized) stops with a message rather than overrun att. */
   size_t (*attention_cache_floats)(int B, int T, int C, int NH);
 
   /* ---- token + position embedding: tokens must be in [0, V), checked by the caller ---- */
@@ -229,6 +229,19 @@ const kernels_ops *kernels_fakedev_ops(void);
  * default), e.g. a fake over MPI (tests/common/fake_coll.h), so that a whole training run takes
  * the device path of ZeRO's collectives and the pipeline's transfers. */
 void kernels_fakedev_set_coll(const struct kernels_coll *coll);
+
+/* The CUDA table's fused attention cache for B x NH heads of size hs over T tokens: the row
+ * log-sum-exps and the output (fp32), 32 floats of slack to a 128-byte boundary, then q, k, v in
+ * bf16 with T rounded up to 64 (kernels/cuda/flash_mma.cu). */
+static inline size_t kernels_fused_attention_floats(int B, int T, int NH, int hs) {
+  size_t BH = (size_t)B * (size_t)NH, Tp = ((size_t)T + 63) / 64 * 64;
+  return BH * (size_t)T * (1 + (size_t)hs) + 32 + 3 * BH * Tp * (size_t)hs / 2;
+}
+/* The floats a backend's table will ask for an attention cache (its attention_cache_floats),
+ * known without the table, for planning on a machine without the backend: on "cuda" under bf16
+ * mixed precision (precision 1) the fused path's for head size 64 and T > 64 unless
+ * BRIGADE_CUDA_ATTENTION=gemm, else B*NH*T*T. A test holds the CUDA table to it. */
+size_t kernels_attention_cache_floats(const char *backend, int precision, int B, int T, int C, int NH);
 
 /* Floats of attention_backward's scratch: one head's T x T matrix of score gradients (CPU). */
 static inline size_t kernels_attention_scratch_floats(int T) { return (size_t)T * (size_t)T; }

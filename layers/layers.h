@@ -112,6 +112,11 @@ typedef struct {
  * into a model that is already built is an error. */
 int layers_model_build(layers_model *m, const core_config *c, int vocab_from_data);
 void layers_model_free(layers_model *m);
+/* Sizes the attention cache (att_floats) of each attention and block layer of m for micro-batches
+ * of B as the named backend's table will at the given precision (0 fp32, 1 bf16, 2 fp16:
+ * kernels_attention_cache_floats), so that slot sizes counted without the table (plans, the memory
+ * model) are the ones a chunk allocates with it. */
+void layers_model_size_attention(layers_model *m, const char *backend, int precision, int B);
 /* The row length of an lm_head's logits (its out_width): V rounded up to a multiple of 64. The
  * rows' padding (zeros where it is read) lets a GPU run the head's three products at padded,
  * tensor-core-friendly sizes without copying the logits (kernels/ops.h, gemm_ld); the weights

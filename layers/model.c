@@ -147,6 +147,14 @@ static int resolve_ties(layers_model *m, const core_config *c, const int *elem) 
   return CORE_OK;
 }
 
+void layers_model_size_attention(layers_model *m, const char *backend, int precision, int B) {
+  for (int i = 0; i < m->n; i++) {
+    layer *l = &m->layers[i];
+    if (l->type == &layers_attention || l->type == &layers_block)
+      l->att_floats = kernels_attention_cache_floats(backend, precision, B, m->T, l->C, l->NH);
+  }
+}
+
 int layers_model_build(layers_model *m, const core_config *c, int vocab_from_data) {
   if (m->built) return core_error_set(CORE_EINPUT, "the model is already built; build a model once");
   memset(m, 0, sizeof *m);

@@ -430,11 +430,7 @@ static bf16 *qkv_copies(const float *att, size_t BH, int T) {
   uintptr_t p = (uintptr_t)(att + BH * T * (1 + HS));
   return (bf16 *)((p + 127) & ~(uintptr_t)127);
 }
-size_t cuda_flash_cache_floats(int B, int T, int C, int NH) {
-  (void)C;
-  size_t BH = (size_t)B * NH, Tp = (size_t)(T + TILE - 1) / TILE * TILE;
-  return BH * T * (1 + HS) + 32 + 3 * BH * Tp * HS / 2;
-}
+size_t cuda_flash_cache_floats(int B, int T, int C, int NH) { return kernels_fused_attention_floats(B, T, NH, C / NH); }
 
 void cuda_flash_mma_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
   int Tp = (T + TILE - 1) / TILE * TILE;

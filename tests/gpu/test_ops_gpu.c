@@ -650,6 +650,9 @@ static void check_attention(rng *r, int B, int T, int C, int NH, int nan_last) {
   float *out = fbuf(nout), *att = fbuf(natt), *dqkv = fbuf(nqkv), *scratch = fbuf(kernels_attention_scratch_floats(T));
   float *gqkv = devf(qkv, nqkv), *gout = dev_poisoned(nout), *gatt = dev_poisoned(natt);
   float *gdqkv = dev_poisoned(nqkv), *gscratch = dev_poisoned(kernels_attention_scratch_floats(T));
+  cr_expect_eq(kernels_attention_cache_floats(G->name, 0, B, T, C, NH),
+               G->attention_cache_floats ? G->attention_cache_floats(B, T, C, NH) : natt,
+               "%s: the planner's count of the fp32 attention cache differs from the table's", G->name);
   H->attention_forward(out, att, qkv, B, T, C, NH);
   G->attention_forward(gout, gatt, gqkv, B, T, C, NH);
   char what[96];
@@ -710,6 +713,8 @@ static void check_attention_bf16(rng *r, int B, int T, int C, int NH, int flash)
   /* fused: L and O (fp32), then from the next 128-byte boundary (32 floats of slack) q, k, v in
    * bf16 with T rounded up to 64 */
   size_t fused_floats = (size_t)B * NH * T * (1 + C / NH) + 32 + 3 * (size_t)B * NH * ((T + 63) / 64 * 64) * (C / NH) / 2;
+  cr_expect_eq(kernels_attention_cache_floats(G->name, 1, B, T, C, NH), gnatt, "%s: the planner's count of the "
+               "attention cache differs from the table's (B=%d T=%d C=%d NH=%d)", G->name, B, T, C, NH);
   cr_expect_eq(gnatt, fused ? fused_floats : natt, "%s: attention cache of %zu floats for "
                "B=%d T=%d C=%d NH=%d%s", G->name, gnatt, B, T, C, NH, flash ? " (flash asked for)" : "");
   for (int k = 0; k < 2; k++) {

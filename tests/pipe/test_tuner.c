@@ -61,6 +61,43 @@ Test(tune, winner_never_worse_than_plain_1f1b) {
   }
 }
 
+/* With backend = "cuda" and bf16 the plan counts the fused attention's cache (what the CUDA
+ * table's attention_cache_floats asks for) in place of the T x T probabilities: its slot is the one
+ * a chunk sized that way allocates, and smaller than the CPU's; fp32 on cuda counts the
+ * probabilities, as the table then does. Heads of 64 and T = 128, the shapes the fused path takes. */
+Test(tune, act_bytes_counts_the_fused_attention_cache) {
+  const char *cpu[] = {"pipeline.stages=1", "model.d_model=128", "model.n_heads=2", "model.seq_len=256"};
+  const char *gpu[] = {"pipeline.stages=1", "model.d_model=128", "model.n_heads=2", "model.seq_len=256",
+                       "backend=\"cuda\"", "bf16.enabled=true"};
+  const char *gpu32[] = {"pipeline.stages=1", "model.d_model=128", "model.n_heads=2", "model.seq_len=256",
+                         "backend=\"cuda\""};
+  pipe_plan_shape sh = {.family = SCHED_ZB_H1, .v = 1, .m = 4, .part = SCHED_PART_PARAMETERS};
+  pipe_plan pc, pg, p32;
+  cr_assert_eq(pipe_plan_build_shape(cfg, cpu, 4, 50, &sh, &pc), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(pipe_plan_build_shape(cfg, gpu, 6, 50, &sh, &pg), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(pipe_plan_build_shape(cfg, gpu32, 5, 50, &sh, &p32), CORE_OK, "%s", core_error_msg());
+  core_config *c;
+  cr_assert_eq(core_config_load(&c, cfg), CORE_OK);
+  for (int k = 1; k < 4; k++) cr_assert_eq(core_config_set(c, cpu[k]), CORE_OK, "%s", core_error_msg());
+  layers_model m = {0};
+  cr_assert_eq(layers_model_build(&m, c, 256), CORE_OK, "%s", core_error_msg());
+  double sizes[2];
+  for (int g = 0; g < 2; g++) {
+    layers_model_size_attention(&m, g ? "cuda" : "cpu", g, pg.B);
+    layers_chunk ch;
+    cr_assert_eq(layers_chunk_init(&ch, &m, 0, m.n, NULL, pg.B, m.T, 1), CORE_OK);
+    sizes[g] = (double)layers_chunk_slot_bytes(&ch);
+    layers_chunk_free(&ch);
+  }
+  cr_assert_eq(pc.act_bytes, sizes[0], "cpu: plan %g, chunk %g", pc.act_bytes, sizes[0]);
+  cr_assert_eq(pg.act_bytes, sizes[1], "cuda bf16: plan %g, chunk %g", pg.act_bytes, sizes[1]);
+  cr_assert_lt(pg.act_bytes, pc.act_bytes);
+  cr_assert_eq(p32.act_bytes, pc.act_bytes, "cuda fp32 keeps the probabilities");
+  layers_model_free(&m);
+  core_config_free(c);
+  pipe_plan_free(&pc), pipe_plan_free(&pg), pipe_plan_free(&p32);
+}
+
 Test(tune, nothing_fits_names_the_smallest_peak) {
   const char *sets[] = {"pipeline.stages=4"};
   pipe_tune_result res;

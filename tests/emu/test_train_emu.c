@@ -12,7 +12,9 @@
  *     runs of them in groups) and ZeRO-2's and ZeRO-3's collectives over NCCL, as the emulator
  *     gives it (tests/emu/nccl_emu.cpp, over MPI);
  *   - bf16 mixed precision (16-bit GEMM operands, the emulated cuBLAS's GemmEx and cuBLASLt's
- *     fused linear layers), with a vocabulary of 300 (logits in padded rows).
+ *     fused linear layers), with a vocabulary of 300 (logits in padded rows);
+ *   - bf16 with heads of 64 over 128 tokens, where the fused attention (flash_mma.cu) runs
+ *     (its diagonal mask turned off fails it).
  * Tolerances, relative per step: fp32 1e-6 (the emulator's arithmetic is the host's, only the
  * order of GEMM and reduction sums differs; measured at most 2e-9 here); bf16 2e-4 (the CPU
  * emulates bf16 by rounding what it stores, the GPU also rounds the operands of attention's
@@ -163,6 +165,13 @@ Test(train_emu, zero_over_nccl_follows_the_cpu, .timeout = 600) {
 /* a vocabulary of 300: the logits in rows of 320 (gemm_ld, the loss's padded rows) */
 Test(train_emu, bf16_follows_the_cpu, .timeout = 300) {
   follows_the_cpu(0, "--set bf16.enabled=true --set model.vocab_size=300", 2e-4, NULL);
+}
+
+/* Heads of 64 over 128 tokens under bf16: the fused attention (kernels/cuda/flash_mma.cu) in
+ * training, its cache in the layers' activation slots (measured: relative 6e-6 to 5e-5) */
+Test(train_emu, fused_attention_follows_the_cpu, .timeout = 300) {
+  follows_the_cpu(0, "--set bf16.enabled=true --set model.seq_len=128 --set model.d_model=128 --set model.n_heads=2 "
+                  "--set gradient_accumulation_steps=1", 2e-4, NULL);
 }
 
 /* ZeRO-Offload on the emulated GPU: optimizer state and update on the host, ZeRO-3 replicas

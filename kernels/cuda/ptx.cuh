@@ -20,8 +20,9 @@
 // cp_async16 / cp_async_commit / cp_async_wait<N>: cp.async.cg.shared.global of 16 bytes, issued
 // without waiting; commit closes this thread's group of copies; wait<N> waits until at most N of
 // its groups are still in flight. Another thread sees the copied bytes only after the wait and a
-// barrier. The emulator poisons the destination at the call and copies at the wait, so a read
-// before the wait or a copy over a buffer still being read shows there.
+// barrier. The emulator poisons the destination at the call and copies at the first block
+// barrier after the wait, so a read before the wait or the barrier, or a copy over a buffer still
+// being read, shows there.
 #pragma once
 #include <cuda_bf16.h>
 #include <stdint.h>

@@ -427,6 +427,12 @@ struct CpCopy { // one cp.async of 16 bytes, performed at the wait that covers i
   void *dst;
   const void *src;
 };
+static std::vector<CpCopy> cp_landed; // waited for by their threads, landing at the next block barrier
+// the copies waited for since the last block barrier land as it completes
+static void cp_land(void) {
+  for (const CpCopy &c : cp_landed) memcpy(c.dst, c.src, 16);
+  cp_landed.clear();
+}
 struct Fiber {
   void *sp = nullptr;
   char *stack = nullptr;
@@ -488,6 +494,7 @@ static int lanes_of(int w) { return std::min(32, nthreads - 32 * w); }
 void __syncthreads(void) {
   if (!in_kernel) die("__syncthreads outside a kernel");
   if (block_live != nthreads) die("__syncthreads after some threads of the block returned");
+  if (block_bar.arrived + 1 >= block_live) cp_land(); // every thread is here: the barrier completes
   arrive(block_bar, block_live);
 }
 void __syncwarp(unsigned mask) {
@@ -572,11 +579,15 @@ void emu_ldmatrix_x4(uint32_t *r, const void *p, int trans) {
 }
 
 // cp.async.cg.shared.global of 16 bytes, commit_group, wait_group n (kernels/cuda/ptx.cuh): on a
-// GPU the bytes land any time between the call and the wait that covers them, so the emulator
-// takes both ends: the destination turns to 0xFF bytes (NaN as bf16 or fp32) at the call, and the
-// copy is performed once a wait leaves at most n of the thread's committed groups pending. A read
-// before the wait, or a copy into a buffer other threads still read (no barrier between), shows
-// as NaN. A thread that ends with copies not waited for aborts.
+// GPU the bytes land any time between the call and the wait that covers them, and other threads
+// may read them only after a barrier that follows the wait, so the emulator takes the extremes:
+// the destination turns to 0xFF bytes (NaN as bf16 or fp32) at the call, and the copy is
+// performed when the first block barrier after its wait completes (a wait leaving at most n of
+// the thread's committed groups pending). A read before the wait or without the barrier after
+// it, or a copy into a buffer other threads still read (no barrier between), shows as NaN.
+// Stricter than PTX in one case: the issuing thread itself may read its bytes right after its
+// wait on a GPU, here only after the barrier. A thread that ends with copies not waited for
+// aborts.
 void emu_cp_async16(void *smem, const void *gmem) {
   unsigned char *d = (unsigned char *)smem;
   if ((uintptr_t)d % 16 || (uintptr_t)gmem % 16 || d < dyn_smem || d + 16 > dyn_smem + dyn_smem_bytes)
@@ -592,10 +603,11 @@ void emu_cp_async_commit(void) {
 void emu_cp_async_wait(int n) {
   Fiber &f = fibers[cur];
   while ((int)f.cp_groups.size() > n) {
-    for (const CpCopy &c : f.cp_groups.front()) memcpy(c.dst, c.src, 16);
+    for (const CpCopy &c : f.cp_groups.front()) cp_landed.push_back(c);
     f.cp_groups.erase(f.cp_groups.begin());
   }
 }
+
 
 static void fiber_main(void) {
 #ifdef __SANITIZE_ADDRESS__
@@ -706,6 +718,7 @@ static void run_block(void) {
     }
     if (!ran) die("deadlock: every live thread of the block waits at a barrier");
   }
+  cp_landed.clear(); // waited for but never read behind a barrier: the block's memory goes
   cur = -1;
 }
 

@@ -1,7 +1,8 @@
 // The CUDA emulator's PTX (kernels/cuda/ptx.cuh, emulated in tests/emu/emu.cpp) held to the
 // register layouts PTX documents for mma.sync m16n8k16 and ldmatrix, which flash_mma.cu is
 // written against (on a GPU, make test-gpu checks the kernels themselves), and to cp.async's
-// rules: the destination is not to be read before the wait, and every copy is waited for.
+// rules: the destination is not to be read before the wait and a barrier after it, and every copy
+// is waited for.
 // Matrices of small integers, so that every product and sum is exact in bf16 and fp32.
 #include <criterion/criterion.h>
 #include <math.h>
@@ -74,6 +75,17 @@ void k_cp(const float *src, float *before, float *after, int wait) {
   after[l] = t[4 * ((l + 1) % 32)]; // another lane's copy
 }
 
+// as k_cp, but another lane's bytes read right after the wait, with no barrier: a race on a GPU
+void k_cp_no_barrier(const float *src, float *after) {
+  float *t = (float *)emu_dyn_smem();
+  int l = threadIdx.x;
+  cp_async16(t + 4 * l, src + 4 * l);
+  cp_async_commit();
+  cp_async_wait<0>();
+  after[l] = t[4 * ((l + 1) % 32)];
+  __syncthreads(); // (so that the copies land before the block ends)
+}
+
 void k_cp_to_global(float *dst, const float *src) {
   cp_async16(dst, src);
   cp_async_commit();
@@ -137,6 +149,16 @@ Test(emu_ptx, cp_async_lands_at_the_wait) {
     cr_expect_eq(after[l], (float)(4 * ((l + 1) % 32)), "lane %d after the wait and the barrier", l);
   }
   cudaFree(ds), cudaFree(db), cudaFree(da);
+}
+
+Test(emu_ptx, cp_async_is_not_seen_by_other_threads_before_a_barrier) {
+  float src[128], after[32];
+  for (int i = 0; i < 128; i++) src[i] = (float)i;
+  float *ds = dev(src, 128), *da = dev<float>(nullptr, 32);
+  emu_launch(k_cp_no_barrier, dim3(1), dim3(32), 128 * sizeof(float), stream())(ds, da);
+  back(after, da, 32);
+  for (int l = 0; l < 32; l++) cr_expect(isnan(after[l]), "lane %d read another lane's copy (%g) without a barrier", l, after[l]);
+  cudaFree(ds), cudaFree(da);
 }
 
 Test(emu_ptx, cp_async_never_waited_for_aborts, .signal = SIGABRT) {

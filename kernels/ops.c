@@ -34,8 +34,8 @@ void kernels_describe_device(const kernels_ops *ops, char *buf, size_t n) {
 
 size_t kernels_attention_cache_floats(const char *backend, int precision, int B, int T, int C, int NH) {
   const char *e = getenv("BRIGADE_CUDA_ATTENTION");
-  int fused = backend && !strcmp(backend, "cuda") && precision == 1 && NH > 0 && C % NH == 0 && C / NH == 64 &&
-              T > 64 && !(e && !strcmp(e, "gemm"));
+  int fused = backend && !strcmp(backend, "cuda") && precision == 1 && kernels_fused_attention_shape(T, C, NH) &&
+              !(e && !strcmp(e, "gemm"));
   return fused ? kernels_fused_attention_floats(B, T, NH, C / NH) : (size_t)B * (size_t)NH * (size_t)T * (size_t)T;
 }
 

@@ -230,6 +230,10 @@ const kernels_ops *kernels_fakedev_ops(void);
  * the device path of ZeRO's collectives and the pipeline's transfers. */
 void kernels_fakedev_set_coll(const struct kernels_coll *coll);
 
+/* Whether the CUDA table's fused attention takes this shape (under bf16): heads of 64, T > 64. */
+static inline int kernels_fused_attention_shape(int T, int C, int NH) {
+  return NH > 0 && C % NH == 0 && C / NH == 64 && T > 64;
+}
 /* The CUDA table's fused attention cache for B x NH heads of size hs over T tokens: the row
  * log-sum-exps and the output (fp32), 32 floats of slack to a 128-byte boundary, then q, k, v in
  * bf16 with T rounded up to 64 (kernels/cuda/flash_mma.cu). */

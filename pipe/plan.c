@@ -135,10 +135,6 @@ static double compile_w_stash(const train_cfg *t, const layers_model *m, const i
   return ws > 0 ? ws : 1;
 }
 
-void train_size_attention(const train_cfg *t, layers_model *m) {
-  layers_model_size_attention(m, t->backend, t->precision, t->B);
-}
-
 int train_pv_eager(const train_cfg *t) { return t->post_validation && !(t->opt.clip > 0) && t->precision != 2; }
 
 sched_step_sync train_step_sync(const train_cfg *t, const sched_program *prog) {
@@ -330,7 +326,7 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
   layers_model m = {0};
   int *bounds = NULL;
   rc = layers_model_build(&m, t.cfg, (int)vocab);
-  if (!rc) train_size_attention(&t, &m);
+  if (!rc) layers_model_size_attention(&m, t.backend, t.precision, t.B); /* slots as the trainer's */
   if (!rc) rc = train_cut_model(&t, &m, &bounds);
   int S = t.stages * t.v, tied = 0;
   for (int i = 0; i < m.n; i++) tied |= m.layers[i].tied_to >= 0;

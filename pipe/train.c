@@ -356,7 +356,7 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
     rc = core_error_set(CORE_EINPUT, "train.eval_interval is set but the data has no validation split (data.val_fraction "
                         "= %g leaves it no token of the %zu, and there is no data.val_path)", tr->cfg.val_fraction, tr->data.n);
   if (!rc) rc = layers_model_build(&tr->model, tr->cfg.cfg, tr->data.vocab);
-  if (!rc) train_size_attention(&tr->cfg, &tr->model);
+  if (!rc) layers_model_size_attention(&tr->model, tr->cfg.backend, tr->cfg.precision, tr->cfg.B);
   if (!rc) rc = pipe_tokenizer_check(tr->cfg.cfg, tr->model.V); /* `sample` will use them: found now, not after training */
   if (!rc) tr->desc = pipe_ckpt_model_describe(tr->cfg.cfg, &tr->model);
   if (!rc) rc = cut_model(tr);

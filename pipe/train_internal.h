@@ -73,10 +73,6 @@ void train_stage_costs(const train_cfg *t, const layers_model *m, const int *bou
  * W's by it and lowering times every family's transfers by it. The machine (--gflops, --dp,
  * ZeRO's collectives) changes what the simulator charges for the ops, never the program. */
 int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, sched_program *out);
-/* The attention cache of each attention and block layer of m as t's backend will size it
- * (kernels_attention_cache_floats: the fused path's on cuda under bf16), so that plans count the
- * activation slots the trainer allocates; call after layers_model_build. */
-void train_size_attention(const train_cfg *t, layers_model *m);
 /* The training program's shape (train_compile's), and the check of its size against t->lim
  * (sched_size_check, naming pipeline.stages, pipeline.virtual_stages and
  * gradient_accumulation_steps), before anything is built. */

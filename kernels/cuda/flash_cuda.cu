@@ -23,8 +23,8 @@
 // online softmax gives each row two lanes (one shuffle per reduction) and works in base 2
 // (exp2f); the query-tile grids run their longest blocks (the most tiles under the diagonal)
 // first.
-// The caller's att buffer (B*NH*T*T floats, the probabilities in the other paths) holds this
-// path's cache: L [B*NH*T], then O [B*NH, T, hs] (needs T > hs, checked by cuda_flash_usable).
+// The caller's att buffer (cuda_flash_cache_floats: kernels_fused_attention_floats) holds this
+// path's cache: L [B*NH*T], then O [B*NH, T, hs]; flash_mma.cu keeps its bf16 q, k, v after them.
 // D lives in the workspace.
 #include <cuda_bf16.h>
 #include <math.h>
@@ -460,9 +460,8 @@ template <typename K> static void allow_smem(K kernel, size_t bytes, const char 
 // Head size 64 (GPT-2's) only, the one instantiated (shared memory per block at 64: forward
 // 70.5 KiB, each backward kernel 88.5 KiB).
 int cuda_flash_usable(int T, int C, int NH) {
-  if (NH <= 0 || C % NH) return 0;
-  // the cache (L and O) must fit in B*NH*T*T floats; the grid holds at most 65535 tiles in y
-  return C / NH == 64 && T > 64 && (T + TILE - 1) / TILE <= 65535;
+  // the WMMA kernels' grids hold at most 65535 tiles in y
+  return kernels_fused_attention_shape(T, C, NH) && (T + TILE - 1) / TILE <= 65535;
 }
 
 // BRIGADE_CUDA_FLASH: "mma" (the default: flash_mma.cu's kernels) or "wmma" (this file's)

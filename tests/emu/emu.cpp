@@ -522,16 +522,19 @@ unsigned char *emu_dyn_smem(void) { return dyn_smem; }
 // lane / 4, q = lane % 4): A(r, c) in lane (r % 8) * 4 + (c % 8) / 2, register r / 8 + 2 (c / 8);
 // B(k, n) in lane 4 n + (k % 8) / 2, register k / 8; the lower column (A) or row (B) of a pair in
 // the low half; D(g + 8 (i / 2), 2q + i % 2) in d[i].
+// each lane's 8 bytes at mine, the whole warp's into all[lane] (a warp-collective step)
+static void warp_gather8(const void *mine, void *all, size_t stride) {
+  emu_shfl_slot_write(mine, 8);
+  emu_warp_barrier();
+  for (int l = 0; l < 32; l++) emu_shfl_slot_read((char *)all + (size_t)l * stride, 8, l);
+  emu_warp_barrier();
+}
+
 void emu_mma_bf16_16816(float *d, const uint32_t *a, const uint32_t *b) {
   emu_shfl_begin(0xffffffffu);
   uint32_t got[32][6];
   const uint32_t *mine[3] = {a, a + 2, b};
-  for (int round = 0; round < 3; round++) {
-    emu_shfl_slot_write(mine[round], 8);
-    emu_warp_barrier();
-    for (int l = 0; l < 32; l++) emu_shfl_slot_read(&got[l][2 * round], 8, l);
-    emu_warp_barrier();
-  }
+  for (int round = 0; round < 3; round++) warp_gather8(mine[round], &got[0][2 * round], sizeof got[0]);
   auto bf = [](uint32_t word, int high) {
     uint32_t u = (high ? word >> 16 : word & 0xffffu) << 16;
     float f;
@@ -557,11 +560,9 @@ void emu_mma_bf16_16816(float *d, const uint32_t *a, const uint32_t *b) {
 // 16 bytes of this block's shared memory, 16-byte aligned.
 void emu_ldmatrix_x4(uint32_t *r, const void *p, int trans) {
   emu_shfl_begin(0xffffffffu);
-  emu_shfl_slot_write(&p, sizeof p);
-  emu_warp_barrier();
   const uint16_t *rows[32];
-  for (int l = 0; l < 32; l++) emu_shfl_slot_read(&rows[l], sizeof rows[l], l);
-  emu_warp_barrier();
+  static_assert(sizeof p == 8, "a pointer in one shuffle slot");
+  warp_gather8(&p, rows, sizeof rows[0]);
   for (int l = 0; l < 32; l++) {
     const unsigned char *a = (const unsigned char *)rows[l];
     if ((uintptr_t)a % 16 || a < dyn_smem || a + 16 > dyn_smem + dyn_smem_bytes)

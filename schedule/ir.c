@@ -30,8 +30,6 @@ char sched_op_letter(sched_op op) {
   }
 }
 
-int sched_op_is_compute(sched_op op) { return sched_op_letter(op) != 0; }
-
 const char *sched_family_name(sched_family f) {
   return f < SCHED_FAMILY_COUNT ? family_names[f] : "?";
 }
@@ -109,15 +107,13 @@ void sched_reserve(sched_program *pr, int rank, size_t n) {
   st->cap = (int)n;
 }
 
-void sched_push(sched_program *pr, int rank, sched_instr in) {
+void sched_push_grow(sched_program *pr, int rank) {
   CORE_ASSERT(rank >= 0 && rank < pr->p);
   sched_stream *st = &pr->streams[rank];
-  if (st->len == st->cap) {
-    CORE_ASSERT(st->cap <= INT_MAX / 2); /* sched_size_check keeps programs far below */
-    st->cap = st->cap ? 2 * st->cap : 64;
-    st->ins = core_realloc(st->ins, sizeof(sched_instr) * (size_t)st->cap);
-  }
-  st->ins[st->len++] = in;
+  if (st->len < st->cap) return;
+  CORE_ASSERT(st->cap <= INT_MAX / 2); /* sched_size_check keeps programs far below */
+  st->cap = st->cap ? 2 * st->cap : 64;
+  st->ins = core_realloc(st->ins, sizeof(sched_instr) * (size_t)st->cap);
 }
 
 void sched_push_action(sched_program *pr, sched_op op, int s, int mb) {

@@ -106,7 +106,7 @@ typedef struct {
 
 const char *sched_op_name(sched_op op);        /* "FORWARD", ... */
 char sched_op_letter(sched_op op);             /* 'F', 'B', 'I', 'W' for compute, 0 otherwise */
-int sched_op_is_compute(sched_op op);          /* F, B, I, W */
+static inline int sched_op_is_compute(sched_op op) { return op >= SCHED_FORWARD && op <= SCHED_BACKWARD_WEIGHT; } /* F, B, I, W */
 /* SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD: point-to-point transfers. A run of them, consecutive
  * in a rank's stream, is posted together (sends first) and completes as a whole: what the
  * verifier's replay, the simulator and the workers all take as the transfers' meaning. */
@@ -121,7 +121,15 @@ int sched_family_parse(const char *name, sched_family *out); /* CORE_EINPUT on u
 /* A program with empty streams and the given placement (NULL stage_of: c*p + r). */
 int sched_program_init(sched_program *pr, sched_family f, int p, int v, int m, const int *stage_of);
 void sched_program_free(sched_program *pr);
-void sched_push(sched_program *pr, int rank, sched_instr in);
+/* Appends in to rank's stream (rank in range), growing it by doubling; inline, since lowering
+ * and the compilers push every instruction (sched_push_grow is the rare path). */
+void sched_push_grow(sched_program *pr, int rank);
+static inline void sched_push(sched_program *pr, int rank, sched_instr in) {
+  if ((unsigned)rank >= (unsigned)pr->p || pr->streams[rank].len == pr->streams[rank].cap)
+    sched_push_grow(pr, rank); /* asserts the rank */
+  sched_stream *st = &pr->streams[rank];
+  st->ins[st->len++] = in;
+}
 /* Makes room for n instructions in rank's stream at once (no doubling past what is needed). */
 void sched_reserve(sched_program *pr, int rank, size_t n);
 /* Pushes a compute action of virtual stage s (F/B/I/W) on the rank that holds s. */

@@ -80,7 +80,8 @@ typedef struct {
   sched_costs costs;
   int S, m;
   double *f_end, *b_end, *w_end; /* [S*m], < 0 while not done; b_end: B or I */
-  double **start, **end;         /* [rank][compute index] */
+  double **start;                /* [rank][compute index] (the build takes them over) */
+  double *cost;                  /* [S][4]: sched_op_cost of F, B, I, W of each virtual stage */
   int *pc;
   double *free_at;
   int *queue, qhead, qtail, *queued;
@@ -131,9 +132,8 @@ static void flow_advance(flow *fl, int r) {
     double ready = flow_ready(fl, r, in, s);
     if (ready < 0) return;
     double t0 = ready > fl->free_at[r] ? ready : fl->free_at[r];
-    double cost = sched_op_cost(&fl->costs, (sched_op)in->op, s);
-    double t1 = t0 + cost;
-    fl->start[r][fl->pc[r]] = t0, fl->end[r][fl->pc[r]] = t1;
+    double t1 = t0 + fl->cost[4 * s + in->op - SCHED_FORWARD];
+    fl->start[r][fl->pc[r]] = t0;
     core_progress_tick(&fl->tick, ++fl->done);
     fl->free_at[r] = t1;
     int k = s * fl->m + in->mb;
@@ -185,11 +185,10 @@ static void flow_init(flow *fl, const sched_program *pr, const sched_costs *c) {
   fl->w_end = core_malloc(sizeof(double) * n);
   for (size_t i = 0; i < n; i++) fl->f_end[i] = fl->b_end[i] = fl->w_end[i] = -1;
   fl->start = core_calloc((size_t)pr->p, sizeof(double *));
-  fl->end = core_calloc((size_t)pr->p, sizeof(double *));
-  for (int r = 0; r < pr->p; r++) {
-    fl->start[r] = core_malloc(sizeof(double) * (size_t)(pr->streams[r].len + 1));
-    fl->end[r] = core_malloc(sizeof(double) * (size_t)(pr->streams[r].len + 1));
-  }
+  for (int r = 0; r < pr->p; r++) fl->start[r] = core_malloc(sizeof(double) * (size_t)(pr->streams[r].len + 1));
+  fl->cost = core_malloc(sizeof(double) * 4 * (size_t)fl->S);
+  for (int s = 0; s < fl->S; s++)
+    for (int o = 0; o < 4; o++) fl->cost[4 * s + o] = sched_op_cost(c, (sched_op)(SCHED_FORWARD + o), s);
   fl->pc = core_calloc((size_t)pr->p, sizeof(int));
   fl->free_at = core_calloc((size_t)pr->p, sizeof(double));
   fl->queue = core_malloc(sizeof(int) * (size_t)pr->p);
@@ -197,8 +196,8 @@ static void flow_init(flow *fl, const sched_program *pr, const sched_costs *c) {
 }
 
 static void flow_free(flow *fl) {
-  for (int r = 0; r < fl->pr->p; r++) free(fl->start[r]), free(fl->end[r]);
-  free(fl->start), free(fl->end), free(fl->f_end), free(fl->b_end), free(fl->w_end);
+  for (int r = 0; fl->start && r < fl->pr->p; r++) free(fl->start[r]);
+  free(fl->start), free(fl->cost), free(fl->f_end), free(fl->b_end), free(fl->w_end);
   free(fl->pc), free(fl->free_at), free(fl->queue), free(fl->queued);
 }
 
@@ -207,11 +206,12 @@ static void flow_free(flow *fl) {
 typedef struct {
   int a, ip;        /* sender rank, the producer's index in its compute order */
   int b, ic;        /* receiver rank, the consumer's index */
-  int kind;         /* 0 gradient, 1 activation */
-  int src, dst, mb; /* producing and consuming virtual stage, micro-batch */
+  int dst, mb;      /* consuming virtual stage (the producer's is dst - 1 or dst + 1), micro-batch */
   double arr;       /* committed: when the data arrives */
-  int done;         /* committed: in both streams */
-  int fit_ver, fit; /* commit_fits' answer while the receiver's mver is fit_ver */
+  int fit_ver;      /* fit is commit_fits' answer while the receiver's mver is fit_ver */
+  char kind;        /* 0 gradient, 1 activation */
+  char done;        /* committed: in both streams */
+  char fit;
 } xfer;
 
 /* A rank's stream while it is built: it ends in the gap before compute op g. */
@@ -229,19 +229,25 @@ typedef struct {
   int adv_ver, adv_fit;  /* advance_fits' answer while mver is adv_ver */
 } lrank;
 
+/* A compute op of the order, as the build sees it: what one look at an op reads, in one place. */
+typedef struct {
+  /* its start, as built, or for one not built yet its ASAP start from what is built; such an
+   * estimate holds while stamp == epoch (a delayed step makes a new epoch; steps that delay
+   * nothing leave every estimate true) */
+  double start;
+  double cost;    /* sched_op_cost */
+  int stamp;
+  int prod, cons; /* the transfer it produces / consumes, or -1 */
+  int local[2];   /* the ops of its own rank it takes input from, -1 when none */
+} lop;
+
 typedef struct {
   const flow *fl; /* the ASAP times of the compute order */
   sched_program *out;
   xfer *x;
   int nx;
-  /* [rank][compute index]: the transfer it produces / consumes, or -1; the ops of its own rank
-   * it takes input from (two per op, -1 when none) */
-  int **prod, **cons, **local;
-  /* [rank][compute index]: start of each op, as built, or for one not built yet its ASAP start
-   * from what is built; such an estimate holds while stamp == epoch (a delayed step makes a new
-   * epoch; steps that delay nothing leave every estimate true) */
-  double **start;
-  int **stamp, epoch;
+  lop **op; /* [rank][compute index] */
+  int epoch;
   int *stack, nstack, capstack;
   lrank *rk;
   int *queue, *queued, qh, qt;
@@ -283,14 +289,9 @@ static void pend_compact(const build *bd, lrank *k) {
 
 static double pos(double v) { return v > 0 ? v : 0; }
 
-static double op_cost_at(const build *bd, int r, int g) {
-  const sched_program *pr = bd->fl->pr;
-  const sched_instr *in = &pr->streams[r].ins[g];
-  return sched_op_cost(&bd->fl->costs, (sched_op)in->op, sched_stage_at(pr, r, in));
-}
 
 static int est_known(const build *bd, int r, int i) {
-  return i < bd->rk[r].g || bd->stamp[r][i] == bd->epoch;
+  return i < bd->rk[r].g || bd->op[r][i].stamp == bd->epoch;
 }
 
 static void est_push(build *bd, int r, int i) {
@@ -306,17 +307,17 @@ static int est_push_needs(build *bd, int r, int i) {
   int n = bd->nstack;
   if (i > bd->rk[r].g && !est_known(bd, r, i - 1)) est_push(bd, r, i - 1);
   for (int k = 0; k < 2; k++) {
-    int l = bd->local[r][2 * i + k];
+    int l = bd->op[r][i].local[k];
     if (l >= 0 && !est_known(bd, r, l)) est_push(bd, r, l);
   }
-  const xfer *x = bd->cons[r][i] >= 0 ? &bd->x[bd->cons[r][i]] : NULL;
+  const xfer *x = bd->op[r][i].cons >= 0 ? &bd->x[bd->op[r][i].cons] : NULL;
   if (x && !x->done && bd->rk[x->a].g <= x->ip && !est_known(bd, x->a, x->ip))
     est_push(bd, x->a, x->ip);
   return bd->nstack > n;
 }
 
 static double est_end_known(const build *bd, int r, int i) {
-  return bd->start[r][i] + op_cost_at(bd, r, i);
+  return bd->op[r][i].start + bd->op[r][i].cost;
 }
 
 /* ASAP start of op i of rank r from what it needs (all known): its rank's previous op, its
@@ -325,10 +326,10 @@ static double est_end_known(const build *bd, int r, int i) {
 static double est_from_needs(const build *bd, int r, int i) {
   double t = i == bd->rk[r].g ? bd->rk[r].clock : est_end_known(bd, r, i - 1);
   for (int k = 0; k < 2; k++) {
-    int l = bd->local[r][2 * i + k];
+    int l = bd->op[r][i].local[k];
     if (l >= 0 && est_end_known(bd, r, l) > t) t = est_end_known(bd, r, l);
   }
-  const xfer *x = bd->cons[r][i] >= 0 ? &bd->x[bd->cons[r][i]] : NULL;
+  const xfer *x = bd->op[r][i].cons >= 0 ? &bd->x[bd->op[r][i].cons] : NULL;
   if (x) {
     double comm = bd->fl->costs.comm, arr;
     if (x->done) arr = x->arr;
@@ -342,7 +343,7 @@ static double est_from_needs(const build *bd, int r, int i) {
 /* Start of op i of rank r: as built, or estimated (depth first, without recursion: the ops
  * an estimate needs can be many). */
 static double est_start(build *bd, int r, int i) {
-  if (est_known(bd, r, i)) return bd->start[r][i];
+  if (est_known(bd, r, i)) return bd->op[r][i].start;
   bd->nstack = 0;
   est_push(bd, r, i);
   while (bd->nstack > 0) {
@@ -350,11 +351,11 @@ static double est_start(build *bd, int r, int i) {
     if (est_known(bd, q, k)) {
       bd->nstack -= 2;
     } else if (!est_push_needs(bd, q, k)) {
-      bd->start[q][k] = est_from_needs(bd, q, k), bd->stamp[q][k] = bd->epoch;
+      bd->op[q][k].start = est_from_needs(bd, q, k), bd->op[q][k].stamp = bd->epoch;
       bd->nstack -= 2;
     }
   }
-  return bd->start[r][i];
+  return bd->op[r][i].start;
 }
 
 /* How much later than its consumer's start z's data arrives if z is sent at `to` rather than
@@ -404,7 +405,7 @@ static double commit_delay(build *bd, const xfer *x) {
   double pa, pb, done = xfer_done(bd, x, &pa, &pb);
   double h = pos(done - est_start(bd, x->b, x->ic));
   if (B->g < bd->fl->pr->streams[x->b].len) {
-    double lane = pos(done - (est_start(bd, x->b, B->g) + op_cost_at(bd, x->b, B->g)));
+    double lane = pos(done - (est_start(bd, x->b, B->g) + bd->op[x->b][B->g].cost));
     if (lane > h) h = lane;
   }
   double d = held_delay(bd, x->b, done);
@@ -415,7 +416,7 @@ static double commit_delay(build *bd, const xfer *x) {
 static int can_advance(const build *bd, int r) {
   const lrank *k = &bd->rk[r];
   if (k->g >= bd->fl->pr->streams[r].len) return 0;
-  int in = bd->cons[r][k->g];
+  int in = bd->op[r][k->g].cons;
   return in < 0 || bd->x[in].done;
 }
 
@@ -423,13 +424,13 @@ static int can_advance(const build *bd, int r) {
  * input is there. */
 static double next_start(const build *bd, int r) {
   const lrank *k = &bd->rk[r];
-  int x = bd->cons[r][k->g];
+  int x = bd->op[r][k->g].cons;
   return x >= 0 && bd->x[x].done && bd->x[x].arr > k->clock ? bd->x[x].arr : k->clock;
 }
 
 /* What appending rank r's next compute op delays: the outputs r has not sent go after it. */
 static double advance_delay(build *bd, int r) {
-  return held_delay(bd, r, next_start(bd, r) + op_cost_at(bd, r, bd->rk[r].g));
+  return held_delay(bd, r, next_start(bd, r) + bd->op[r][bd->rk[r].g].cost);
 }
 
 /* Whether the SEND of x frees its slot on the sender: a gradient's does (the slot is live
@@ -525,7 +526,7 @@ static void commit(build *bd, xfer *x) {
   const sched_program *pr = bd->fl->pr;
   lrank *B = &bd->rk[x->b];
   sched_instr snd = {.op = (uint8_t)(x->kind ? SCHED_SEND_ACT : SCHED_SEND_GRAD), .mb = x->mb,
-                     .chunk = pr->chunk_of[x->src], .peer = x->b, .slot = -1, .aslot = -1};
+                     .chunk = pr->chunk_of[x->kind ? x->dst - 1 : x->dst + 1], .peer = x->b, .slot = -1, .aslot = -1};
   sched_instr rcv = {.op = (uint8_t)(x->kind ? SCHED_RECV_ACT : SCHED_RECV_GRAD), .mb = x->mb,
                      .chunk = pr->chunk_of[x->dst], .peer = x->a, .slot = -1, .aslot = -1};
   double pa, pb;
@@ -569,9 +570,9 @@ static void advance(build *bd, int r) {
   for (int q = 0; q < k->nearly; q++)
     if (k->early[q] <= k->g) k->early[q--] = k->early[--k->nearly];
   k->clock = next_start(bd, r); /* its received input, if any: the op waits for it */
-  bd->start[r][k->g] = k->clock;
-  k->clock += op_cost_at(bd, r, k->g);
-  int x = bd->prod[r][k->g++];
+  bd->op[r][k->g].start = k->clock;
+  k->clock += bd->op[r][k->g].cost;
+  int x = bd->op[r][k->g++].prod;
   core_progress_tick(&bd->tick, (double)++bd->built);
   k->hx_ok = 0, k->mver++;
   if (x >= 0) {
@@ -689,12 +690,11 @@ static void link_inputs(build *bd, const int *f_at, const int *b_at, int r, int 
   for (int k = 0; k < 2; k++) {
     if (!from[k]) continue;
     if (from[k][0] == r) {
-      bd->local[r][2 * i + nl++] = from[k][1];
+      bd->op[r][i].local[nl++] = from[k][1];
       continue;
     }
-    xfer x = {.a = from[k][0], .ip = from[k][1], .b = r, .ic = i, .kind = kind,
-              .src = kind ? s - 1 : s + 1, .dst = s, .mb = j};
-    bd->prod[x.a][x.ip] = bd->cons[r][i] = bd->nx;
+    xfer x = {.a = from[k][0], .ip = from[k][1], .b = r, .ic = i, .kind = (char)kind, .dst = s, .mb = j};
+    bd->op[x.a][x.ip].prod = bd->op[r][i].cons = bd->nx;
     bd->x[bd->nx++] = x;
   }
 }
@@ -715,7 +715,7 @@ static void collect(build *bd) {
   bd->x = core_malloc(sizeof(xfer) * 2 * (n + 1));
   for (int r = 0; r < pr->p; r++) {
     for (int i = 0; i < pr->streams[r].len; i++) link_inputs(bd, f_at, b_at, r, i);
-    core_progress_at(2.0 * pr->p + r);
+    core_progress_at(2.0 * r + 1);
   }
   free(f_at), free(b_at);
 }
@@ -725,58 +725,48 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
   memset(bd, 0, sizeof *bd);
   bd->fl = fl, bd->out = out;
   size_t p = (size_t)pr->p;
-  bd->prod = core_calloc(p, sizeof(int *)), bd->cons = core_calloc(p, sizeof(int *));
-  bd->local = core_calloc(p, sizeof(int *)), bd->start = core_calloc(p, sizeof(double *));
-  bd->stamp = core_calloc(p, sizeof(int *));
+  bd->op = core_calloc(p, sizeof(lop *));
   double span = 0;
   for (int r = 0; r < pr->p; r++) {
-    size_t len = (size_t)pr->streams[r].len;
-    bd->prod[r] = core_malloc(sizeof(int) * (len + 1));
-    bd->cons[r] = core_malloc(sizeof(int) * (len + 1));
-    bd->local[r] = core_malloc(sizeof(int) * 2 * (len + 1));
-    bd->start[r] = core_malloc(sizeof(double) * (len + 1));
-    bd->stamp[r] = core_calloc(len + 1, sizeof(int));
-    for (size_t i = 0; i < len; i++) {
-      bd->prod[r][i] = bd->cons[r][i] = bd->local[r][2 * i] = bd->local[r][2 * i + 1] = -1;
-      bd->start[r][i] = fl->start[r][i]; /* the ASAP times: estimates of epoch 0 */
+    const sched_stream *st = &pr->streams[r];
+    lop *o = bd->op[r] = core_malloc(sizeof(lop) * ((size_t)st->len + 1));
+    for (int i = 0; i < st->len; i++) {
+      int s = pr->stage_of[r * pr->v + st->ins[i].chunk];
+      o[i] = (lop){.start = fl->start[r][i], /* the ASAP times: estimates of epoch 0 */
+                   .cost = fl->cost[4 * s + st->ins[i].op - SCHED_FORWARD],
+                   .prod = -1, .cons = -1, .local = {-1, -1}};
     }
-    if (len > 0 && fl->end[r][len - 1] > span) span = fl->end[r][len - 1];
+    if (fl->free_at[r] > span) span = fl->free_at[r]; /* the end of its last op */
   }
   bd->tol = 1e-12 * (1 + span);
   bd->ws = sched_w_stash(&fl->costs);
   bd->meps = 1e-9 * (1 + pr->v * (double)pr->m);
-  bd->amem = core_calloc(p, sizeof(double *)), bd->aslot = core_calloc(p, sizeof(int *));
-  bd->lastc = core_calloc(p, sizeof(int *));
-  bd->pmem = core_calloc(p, sizeof(double)), bd->pslot = core_calloc(p, sizeof(int));
-  for (int r = 0; r < pr->p; r++) { /* in chunk slots, at each compute op */
-    size_t len = (size_t)pr->streams[r].len;
-    bd->amem[r] = core_malloc(sizeof(double) * (len + 1));
-    bd->aslot[r] = core_malloc(sizeof(int) * (len + 1));
-    bd->lastc[r] = core_malloc(sizeof(int) * (len + 1));
-    sched_stream_memory(pr, r, bd->ws, 1, &bd->pmem[r], &bd->pslot[r], bd->amem[r], bd->aslot[r], bd->lastc[r]);
-    core_progress_at(r); /* three passes over the ranks: these, the room left, the transfers */
-  }
   /* The bound: a program with a memory promise (mem_cap, set by the compiler) holds it; where
    * the compute order stays below the promise (1f1b's ranks after the first, zb-v's), an
    * activation may be received early up to it, which hides the latency. Programs without one
-   * (interleaved, dualpipev, inference, imported orders) are lowered for time alone. */
+   * (interleaved, dualpipev, inference, imported orders) are lowered for time alone, and need
+   * none of the arrays below. */
   bd->guard = pr->mem_cap > 0;
+  bd->amem = core_calloc(p, sizeof(double *)), bd->aslot = core_calloc(p, sizeof(int *));
+  bd->lastc = core_calloc(p, sizeof(int *)), bd->slack = core_calloc(p, sizeof(double *));
+  bd->pmem = core_calloc(p, sizeof(double)), bd->pslot = core_calloc(p, sizeof(int));
   bd->bmem = core_calloc(p, sizeof(double)), bd->bslot = core_calloc(p, sizeof(int));
   double cap = pr->mem_cap * pr->v; /* chunk slots */
-  for (int r = 0; r < pr->p; r++) {
+  for (int r = 0; bd->guard && r < pr->p; r++) { /* in chunk slots, at each compute op */
+    size_t n = (size_t)pr->streams[r].len;
+    bd->amem[r] = core_malloc(sizeof(double) * (n + 1));
+    bd->aslot[r] = core_malloc(sizeof(int) * (n + 1));
+    bd->lastc[r] = core_malloc(sizeof(int) * (n + 1));
+    sched_stream_memory(pr, r, bd->ws, 1, &bd->pmem[r], &bd->pslot[r], bd->amem[r], bd->aslot[r], bd->lastc[r]);
     bd->bmem[r] = bd->pmem[r] > cap ? bd->pmem[r] : cap;
     bd->bslot[r] = bd->pslot[r] > (int)(cap + 1e-9) ? bd->pslot[r] : (int)(cap + 1e-9);
-  }
-  bd->slack = core_calloc(p, sizeof(double *));
-  for (int r = 0; r < pr->p; r++) {
-    size_t n = (size_t)pr->streams[r].len;
     double *t = bd->slack[r] = core_malloc(sizeof(double) * (2 * n + 1));
     for (size_t i = 0; i < n; i++) {
       double a = bd->bmem[r] + bd->meps - bd->amem[r][i], b = bd->bslot[r] - bd->aslot[r][i];
       t[n + i] = a < b ? a : b;
     }
     for (size_t i = n - 1; i >= 1 && i < n; i--) t[i] = t[2 * i] < t[2 * i + 1] ? t[2 * i] : t[2 * i + 1];
-    core_progress_at(pr->p + r);
+    core_progress_at(2.0 * r); /* two passes over the ranks: these, and the transfers (collect) */
   }
   bd->rk = core_calloc(p, sizeof(lrank));
   bd->queue = core_malloc(sizeof(int) * p);
@@ -787,7 +777,7 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
     size_t n = (size_t)st->len + 3;
     for (int i = 0; i < st->len; i++) {
       int s = sched_stage_at(pr, r, &st->ins[i]);
-      n += (bd->prod[r][i] >= 0) + (bd->cons[r][i] >= 0) + (st->ins[i].op == SCHED_FORWARD && (s == 0 || s == fl->S - 1));
+      n += (bd->op[r][i].prod >= 0) + (bd->op[r][i].cons >= 0) + (st->ins[i].op == SCHED_FORWARD && (s == 0 || s == fl->S - 1));
     }
     sched_reserve(out, r, n);
   }
@@ -795,13 +785,12 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
 
 static void build_free(build *bd) {
   for (int r = 0; r < bd->out->p; r++) {
-    free(bd->prod[r]), free(bd->cons[r]), free(bd->local[r]);
-    free(bd->start[r]), free(bd->stamp[r]), free(bd->rk[r].pend), free(bd->rk[r].early);
+    free(bd->op[r]), free(bd->rk[r].pend), free(bd->rk[r].early);
     free(bd->amem[r]), free(bd->aslot[r]), free(bd->lastc[r]), free(bd->slack[r]);
   }
   free(bd->slack);
   free(bd->amem), free(bd->aslot), free(bd->lastc), free(bd->pmem), free(bd->pslot), free(bd->bmem), free(bd->bslot);
-  free(bd->prod), free(bd->cons), free(bd->local), free(bd->start), free(bd->stamp), free(bd->rk);
+  free(bd->op), free(bd->rk);
   free(bd->x), free(bd->stack), free(bd->queue), free(bd->queued);
 }
 
@@ -875,7 +864,7 @@ int sched_asap_end(const sched_program *compute, const sched_costs *costs, doubl
   *end = 0;
   for (int r = 0; !rc && r < compute->p; r++) {
     int n = compute->streams[r].len;
-    if (n > 0 && fl.end[r][n - 1] > *end) *end = fl.end[r][n - 1];
+    if (n > 0 && fl.free_at[r] > *end) *end = fl.free_at[r]; /* the end of its last op */
   }
   flow_free(&fl);
   return rc;
@@ -908,7 +897,7 @@ int sched_lower(const sched_program *compute, const sched_costs *costs, sched_pr
   out->forward_only = compute->forward_only;
   out->mem_cap = compute->mem_cap;
   build bd;
-  core_progress_phase("lowering, preparing:", 3.0 * compute->p, "rank passes");
+  core_progress_phase("lowering, preparing:", 2.0 * compute->p, "rank passes");
   build_init(&bd, &fl, out);
   core_progress_phase("lowering, placing transfers:", nc, "compute ops");
   rc = build_run(&bd);

@@ -36,6 +36,7 @@ typedef struct {
   /* consecutive steps: each rank's step number; the barrier's arrivals (per step: how many
    * ranks, the latest time); each step's end (its last OPTIMIZER_STEP) */
   int steps, *iter, *arrived, *counted;
+  size_t *abase; /* per rank: its step's first message slot, iter * S * m */
   int *has_validate; /* per rank: its stream has a VALIDATE (post-validation waits there) */
   sched_step_sync sync;
   double *barrier_at, *step_end;
@@ -53,6 +54,12 @@ typedef struct {
   double *cost; /* [S][4]: sched_op_cost of F, B, I, W of each virtual stage */
 } simstate;
 
+static void add_event(simstate *sm, int r, const sched_instr *in, double t0, double t1) {
+  sched_event e = {.rank = r, .op = in->op, .mb = in->mb, .chunk = in->chunk,
+                   .stage = sched_stage_at(sm->pr, r, in), .peer = in->peer, .start = t0, .end = t1};
+  sched_timeline_add(sm->tl, e);
+}
+
 static inline void emit(simstate *sm, int r, const sched_instr *in, double t0, double t1) {
   sm->last_t0 = t0, sm->last_t1 = t1;
   if (sched_op_is_compute((sched_op)in->op)) {
@@ -60,13 +67,10 @@ static inline void emit(simstate *sm, int r, const sched_instr *in, double t0, d
     if (t0 < sm->lo[r]) sm->lo[r] = t0;
     if (t1 > sm->hi[r]) sm->hi[r] = t1;
   }
-  if (!sm->tl) return;
-  sched_event e = {.rank = r, .op = in->op, .mb = in->mb, .chunk = in->chunk,
-                   .stage = sched_stage_at(sm->pr, r, in), .peer = in->peer, .start = t0, .end = t1};
-  sched_timeline_add(sm->tl, e);
+  if (sm->tl) add_event(sm, r, in, t0, t1);
 }
 
-static void wake(simstate *sm, int r) {
+static inline void wake(simstate *sm, int r) {
   if (r < 0 || sm->queued[r]) return;
   sm->queued[r] = 1;
   sm->queue[sm->qt++ % sm->pr->p] = r;
@@ -75,7 +79,7 @@ static void wake(simstate *sm, int r) {
 /* Arrival slot, in rank r's current step, of the activation (grad 0) or gradient (1) that goes
  * into stage s for micro-batch mb. */
 static double *arrival(simstate *sm, int r, int grad, int s, int mb) {
-  size_t k = ((size_t)sm->iter[r] * (size_t)sm->S + (size_t)s) * (size_t)sm->m + (size_t)mb;
+  size_t k = sm->abase[r] + (size_t)s * (size_t)sm->m + (size_t)mb;
   return grad ? &sm->grad_ready[k] : &sm->act_ready[k];
 }
 
@@ -300,26 +304,68 @@ static void after_step(simstate *sm, int r, int i, const sched_instr *in) {
   }
 }
 
-/* The common instructions of a program without offload, past its first: what step() does for
- * them, without the checks the others need. Returns 0 when the rank must wait, -1 when the
- * instruction is not one of them. */
-static inline int step_common(simstate *sm, int r, const sched_instr *in) {
-  int op = in->op;
-  if (op >= SCHED_FORWARD && op <= SCHED_BACKWARD_WEIGHT) {
-    double t = sm->t[r];
-    int s = sm->pr->stage_of[r * sm->pr->v + in->chunk];
-    if (sm->pr->gather_limit) {
-      double ready = sm->gready[r * sm->pr->v + in->chunk]; /* its gather */
-      if (ready > t) t = ready;
+/* Rank r's common instructions (compute, sends, receives) of a program without offload, from
+ * its instruction i > 0 on, as far as they go: what step() does for them, one after another, with
+ * the rank's clock and lane held in registers. Returns the index it stopped at: a receive whose
+ * data is not there yet (*blocked set), another instruction, or the stream's end. */
+static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, double *done) {
+  const sched_program *pr = sm->pr;
+  const sched_stream *st = &pr->streams[r];
+  const sched_instr *ins = st->ins;
+  const int *stage = pr->stage_of + (size_t)r * pr->v, *rank_of = pr->rank_of;
+  const double *cost = sm->cost, *gready = pr->gather_limit ? sm->gready + (size_t)r * pr->v : NULL;
+  double *act = sm->act_ready + sm->abase[r], *grad = sm->grad_ready + sm->abase[r];
+  double t = sm->t[r], xpost = sm->xpost[r], xlane = sm->xlane[r], busy = sm->busy[r], lo = sm->lo[r], hi = sm->hi[r];
+  const double comm = sm->c->comm;
+  const size_t m = (size_t)sm->m;
+  const int S = sm->S;
+  int in_run = sched_is_p2p((sched_op)ins[i - 1].op); /* post_run's test */
+  *blocked = 0;
+  for (; i < st->len; i++) {
+    const sched_instr *in = &ins[i];
+    int op = in->op, s = stage[in->chunk];
+    if (op >= SCHED_FORWARD && op <= SCHED_BACKWARD_WEIGHT) {
+      double t0 = t, at = -1;
+      if (gready && gready[in->chunk] > t0) t0 = gready[in->chunk]; /* its gather */
+      if (op == SCHED_FORWARD) {
+        if (s > 0 && rank_of[s - 1] != r) at = act[(size_t)s * m + (size_t)in->mb];
+      } else if (op != SCHED_BACKWARD_WEIGHT && s < S - 1 && rank_of[s + 1] != r) {
+        at = grad[(size_t)s * m + (size_t)in->mb];
+      }
+      if (at > t0) t0 = at; /* its received input (input_wait) */
+      t = t0 + cost[4 * s + op - SCHED_FORWARD];
+      busy += t - t0;
+      if (t0 < lo) lo = t0;
+      if (t > hi) hi = t;
+      if (sm->tl) add_event(sm, r, in, t0, t);
+      in_run = 0;
+    } else if (op == SCHED_SEND_ACT || op == SCHED_SEND_GRAD) {
+      if (!in_run) xpost = t > xlane ? t : xlane;
+      double *slot = op == SCHED_SEND_ACT ? &act[(size_t)(s + 1) * m + (size_t)in->mb] : &grad[(size_t)(s - 1) * m + (size_t)in->mb];
+      *slot = xpost + comm;
+      if (sm->tl) add_event(sm, r, in, xpost, xpost);
+      wake(sm, in->peer);
+      in_run = 1;
+    } else if (op == SCHED_RECV_ACT || op == SCHED_RECV_GRAD) {
+      if (!in_run) xpost = t > xlane ? t : xlane;
+      double *slot = op == SCHED_RECV_ACT ? &act[(size_t)s * m + (size_t)in->mb] : &grad[(size_t)s * m + (size_t)in->mb];
+      double ready = *slot;
+      if (ready < 0) {
+        *blocked = 1;
+        break;
+      }
+      double fin = ready > xpost ? ready : xpost;
+      if (fin > xlane) xlane = fin;
+      *slot = fin; /* its consumer waits for it */
+      if (sm->tl) add_event(sm, r, in, xpost, fin);
+      in_run = 1;
+    } else {
+      break;
     }
-    t = input_wait(sm, r, in, s, t);
-    sm->t[r] = t + sm->cost[4 * s + op - SCHED_FORWARD];
-    emit(sm, r, in, t, sm->t[r]);
-    return 1;
+    core_progress_tick(tick, ++*done);
   }
-  if (op == SCHED_SEND_ACT || op == SCHED_SEND_GRAD) return send(sm, r, in, sm->t[r]);
-  if (op == SCHED_RECV_ACT || op == SCHED_RECV_GRAD) return recv(sm, r, in, sm->t[r]);
-  return -1;
+  sm->t[r] = t, sm->xpost[r] = xpost, sm->xlane[r] = xlane, sm->busy[r] = busy, sm->lo[r] = lo, sm->hi[r] = hi;
+  return i;
 }
 
 static int run(simstate *sm) {
@@ -336,15 +382,18 @@ static int run(simstate *sm) {
       int i = sm->pc[r];
       if (i == st->len) { /* the step's stream done: the next step's, from its start */
         if (sm->iter[r] + 1 >= sm->steps) break;
-        sm->iter[r]++, sm->pc[r] = 0;
+        sm->iter[r]++, sm->pc[r] = 0, sm->abase[r] += (size_t)sm->S * (size_t)sm->m;
         continue;
       }
-      const sched_instr *in = &st->ins[i];
-      int ok = plain && i > 0 ? step_common(sm, r, in) : -1;
-      if (ok < 0) {
-        ok = step(sm, r, in);
-        if (ok && !plain) after_step(sm, r, i, in);
+      if (plain && i > 0) {
+        int blocked, j = burst(sm, r, i, &blocked, &tick, &done);
+        sm->pc[r] = j;
+        if (blocked) break;
+        if (j > i) continue;
       }
+      const sched_instr *in = &st->ins[i];
+      int ok = step(sm, r, in);
+      if (ok && !plain) after_step(sm, r, i, in);
       if (!ok) break;
       sm->pc[r] = i + 1;
       core_progress_tick(&tick, ++done);
@@ -564,6 +613,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   }
   size_t n = (size_t)steps * (size_t)sm.S * (size_t)sm.m, p = (size_t)pr->p;
   sm.iter = core_calloc(p, sizeof(int)), sm.counted = core_calloc(p, sizeof(int));
+  sm.abase = core_calloc(p, sizeof(size_t));
   sm.arrived = core_calloc((size_t)steps, sizeof(int));
   sm.barrier_at = core_malloc(sizeof(double) * (size_t)steps), sm.step_end = core_malloc(sizeof(double) * (size_t)steps);
   for (int k = 0; k < steps; k++) sm.barrier_at[k] = sm.step_end[k] = -INFINITY;
@@ -609,7 +659,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   free(sm.busy), free(sm.lo), free(sm.hi), free(sm.queue), free(sm.queued);
   free(sm.xlane), free(sm.xpost);
   free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gmoved), free(sm.gready), free(sm.ngath), free(sm.pgath);
-  free(sm.iter), free(sm.counted), free(sm.arrived), free(sm.barrier_at), free(sm.step_end);
+  free(sm.iter), free(sm.abase), free(sm.counted), free(sm.arrived), free(sm.barrier_at), free(sm.step_end);
   free(sm.d2h), free(sm.h2d), free(sm.ctime), free(sm.off_end), free(sm.rl_ready), free(sm.mev);
   free(sm.first), free(sm.last), free(sm.alast), free(sm.cost);
   return rc;

@@ -155,18 +155,33 @@ int sched_program_splits_backward(const sched_program *pr) {
 
 int sched_nstages(const sched_program *pr) { return pr->p * pr->v; }
 
+void sched_local_chunks(const sched_program *pr, int r, int *lp) {
+  for (int c = 0; c < pr->v; c++) {
+    int s = pr->stage_of[r * pr->v + c];
+    lp[c] = s > 0 && pr->rank_of[s - 1] == r ? pr->chunk_of[s - 1] : -1;
+  }
+}
+
 void sched_pair_ranges(const sched_program *pr, int r, int *first, int *last, int *alast) {
   const sched_stream *st = &pr->streams[r];
-  for (int k = 0; k < pr->v * pr->m; k++) first[k] = last[k] = alast[k] = -1;
+  const unsigned v = (unsigned)pr->v, m = (unsigned)pr->m;
+  int *lp = core_malloc(sizeof(int) * v); /* sched_local_input's pair, by chunk */
+  sched_local_chunks(pr, r, lp);
+  for (size_t k = 0; k < (size_t)v * m; k++) first[k] = last[k] = alast[k] = -1;
   for (int i = 0; i < st->len; i++) {
     const sched_instr *in = &st->ins[i];
-    if (in->chunk < 0 || in->mb < 0 || in->chunk >= pr->v || in->mb >= pr->m) continue;
-    int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+    unsigned c = (unsigned)in->chunk, mb = (unsigned)in->mb; /* a negative one is out of range too */
+    if (c >= v || mb >= m) continue;
+    int k = (int)(c * m + mb), op = in->op;
     if (first[k] < 0) first[k] = i;
     last[k] = i;
-    if (in->op != SCHED_BACKWARD_WEIGHT && in->op != SCHED_OFFLOAD && in->op != SCHED_RELOAD) alast[k] = i;
-    if (kp >= 0 && first[kp] >= 0) last[kp] = alast[kp] = i; /* a later op of the pair raises them again */
+    if (op != SCHED_BACKWARD_WEIGHT && op != SCHED_OFFLOAD && op != SCHED_RELOAD) alast[k] = i;
+    if (op == SCHED_FORWARD && lp[c] >= 0) {
+      int kp = lp[c] * (int)m + (int)mb;
+      if (first[kp] >= 0) last[kp] = alast[kp] = i; /* a later op of the pair raises them again */
+    }
   }
+  free(lp);
 }
 
 void sched_action_str(const sched_program *pr, int rank, const sched_instr *in, char *buf,

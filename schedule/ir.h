@@ -147,6 +147,10 @@ int sched_nstages(const sched_program *pr);           /* p*v */
  * pair's output in place of a transfer: sched_local_input). OFFLOAD and RELOAD count for first
  * and last, not for alast (they move the parts; they use neither). */
 void sched_pair_ranges(const sched_program *pr, int r, int *first, int *last, int *alast);
+/* lp[c], c < v: the chunk of rank r whose output a FORWARD of chunk c takes without a transfer
+ * (the previous virtual stage, when rank r holds it), or -1: sched_local_input's answer is
+ * lp[chunk] * m + mb for a FORWARD whose lp[chunk] >= 0. */
+void sched_local_chunks(const sched_program *pr, int r, int *lp);
 /* The pair (index as above) whose output instruction `in` of rank r takes without a transfer: a
  * FORWARD whose previous virtual stage is on rank r; -1 otherwise. (Inline: every pass over a
  * stream asks it of every instruction.) */

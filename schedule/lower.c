@@ -574,6 +574,19 @@ static void advance(build *bd, int r) {
   k->clock += bd->op[r][k->g].cost;
   int x = bd->op[r][k->g++].prod;
   core_progress_tick(&bd->tick, (double)++bd->built);
+  /* Each rank's arrays are read in order, but the ranks take turns, too many streams for the
+   * hardware to see: ask for what this rank's next ops will read, which comes long before
+   * its turn does. */
+  int ahead = k->g + 4;
+  if (ahead < pr->streams[r].len) {
+    __builtin_prefetch(&bd->op[r][ahead]);
+    __builtin_prefetch(&pr->streams[r].ins[ahead]);
+    const lop *o = &bd->op[r][k->g + 1 < pr->streams[r].len ? k->g + 1 : k->g];
+    if (o->prod >= 0) __builtin_prefetch(&bd->x[o->prod]);
+    if (o->cons >= 0) __builtin_prefetch(&bd->x[o->cons]);
+  }
+  const sched_stream *os = &bd->out->streams[r];
+  if (os->len + 8 < os->cap) __builtin_prefetch(&os->ins[os->len + 8], 1);
   k->hx_ok = 0, k->mver++;
   if (x >= 0) {
     pend_add(k, x), pend_add(&bd->rk[bd->x[x].b], x), wake(bd, bd->x[x].b);
@@ -804,13 +817,15 @@ void sched_assign_slots(sched_program *out, int r) {
   int *alast = core_malloc(sizeof(int) * keys), *slot_of = core_malloc(sizeof(int) * keys);
   int *aslot_of = core_malloc(sizeof(int) * keys);
   int *free_s = core_malloc(sizeof(int) * (keys + 1)), *free_a = core_malloc(sizeof(int) * (keys + 1));
+  int *lp = core_malloc(sizeof(int) * (size_t)out->v);
   sched_pair_ranges(out, r, first, last, alast);
+  sched_local_chunks(out, r, lp);
   int ns = 0, na = 0, nfs = 0, nfa = 0;
   for (int i = 0; i < st->len; i++) {
     sched_instr *in = &st->ins[i];
     in->slot = in->aslot = -1;
     if (in->chunk < 0 || in->mb < 0) continue;
-    int k = in->chunk * out->m + in->mb, kp = sched_local_input(out, r, in);
+    int k = in->chunk * out->m + in->mb, kp = in->op == SCHED_FORWARD && lp[in->chunk] >= 0 ? lp[in->chunk] * out->m + in->mb : -1;
     if (in->op == SCHED_OFFLOAD) { /* away on the host: its buffers are free for others meanwhile */
       in->slot = slot_of[k], free_s[nfs++] = slot_of[k];
       if (i < alast[k]) in->aslot = aslot_of[k], free_a[nfa++] = aslot_of[k];
@@ -835,7 +850,7 @@ void sched_assign_slots(sched_program *out, int r) {
     }
   }
   out->nslots[r] = ns, out->naslots[r] = na;
-  free(first), free(last), free(alast), free(slot_of), free(aslot_of), free(free_s), free(free_a);
+  free(first), free(last), free(alast), free(slot_of), free(aslot_of), free(free_s), free(free_a), free(lp);
 }
 
 void sched_append_tail(sched_program *out) {

@@ -50,12 +50,15 @@ static int needs_chunk(sched_op op) {
   return op <= SCHED_RECV_GRAD; /* loads, compute and transfers name (chunk, micro-batch) */
 }
 
-/* Fields in range, transfers aimed at the right neighbour. *seen: a bit (1 << op) for each opcode
- * the program has. */
-static int check_fields(const sched_program *pr, unsigned *seen) {
-  int S = pr->p * pr->v;
+/* Fields in range, transfers aimed at the right neighbour: the first failure in rank and stream
+ * order. On the way, one pass for what the later checks count: *seen gets a bit (1 << op) for each
+ * opcode the program has; ccnt the compute ops, as sched_check_compute counts them, and *dup_r,
+ * *dup_i the first that repeats one (-1 when none); pcnt the transfers (check_pairs). */
+static int scan(const sched_program *pr, unsigned *seen, unsigned char *ccnt, int *dup_r, int *dup_i, int *pcnt) {
+  int S = pr->p * pr->v, m = pr->m;
+  size_t n = (size_t)S * (size_t)m;
   char msg[160];
-  *seen = 0;
+  *seen = 0, *dup_r = *dup_i = -1;
   for (int r = 0; r < pr->p; r++)
     for (int i = 0; i < pr->streams[r].len; i++) {
       const sched_instr *in = &pr->streams[r].ins[i];
@@ -104,8 +107,49 @@ static int check_fields(const sched_program *pr, unsigned *seen) {
                  in->peer, want);
         return fail_at(pr, r, i, msg);
       }
+      size_t k = (size_t)s * (size_t)m + (size_t)in->mb; /* in range: checked above */
+      switch (in->op) {
+      case SCHED_FORWARD:
+      case SCHED_BACKWARD:
+      case SCHED_BACKWARD_INPUT:
+      case SCHED_BACKWARD_WEIGHT: {
+        unsigned char *c = &ccnt[4 * k + (size_t)(in->op - SCHED_FORWARD)];
+        if (*c && *dup_r < 0) *dup_r = r, *dup_i = i;
+        *c = 1;
+        break;
+      }
+      case SCHED_SEND_ACT: pcnt[k + (size_t)m]++; break; /* [dir][receiving stage][mb] */
+      case SCHED_RECV_ACT: pcnt[k]--; break;
+      case SCHED_SEND_GRAD: pcnt[n + k - (size_t)m]++; break;
+      case SCHED_RECV_GRAD: pcnt[n + k]--; break;
+      default: break;
+      }
     }
   return CORE_OK;
+}
+
+static const char dup_msg[] = "duplicate compute op (this stage and micro-batch already ran it)";
+
+/* Every (stage, micro-batch) has one forward and one backward, by the counts of
+ * sched_check_compute (cnt: [stage][mb][F, B, I, W]). */
+static int compute_verdict(const sched_program *pr, const unsigned char *cnt) {
+  int S = pr->p * pr->v, m = pr->m, rc = CORE_OK;
+  for (int s = 0; s < S && !rc; s++)
+    for (int j = 0; j < m && !rc; j++) {
+      const unsigned char *c = &cnt[4 * ((size_t)s * m + j)];
+      const char *what = NULL;
+      if (!c[0]) what = "has no forward";
+      else if (c[1] && (c[2] || c[3])) what = "has both a full backward and a split one";
+      else if (pr->forward_only && (c[1] || c[2] || c[3])) what = "has a backward in a forward-only program";
+      else if (pr->forward_only) what = NULL;
+      else if (!c[1] && !c[2] && !c[3]) what = "has no backward";
+      else if (!c[1] && !c[2]) what = "has a weight-gradient backward (W) but no input-gradient one (I)";
+      else if (!c[1] && !c[3]) what = "has an input-gradient backward (I) but no weight-gradient one (W)";
+      if (what)
+        rc = core_error_set(CORE_EINPUT, "virtual stage %d micro-batch %d (rank %d chunk %d) %s", s,
+                            j, pr->rank_of[s], pr->chunk_of[s], what);
+    }
+  return rc;
 }
 
 int sched_check_compute(const sched_program *pr) {
@@ -123,48 +167,22 @@ int sched_check_compute(const sched_program *pr) {
       else {
         int kind = in->op - SCHED_FORWARD; /* F=0, B=1, I=2, W=3 */
         unsigned char *c = &cnt[4 * ((size_t)sched_stage_at(pr, r, in) * m + in->mb) + kind];
-        if (*c) rc = fail_at(pr, r, i, "duplicate compute op (this stage and micro-batch already ran it)");
+        if (*c) rc = fail_at(pr, r, i, dup_msg);
         *c = 1;
       }
     }
-  for (int s = 0; s < S && !rc; s++)
-    for (int j = 0; j < m && !rc; j++) {
-      unsigned char *c = &cnt[4 * ((size_t)s * m + j)];
-      const char *what = NULL;
-      if (!c[0]) what = "has no forward";
-      else if (c[1] && (c[2] || c[3])) what = "has both a full backward and a split one";
-      else if (pr->forward_only && (c[1] || c[2] || c[3])) what = "has a backward in a forward-only program";
-      else if (pr->forward_only) what = NULL;
-      else if (!c[1] && !c[2] && !c[3]) what = "has no backward";
-      else if (!c[1] && !c[2]) what = "has a weight-gradient backward (W) but no input-gradient one (I)";
-      else if (!c[1] && !c[3]) what = "has an input-gradient backward (I) but no weight-gradient one (W)";
-      if (what)
-        rc = core_error_set(CORE_EINPUT, "virtual stage %d micro-batch %d (rank %d chunk %d) %s", s,
-                            j, pr->rank_of[s], pr->chunk_of[s], what);
-    }
+  if (!rc) rc = compute_verdict(pr, cnt);
   free(cnt);
   return rc;
 }
 
 /* Every send has exactly one receive and every receive one send. Messages are keyed by
- * (direction, receiving stage, micro-batch); counts are compared before the replay so a missing
- * partner is named as such rather than as the deadlock it would cause. */
-static int check_pairs(const sched_program *pr) {
-  int S = pr->p * pr->v, m = pr->m;
-  size_t n = (size_t)S * (size_t)m;
-  int *cnt = core_calloc(2 * n, sizeof(int)); /* sends minus receives, [dir][stage][mb] */
-  for (int r = 0; r < pr->p; r++)
-    for (int i = 0; i < pr->streams[r].len; i++) {
-      const sched_instr *in = &pr->streams[r].ins[i];
-      int s = sched_stage_at(pr, r, in);
-      switch (in->op) {
-      case SCHED_SEND_ACT: cnt[(size_t)(s + 1) * m + in->mb]++; break;
-      case SCHED_RECV_ACT: cnt[(size_t)s * m + in->mb]--; break;
-      case SCHED_SEND_GRAD: cnt[n + (size_t)(s - 1) * m + in->mb]++; break;
-      case SCHED_RECV_GRAD: cnt[n + (size_t)s * m + in->mb]--; break;
-      default: break;
-      }
-    }
+ * (direction, receiving stage, micro-batch); cnt (scan's) holds sends minus receives of each. The
+ * counts are compared before the replay so a missing partner is named as such rather than as the
+ * deadlock it would cause. */
+static int check_pairs(const sched_program *pr, const int *cnt) {
+  int m = pr->m;
+  size_t n = (size_t)pr->p * (size_t)pr->v * (size_t)m;
   int rc = CORE_OK, unmatched = 0;
   for (size_t k = 0; k < 2 * n; k++) unmatched |= cnt[k];
   for (int r = 0; r < pr->p && !rc && unmatched; r++) /* find the first instruction without a partner */
@@ -186,7 +204,6 @@ static int check_pairs(const sched_program *pr) {
         rc = fail_at(pr, r, i, msg);
       }
     }
-  free(cnt);
   return rc;
 }
 
@@ -203,10 +220,10 @@ typedef struct {
 
 static unsigned char *flags(replay *rp, int s, int j) { return &rp->st[(size_t)s * rp->m + j]; }
 
-/* Executes a local instruction; returns 0 ok, else fails. */
-static int exec_local(replay *rp, int r, const sched_instr *in) {
+/* Executes local instruction i of rank r; returns 0 ok, else fails. */
+static int exec_local(replay *rp, int r, int i, const sched_instr *in) {
   const sched_program *pr = rp->pr;
-  int i = rp->pc[r], s = sched_stage_at(pr, r, in), S = rp->S;
+  int s = sched_stage_at(pr, r, in), S = rp->S;
   unsigned char *f = s >= 0 && in->mb >= 0 ? flags(rp, s, in->mb) : NULL;
   switch (in->op) {
   case SCHED_LOAD_MICROBATCH:
@@ -320,22 +337,25 @@ static int replay_run(replay *rp) {
   while (qh != qt && !rc) {
     int r = queue[qh++ % p];
     queued[r] = 0;
-    while (rp->pc[r] < pr->streams[r].len && !rc) {
-      const sched_instr *in = &pr->streams[r].ins[rp->pc[r]];
+    const sched_instr *ins = pr->streams[r].ins;
+    int i = rp->pc[r], len = pr->streams[r].len; /* rp->pc[r] while r runs */
+    for (; i < len && !rc; i++) {
+      const sched_instr *in = &ins[i];
       core_progress_tick(&tick, done++);
       if (!is_transfer(in)) {
-        rc = exec_local(rp, r, in);
-        rp->pc[r]++;
+        rc = exec_local(rp, r, i, in);
         continue;
       }
       int q = in->peer;
       if (rp->pc[q] >= pr->streams[q].len) break;
       const sched_instr *other = &pr->streams[q].ins[rp->pc[q]];
       if (!matches(pr, r, in, q, other)) break; /* q will look at us when it gets to its transfer */
+      rp->pc[r] = i;
       rc = exec_pair(rp, r, in, q, other);
-      rp->pc[r]++, rp->pc[q]++, done++;
+      rp->pc[q]++, done++;
       if (!queued[q]) queue[qt++ % p] = q, queued[q] = 1;
     }
+    rp->pc[r] = i;
   }
   free(queue), free(queued);
   if (rc) return rc;
@@ -349,7 +369,7 @@ static int replay_run(replay *rp) {
  * buffer of the pool that no other live pair holds, the one the pair's first instruction named;
  * outside it, none. A range may end at a local forward that takes the pair's output
  * (sched_pair_ranges). held: [2][v*m] scratch. */
-static int check_pools(const sched_program *pr, int r, const int *first, const int *const end[2], int *held) {
+static int check_pools(const sched_program *pr, int r, const int *first, const int *const end[2], int *held, const int *lp) {
   const sched_stream *st = &pr->streams[r];
   size_t keys = (size_t)pr->v * (size_t)pr->m;
   int n[2] = {pr->nslots[r], pr->naslots[r]}, rc = CORE_OK;
@@ -393,7 +413,7 @@ static int check_pools(const sched_program *pr, int r, const int *first, const i
       continue;
     }
     if (!needs_chunk((sched_op)in->op)) continue;
-    int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+    int k = in->chunk * pr->m + in->mb, kp = in->op == SCHED_FORWARD && lp[in->chunk] >= 0 ? lp[in->chunk] * pr->m + in->mb : -1;
     for (int u = 0; u < 2 && !rc; u++) {
       int sl = u ? in->aslot : in->slot, *own = owner[u], *hd = held + (size_t)u * keys;
       if (i > first[k] && i <= end[u][k] && sl == hd[k]) { /* the common case: the pair's own, still */
@@ -427,12 +447,14 @@ static int check_slots(const sched_program *pr) {
   size_t keys = (size_t)pr->v * (size_t)pr->m;
   int *first = core_malloc(sizeof(int) * keys), *last = core_malloc(sizeof(int) * keys);
   int *alast = core_malloc(sizeof(int) * keys), *held = core_malloc(sizeof(int) * 2 * keys), rc = CORE_OK;
+  int *lp = core_malloc(sizeof(int) * (size_t)pr->v);
   const int *const end[2] = {last, alast};
   for (int r = 0; r < pr->p && !rc; r++) {
     sched_pair_ranges(pr, r, first, last, alast);
-    rc = check_pools(pr, r, first, end, held);
+    sched_local_chunks(pr, r, lp);
+    rc = check_pools(pr, r, first, end, held, lp);
   }
-  free(first), free(last), free(alast), free(held);
+  free(first), free(last), free(alast), free(held), free(lp);
   return rc;
 }
 
@@ -522,13 +544,19 @@ static int check_offloads(const sched_program *pr) {
 }
 
 int sched_verify(const sched_program *pr) {
+  size_t n = (size_t)pr->p * (size_t)pr->v * (size_t)pr->m;
+  unsigned char *ccnt = core_calloc(n, 4); /* F, B, I, W of each (stage, micro-batch) */
+  int *pcnt = core_calloc(2 * n, sizeof(int));
   unsigned seen;
-  int rc = check_fields(pr, &seen);
-  if (!rc) rc = sched_check_compute(pr);
+  int dup_r, dup_i;
+  int rc = scan(pr, &seen, ccnt, &dup_r, &dup_i, pcnt);
+  if (!rc && dup_r >= 0) rc = fail_at(pr, dup_r, dup_i, dup_msg);
+  if (!rc) rc = compute_verdict(pr, ccnt);
   if (!rc) rc = check_gathers(pr);
   /* (without these instructions the two checks cannot fail) */
   if (!rc && (seen & (1u << SCHED_OFFLOAD | 1u << SCHED_RELOAD))) rc = check_offloads(pr);
-  if (!rc) rc = check_pairs(pr);
+  if (!rc) rc = check_pairs(pr, pcnt);
+  free(ccnt), free(pcnt);
   if (!rc && (seen & 1u << SCHED_VALIDATE)) rc = sched_check_validate(pr);
   if (rc) return rc;
   replay rp = {.pr = pr, .S = pr->p * pr->v, .m = pr->m};

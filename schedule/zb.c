@@ -80,6 +80,7 @@ typedef struct {
   int S, m, max_w;
   double ws, eps;
   double *f_end, *i_end; /* [S*m], < 0 until done */
+  double *cost;          /* [S][4]: sched_op_cost of F, B, I, W of each virtual stage */
   zb_rank *rk;
   /* a tournament tree over the ranks by (next choice's time, rank): leaf P2 + r is rank r (r >= p:
    * none, its key INFINITY), node i the earlier of nodes 2i and 2i + 1, node 1 the rank to run
@@ -94,7 +95,7 @@ typedef struct {
   unsigned tick;
 } zb_state;
 
-static double cost(const zb_state *z, sched_op op, int s) { return sched_op_cost(z->c, op, s); }
+static double cost(const zb_state *z, sched_op op, int s) { return z->cost[4 * s + op - SCHED_FORWARD]; }
 static double hop(const zb_state *z, int s1, int s2) {
   return z->pr->rank_of[s1] != z->pr->rank_of[s2] ? z->c->comm : 0;
 }
@@ -246,7 +247,11 @@ static void update(zb_state *z, int r) {
   choose(z, r);
   if (z->rk[r].t == t) return; /* keys are (t, rank): an unchanged one keeps its place */
   z->key[r] = z->rk[r].t;
-  for (int i = (z->P2 + r) >> 1; i >= 1; i >>= 1) tree_play(z, i);
+  for (int i = (z->P2 + r) >> 1; i >= 1; i >>= 1) {
+    int was = z->tree[i];
+    tree_play(z, i);
+    if (z->tree[i] == was && was != r) break; /* the same winner, its key unchanged: so is every match above */
+  }
 }
 
 /* Ranks whose choice may depend on rank q's state: q and the ranks of its stages' neighbours. */
@@ -726,6 +731,9 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
                           "(at least %d needed)", sched_family_name(pr->family), cap / v, v == 2 ? 1 : 1);
   size_t n = (size_t)z.S * (size_t)m;
   z.f_end = core_malloc(sizeof(double) * n);
+  z.cost = core_malloc(sizeof(double) * 4 * (size_t)z.S);
+  for (int s = 0; s < z.S; s++)
+    for (int o = 0; o < 4; o++) z.cost[4 * s + o] = sched_op_cost(costs, (sched_op)(SCHED_FORWARD + o), s);
   z.i_end = core_malloc(sizeof(double) * n);
   z.rk = core_calloc((size_t)p, sizeof(zb_rank));
   for (z.P2 = 2; z.P2 < p; z.P2 *= 2) {}
@@ -822,6 +830,6 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     for (size_t i = 0; i < 3 * n; i++) sched_push_action(pr, (sched_op)best[4 * i + 1], best[4 * i + 2], best[4 * i + 3]);
   }
   for (int r = 0; r < p; r++) free(z.rk[r].nf), free(z.rk[r].ni), free(z.rk[r].wq);
-  free(z.rk), free(z.f_end), free(z.i_end), free(z.tree), free(z.key), free(z.order), free(best);
+  free(z.rk), free(z.f_end), free(z.i_end), free(z.cost), free(z.tree), free(z.key), free(z.order), free(best);
   return rc;
 }

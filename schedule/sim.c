@@ -323,8 +323,10 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
   *blocked = 0;
   for (; i < st->len; i++) {
     const sched_instr *in = &ins[i];
-    int op = in->op, s = stage[in->chunk];
-    if (op >= SCHED_FORWARD && op <= SCHED_BACKWARD_WEIGHT) {
+    int op = in->op;
+    if (op < SCHED_FORWARD || op > SCHED_RECV_GRAD) break; /* (the ops up to here name a chunk) */
+    int s = stage[in->chunk];
+    if (op <= SCHED_BACKWARD_WEIGHT) {
       double t0 = t, at = -1;
       if (gready && gready[in->chunk] > t0) t0 = gready[in->chunk]; /* its gather */
       if (op == SCHED_FORWARD) {
@@ -359,8 +361,6 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
       *slot = fin; /* its consumer waits for it */
       if (sm->tl) add_event(sm, r, in, xpost, fin);
       in_run = 1;
-    } else {
-      break;
     }
     core_progress_tick(tick, ++*done);
   }

@@ -287,10 +287,10 @@ static void pend_compact(const build *bd, lrank *k) {
   k->npend = n;
 }
 
-static double pos(double v) { return v > 0 ? v : 0; }
+static inline double pos(double v) { return v > 0 ? v : 0; }
 
 
-static int est_known(const build *bd, int r, int i) {
+static inline int est_known(const build *bd, int r, int i) {
   return i < bd->rk[r].g || bd->op[r][i].stamp == bd->epoch;
 }
 
@@ -340,10 +340,9 @@ static double est_from_needs(const build *bd, int r, int i) {
   return t;
 }
 
-/* Start of op i of rank r: as built, or estimated (depth first, without recursion: the ops
- * an estimate needs can be many). */
-static double est_start(build *bd, int r, int i) {
-  if (est_known(bd, r, i)) return bd->op[r][i].start;
+/* Start of op i of rank r, not known: estimated depth first, without recursion (the ops an
+ * estimate needs can be many). */
+static double est_compute(build *bd, int r, int i) {
   bd->nstack = 0;
   est_push(bd, r, i);
   while (bd->nstack > 0) {
@@ -358,15 +357,21 @@ static double est_start(build *bd, int r, int i) {
   return bd->op[r][i].start;
 }
 
+/* Start of op i of rank r: as built, or estimated. */
+static inline double est_start(build *bd, int r, int i) {
+  const lop *o = &bd->op[r][i];
+  return i < bd->rk[r].g || o->stamp == bd->epoch ? o->start : est_compute(bd, r, i);
+}
+
 /* How much later than its consumer's start z's data arrives if z is sent at `to` rather than
  * at `from`. */
-static double send_delay(build *bd, const xfer *z, double from, double to) {
+static inline double send_delay(build *bd, const xfer *z, double from, double to) {
   double comm = bd->fl->costs.comm, due = est_start(bd, z->b, z->ic);
   return pos(to + comm - due) - pos(from + comm - due);
 }
 
 /* The most that sending rank r's unsent outputs at `to` instead of at its clock delays them. */
-static double held_delay(build *bd, int r, double to) {
+static inline double held_delay(build *bd, int r, double to) {
   const lrank *k = &bd->rk[r];
   double h = 0;
   for (int i = 0; i < k->npend; i++) {
@@ -381,7 +386,7 @@ static double held_delay(build *bd, int r, double to) {
 /* When a transfer appended to rank r's stream now is posted, as the simulator runs the lane: with
  * the run its last instruction is in, or a new run once its compute so far is issued and its
  * lane's receives are done. */
-static double post_time(const build *bd, int r) {
+static inline double post_time(const build *bd, int r) {
   const sched_stream *st = &bd->out->streams[r];
   const lrank *k = &bd->rk[r];
   if (st->len > 0 && sched_is_p2p((sched_op)st->ins[st->len - 1].op)) return k->post;
@@ -390,7 +395,7 @@ static double post_time(const build *bd, int r) {
 
 /* When x, committed now, is done on its receiver (what its consumer waits for): its data there,
  * and the receive posted; *pa, *pb: the posts on the sender and the receiver. */
-static double xfer_done(const build *bd, const xfer *x, double *pa, double *pb) {
+static inline double xfer_done(const build *bd, const xfer *x, double *pa, double *pb) {
   *pa = post_time(bd, x->a), *pb = post_time(bd, x->b);
   double arr = *pa + bd->fl->costs.comm;
   return arr > *pb ? arr : *pb;
@@ -413,7 +418,7 @@ static double commit_delay(build *bd, const xfer *x) {
 }
 
 /* Whether rank r can append its next compute op: it has one, and its input is received. */
-static int can_advance(const build *bd, int r) {
+static inline int can_advance(const build *bd, int r) {
   const lrank *k = &bd->rk[r];
   if (k->g >= bd->fl->pr->streams[r].len) return 0;
   int in = bd->op[r][k->g].cons;
@@ -422,7 +427,7 @@ static int can_advance(const build *bd, int r) {
 
 /* When rank r's next compute op would start if appended now: at its clock, or when its received
  * input is there. */
-static double next_start(const build *bd, int r) {
+static inline double next_start(const build *bd, int r) {
   const lrank *k = &bd->rk[r];
   int x = bd->op[r][k->g].cons;
   return x >= 0 && bd->x[x].done && bd->x[x].arr > k->clock ? bd->x[x].arr : k->clock;
@@ -436,14 +441,14 @@ static double advance_delay(build *bd, int r) {
 /* Whether the SEND of x frees its slot on the sender: a gradient's does (the slot is live
  * from the forward to it); an activation's only in a forward-only program (in training the
  * slot lives on until the backward). */
-static int frees_slot(const build *bd, const xfer *x) {
+static inline int frees_slot(const build *bd, const xfer *x) {
   return x->kind == 0 || bd->fl->pr->forward_only;
 }
 
 /* A RECV of an activation makes its slot live from there on: it waits for its consumer's gap
  * and for the receiver to send the outputs that free a slot, unless a forced step says
  * otherwise. (A gradient's slot is live anyway, since its forward.) */
-static int early_activation(const build *bd, const xfer *x) {
+static inline int early_activation(const build *bd, const xfer *x) {
   return x->kind == 1 && (bd->rk[x->b].held_slot > 0 || bd->rk[x->b].g < x->ic);
 }
 
@@ -507,7 +512,7 @@ static int mem_fits(const build *bd, int r, int upto, int add) {
 }
 
 /* Whether committing x keeps its receiver within its peak (a gradient's slot is live anyway). */
-static int commit_fits(const build *bd, const xfer *x) {
+static inline int commit_fits(const build *bd, const xfer *x) {
   if (x->kind == 0 || !bd->guard) return 1;
   xfer *w = (xfer *)x; /* the cached answer only */
   int ver = bd->rk[x->b].mver + 1; /* + 1: a zeroed xfer has no answer */
@@ -515,7 +520,7 @@ static int commit_fits(const build *bd, const xfer *x) {
   return w->fit;
 }
 
-static int advance_fits(const build *bd, int r) {
+static inline int advance_fits(const build *bd, int r) {
   if (!bd->guard) return 1;
   lrank *k = (lrank *)&bd->rk[r]; /* the cached answer only */
   if (k->adv_ver != k->mver + 1) k->adv_ver = k->mver + 1, k->adv_fit = mem_fits(bd, r, k->g, 0);

@@ -23,7 +23,9 @@ typedef struct {
   const sched_costs *c;
   sched_timeline *tl;
   int S, m;
-  double *act_ready, *grad_ready; /* [S*m] arrival at the receiving stage, < 0 before the send */
+  /* [steps][S][m][2]: arrival of the activation (0) and the gradient (1) at the receiving stage,
+   * < 0 before the send (the two side by side: a stage's transfers in one stream of lines) */
+  double *ready;
   double *t, *tied_at;            /* per rank: clock; arrival at the tied reduction (< 0: not) */
   double *busy, *lo, *hi;         /* per rank: compute time, first compute start, last end */
   /* ZeRO-3: per rank, when its communication lane is free and the time its gathers take; per
@@ -80,7 +82,7 @@ static inline void wake(simstate *sm, int r) {
  * into stage s for micro-batch mb. */
 static double *arrival(simstate *sm, int r, int grad, int s, int mb) {
   size_t k = sm->abase[r] + (size_t)s * (size_t)sm->m + (size_t)mb;
-  return grad ? &sm->grad_ready[k] : &sm->act_ready[k];
+  return &sm->ready[2 * k + (grad != 0)];
 }
 
 /* Arrival slot of the message a transfer instruction sends or receives. */
@@ -314,7 +316,7 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
   const sched_instr *ins = st->ins;
   const int *stage = pr->stage_of + (size_t)r * pr->v, *rank_of = pr->rank_of;
   const double *cost = sm->cost, *gready = pr->gather_limit ? sm->gready + (size_t)r * pr->v : NULL;
-  double *act = sm->act_ready + sm->abase[r], *grad = sm->grad_ready + sm->abase[r];
+  double *act = sm->ready + 2 * sm->abase[r], *grad = act + 1; /* index both by 2 (s m + mb) */
   double t = sm->t[r], xpost = sm->xpost[r], xlane = sm->xlane[r], busy = sm->busy[r], lo = sm->lo[r], hi = sm->hi[r];
   const double comm = sm->c->comm;
   const size_t m = (size_t)sm->m;
@@ -330,9 +332,9 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
       double t0 = t, at = -1;
       if (gready && gready[in->chunk] > t0) t0 = gready[in->chunk]; /* its gather */
       if (op == SCHED_FORWARD) {
-        if (s > 0 && rank_of[s - 1] != r) at = act[(size_t)s * m + (size_t)in->mb];
+        if (s > 0 && rank_of[s - 1] != r) at = act[2 * ((size_t)s * m + (size_t)in->mb)];
       } else if (op != SCHED_BACKWARD_WEIGHT && s < S - 1 && rank_of[s + 1] != r) {
-        at = grad[(size_t)s * m + (size_t)in->mb];
+        at = grad[2 * ((size_t)s * m + (size_t)in->mb)];
       }
       if (at > t0) t0 = at; /* its received input (input_wait) */
       t = t0 + cost[4 * s + op - SCHED_FORWARD];
@@ -343,14 +345,14 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
       in_run = 0;
     } else if (op == SCHED_SEND_ACT || op == SCHED_SEND_GRAD) {
       if (!in_run) xpost = t > xlane ? t : xlane;
-      double *slot = op == SCHED_SEND_ACT ? &act[(size_t)(s + 1) * m + (size_t)in->mb] : &grad[(size_t)(s - 1) * m + (size_t)in->mb];
+      double *slot = op == SCHED_SEND_ACT ? &act[2 * ((size_t)(s + 1) * m + (size_t)in->mb)] : &grad[2 * ((size_t)(s - 1) * m + (size_t)in->mb)];
       *slot = xpost + comm;
       if (sm->tl) add_event(sm, r, in, xpost, xpost);
       wake(sm, in->peer);
       in_run = 1;
     } else if (op == SCHED_RECV_ACT || op == SCHED_RECV_GRAD) {
       if (!in_run) xpost = t > xlane ? t : xlane;
-      double *slot = op == SCHED_RECV_ACT ? &act[(size_t)s * m + (size_t)in->mb] : &grad[(size_t)s * m + (size_t)in->mb];
+      double *slot = op == SCHED_RECV_ACT ? &act[2 * ((size_t)s * m + (size_t)in->mb)] : &grad[2 * ((size_t)s * m + (size_t)in->mb)];
       double ready = *slot;
       if (ready < 0) {
         *blocked = 1;
@@ -617,9 +619,8 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   sm.arrived = core_calloc((size_t)steps, sizeof(int));
   sm.barrier_at = core_malloc(sizeof(double) * (size_t)steps), sm.step_end = core_malloc(sizeof(double) * (size_t)steps);
   for (int k = 0; k < steps; k++) sm.barrier_at[k] = sm.step_end[k] = -INFINITY;
-  sm.act_ready = core_malloc(sizeof(double) * n);
-  sm.grad_ready = core_malloc(sizeof(double) * n);
-  for (size_t i = 0; i < n; i++) sm.act_ready[i] = sm.grad_ready[i] = -1;
+  sm.ready = core_malloc(sizeof(double) * 2 * n);
+  for (size_t i = 0; i < 2 * n; i++) sm.ready[i] = -1;
   sm.t = core_calloc(p, sizeof(double));
   sm.busy = core_calloc(p, sizeof(double));
   sm.lo = core_malloc(sizeof(double) * p);
@@ -655,7 +656,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
     if ((rc = check_finite(res))) sched_sim_result_free(res);
     else if (tl) tl->makespan = res->makespan, tl->bubble_rate = res->bubble_rate;
   }
-  free(sm.act_ready), free(sm.grad_ready), free(sm.t), free(sm.tied_at), free(sm.pc), free(sm.has_validate);
+  free(sm.ready), free(sm.t), free(sm.tied_at), free(sm.pc), free(sm.has_validate);
   free(sm.busy), free(sm.lo), free(sm.hi), free(sm.queue), free(sm.queued);
   free(sm.xlane), free(sm.xpost);
   free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gmoved), free(sm.gready), free(sm.ngath), free(sm.pgath);

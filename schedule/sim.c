@@ -322,6 +322,8 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
   const size_t m = (size_t)sm->m;
   const int S = sm->S;
   int in_run = sched_is_p2p((sched_op)ins[i - 1].op); /* post_run's test */
+  unsigned tk = *tick; /* the progress counters too: through the pointers they would be a chain */
+  double dn = *done;   /* of loads and stores from one instruction to the next */
   *blocked = 0;
   for (; i < st->len; i++) {
     const sched_instr *in = &ins[i];
@@ -364,8 +366,9 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
       if (sm->tl) add_event(sm, r, in, xpost, fin);
       in_run = 1;
     }
-    core_progress_tick(tick, ++*done);
+    core_progress_tick(&tk, ++dn);
   }
+  *tick = tk, *done = dn;
   sm->t[r] = t, sm->xpost[r] = xpost, sm->xlane[r] = xlane, sm->busy[r] = busy, sm->lo[r] = lo, sm->hi[r] = hi;
   return i;
 }

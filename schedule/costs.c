@@ -1,5 +1,5 @@
 /* schedule/costs.c: the cost model's arithmetic, shared by the compilers, lowering and the
- * simulator: an op's time, the copy time of an offloaded slot, the W stash fraction, the unit
+ * simulator: an op's time (one at a time, or a table of every stage's), the copy time of an offloaded slot, the W stash fraction, the unit
  * costs, and the check that a step under the costs is a time a double holds to the op. */
 #include <math.h>
 
@@ -18,6 +18,13 @@ double sched_op_cost(const sched_costs *c, sched_op op, int s) {
   case SCHED_BACKWARD_WEIGHT: return w + dp;
   default: return 0;
   }
+}
+
+double *sched_cost_table(const sched_costs *c, int S) {
+  double *t = core_malloc(sizeof(double) * 4 * (size_t)(S > 0 ? S : 1));
+  for (int s = 0; s < S; s++)
+    for (int o = 0; o < 4; o++) t[4 * s + o] = sched_op_cost(c, (sched_op)(SCHED_FORWARD + o), s);
+  return t;
 }
 
 int sched_costs_check(const sched_costs *c, int S, int m) {

@@ -11,6 +11,9 @@ static inline int sched_stage_at(const sched_program *pr, int r, const sched_ins
 
 /* Time of one compute op of virtual stage s under the cost model. */
 double sched_op_cost(const sched_costs *c, sched_op op, int s);
+/* sched_op_cost of F, B, I, W of each of S virtual stages, [s][op - SCHED_FORWARD] (4 S doubles,
+ * free() it): what the passes that cost every op look up. */
+double *sched_cost_table(const sched_costs *c, int S);
 
 /* Refuses costs under which a step of S virtual stages and m micro-batches could reach a time a
  * double cannot hold (every op one after another, each after a hop, bounds every time). */

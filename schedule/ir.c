@@ -172,14 +172,11 @@ void sched_pair_ranges(const sched_program *pr, int r, int *first, int *last, in
     const sched_instr *in = &st->ins[i];
     unsigned c = (unsigned)in->chunk, mb = (unsigned)in->mb; /* a negative one is out of range too */
     if (c >= v || mb >= m) continue;
-    int k = (int)(c * m + mb), op = in->op;
+    int k = (int)(c * m + mb), op = in->op, kp = sched_local_pair(lp, (int)m, in);
     if (first[k] < 0) first[k] = i;
     last[k] = i;
     if (op != SCHED_BACKWARD_WEIGHT && op != SCHED_OFFLOAD && op != SCHED_RELOAD) alast[k] = i;
-    if (op == SCHED_FORWARD && lp[c] >= 0) {
-      int kp = lp[c] * (int)m + (int)mb;
-      if (first[kp] >= 0) last[kp] = alast[kp] = i; /* a later op of the pair raises them again */
-    }
+    if (kp >= 0 && first[kp] >= 0) last[kp] = alast[kp] = i; /* a later op of the pair raises them again */
   }
   free(lp);
 }

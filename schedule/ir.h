@@ -151,6 +151,10 @@ void sched_pair_ranges(const sched_program *pr, int r, int *first, int *last, in
  * (the previous virtual stage, when rank r holds it), or -1: sched_local_input's answer is
  * lp[chunk] * m + mb for a FORWARD whose lp[chunk] >= 0. */
 void sched_local_chunks(const sched_program *pr, int r, int *lp);
+/* sched_local_input from that table, for an instruction whose chunk is in range. */
+static inline int sched_local_pair(const int *lp, int m, const sched_instr *in) {
+  return in->op == SCHED_FORWARD && lp[in->chunk] >= 0 ? lp[in->chunk] * m + in->mb : -1;
+}
 /* The pair (index as above) whose output instruction `in` of rank r takes without a transfer: a
  * FORWARD whose previous virtual stage is on rank r; -1 otherwise. (Inline: every pass over a
  * stream asks it of every instruction.) */

@@ -80,7 +80,7 @@ typedef struct {
   sched_costs costs;
   int S, m;
   double *f_end, *b_end, *w_end; /* [S*m], < 0 while not done; b_end: B or I */
-  double **start;                /* [rank][compute index] (the build takes them over) */
+  double **start;                /* [rank][compute index]: the build's estimates of epoch 0 */
   double *cost;                  /* [S][4]: sched_op_cost of F, B, I, W of each virtual stage */
   int *pc;
   double *free_at;
@@ -186,9 +186,7 @@ static void flow_init(flow *fl, const sched_program *pr, const sched_costs *c) {
   for (size_t i = 0; i < n; i++) fl->f_end[i] = fl->b_end[i] = fl->w_end[i] = -1;
   fl->start = core_calloc((size_t)pr->p, sizeof(double *));
   for (int r = 0; r < pr->p; r++) fl->start[r] = core_malloc(sizeof(double) * (size_t)(pr->streams[r].len + 1));
-  fl->cost = core_malloc(sizeof(double) * 4 * (size_t)fl->S);
-  for (int s = 0; s < fl->S; s++)
-    for (int o = 0; o < 4; o++) fl->cost[4 * s + o] = sched_op_cost(c, (sched_op)(SCHED_FORWARD + o), s);
+  fl->cost = sched_cost_table(c, fl->S);
   fl->pc = core_calloc((size_t)pr->p, sizeof(int));
   fl->free_at = core_calloc((size_t)pr->p, sizeof(double));
   fl->queue = core_malloc(sizeof(int) * (size_t)pr->p);
@@ -196,7 +194,7 @@ static void flow_init(flow *fl, const sched_program *pr, const sched_costs *c) {
 }
 
 static void flow_free(flow *fl) {
-  for (int r = 0; fl->start && r < fl->pr->p; r++) free(fl->start[r]);
+  for (int r = 0; r < fl->pr->p; r++) free(fl->start[r]);
   free(fl->start), free(fl->cost), free(fl->f_end), free(fl->b_end), free(fl->w_end);
   free(fl->pc), free(fl->free_at), free(fl->queue), free(fl->queued);
 }
@@ -586,7 +584,7 @@ static void advance(build *bd, int r) {
   if (ahead < pr->streams[r].len) {
     __builtin_prefetch(&bd->op[r][ahead]);
     __builtin_prefetch(&pr->streams[r].ins[ahead]);
-    const lop *o = &bd->op[r][k->g + 1 < pr->streams[r].len ? k->g + 1 : k->g];
+    const lop *o = &bd->op[r][k->g + 1]; /* the op after next: its transfers */
     if (o->prod >= 0) __builtin_prefetch(&bd->x[o->prod]);
     if (o->cons >= 0) __builtin_prefetch(&bd->x[o->cons]);
   }
@@ -830,7 +828,7 @@ void sched_assign_slots(sched_program *out, int r) {
     sched_instr *in = &st->ins[i];
     in->slot = in->aslot = -1;
     if (in->chunk < 0 || in->mb < 0) continue;
-    int k = in->chunk * out->m + in->mb, kp = in->op == SCHED_FORWARD && lp[in->chunk] >= 0 ? lp[in->chunk] * out->m + in->mb : -1;
+    int k = in->chunk * out->m + in->mb, kp = sched_local_pair(lp, out->m, in);
     if (in->op == SCHED_OFFLOAD) { /* away on the host: its buffers are free for others meanwhile */
       in->slot = slot_of[k], free_s[nfs++] = slot_of[k];
       if (i < alast[k]) in->aslot = aslot_of[k], free_a[nfa++] = aslot_of[k];

@@ -78,22 +78,33 @@ static inline void wake(simstate *sm, int r) {
   sm->queue[sm->qt++ % sm->pr->p] = r;
 }
 
-/* Arrival slot, in rank r's current step, of the activation (grad 0) or gradient (1) that goes
- * into stage s for micro-batch mb. */
-static double *arrival(simstate *sm, int r, int grad, int s, int mb) {
-  size_t k = sm->abase[r] + (size_t)s * (size_t)sm->m + (size_t)mb;
-  return &sm->ready[2 * k + (grad != 0)];
+/* Rank r's current step's arrival times (ready's [S][m][2] of that step). */
+static inline double *step_base(const simstate *sm, int r) { return sm->ready + 2 * sm->abase[r]; }
+
+/* Where, in a step's arrival times, the message that transfer instruction `in` of stage s sends
+ * or receives has its time: [receiving stage][mb][activation 0, gradient 1]. */
+static inline size_t msg_at(const sched_instr *in, int s, size_t m) {
+  switch (in->op) {
+  case SCHED_SEND_ACT: return 2 * ((size_t)(s + 1) * m + (size_t)in->mb);
+  case SCHED_RECV_ACT: return 2 * ((size_t)s * m + (size_t)in->mb);
+  case SCHED_SEND_GRAD: return 2 * ((size_t)(s - 1) * m + (size_t)in->mb) + 1;
+  default: return 2 * ((size_t)s * m + (size_t)in->mb) + 1;
+  }
 }
 
 /* Arrival slot of the message a transfer instruction sends or receives. */
 static inline double *msg_slot(simstate *sm, int r, const sched_instr *in) {
-  int s = sched_stage_at(sm->pr, r, in);
-  switch (in->op) {
-  case SCHED_SEND_ACT: return arrival(sm, r, 0, s + 1, in->mb);
-  case SCHED_RECV_ACT: return arrival(sm, r, 0, s, in->mb);
-  case SCHED_SEND_GRAD: return arrival(sm, r, 1, s - 1, in->mb);
-  default: return arrival(sm, r, 1, s, in->mb);
-  }
+  return step_base(sm, r) + msg_at(in, sched_stage_at(sm->pr, r, in), (size_t)sm->m);
+}
+
+/* When the input compute op `in` of stage s on rank r takes from another rank arrived (its
+ * receive done), -1 when it takes none; base: the rank's step_base. */
+static inline double input_at(const sched_program *pr, const double *base, int r, const sched_instr *in, int s) {
+  int S = pr->p * pr->v;
+  size_t k = 2 * ((size_t)s * (size_t)pr->m + (size_t)in->mb);
+  if (in->op == SCHED_FORWARD) return s > 0 && pr->rank_of[s - 1] != r ? base[k] : -1;
+  if (in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) return s < S - 1 && pr->rank_of[s + 1] != r ? base[k + 1] : -1;
+  return -1;
 }
 
 static double param_bytes(const simstate *sm, int s) {
@@ -142,11 +153,7 @@ static inline void post_run(simstate *sm, int r, double t) {
 
 /* When compute op `in` of stage s may start on rank r: after its received input (if any). */
 static inline double input_wait(simstate *sm, int r, const sched_instr *in, int s, double t) {
-  const sched_program *pr = sm->pr;
-  double at = -1;
-  if (in->op == SCHED_FORWARD && s > 0 && pr->rank_of[s - 1] != r) at = *arrival(sm, r, 0, s, in->mb);
-  else if ((in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT) && s < sm->S - 1 && pr->rank_of[s + 1] != r)
-    at = *arrival(sm, r, 1, s, in->mb);
+  double at = input_at(sm->pr, step_base(sm, r), r, in, s);
   return at > t ? at : t;
 }
 
@@ -314,13 +321,12 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
   const sched_program *pr = sm->pr;
   const sched_stream *st = &pr->streams[r];
   const sched_instr *ins = st->ins;
-  const int *stage = pr->stage_of + (size_t)r * pr->v, *rank_of = pr->rank_of;
+  const int *stage = pr->stage_of + (size_t)r * pr->v;
   const double *cost = sm->cost, *gready = pr->gather_limit ? sm->gready + (size_t)r * pr->v : NULL;
-  double *act = sm->ready + 2 * sm->abase[r], *grad = act + 1; /* index both by 2 (s m + mb) */
+  double *base = step_base(sm, r);
   double t = sm->t[r], xpost = sm->xpost[r], xlane = sm->xlane[r], busy = sm->busy[r], lo = sm->lo[r], hi = sm->hi[r];
   const double comm = sm->c->comm;
   const size_t m = (size_t)sm->m;
-  const int S = sm->S;
   int in_run = sched_is_p2p((sched_op)ins[i - 1].op); /* post_run's test */
   unsigned tk = *tick; /* the progress counters too: through the pointers they would be a chain */
   double dn = *done;   /* of loads and stores from one instruction to the next */
@@ -331,13 +337,8 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
     if (op < SCHED_FORWARD || op > SCHED_RECV_GRAD) break; /* (the ops up to here name a chunk) */
     int s = stage[in->chunk];
     if (op <= SCHED_BACKWARD_WEIGHT) {
-      double t0 = t, at = -1;
+      double t0 = t, at = input_at(pr, base, r, in, s);
       if (gready && gready[in->chunk] > t0) t0 = gready[in->chunk]; /* its gather */
-      if (op == SCHED_FORWARD) {
-        if (s > 0 && rank_of[s - 1] != r) at = act[2 * ((size_t)s * m + (size_t)in->mb)];
-      } else if (op != SCHED_BACKWARD_WEIGHT && s < S - 1 && rank_of[s + 1] != r) {
-        at = grad[2 * ((size_t)s * m + (size_t)in->mb)];
-      }
       if (at > t0) t0 = at; /* its received input (input_wait) */
       t = t0 + cost[4 * s + op - SCHED_FORWARD];
       busy += t - t0;
@@ -347,15 +348,13 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
       in_run = 0;
     } else if (op == SCHED_SEND_ACT || op == SCHED_SEND_GRAD) {
       if (!in_run) xpost = t > xlane ? t : xlane;
-      double *slot = op == SCHED_SEND_ACT ? &act[2 * ((size_t)(s + 1) * m + (size_t)in->mb)] : &grad[2 * ((size_t)(s - 1) * m + (size_t)in->mb)];
-      *slot = xpost + comm;
+      base[msg_at(in, s, m)] = xpost + comm;
       if (sm->tl) add_event(sm, r, in, xpost, xpost);
       wake(sm, in->peer);
       in_run = 1;
     } else if (op == SCHED_RECV_ACT || op == SCHED_RECV_GRAD) {
       if (!in_run) xpost = t > xlane ? t : xlane;
-      double *slot = op == SCHED_RECV_ACT ? &act[2 * ((size_t)s * m + (size_t)in->mb)] : &grad[2 * ((size_t)s * m + (size_t)in->mb)];
-      double ready = *slot;
+      double *slot = &base[msg_at(in, s, m)], ready = *slot;
       if (ready < 0) {
         *blocked = 1;
         break;
@@ -646,9 +645,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   sm.gready = core_calloc(p * (size_t)pr->v, sizeof(double));
   sm.ngath = core_calloc(p, sizeof(int));
   sm.pgath = core_calloc(p, sizeof(int));
-  sm.cost = core_malloc(sizeof(double) * 4 * (size_t)sm.S);
-  for (int s = 0; s < sm.S; s++)
-    for (int op = SCHED_FORWARD; op <= SCHED_BACKWARD_WEIGHT; op++) sm.cost[4 * s + op - SCHED_FORWARD] = sched_op_cost(c, (sched_op)op, s);
+  sm.cost = sched_cost_table(c, sm.S);
   if (tl) sched_timeline_reserve(tl, (size_t)tl->n + sched_program_count(pr)); /* one event per instruction */
   core_progress_start("simulating %s p=%d v=%d m=%d", sched_family_name(pr->family), pr->p, pr->v, pr->m);
   core_progress_phase("", (double)sched_program_count(pr), "instructions run");

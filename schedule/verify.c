@@ -413,7 +413,7 @@ static int check_pools(const sched_program *pr, int r, const int *first, const i
       continue;
     }
     if (!needs_chunk((sched_op)in->op)) continue;
-    int k = in->chunk * pr->m + in->mb, kp = in->op == SCHED_FORWARD && lp[in->chunk] >= 0 ? lp[in->chunk] * pr->m + in->mb : -1;
+    int k = in->chunk * pr->m + in->mb, kp = sched_local_pair(lp, pr->m, in);
     for (int u = 0; u < 2 && !rc; u++) {
       int sl = u ? in->aslot : in->slot, *own = owner[u], *hd = held + (size_t)u * keys;
       if (i > first[k] && i <= end[u][k] && sl == hd[k]) { /* the common case: the pair's own, still */

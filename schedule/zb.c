@@ -731,9 +731,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
                           "(at least %d needed)", sched_family_name(pr->family), cap / v, v == 2 ? 1 : 1);
   size_t n = (size_t)z.S * (size_t)m;
   z.f_end = core_malloc(sizeof(double) * n);
-  z.cost = core_malloc(sizeof(double) * 4 * (size_t)z.S);
-  for (int s = 0; s < z.S; s++)
-    for (int o = 0; o < 4; o++) z.cost[4 * s + o] = sched_op_cost(costs, (sched_op)(SCHED_FORWARD + o), s);
+  z.cost = sched_cost_table(costs, z.S);
   z.i_end = core_malloc(sizeof(double) * n);
   z.rk = core_calloc((size_t)p, sizeof(zb_rank));
   for (z.P2 = 2; z.P2 < p; z.P2 *= 2) {}

@@ -9,6 +9,7 @@
  * shape the family refuses (its error) is hashed as that error's text. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -27,6 +28,18 @@ static void mix_double(uint64_t *h, double d) {
 
 static void mix_str(uint64_t *h, const char *s) {
   for (; *s; s++) mix(h, *s);
+}
+
+/* Events in one order whatever order the simulator adds them in: by rank, then time. */
+static int by_rank_time(const void *a, const void *b) {
+  const sched_event *x = a, *y = b;
+  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+  if (x->start != y->start) return x->start < y->start ? -1 : 1;
+  if (x->end != y->end) return x->end < y->end ? -1 : 1;
+  int kx[4] = {x->op, x->mb, x->chunk, x->peer}, ky[4] = {y->op, y->mb, y->chunk, y->peer};
+  for (int i = 0; i < 4; i++)
+    if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
+  return 0;
 }
 
 /* One shape: compiled, simulated, hashed into *h. */
@@ -59,6 +72,7 @@ static void shape(uint64_t *h, sched_family f, int p, int m, double comm, int pe
       sched_sim_result r2;
       sched_timeline_init(&tl, sched_family_name(f), "unit", p, v, m);
       if (sched_simulate_steps(&pr, &c, 2, sync, &r2, &tl) == CORE_OK) {
+        qsort(tl.ev, (size_t)tl.n, sizeof *tl.ev, by_rank_time);
         for (int e = 0; e < tl.n; e++) {
           const sched_event *ev = &tl.ev[e];
           mix(&one, ev->rank), mix(&one, ev->op), mix(&one, ev->mb), mix(&one, ev->chunk), mix(&one, ev->stage), mix(&one, ev->peer);
@@ -72,7 +86,12 @@ static void shape(uint64_t *h, sched_family f, int p, int m, double comm, int pe
     }
     if (sched_simulate_steps(&pr, &c, 4, sync, &res, NULL) == CORE_OK) {
       mix_double(&one, res.makespan), mix_double(&one, res.steady_step_time), mix_double(&one, res.bubble_rate);
-      for (int r = 0; r < p; r++) mix_double(&one, res.ranks[r].peak_memory), mix_double(&one, res.ranks[r].span);
+      mix_double(&one, res.idle_fraction);
+      for (int r = 0; r < p; r++) {
+        const sched_rank_stats *rs = &res.ranks[r];
+        mix_double(&one, rs->peak_memory), mix_double(&one, rs->span), mix_double(&one, rs->busy);
+        mix_double(&one, rs->start), mix_double(&one, rs->end), mix_double(&one, rs->peak_bytes);
+      }
       sched_sim_result_free(&res);
     } else {
       mix_str(&one, core_error_msg());

@@ -303,8 +303,8 @@ static const char *sync_name(int sync) {
 static void print_json(const sched_program *pr, const sched_sim_result *res, double cap, int sync) {
   printf("{\"schedule\":\"%s\",\"stages\":%d,\"virtual\":%d,\"microbatches\":%d,", 
          sched_family_name(pr->family), pr->p, pr->v, pr->m);
-  printf("\"steps\":%d,\"step_sync\":\"%s\",\"steady_step_time\":%.17g,", res->steps, sync_name(sync),
-         res->steady_step_time);
+  printf("\"steps\":%d,\"steps_run\":%d,\"step_sync\":\"%s\",\"steady_step_time\":%.17g,", res->steps, res->steps_run,
+         sync_name(sync), res->steady_step_time);
   printf("\"instructions\":%zu,\"makespan\":%.17g,\"bubble_rate\":%.17g,\"idle_fraction\":%.17g,",
          sched_program_count(pr), res->makespan, res->bubble_rate, res->idle_fraction);
   if (cap >= 0) printf("\"memory_cap\":%.17g,", cap);

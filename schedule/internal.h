@@ -73,4 +73,9 @@ void sched_assign_slots(sched_program *out, int r);
  * of rank r's instruction i (a transfer or copy: the rank's clock when it issued it). */
 int sched_sim_times(const sched_program *pr, const sched_costs *c, double **ts, double **te);
 
+/* sched_simulate_steps running every step, none copied from the one before (sim.c's repeat): the
+ * reference the tests hold the copies to. */
+int sched_simulate_steps_all(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
+                             sched_sim_result *res, sched_timeline *tl);
+
 #endif

@@ -183,6 +183,10 @@ typedef struct {
 typedef struct {
   int p;
   int steps;            /* consecutive steps simulated */
+  /* of them, those run instruction by instruction; the others repeat the last of these shifted
+   * (once a step starts where the one before started, shifted, every later step is that step
+   * shifted again: equal up to rounding, see sim.c) */
+  int steps_run;
   double makespan;      /* all ops of all steps, tail included */
   /* the time from one step's end (its last OPTIMIZER_STEP) to the next's, averaged over steps
    * 2..N; with one step, the makespan */

@@ -10,6 +10,7 @@
  * Several steps run back to back: a rank starts its stream again after its OPTIMIZER_STEP, which
  * either waits for every rank to reach theirs and for the norm's all-reduce (barrier) or not
  * (post-validation). Messages and tied reductions are told apart by step. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,10 +24,10 @@ typedef struct {
   const sched_costs *c;
   sched_timeline *tl;
   int S, m;
-  /* [steps][S][m][2]: arrival of the activation (0) and the gradient (1) at the receiving stage,
-   * < 0 before the send (the two side by side: a stage's transfers in one stream of lines) */
+  /* [S][m][2], the step's: arrival of the activation (0) and the gradient (1) at the receiving
+   * stage, < 0 before the send (the two side by side: a stage's transfers in one stream of lines) */
   double *ready;
-  double *t, *tied_at;            /* per rank: clock; arrival at the tied reduction (< 0: not) */
+  double *t, *tied_at; /* per rank: clock; arrival at the step's tied reduction (< 0: not) */
   double *busy, *lo, *hi;         /* per rank: compute time, first compute start, last end */
   /* ZeRO-3: per rank, when its communication lane is free and the time its gathers take; per
    * (rank, chunk), when the chunk's last gather ends; gathered chunks now and at most */
@@ -35,11 +36,12 @@ typedef struct {
   int *ngath, *pgath;
   int *pc;
   int *queue, *queued, qh, qt;
-  /* consecutive steps: each rank's step number; the barrier's arrivals (per step: how many
-   * ranks, the latest time); each step's end (its last OPTIMIZER_STEP) */
-  int steps, *iter, *arrived, *counted;
-  size_t *abase; /* per rank: its step's first message slot, iter * S * m */
+  /* consecutive steps, run one at a time (see run): the step now; the barrier's arrivals (per
+   * step: how many ranks, the latest time); each step's end (its last OPTIMIZER_STEP) */
+  int steps, k, *arrived, *counted;
+  int repeat, steps_run; /* steps that repeat the one before, shifted, are copied rather than run (run) */
   int *has_validate; /* per rank: its stream has a VALIDATE (post-validation waits there) */
+  double *vat;       /* per rank: when it got there in this step (its VALIDATE, or its start) */
   sched_step_sync sync;
   double *barrier_at, *step_end;
   /* activation offload: per rank, when each copy stream (device to host, host to device) is
@@ -78,9 +80,6 @@ static inline void wake(simstate *sm, int r) {
   sm->queue[sm->qt++ % sm->pr->p] = r;
 }
 
-/* Rank r's current step's arrival times (ready's [S][m][2] of that step). */
-static inline double *step_base(const simstate *sm, int r) { return sm->ready + 2 * sm->abase[r]; }
-
 /* Where, in a step's arrival times, the message that transfer instruction `in` of stage s sends
  * or receives has its time: [receiving stage][mb][activation 0, gradient 1]. */
 static inline size_t msg_at(const sched_instr *in, int s, size_t m) {
@@ -94,11 +93,11 @@ static inline size_t msg_at(const sched_instr *in, int s, size_t m) {
 
 /* Arrival slot of the message a transfer instruction sends or receives. */
 static inline double *msg_slot(simstate *sm, int r, const sched_instr *in) {
-  return step_base(sm, r) + msg_at(in, sched_stage_at(sm->pr, r, in), (size_t)sm->m);
+  return sm->ready + msg_at(in, sched_stage_at(sm->pr, r, in), (size_t)sm->m);
 }
 
 /* When the input compute op `in` of stage s on rank r takes from another rank arrived (its
- * receive done), -1 when it takes none; base: the rank's step_base. */
+ * receive done), -1 when it takes none; base: the step's arrival times. */
 static inline double input_at(const sched_program *pr, const double *base, int r, const sched_instr *in, int s) {
   int S = pr->p * pr->v;
   size_t k = 2 * ((size_t)s * (size_t)pr->m + (size_t)in->mb);
@@ -132,8 +131,8 @@ static double moved_part(const simstate *sm, int r, int s, size_t pk) {
 /* Post-validation in step k > 0: whether the norm of step k - 1 is known (every rank has made
  * its update), and from when (*t, raised to that). Under the barrier, or in the first step,
  * there is nothing to wait for. */
-static int validated(simstate *sm, int r, double *t) {
-  int k = sm->iter[r];
+static int validated(simstate *sm, double *t) {
+  int k = sm->k;
   if (sm->sync != SCHED_STEP_POST_VALIDATION || k == 0) return 1; /* (EAGER: nothing to wait for) */
   if (sm->arrived[k - 1] < sm->pr->p) return 0; /* woken when the last rank arrives */
   double at = sm->barrier_at[k - 1] + sm->c->norm;
@@ -153,7 +152,7 @@ static inline void post_run(simstate *sm, int r, double t) {
 
 /* When compute op `in` of stage s may start on rank r: after its received input (if any). */
 static inline double input_wait(simstate *sm, int r, const sched_instr *in, int s, double t) {
-  double at = input_at(sm->pr, step_base(sm, r), r, in, s);
+  double at = input_at(sm->pr, sm->ready, r, in, s);
   return at > t ? at : t;
 }
 
@@ -180,7 +179,8 @@ static inline int recv(simstate *sm, int r, const sched_instr *in, double t) {
 static int step(simstate *sm, int r, const sched_instr *in) {
   double t = sm->t[r];
   if (sm->pc[r] == 0 && !sm->has_validate[r]) { /* a program without VALIDATE checks before any work */
-    if (!validated(sm, r, &t)) return 0;
+    sm->vat[r] = t;
+    if (!validated(sm, &t)) return 0;
     sm->t[r] = t;
   }
   if (in->op >= SCHED_REDUCE_TIED_GRADS && in->op <= SCHED_OPTIMIZER_STEP && sm->xlane[r] > t)
@@ -222,9 +222,8 @@ static int step(simstate *sm, int r, const sched_instr *in) {
       emit(sm, r, in, t, sm->t[r]);
       return 1;
     }
-    size_t k = (size_t)sm->iter[r] * (size_t)sm->pr->p; /* this step's meeting */
-    if (sm->tied_at[k + r] < 0) sm->tied_at[k + r] = t, wake(sm, in->peer);
-    double other = sm->tied_at[k + in->peer];
+    if (sm->tied_at[r] < 0) sm->tied_at[r] = t, wake(sm, in->peer);
+    double other = sm->tied_at[in->peer];
     if (other < 0) return 0; /* wait for the peer to arrive */
     sm->t[r] = (t > other ? t : other) + sm->c->tied;
     emit(sm, r, in, t, sm->t[r]);
@@ -235,7 +234,7 @@ static int step(simstate *sm, int r, const sched_instr *in) {
     emit(sm, r, in, t, sm->t[r]);
     return 1;
   case SCHED_OPTIMIZER_STEP: {
-    int k = sm->iter[r];
+    int k = sm->k;
     double start = t;
     if (sm->counted[r] != k + 1) { /* its gradient norm goes into the all-reduce now */
       sm->counted[r] = k + 1;
@@ -254,7 +253,8 @@ static int step(simstate *sm, int r, const sched_instr *in) {
   }
   case SCHED_VALIDATE: { /* post-validation: the previous step's norm, all-reduced since its last update */
     double ready = t;
-    if (!validated(sm, r, &ready)) return 0;
+    sm->vat[r] = t;
+    if (!validated(sm, &ready)) return 0;
     sm->t[r] = ready;
     emit(sm, r, in, t, ready);
     return 1;
@@ -288,7 +288,7 @@ static int step(simstate *sm, int r, const sched_instr *in) {
  * offloaded program the memory its pairs take and give back, as rank_memory counts them. */
 static void after_step(simstate *sm, int r, int i, const sched_instr *in) {
   const sched_program *pr = sm->pr;
-  if (sm->ts && sm->iter[r] == 0) sm->ts[r][i] = sm->last_t0, sm->te[r][i] = sm->last_t1;
+  if (sm->ts && sm->k == 0) sm->ts[r][i] = sm->last_t0, sm->te[r][i] = sm->last_t1;
   if (!sm->offload || in->chunk < 0 || in->mb < 0 || in->chunk >= pr->v || in->mb >= pr->m) return;
   const int *first = sm->first + (size_t)r * pr->v * pr->m, *last = sm->last + (size_t)r * pr->v * pr->m,
             *alast = sm->alast + (size_t)r * pr->v * pr->m;
@@ -323,7 +323,7 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
   const sched_instr *ins = st->ins;
   const int *stage = pr->stage_of + (size_t)r * pr->v;
   const double *cost = sm->cost, *gready = pr->gather_limit ? sm->gready + (size_t)r * pr->v : NULL;
-  double *base = step_base(sm, r);
+  double *base = sm->ready;
   double t = sm->t[r], xpost = sm->xpost[r], xlane = sm->xlane[r], busy = sm->busy[r], lo = sm->lo[r], hi = sm->hi[r];
   const double comm = sm->c->comm;
   const size_t m = (size_t)sm->m;
@@ -372,10 +372,10 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
   return i;
 }
 
-static int run(simstate *sm) {
+/* Runs step sm->k: every rank from the start of its stream as far as it goes. A rank that ends its
+ * stream waits there for the others (the next step starts when this one is done everywhere). */
+static void run_step(simstate *sm, unsigned *tick, double *done) {
   const sched_program *pr = sm->pr;
-  unsigned tick = 0;
-  double done = 0;
   int plain = !sm->offload && !sm->ts; /* no per-instruction bookkeeping after each step */
   for (int r = 0; r < pr->p; r++) wake(sm, r);
   while (sm->qh != sm->qt) {
@@ -384,13 +384,9 @@ static int run(simstate *sm) {
     const sched_stream *st = &pr->streams[r];
     for (;;) {
       int i = sm->pc[r];
-      if (i == st->len) { /* the step's stream done: the next step's, from its start */
-        if (sm->iter[r] + 1 >= sm->steps) break;
-        sm->iter[r]++, sm->pc[r] = 0, sm->abase[r] += (size_t)sm->S * (size_t)sm->m;
-        continue;
-      }
+      if (i == st->len) break;
       if (plain && i > 0) {
-        int blocked, j = burst(sm, r, i, &blocked, &tick, &done);
+        int blocked, j = burst(sm, r, i, &blocked, tick, done);
         sm->pc[r] = j;
         if (blocked) break;
         if (j > i) continue;
@@ -400,14 +396,164 @@ static int run(simstate *sm) {
       if (ok && !plain) after_step(sm, r, i, in);
       if (!ok) break;
       sm->pc[r] = i + 1;
-      core_progress_tick(&tick, ++done);
+      core_progress_tick(tick, ++*done);
     }
   }
-  for (int r = 0; r < pr->p; r++)
-    if (sm->pc[r] < pr->streams[r].len || sm->iter[r] + 1 < sm->steps)
-      return core_error_set(CORE_EINPUT, "simulation stuck: rank %d waits at instruction %d of step %d (run "
-                                         "the verifier for details)", r, sm->pc[r], sm->iter[r] + 1);
-  return CORE_OK;
+}
+
+/* What a step starts from, as far as its times go: per rank, its clock and each "free from" time
+ * it is later maxed with (transfer lane, gather lane, each chunk's gather, the copy streams, each
+ * pair's copies), raised to the clock (below it, one is as good as the clock); last, under
+ * post-validation, when the previous step's norm is known. Each time of
+ * a step is a max of these and of sums of costs, so an entry the previous one's shifted by a
+ * constant makes the step the previous one's shifted by it. Also what is not a time and must be
+ * equal: each rank's gathered chunks and bytes. Returns the number of values. */
+static size_t entry(const simstate *sm, double *e) {
+  const sched_program *pr = sm->pr;
+  size_t n = 0, vm = (size_t)pr->v * (size_t)pr->m;
+  for (int r = 0; r < pr->p; r++) {
+    double t = sm->t[r];
+    e[n++] = t;
+    e[n++] = sm->xlane[r] > t ? sm->xlane[r] : t;
+    e[n++] = sm->lane[r] > t ? sm->lane[r] : t;
+    for (int c = 0; c < pr->v; c++) e[n++] = sm->gready[r * pr->v + c] > t ? sm->gready[r * pr->v + c] : t;
+    if (sm->offload) {
+      e[n++] = sm->d2h[r] > t ? sm->d2h[r] : t;
+      e[n++] = sm->h2d[r] > t ? sm->h2d[r] : t;
+      for (size_t i = (size_t)r * vm; i < (size_t)(r + 1) * vm; i++) {
+        e[n++] = sm->off_end[i] > t ? sm->off_end[i] : t;
+        e[n++] = sm->rl_ready[i] > t ? sm->rl_ready[i] : t;
+      }
+    }
+  }
+  if (sm->sync == SCHED_STEP_POST_VALIDATION) /* the first step waits for no norm (run sees to it) */
+    e[n++] = sm->k > 0 ? sm->barrier_at[sm->k - 1] + sm->c->norm : 0;
+  for (int r = 0; r < pr->p; r++) e[n++] = sm->ngath[r], e[n++] = sm->gbytes[r];
+  return n;
+}
+
+/* Whether entry b is entry a shifted by one delta (within rounding: 64 ulps of the latest time),
+ * the last 2p values (counts) equal; *delta set. */
+static int shifted(const simstate *sm, const double *a, const double *b, size_t n, double *delta) {
+  size_t nt = n - 2 * (size_t)sm->pr->p;
+  double d = b[0] - a[0], big = 0;
+  for (size_t i = 0; i < nt; i++) big = fabs(b[i]) > big ? fabs(b[i]) : big;
+  double tol = 64 * DBL_EPSILON * big;
+  for (size_t i = 0; i < nt; i++)
+    if (!(fabs(b[i] - a[i] - d) <= tol)) return 0;
+  for (size_t i = nt; i < n; i++)
+    if (a[i] != b[i]) return 0;
+  *delta = d;
+  return 1;
+}
+
+/* Sums over the steps so far, per rank, when a step starts: what repeat() adds again. */
+typedef struct {
+  double *busy, *gtime, *gmoved, *ctime;
+  int ev, mev;
+} marks;
+
+static void mark(const simstate *sm, marks *mk) {
+  size_t p = (size_t)sm->pr->p;
+  memcpy(mk->busy, sm->busy, sizeof(double) * p), memcpy(mk->gtime, sm->gtime, sizeof(double) * p);
+  memcpy(mk->gmoved, sm->gmoved, sizeof(double) * p);
+  if (sm->ctime) memcpy(mk->ctime, sm->ctime, sizeof(double) * p);
+  mk->ev = sm->tl ? sm->tl->n : 0, mk->mev = (int)sm->nmev;
+}
+
+/* Steps k+1 .. steps-1 as step k (just run, begun at marks mk) shifted by delta each: their
+ * ends, the ranks' sums, clocks and last ends, their timeline and memory events. */
+static void repeat(simstate *sm, const marks *mk, double delta) {
+  const sched_program *pr = sm->pr;
+  int k = sm->k, n = sm->steps - 1 - k;
+  for (int j = 1; j <= n; j++) {
+    sm->step_end[k + j] = sm->step_end[k] + j * delta, sm->barrier_at[k + j] = sm->barrier_at[k] + j * delta;
+    sm->arrived[k + j] = pr->p;
+  }
+  for (int r = 0; r < pr->p; r++) {
+    sm->busy[r] += n * (sm->busy[r] - mk->busy[r]), sm->gtime[r] += n * (sm->gtime[r] - mk->gtime[r]);
+    sm->gmoved[r] += n * (sm->gmoved[r] - mk->gmoved[r]);
+    if (sm->ctime) sm->ctime[r] += n * (sm->ctime[r] - mk->ctime[r]);
+    sm->t[r] += n * delta;
+    if (sm->hi[r] > -INFINITY) sm->hi[r] += n * delta; /* step k's last end is the latest */
+  }
+  if (sm->tl) {
+    int e0 = mk->ev, e1 = sm->tl->n;
+    sched_timeline_reserve(sm->tl, (size_t)e1 + (size_t)n * (size_t)(e1 - e0));
+    for (int j = 1; j <= n; j++)
+      for (int e = e0; e < e1; e++) {
+        sched_event ev = sm->tl->ev[e];
+        ev.start += j * delta, ev.end += j * delta;
+        sched_timeline_add(sm->tl, ev);
+      }
+  }
+  for (int j = 1, m1 = (int)sm->nmev; j <= n; j++)
+    for (int e = mk->mev; e < m1; e++) {
+      struct memev ev = sm->mev[e];
+      ev.t += j * delta;
+      mem_event(sm, ev.r, ev.t, ev.mem, ev.bytes);
+    }
+}
+
+/* The steps one after another. Nothing of a step waits for a later one, so running them one at a
+ * time gives what running them together would; and once a step starts from the previous one's
+ * start shifted (entry), every later step is that step shifted again: they are copied (repeat).
+ * At unit costs that is from the second step on, under the barrier and, where the norm is known
+ * before any rank gets to wait for it, under post-validation. */
+static int run(simstate *sm) {
+  const sched_program *pr = sm->pr;
+  unsigned tick = 0;
+  double done = 0;
+  size_t nready = 2 * (size_t)sm->S * (size_t)sm->m, p = (size_t)pr->p;
+  size_t ne = p * (5 + (size_t)pr->v + (sm->offload ? 2 + 2 * (size_t)pr->v * (size_t)pr->m : 0)) + 1;
+  double *prev = sm->repeat ? core_malloc(sizeof(double) * ne) : NULL, *cur = sm->repeat ? core_malloc(sizeof(double) * ne) : NULL;
+  marks mk = {0};
+  if (sm->repeat) {
+    mk.busy = core_malloc(sizeof(double) * 4 * p), mk.gtime = mk.busy + p, mk.gmoved = mk.busy + 2 * p, mk.ctime = mk.busy + 3 * p;
+    entry(sm, prev);
+  }
+  int rc = CORE_OK;
+  sm->steps_run = sm->steps;
+  for (sm->k = 0; sm->k < sm->steps && !rc; sm->k++) {
+    if (sm->k > 0) { /* the next step's messages and meetings, from nothing */
+      for (size_t i = 0; i < nready; i++) sm->ready[i] = -1;
+      for (int r = 0; r < pr->p; r++) sm->tied_at[r] = -1, sm->pc[r] = 0;
+    }
+    if (sm->repeat) mark(sm, &mk);
+    run_step(sm, &tick, &done);
+    for (int r = 0; r < pr->p && !rc; r++)
+      if (sm->pc[r] < pr->streams[r].len)
+        rc = core_error_set(CORE_EINPUT, "simulation stuck: rank %d waits at instruction %d of step %d (run "
+                                         "the verifier for details)", r, sm->pc[r], sm->k + 1);
+    if (rc || !sm->repeat || sm->k + 1 == sm->steps) continue;
+    sm->k++; /* the entry of the next step (its norm wait reads the step before) */
+    size_t n = entry(sm, cur);
+    sm->k--;
+    int post = sm->sync == SCHED_STEP_POST_VALIDATION;
+    size_t ib = n - 2 * p - 1; /* under post-validation, the entry's time the norm is known */
+    double known = post ? cur[ib] : 0;
+    if (post && sm->k == 0) {
+      /* The first step waited for no norm. The second is the first shifted by d if it starts so
+       * and its norm wait holds back no rank: the norm is known by the time each rank gets to
+       * it, the first step's time there shifted; then every later one is too. */
+      double d = cur[0] - prev[0], tol = 64 * DBL_EPSILON * fabs(known);
+      int binds = 0;
+      for (int r = 0; r < pr->p; r++) binds |= !(known <= sm->vat[r] + d + tol);
+      cur[ib] = binds ? NAN : prev[ib] + d; /* for the comparison only */
+    }
+    double delta;
+    int same = shifted(sm, prev, cur, n, &delta);
+    if (post) cur[ib] = known;
+    if (same) {
+      repeat(sm, &mk, delta);
+      sm->steps_run = sm->k + 1;
+      break;
+    }
+    double *sw = prev;
+    prev = cur, cur = sw;
+  }
+  free(prev), free(cur), free(mk.busy);
+  return rc;
 }
 
 void sched_stream_memory_of(const sched_program *pr, int r, const double *full, const double *wpart,
@@ -552,7 +698,7 @@ static void compute_stats(simstate *sm, sched_sim_result *res) {
     if (sm->t[r] > res->makespan) res->makespan = sm->t[r];
   }
   if (sm->offload) offload_stats(sm, res);
-  res->steps = sm->steps;
+  res->steps = sm->steps, res->steps_run = sm->steps_run;
   res->steady_step_time = sm->steps > 1 ? (sm->step_end[sm->steps - 1] - sm->step_end[0]) / (sm->steps - 1) : res->makespan;
   res->bubble_rate = maxspan > 0 ? 1.0 - (sumbusy / pr->p) / maxspan : 0;
   res->idle_fraction = res->makespan > 0 ? 1.0 - sumbusy / (pr->p * res->makespan) : 0;
@@ -590,11 +736,11 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
   return sched_simulate_steps(pr, c, 1, SCHED_STEP_BARRIER, res, tl);
 }
 
-static int simulate(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
+static int simulate(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync, int repeat,
                     sched_sim_result *res, sched_timeline *tl, double **ts, double **te) {
   memset(res, 0, sizeof *res);
   if (steps < 1) return core_error_set(CORE_EINPUT, "steps to simulate must be at least 1 (got %d)", steps);
-  simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m, .steps = steps, .sync = sync,
+  simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m, .steps = steps, .sync = sync, .repeat = repeat,
                  .ts = ts, .te = te};
   for (int r = 0; r < pr->p && !sm.offload; r++)
     for (int i = 0; i < pr->streams[r].len && !sm.offload; i++) sm.offload = pr->streams[r].ins[i].op == SCHED_OFFLOAD;
@@ -615,9 +761,8 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
       sched_pair_ranges(pr, r, sm.first + o, sm.last + o, sm.alast + o);
     }
   }
-  size_t n = (size_t)steps * (size_t)sm.S * (size_t)sm.m, p = (size_t)pr->p;
-  sm.iter = core_calloc(p, sizeof(int)), sm.counted = core_calloc(p, sizeof(int));
-  sm.abase = core_calloc(p, sizeof(size_t));
+  size_t n = (size_t)sm.S * (size_t)sm.m, p = (size_t)pr->p;
+  sm.counted = core_calloc(p, sizeof(int));
   sm.arrived = core_calloc((size_t)steps, sizeof(int));
   sm.barrier_at = core_malloc(sizeof(double) * (size_t)steps), sm.step_end = core_malloc(sizeof(double) * (size_t)steps);
   for (int k = 0; k < steps; k++) sm.barrier_at[k] = sm.step_end[k] = -INFINITY;
@@ -627,11 +772,11 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   sm.busy = core_calloc(p, sizeof(double));
   sm.lo = core_malloc(sizeof(double) * p);
   sm.hi = core_malloc(sizeof(double) * p);
-  sm.tied_at = core_malloc(sizeof(double) * p * (size_t)steps);
-  for (size_t r = 0; r < p * (size_t)steps; r++) sm.tied_at[r] = -1;
+  sm.tied_at = core_malloc(sizeof(double) * p);
+  for (size_t r = 0; r < p; r++) sm.tied_at[r] = -1;
   for (size_t r = 0; r < p; r++) sm.lo[r] = INFINITY, sm.hi[r] = -INFINITY;
   sm.pc = core_calloc(p, sizeof(int));
-  sm.has_validate = core_calloc(p, sizeof(int));
+  sm.has_validate = core_calloc(p, sizeof(int)), sm.vat = core_calloc(p, sizeof(double));
   for (int r = 0; r < pr->p; r++)
     for (int i = 0; i < pr->streams[r].len; i++) sm.has_validate[r] |= pr->streams[r].ins[i].op == SCHED_VALIDATE;
   sm.queue = core_malloc(sizeof(int) * p);
@@ -646,7 +791,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   sm.ngath = core_calloc(p, sizeof(int));
   sm.pgath = core_calloc(p, sizeof(int));
   sm.cost = sched_cost_table(c, sm.S);
-  if (tl) sched_timeline_reserve(tl, (size_t)tl->n + sched_program_count(pr)); /* one event per instruction */
+  if (tl) sched_timeline_reserve(tl, (size_t)tl->n + (size_t)steps * sched_program_count(pr)); /* an event per instruction */
   core_progress_start("simulating %s p=%d v=%d m=%d", sched_family_name(pr->family), pr->p, pr->v, pr->m);
   core_progress_phase("", (double)sched_program_count(pr), "instructions run");
   int rc = run(&sm);
@@ -656,11 +801,11 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
     if ((rc = check_finite(res))) sched_sim_result_free(res);
     else if (tl) tl->makespan = res->makespan, tl->bubble_rate = res->bubble_rate;
   }
-  free(sm.ready), free(sm.t), free(sm.tied_at), free(sm.pc), free(sm.has_validate);
+  free(sm.ready), free(sm.t), free(sm.tied_at), free(sm.pc), free(sm.has_validate), free(sm.vat);
   free(sm.busy), free(sm.lo), free(sm.hi), free(sm.queue), free(sm.queued);
   free(sm.xlane), free(sm.xpost);
   free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gmoved), free(sm.gready), free(sm.ngath), free(sm.pgath);
-  free(sm.iter), free(sm.abase), free(sm.counted), free(sm.arrived), free(sm.barrier_at), free(sm.step_end);
+  free(sm.counted), free(sm.arrived), free(sm.barrier_at), free(sm.step_end);
   free(sm.d2h), free(sm.h2d), free(sm.ctime), free(sm.off_end), free(sm.rl_ready), free(sm.mev);
   free(sm.first), free(sm.last), free(sm.alast), free(sm.cost);
   return rc;
@@ -668,12 +813,17 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
 
 int sched_simulate_steps(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
                          sched_sim_result *res, sched_timeline *tl) {
-  return simulate(pr, c, steps, sync, res, tl, NULL, NULL);
+  return simulate(pr, c, steps, sync, 1, res, tl, NULL, NULL);
+}
+
+int sched_simulate_steps_all(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
+                             sched_sim_result *res, sched_timeline *tl) {
+  return simulate(pr, c, steps, sync, 0, res, tl, NULL, NULL);
 }
 
 int sched_sim_times(const sched_program *pr, const sched_costs *c, double **ts, double **te) {
   sched_sim_result res;
-  int rc = simulate(pr, c, 1, SCHED_STEP_BARRIER, &res, NULL, ts, te);
+  int rc = simulate(pr, c, 1, SCHED_STEP_BARRIER, 1, &res, NULL, ts, te);
   if (!rc) sched_sim_result_free(&res);
   return rc;
 }

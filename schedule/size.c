@@ -26,9 +26,9 @@
  *     simulation's own tables, the candidates of one rank (two windows of a pair, about 100
  *     bytes each), its stream rebuilt;
  *   - verifying: the program and a few bytes per pair;
- *   - simulating (sim.c) `steps` steps: the program, two arrival times per pair and step (with
- *     offloads, five more figures per pair and memory events), and with events one sched_event
- *     (40 bytes) per instruction and step.
+ *   - simulating (sim.c) `steps` steps: the program, two arrival times per pair (one step at a
+ *     time; with offloads, five more figures per pair and memory events per step), and with
+ *     events one sched_event (40 bytes) per instruction and step.
  * tests/schedule/test_size.c checks the counts against compiled programs and the bytes against
  * what compiling and simulating allocate. */
 #include <math.h>
@@ -84,7 +84,7 @@ void sched_size_estimate(const sched_shape *sh, int steps, int events, sched_siz
   double sim1 = B_INSTR * I + 16 * P + 12 * v * m + (copies > 0 ? 28 * P + 64 * (3 * P + copies) : 0);
   double offload = copies > 0 ? sim1 + 16 * I + 3 * 112 * v * m + 12 * v * m + B_INSTR * I / p : 0;
   double verify = B_INSTR * I + 13 * P;
-  double sim = B_INSTR * I + 16 * P * k + 12 * v * m + (copies > 0 ? 28 * P + 64 * (3 * P + copies) * k : 0) +
+  double sim = B_INSTR * I + 16 * P + 12 * v * m + (copies > 0 ? 28 * P + 64 * (3 * P + copies) * k : 0) +
                (events ? (double)B_EVENT * I * k : 0);
   out->bytes = maxd(maxd(maxd(zb, lower), offload), maxd(maxd(gather, verify), sim));
 }

@@ -600,3 +600,93 @@ Test(sim, steps_back_to_back_under_barrier_and_post_validation) {
     sched_program_free(&pr);
   }
 }
+
+/* Events in one order whatever order a simulation adds them in: by rank and what they are, then
+ * time (the same instruction's events are a step apart, far more than rounding). */
+static int by_what_then_time(const void *a, const void *b) {
+  const sched_event *x = a, *y = b;
+  int kx[6] = {x->rank, x->op, x->mb, x->chunk, x->stage, x->peer}, ky[6] = {y->rank, y->op, y->mb, y->chunk, y->stage, y->peer};
+  for (int i = 0; i < 6; i++)
+    if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
+  return (x->start > y->start) - (x->start < y->start);
+}
+
+static void near(double a, double b, double tol, const char *what, const char *shape) {
+  cr_assert(fabs(a - b) <= tol, "%s: %s %.17g copied, %.17g run", shape, what, a, b);
+}
+
+/* One program, `steps` steps: the simulator's copies of repeating steps against every step run;
+ * returns the steps it ran. */
+static int copies_match(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync, const char *shape) {
+  sched_timeline ta, tb;
+  sched_timeline_init(&ta, sched_family_name(pr->family), "unit", pr->p, pr->v, pr->m);
+  sched_timeline_init(&tb, sched_family_name(pr->family), "unit", pr->p, pr->v, pr->m);
+  sched_sim_result a, b;
+  cr_assert_eq(sched_simulate_steps(pr, c, steps, sync, &a, &ta), CORE_OK, "%s: %s", shape, core_error_msg());
+  cr_assert_eq(sched_simulate_steps_all(pr, c, steps, sync, &b, &tb), CORE_OK, "%s: %s", shape, core_error_msg());
+  cr_assert(b.steps_run == steps && a.steps_run >= 1 && a.steps_run <= steps, "%s: ran %d and %d of %d", shape,
+            a.steps_run, b.steps_run, steps);
+  double tol = 1e-12 * (1 + b.makespan);
+  near(a.makespan, b.makespan, tol, "makespan", shape);
+  near(a.steady_step_time, b.steady_step_time, tol, "steady step", shape);
+  near(a.bubble_rate, b.bubble_rate, 1e-12, "bubble rate", shape);
+  near(a.idle_fraction, b.idle_fraction, 1e-12, "idle fraction", shape);
+  for (int r = 0; r < pr->p; r++) {
+    const sched_rank_stats *x = &a.ranks[r], *y = &b.ranks[r];
+    near(x->busy, y->busy, tol, "busy", shape), near(x->start, y->start, tol, "start", shape);
+    near(x->end, y->end, tol, "end", shape), near(x->span, y->span, tol, "span", shape);
+    near(x->peak_memory, y->peak_memory, 1e-12, "peak memory", shape);
+    near(x->peak_bytes, y->peak_bytes, 1e-12 * (1 + y->peak_bytes), "peak bytes", shape);
+    near(x->gather_time, y->gather_time, tol, "gather time", shape), near(x->copy_time, y->copy_time, tol, "copy time", shape);
+    cr_assert(x->peak_activations == y->peak_activations && x->peak_gathered == y->peak_gathered &&
+              x->offloaded == y->offloaded && x->kept == y->kept, "%s: rank %d's counts", shape, r);
+  }
+  cr_assert_eq(ta.n, tb.n, "%s: %d events copied, %d run", shape, ta.n, tb.n);
+  qsort(ta.ev, (size_t)ta.n, sizeof *ta.ev, by_what_then_time), qsort(tb.ev, (size_t)tb.n, sizeof *tb.ev, by_what_then_time);
+  for (int e = 0; e < ta.n; e++) {
+    const sched_event *x = &ta.ev[e], *y = &tb.ev[e];
+    cr_assert(x->rank == y->rank && x->op == y->op && x->mb == y->mb && x->chunk == y->chunk && x->stage == y->stage &&
+              x->peer == y->peer, "%s: event %d differs", shape, e);
+    near(x->start, y->start, tol, "event start", shape), near(x->end, y->end, tol, "event end", shape);
+  }
+  int ran = a.steps_run;
+  sched_sim_result_free(&a), sched_sim_result_free(&b);
+  sched_timeline_free(&ta), sched_timeline_free(&tb);
+  return ran;
+}
+
+/* Steps that start where the one before started, shifted, are copied from it rather than run
+ * (sim.c's repeat): every figure and every event equals a run of every step, within rounding,
+ * for every family, under a barrier and under post-validation, with costs per stage that do not
+ * add up exactly, comm latency, ZeRO-3 gathers, offloaded activations and a tied weight. And the
+ * copies happen: at unit costs a barrier's steps are copied from the second on. */
+Test(sim, repeating_steps_are_copied_as_run) {
+  const sched_family fams[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_AUTO,
+                               SCHED_ZB_V, SCHED_V_ZB, SCHED_V_HALF, SCHED_V_MIN, SCHED_DUALPIPE_V};
+  double sf[16], sb[16], sw[16];
+  for (int s = 0; s < 16; s++) sf[s] = 1 + 0.3 * (s % 3), sb[s] = 2 - 0.25 * (s % 2), sw[s] = 0.7 + 0.1 * (s % 4);
+  int copied = 0, shapes = 0;
+  for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)
+    for (int p = 2; p <= 4; p++)
+      for (int variant = 0; variant < 4; variant++) {
+        int v = fams[f] == SCHED_INTERLEAVED || sched_family_is_v(fams[f]) ? 2 : 1;
+        sched_shape sh = {.family = fams[f], .p = p, .v = v, .m = 2 * p, .tied = variant == 1,
+                          .zero3 = variant == 2, .offload = variant == 3 ? SCHED_OFFLOAD_FULL : SCHED_OFFLOAD_NONE,
+                          .post_validation = sched_default_step_sync(fams[f]) == SCHED_STEP_POST_VALIDATION};
+        sched_costs c = sched_costs_unit();
+        c.comm = variant ? 0.5 : 0, c.step = 0.5, c.norm = 0.25, c.tied = 0.3, c.gather = 0.4, c.offload = 0.35;
+        if (variant != 1) c.stage_f = sf, c.stage_b = sb, c.stage_w = sw;
+        sched_program pr;
+        char shape[96];
+        snprintf(shape, sizeof shape, "%s p=%d variant %d", sched_family_name(fams[f]), p, variant);
+        cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s: %s", shape, core_error_msg());
+        for (int sync = 0; sync < 2; sync++) {
+          int ran = copies_match(&pr, &c, 6, sync ? SCHED_STEP_POST_VALIDATION : SCHED_STEP_BARRIER, shape);
+          copied += ran < 6, shapes++;
+          if (variant == 1) cr_assert(ran <= 1 + sync, "%s: sync %d at unit costs ran %d steps", shape, sync, ran);
+        }
+        sched_program_free(&pr);
+      }
+  cr_log_info("%d of %d simulations copied repeating steps\n", copied, shapes);
+  cr_assert(copied > shapes / 2, "only %d of %d simulations copied repeating steps", copied, shapes);
+}

@@ -1,9 +1,12 @@
 /* bench/sched_hash.c: a fingerprint of what the schedule pipeline produces, for changes meant to
  * keep it (speed work above all): every family over a grid of shapes (p 2, 3, 4, 8, 16; m 1, 3,
  * 8, 17, 64; comm 0, 0.5, 1.5; unit costs and per-stage ones) is compiled as `sim` compiles it
- * and simulated for 4 steps; each instruction's fields, the slot counts, the makespan, steady step,
- * bubble rate and every rank's peak memory and span are hashed (FNV-1a over their bits), and for
- * part of the grid every event of a 2-step timeline too. Prints one hash per family and one for
+ * and simulated for 4 steps, every step run (sched_simulate_steps_all: the simulator's copies of
+ * repeating steps equal it within rounding, which tests/schedule/test_sim.c checks); each
+ * instruction's fields, the slot counts, the makespan, steady step, bubble rate, idle fraction and
+ * every rank's peak memory and bytes, busy time, start, end and span are hashed (FNV-1a over their
+ * bits), and for part of the grid every event of a 2-step timeline too, taken in one order (by
+ * rank, then time: the order the simulator adds them in is not part of its result). Prints one hash per family and one for
  * all; `-v` also one line per shape. Run it before and after the change, on the same machine and
  * build flags: equal hashes mean the same programs and the same simulated figures, bit for bit. A
  * shape the family refuses (its error) is hashed as that error's text. */
@@ -14,6 +17,7 @@
 
 #include "core/error.h"
 #include "schedule/events.h"
+#include "schedule/internal.h"
 #include "schedule/schedule.h"
 
 static void mix(uint64_t *h, int64_t x) {
@@ -71,7 +75,7 @@ static void shape(uint64_t *h, sched_family f, int p, int m, double comm, int pe
       sched_timeline tl;
       sched_sim_result r2;
       sched_timeline_init(&tl, sched_family_name(f), "unit", p, v, m);
-      if (sched_simulate_steps(&pr, &c, 2, sync, &r2, &tl) == CORE_OK) {
+      if (sched_simulate_steps_all(&pr, &c, 2, sync, &r2, &tl) == CORE_OK) {
         qsort(tl.ev, (size_t)tl.n, sizeof *tl.ev, by_rank_time);
         for (int e = 0; e < tl.n; e++) {
           const sched_event *ev = &tl.ev[e];
@@ -84,7 +88,7 @@ static void shape(uint64_t *h, sched_family f, int p, int m, double comm, int pe
       }
       sched_timeline_free(&tl);
     }
-    if (sched_simulate_steps(&pr, &c, 4, sync, &res, NULL) == CORE_OK) {
+    if (sched_simulate_steps_all(&pr, &c, 4, sync, &res, NULL) == CORE_OK) {
       mix_double(&one, res.makespan), mix_double(&one, res.steady_step_time), mix_double(&one, res.bubble_rate);
       mix_double(&one, res.idle_fraction);
       for (int r = 0; r < p; r++) {

@@ -144,9 +144,11 @@ if [ ! -s data/kjv.txt ] && [ -s .gpu/kjv.txt.gz ]; then
   mkdir -p data && gzip -dc .gpu/kjv.txt.gz > data/kjv.txt && say "data/kjv.txt from .gpu/kjv.txt.gz"
 fi
 
-# CUDA: the Makefile links -L/usr/local/cuda/lib64 -lcudart -lcublas -lcublasLt -lnccl; where a
-# library has no .so link there or on the library path (NCCL often comes only with pip's
-# nvidia-nccl), link the first one found into the prefix
+# CUDA: the Makefile links -L/usr/local/cuda/lib64 -lcudart -lnccl, and the backend loads cuBLAS
+# and cuBLASLt when it starts (kernels/cuda/cublas_load.cu, by soname, plain name or from
+# /usr/local/cuda/lib64); where a library has no .so link there or on the library path (NCCL
+# often comes only with pip's nvidia-nccl), link the first one found into the prefix, which
+# LD_LIBRARY_PATH then names
 if [ -z "${CUDA:-}" ]; then
   if have nvcc || [ -x /usr/local/cuda/bin/nvcc ]; then CUDA=1; else CUDA=0; fi
 fi

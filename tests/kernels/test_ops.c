@@ -140,6 +140,21 @@ Test(ops, backend_lookup) {
   cr_assert_eq(kernels_get_ops("CPU", &t), CORE_EINPUT, "names are exact");
 }
 
+#if BRIGADE_CUDA
+/* cuBLAS and cuBLASLt are not linked but loaded on the CUDA backend's first call
+ * (kernels/cuda/cublas_load.cu): the library's own functions answer through the loader, GPU or
+ * not (declared here as a C caller sees them: enums are ints, handles pointers). */
+const char *cublasGetStatusString(int status);
+int cublasLtCreate(void **handle);
+Test(ops_table, cublas_is_loaded_on_first_call) {
+  const char *ok = cublasGetStatusString(0); /* the library's own text ("success"), not the loader's */
+  cr_assert(ok && ok[0] && !strstr(ok, "could not load") && !strstr(ok, " has no "), "%s", ok ? ok : "(null)");
+  void *h = NULL;
+  int s = cublasLtCreate(&h); /* without a GPU the library's own error, not the loader's */
+  cr_assert(s == 0 || !strstr(cublasGetStatusString(s), "could not load"), "%s", cublasGetStatusString(s));
+}
+#endif
+
 Test(ops, table_is_complete) {
   const kernels_ops *t = cpu();
   const char *miss = test_ops_missing(t);

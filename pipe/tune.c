@@ -3,6 +3,7 @@
  * predictions are the simulator's. */
 #include "pipe/tune.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,15 @@ static int try_one(const char *config, const char **sets, int nsets, const pipe_
   return rc;
 }
 
+/* A predicted time to 36 bits of mantissa (about 11 significant digits): predictions equal but for
+ * rounding (sums of the same costs in another order, a simulation's copied steps) compare equal,
+ * so the ranking then goes by memory and the same schedule is recognised as such. */
+static double rounded(double t) {
+  int e;
+  double f = frexp(t, &e);
+  return ldexp(nearbyint(ldexp(f, 36)), e - 36);
+}
+
 /* Two partition methods often cut the model the same way, and zb-auto's limits may give the same
  * schedule: list such a shape once (the first of parameters, cost, uniform; the smallest limit),
  * recognised by equal predictions for the same family, v and m. */
@@ -80,7 +90,7 @@ static int same_as_before(const pipe_tune_result *res, const pipe_tune_cand *c) 
   for (int i = res->nfits - 1; i >= 0; i--) {
     const pipe_tune_cand *o = &res->fits[i];
     if (o->shape.m != c->shape.m) return 0; /* candidates come grouped by m */
-    if (o->shape.family == c->shape.family && o->shape.v == c->shape.v && o->time == c->time &&
+    if (o->shape.family == c->shape.family && o->shape.v == c->shape.v && rounded(o->time) == rounded(c->time) &&
         o->peak_bytes == c->peak_bytes && o->shape.zero_stage == c->shape.zero_stage &&
         o->shape.keep_gathered == c->shape.keep_gathered && o->shape.prefetch == c->shape.prefetch)
       return 1;
@@ -90,7 +100,8 @@ static int same_as_before(const pipe_tune_result *res, const pipe_tune_cand *c) 
 
 static int by_time(const void *a, const void *b) {
   const pipe_tune_cand *x = a, *y = b;
-  if (x->time != y->time) return x->time < y->time ? -1 : 1;
+  double tx = rounded(x->time), ty = rounded(y->time);
+  if (tx != ty) return tx < ty ? -1 : 1;
   if (x->peak_bytes != y->peak_bytes) return x->peak_bytes < y->peak_bytes ? -1 : 1;
   return 0;
 }

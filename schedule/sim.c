@@ -742,15 +742,22 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   if (steps < 1) return core_error_set(CORE_EINPUT, "steps to simulate must be at least 1 (got %d)", steps);
   simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m, .steps = steps, .sync = sync, .repeat = repeat,
                  .ts = ts, .te = te};
-  for (int r = 0; r < pr->p && !sm.offload; r++)
-    for (int i = 0; i < pr->streams[r].len && !sm.offload; i++) sm.offload = pr->streams[r].ins[i].op == SCHED_OFFLOAD;
+  size_t p = (size_t)pr->p;
+  sm.has_validate = core_calloc(p, sizeof(int)), sm.vat = core_calloc(p, sizeof(double));
+  for (int r = 0; r < pr->p; r++) /* one look at every instruction: VALIDATEs per rank, OFFLOADs anywhere */
+    for (int i = 0; i < pr->streams[r].len; i++) {
+      int op = pr->streams[r].ins[i].op;
+      sm.has_validate[r] |= op == SCHED_VALIDATE, sm.offload |= op == SCHED_OFFLOAD;
+    }
   if (sm.offload) {
     size_t pairs = (size_t)pr->p * pr->v * pr->m;
     for (int s = 0; s < sm.S; s++)
-      if (!(sched_offload_cost(c, s) >= 0))
+      if (!(sched_offload_cost(c, s) >= 0)) {
+        free(sm.has_validate), free(sm.vat);
         return core_error_set(CORE_EINPUT, "the program offloads activations, but the costs give no copy time: set "
                               "the time of one slot's copy (--cost-offload), or its bytes (--act-bytes) and a "
                               "bandwidth (--offload-gbps)");
+      }
     sm.d2h = core_calloc((size_t)pr->p, sizeof(double)), sm.h2d = core_calloc((size_t)pr->p, sizeof(double));
     sm.ctime = core_calloc((size_t)pr->p, sizeof(double));
     sm.off_end = core_calloc(pairs, sizeof(double)), sm.rl_ready = core_calloc(pairs, sizeof(double));
@@ -761,7 +768,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
       sched_pair_ranges(pr, r, sm.first + o, sm.last + o, sm.alast + o);
     }
   }
-  size_t n = (size_t)sm.S * (size_t)sm.m, p = (size_t)pr->p;
+  size_t n = (size_t)sm.S * (size_t)sm.m;
   sm.counted = core_calloc(p, sizeof(int));
   sm.arrived = core_calloc((size_t)steps, sizeof(int));
   sm.barrier_at = core_malloc(sizeof(double) * (size_t)steps), sm.step_end = core_malloc(sizeof(double) * (size_t)steps);
@@ -776,9 +783,6 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   for (size_t r = 0; r < p; r++) sm.tied_at[r] = -1;
   for (size_t r = 0; r < p; r++) sm.lo[r] = INFINITY, sm.hi[r] = -INFINITY;
   sm.pc = core_calloc(p, sizeof(int));
-  sm.has_validate = core_calloc(p, sizeof(int)), sm.vat = core_calloc(p, sizeof(double));
-  for (int r = 0; r < pr->p; r++)
-    for (int i = 0; i < pr->streams[r].len; i++) sm.has_validate[r] |= pr->streams[r].ins[i].op == SCHED_VALIDATE;
   sm.queue = core_malloc(sizeof(int) * p);
   sm.queued = core_calloc(p, sizeof(int));
   sm.lane = core_calloc(p, sizeof(double));

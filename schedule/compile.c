@@ -276,8 +276,12 @@ static int two_orders(const sched_shape *sh) {
 }
 
 /* Replaces *out by the rounds' lowered program when it simulates faster; errors of the second
- * attempt are dropped (the first program stands). Not lowered when it cannot win: *out has no
- * bubble and the rounds' compute order, run as early as it can, ends no sooner than *out. */
+ * attempt are dropped (the first program stands). Not lowered when it cannot win, judged from the
+ * rounds' compute order run as early as it can (no lowering of it ends anything sooner): it ends
+ * no sooner than *out, so it cannot win on a tie, and either *out has no bubble or the rounds'
+ * first rank ends no sooner than *out's longest span. That rank holds stage 0 alone, whose first
+ * forward starts at 0, so its span, and the longest, is at least that end: the bubble rate
+ * (1 - mean busy / longest span, the busy times the same ops' either way) no smaller. */
 static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
   sched_program compute, alt;
   sched_sim_result a, b;
@@ -286,11 +290,12 @@ static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_p
     sched_sim_result_free(&a);
     return;
   }
-  double asap;
-  int rc = a.bubble_rate <= 1e-12 && sched_asap_end(&compute, costs, &asap) == CORE_OK &&
-                   !(asap < a.makespan * (1 - 1e-12))
-               ? CORE_EINPUT /* it cannot win */
-               : sched_lower(&compute, costs, &alt);
+  double asap, span = 0, *rank_end = core_malloc(sizeof(double) * (size_t)compute.p);
+  for (int r = 0; r < a.p; r++) span = a.ranks[r].span > span ? a.ranks[r].span : span;
+  int cannot = sched_asap_end(&compute, costs, &asap, rank_end) == CORE_OK && !(asap < a.makespan * (1 - 1e-12)) &&
+               (a.bubble_rate <= 1e-12 || rank_end[compute.rank_of[0]] >= span);
+  int rc = cannot ? CORE_EINPUT : sched_lower(&compute, costs, &alt);
+  free(rank_end);
   sched_program_free(&compute);
   if (rc) {
     sched_sim_result_free(&a);

@@ -61,8 +61,9 @@ int *sched_vblock_slots(int p, int m, int half, int *T);
 void sched_push_compute(sched_program *out, int r, sched_instr in);
 
 /* The end of the last compute op of a compute-only program run as early as its dependencies
- * allow (lowering's first step): no lowering of it simulates to a shorter makespan. */
-int sched_asap_end(const sched_program *compute, const sched_costs *costs, double *end);
+ * allow (lowering's first step): no lowering of it simulates to a shorter makespan. rank_end
+ * (NULL, or [p]): each rank's, which no lowering's op of that rank ends before. */
+int sched_asap_end(const sched_program *compute, const sched_costs *costs, double *end, double *rank_end);
 
 /* Lowering's last steps (lower.c): the step's tail (REDUCE_TIED_GRADS where tied, REDUCE_GRADS,
  * OPTIMIZER_STEP) appended to every rank, and rank r's activation slots assigned by liveness. */

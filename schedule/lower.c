@@ -872,7 +872,7 @@ void sched_append_tail(sched_program *out) {
   }
 }
 
-int sched_asap_end(const sched_program *compute, const sched_costs *costs, double *end) {
+int sched_asap_end(const sched_program *compute, const sched_costs *costs, double *end, double *rank_end) {
   int rc = sched_check_compute(compute);
   if (!rc) rc = sched_costs_check(costs, compute->p * compute->v, compute->m);
   if (rc) return rc;
@@ -883,6 +883,7 @@ int sched_asap_end(const sched_program *compute, const sched_costs *costs, doubl
   for (int r = 0; !rc && r < compute->p; r++) {
     int n = compute->streams[r].len;
     if (n > 0 && fl.free_at[r] > *end) *end = fl.free_at[r]; /* the end of its last op */
+    if (rank_end) rank_end[r] = fl.free_at[r];
   }
   flow_free(&fl);
   return rc;

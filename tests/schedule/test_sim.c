@@ -373,9 +373,11 @@ Test(sim, lowering_is_on_time_unless_no_program_can) {
 }
 
 /* sched_compile lowers zb-h1/h2/auto's second compute order only when it might win: not when
- * the first has no bubble and the second, run as early as its dependencies allow
- * (sched_asap_end), ends no sooner. That rests on no lowering simulating shorter than that
- * bound: checked here for every family and the grid above's shapes and latencies. */
+ * the second, run as early as its dependencies allow (sched_asap_end), ends no sooner and
+ * either the first has no bubble or the second's first rank ends no sooner than the first's
+ * longest span. That rests on no lowering simulating shorter than those bounds, the whole and
+ * each rank's last op, and on the first rank's first op starting at 0 in one-chunk families:
+ * checked here for every family and the grid above's shapes and latencies. */
 Test(sim, no_lowering_beats_the_compute_orders_asap_end) {
   const double comms[] = {0, 0.25, 1.5};
   int checked = 0;
@@ -390,13 +392,19 @@ Test(sim, no_lowering_beats_the_compute_orders_asap_end) {
           c.b = 1.5, c.w = 0.5, c.comm = comms[ci];
           sched_program compute, full;
           if (sched_compile_compute(&sh, &c, &compute) != CORE_OK) continue;
-          double end;
-          cr_assert_eq(sched_asap_end(&compute, &c, &end), CORE_OK, "%s", core_error_msg());
+          double end, rank_end[4];
+          cr_assert_eq(sched_asap_end(&compute, &c, &end, rank_end), CORE_OK, "%s", core_error_msg());
           cr_assert_eq(sched_lower(&compute, &c, &full), CORE_OK, "%s", core_error_msg());
           sched_sim_result res;
           cr_assert_eq(sched_simulate(&full, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
           cr_assert(res.makespan >= end * (1 - 1e-12), "%s p=%d m=%d comm %g: simulated %.17g, before the bound %.17g",
                     sched_family_name((sched_family)f), p, m, c.comm, res.makespan, end);
+          for (int r = 0; r < p; r++)
+            cr_assert(res.ranks[r].end >= rank_end[r] * (1 - 1e-12), "%s p=%d m=%d comm %g: rank %d ends at %.17g, before %.17g",
+                      sched_family_name((sched_family)f), p, m, c.comm, r, res.ranks[r].end, rank_end[r]);
+          if (v == 1) /* the first rank holds stage 0 alone: its first forward waits for nothing */
+            cr_assert(res.ranks[full.rank_of[0]].start == 0, "%s p=%d m=%d: the first rank starts at %.17g",
+                      sched_family_name((sched_family)f), p, m, res.ranks[full.rank_of[0]].start);
           checked++;
           sched_sim_result_free(&res);
           sched_program_free(&full), sched_program_free(&compute);

@@ -217,6 +217,7 @@ typedef struct {
   int g;
   double clock;          /* when the simulator gets to that end (its compute) */
   double lane, post;     /* its transfer lane: free from (receives done); the open run's post time */
+  int in_run;            /* its stream ends in a transfer (a run the next one joins) */
   int *pend, npend, cap; /* produced transfers this rank sends or receives (some done) */
   int held, held_slot;   /* produced, not sent: all, and those whose SEND frees a slot */
   int *early, nearly, capearly; /* consumers (compute indices >= g) of activations received early */
@@ -385,9 +386,8 @@ static inline double held_delay(build *bd, int r, double to) {
  * the run its last instruction is in, or a new run once its compute so far is issued and its
  * lane's receives are done. */
 static inline double post_time(const build *bd, int r) {
-  const sched_stream *st = &bd->out->streams[r];
   const lrank *k = &bd->rk[r];
-  if (st->len > 0 && sched_is_p2p((sched_op)st->ins[st->len - 1].op)) return k->post;
+  if (k->in_run) return k->post;
   return k->clock > k->lane ? k->clock : k->lane;
 }
 
@@ -537,6 +537,7 @@ static void commit(build *bd, xfer *x) {
   sched_push(bd->out, x->a, snd);
   sched_push(bd->out, x->b, rcv);
   bd->rk[x->a].post = pa, B->post = pb;
+  bd->rk[x->a].in_run = B->in_run = 1;
   if (x->arr > B->lane) B->lane = x->arr;
   x->done = 1;
   if (x->kind == 1 && x->ic > B->g) {
@@ -570,6 +571,7 @@ static void advance(build *bd, int r) {
   sched_instr in = pr->streams[r].ins[k->g];
   in.peer = -1, in.slot = -1, in.aslot = -1;
   sched_push_compute(bd->out, r, in);
+  k->in_run = 0;
   for (int q = 0; q < k->nearly; q++)
     if (k->early[q] <= k->g) k->early[q--] = k->early[--k->nearly];
   k->clock = next_start(bd, r); /* its received input, if any: the op waits for it */

@@ -282,10 +282,25 @@ static int two_orders(const sched_shape *sh) {
  * first rank ends no sooner than *out's longest span. That rank holds stage 0 alone, whose first
  * forward starts at 0, so its span, and the longest, is at least that end: the bubble rate
  * (1 - mean busy / longest span, the busy times the same ops' either way) no smaller. */
+double sched_order_bound(const sched_program *out, const sched_costs *costs, const sched_sim_result *a) {
+  double *cost = sched_cost_table(costs, out->p), down = 0, end = 0;
+  for (int s = 0; s < out->p; s++) {
+    int r = out->rank_of[s];
+    if (down + a->ranks[r].busy > end) end = down + a->ranks[r].busy;
+    down += cost[4 * s] + costs->comm; /* stage s's forward, then the hop to the next rank */
+  }
+  free(cost);
+  return end + costs->reduce + costs->norm + costs->step;
+}
+
 static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
   sched_program compute, alt;
   sched_sim_result a, b;
   if (sched_simulate(out, costs, &a, NULL) != CORE_OK) return; /* nothing to compare with */
+  if (a.bubble_rate <= 1e-12 && !(sched_order_bound(out, costs, &a) < a.makespan * (1 - 1e-12))) {
+    sched_sim_result_free(&a); /* no bubble, and no order ends sooner: the second order is not even built */
+    return;
+  }
   if (compile_compute(sh, costs, &compute, 1) != CORE_OK) {
     sched_sim_result_free(&a);
     return;

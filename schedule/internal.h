@@ -64,6 +64,12 @@ void sched_push_compute(sched_program *out, int r, sched_instr in);
  * allow (lowering's first step): no lowering of it simulates to a shorter makespan. rank_end
  * (NULL, or [p]): each rank's, which no lowering's op of that rank ends before. */
 int sched_asap_end(const sched_program *compute, const sched_costs *costs, double *end, double *rank_end);
+/* The least makespan any order of the ops of out (one chunk per rank), lowered, can simulate to in
+ * one step under the barrier, from a (its simulation: each rank's busy time): rank r cannot start
+ * before a forward has come down stages 0 .. r-1, nor end before its ops' time after that, and
+ * the step's tail follows (reduce, the norm, the update). sched_compile skips the second order
+ * of zb-h1/h2/auto when the first has no bubble and reaches this. */
+double sched_order_bound(const sched_program *out, const sched_costs *costs, const sched_sim_result *a);
 
 /* Lowering's last steps (lower.c): the step's tail (REDUCE_TIED_GRADS where tied, REDUCE_GRADS,
  * OPTIMIZER_STEP) appended to every rank, and rank r's activation slots assigned by liveness. */

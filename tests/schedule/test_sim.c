@@ -412,6 +412,38 @@ Test(sim, no_lowering_beats_the_compute_orders_asap_end) {
   cr_assert(checked > 500, "only %d shapes", checked);
 }
 
+/* sched_order_bound is a floor no order of one-chunk programs goes under: every such family, both
+ * of zb-h1/h2/auto's constructors (sched_compile keeps either), over shapes, latencies, tails and
+ * per-stage costs. It is reached too (zb-h2 at unit costs), where sched_compile then builds no
+ * second order. */
+Test(sim, no_order_beats_the_order_bound) {
+  const sched_family fams[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_AUTO};
+  double sf[8], sb[8], sw[8];
+  for (int s = 0; s < 8; s++) sf[s] = 1 + 0.3 * (s % 3), sb[s] = 2 - 0.25 * (s % 2), sw[s] = 0.7 + 0.1 * (s % 4);
+  int checked = 0, reached = 0;
+  for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)
+    for (int p = 1; p <= 8; p *= 2)
+      for (int m = 1; m <= 24; m += 7)
+        for (int var = 0; var < 4; var++) {
+          sched_shape sh = {.family = fams[f], .p = p, .v = 1, .m = m};
+          sched_costs c = sched_costs_unit();
+          c.comm = var & 1 ? 0.5 : 0, c.reduce = 0.2, c.norm = 0.3, c.step = 0.4;
+          if (var & 2) c.stage_f = sf, c.stage_b = sb, c.stage_w = sw;
+          sched_program pr;
+          if (sched_compile(&sh, &c, &pr) != CORE_OK) continue;
+          sched_sim_result res;
+          cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
+          double lb = sched_order_bound(&pr, &c, &res);
+          cr_assert(res.makespan >= lb * (1 - 1e-12), "%s p=%d m=%d var %d: simulated %.17g under the bound %.17g",
+                    sched_family_name(fams[f]), p, m, var, res.makespan, lb);
+          checked++, reached += res.makespan <= lb * (1 + 1e-12);
+          sched_sim_result_free(&res);
+          sched_program_free(&pr);
+        }
+  cr_log_info("%d programs, %d at the bound\n", checked, reached);
+  cr_assert(checked > 200 && reached > 0, "%d programs, %d at the bound", checked, reached);
+}
+
 /* The reproduction that started this: 1F1B, 2 stages, 2 micro-batches, latency 0.5. Rank 0 sends
  * micro-batch 1's activation (ready at 2) before it waits for micro-batch 0's gradient (there
  * at 5), so rank 1 runs F1 at 4.5, not at 5.5: the step takes 10, the dataflow bound. */

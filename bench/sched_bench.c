@@ -6,7 +6,9 @@
  * v=2) compiled, verified and simulated (one step) under 0.5 s on one core, and about 100 ns per
  * instruction with 4 steps. The last columns time sched_compile as `sim` and training call it
  * (verified; zb-h1, zb-h2 and zb-auto lower and simulate two orders and keep the faster) and,
- * with the 4-step simulation, the total per instruction that way. */
+ * with the 4-step simulation, the total per instruction that way; the last column the same again,
+ * best of 3, as a process that compiles one program after another (tune) sees it. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -42,14 +44,25 @@ static int run(sched_family f, int p, int v, int m) {
   if (sched_compile(&sh, &c, &full)) goto fail;
   double t6 = now();
   sched_program_free(&full);
+  /* again, as a process that compiles one program after another (tune) does: the best of 3 of
+   * sched_compile and the 4-step simulation */
+  double warm = INFINITY;
+  for (int k = 0; k < 3; k++) {
+    sched_sim_result w;
+    double a = now();
+    if (sched_compile(&sh, &c, &full) || sched_simulate_steps(&full, &c, 4, sync, &w, NULL)) goto fail;
+    double d = now() - a;
+    warm = d < warm ? d : warm;
+    sched_sim_result_free(&w), sched_program_free(&full);
+  }
   size_t n = sched_program_count(&pr);
   printf("%-12s p=%-3d v=%d m=%-5d %9zu instr | compile %6.1f ms  lower %6.1f ms  verify %6.1f ms  "
          "simulate x4 %6.1f ms (%d run, %5.1f ns/instr of them) | total %7.1f ms  %6.1f ns/instr | with one step %7.1f ms | "
-         "bubble %.4f | as sim compiles it: compile+verify %6.1f ms, total %7.1f ms %6.1f ns/instr\n",
+         "bubble %.4f | as sim compiles it: compile+verify %6.1f ms, total %7.1f ms %6.1f ns/instr | again, best of 3: %6.1f ns/instr\n",
          sched_family_name(f), p, v, m, n, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2),
          1e3 * (t4 - t3), res.steps_run, 1e9 * (t4 - t3) / ((double)res.steps_run * n), 1e3 * (t4 - t0), 1e9 * (t4 - t0) / n,
          1e3 * (t3 - t0 + t5 - t4), res.bubble_rate, 1e3 * (t6 - t5), 1e3 * (t6 - t5 + t4 - t3),
-         1e9 * (t6 - t5 + t4 - t3) / n);
+         1e9 * (t6 - t5 + t4 - t3) / n, 1e9 * warm / n);
   sched_sim_result_free(&res), sched_sim_result_free(&one);
   sched_program_free(&pr);
   sched_program_free(&compute);

@@ -275,24 +275,26 @@ static int two_orders(const sched_shape *sh) {
   return sh->v == 1 && (sh->family == SCHED_ZB_H1 || sh->family == SCHED_ZB_H2 || sh->family == SCHED_ZB_AUTO);
 }
 
+/* The floor internal.h describes: rank r starts no sooner than a forward has come down stages
+ * 0 .. r-1, then runs its busy time; the tail follows. */
+double sched_order_bound(const sched_program *out, const sched_costs *costs, const sched_sim_result *a) {
+  double down = 0, end = 0;
+  for (int s = 0; s < out->p; s++) {
+    int r = out->rank_of[s];
+    if (down + a->ranks[r].busy > end) end = down + a->ranks[r].busy;
+    down += sched_op_cost(costs, SCHED_FORWARD, s) + costs->comm; /* stage s's forward, then the hop */
+  }
+  return end + costs->reduce + costs->norm + costs->step;
+}
+
 /* Replaces *out by the rounds' lowered program when it simulates faster; errors of the second
  * attempt are dropped (the first program stands). Not lowered when it cannot win, judged from the
  * rounds' compute order run as early as it can (no lowering of it ends anything sooner): it ends
  * no sooner than *out, so it cannot win on a tie, and either *out has no bubble or the rounds'
  * first rank ends no sooner than *out's longest span. That rank holds stage 0 alone, whose first
  * forward starts at 0, so its span, and the longest, is at least that end: the bubble rate
- * (1 - mean busy / longest span, the busy times the same ops' either way) no smaller. */
-double sched_order_bound(const sched_program *out, const sched_costs *costs, const sched_sim_result *a) {
-  double *cost = sched_cost_table(costs, out->p), down = 0, end = 0;
-  for (int s = 0; s < out->p; s++) {
-    int r = out->rank_of[s];
-    if (down + a->ranks[r].busy > end) end = down + a->ranks[r].busy;
-    down += cost[4 * s] + costs->comm; /* stage s's forward, then the hop to the next rank */
-  }
-  free(cost);
-  return end + costs->reduce + costs->norm + costs->step;
-}
-
+ * (1 - mean busy / longest span, the busy times the same ops' either way) no smaller. Not even
+ * built when *out has no bubble and reaches sched_order_bound, which no order goes under. */
 static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
   sched_program compute, alt;
   sched_sim_result a, b;

@@ -9,7 +9,8 @@
  * for the lane. REDUCE_TIED_GRADS meets its peer; REDUCE_GRADS and OPTIMIZER_STEP take their cost.
  * Several steps run back to back: a rank starts its stream again after its OPTIMIZER_STEP, which
  * either waits for every rank to reach theirs and for the norm's all-reduce (barrier) or not
- * (post-validation). Messages and tied reductions are told apart by step. */
+ * (post-validation). The steps run one at a time, each with its own messages and tied meetings,
+ * and those that repeat the one before, shifted, are copied rather than run (see run). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -407,8 +408,14 @@ static void run_step(simstate *sm, unsigned *tick, double *done) {
  * post-validation, when the previous step's norm is known. Each time of
  * a step is a max of these and of sums of costs, so an entry the previous one's shifted by a
  * constant makes the step the previous one's shifted by it. Also what is not a time and must be
- * equal: each rank's gathered chunks and bytes. Returns the number of values. */
-static size_t entry(const simstate *sm, double *e) {
+ * equal: each rank's gathered chunks and bytes (the last 2p). Returns the number of values, at
+ * most entry_size's; *norm_at: where the norm's time is (post-validation), else (size_t)-1. */
+static size_t entry_size(const simstate *sm) {
+  size_t per = 5 + (size_t)sm->pr->v + (sm->offload ? 2 + 2 * (size_t)sm->pr->v * (size_t)sm->pr->m : 0);
+  return (size_t)sm->pr->p * per + 1;
+}
+
+static size_t entry(const simstate *sm, double *e, size_t *norm_at) {
   const sched_program *pr = sm->pr;
   size_t n = 0, vm = (size_t)pr->v * (size_t)pr->m;
   for (int r = 0; r < pr->p; r++) {
@@ -426,19 +433,23 @@ static size_t entry(const simstate *sm, double *e) {
       }
     }
   }
+  *norm_at = (size_t)-1;
   if (sm->sync == SCHED_STEP_POST_VALIDATION) /* the first step waits for no norm (run sees to it) */
-    e[n++] = sm->k > 0 ? sm->barrier_at[sm->k - 1] + sm->c->norm : 0;
+    *norm_at = n, e[n++] = sm->k > 0 ? sm->barrier_at[sm->k - 1] + sm->c->norm : 0;
   for (int r = 0; r < pr->p; r++) e[n++] = sm->ngath[r], e[n++] = sm->gbytes[r];
   return n;
 }
 
-/* Whether entry b is entry a shifted by one delta (within rounding: 64 ulps of the latest time),
- * the last 2p values (counts) equal; *delta set. */
+/* Times closer than this (64 ulps of the larger, big) count as equal when steps are compared. */
+static inline double shift_tol(double big) { return 64 * DBL_EPSILON * fabs(big); }
+
+/* Whether entry b is entry a shifted by one delta (within shift_tol of the latest time), the last
+ * 2p values (counts) equal; *delta set. */
 static int shifted(const simstate *sm, const double *a, const double *b, size_t n, double *delta) {
   size_t nt = n - 2 * (size_t)sm->pr->p;
   double d = b[0] - a[0], big = 0;
   for (size_t i = 0; i < nt; i++) big = fabs(b[i]) > big ? fabs(b[i]) : big;
-  double tol = 64 * DBL_EPSILON * big;
+  double tol = shift_tol(big);
   for (size_t i = 0; i < nt; i++)
     if (!(fabs(b[i] - a[i] - d) <= tol)) return 0;
   for (size_t i = nt; i < n; i++)
@@ -505,12 +516,13 @@ static int run(simstate *sm) {
   unsigned tick = 0;
   double done = 0;
   size_t nready = 2 * (size_t)sm->S * (size_t)sm->m, p = (size_t)pr->p;
-  size_t ne = p * (5 + (size_t)pr->v + (sm->offload ? 2 + 2 * (size_t)pr->v * (size_t)pr->m : 0)) + 1;
-  double *prev = sm->repeat ? core_malloc(sizeof(double) * ne) : NULL, *cur = sm->repeat ? core_malloc(sizeof(double) * ne) : NULL;
+  double *prev = NULL, *cur = NULL;
+  size_t ib; /* where an entry has the norm's time (post-validation) */
   marks mk = {0};
   if (sm->repeat) {
+    prev = core_malloc(sizeof(double) * entry_size(sm)), cur = core_malloc(sizeof(double) * entry_size(sm));
     mk.busy = core_malloc(sizeof(double) * 4 * p), mk.gtime = mk.busy + p, mk.gmoved = mk.busy + 2 * p, mk.ctime = mk.busy + 3 * p;
-    entry(sm, prev);
+    entry(sm, prev, &ib);
   }
   int rc = CORE_OK;
   sm->steps_run = sm->steps;
@@ -527,16 +539,15 @@ static int run(simstate *sm) {
                                          "the verifier for details)", r, sm->pc[r], sm->k + 1);
     if (rc || !sm->repeat || sm->k + 1 == sm->steps) continue;
     sm->k++; /* the entry of the next step (its norm wait reads the step before) */
-    size_t n = entry(sm, cur);
+    size_t n = entry(sm, cur, &ib);
     sm->k--;
-    int post = sm->sync == SCHED_STEP_POST_VALIDATION;
-    size_t ib = n - 2 * p - 1; /* under post-validation, the entry's time the norm is known */
+    int post = ib < n;
     double known = post ? cur[ib] : 0;
     if (post && sm->k == 0) {
       /* The first step waited for no norm. The second is the first shifted by d if it starts so
        * and its norm wait holds back no rank: the norm is known by the time each rank gets to
        * it, the first step's time there shifted; then every later one is too. */
-      double d = cur[0] - prev[0], tol = 64 * DBL_EPSILON * fabs(known);
+      double d = cur[0] - prev[0], tol = shift_tol(known);
       int binds = 0;
       for (int r = 0; r < pr->p; r++) binds |= !(known <= sm->vat[r] + d + tol);
       cur[ib] = binds ? NAN : prev[ib] + d; /* for the comparison only */
@@ -740,7 +751,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
                     sched_sim_result *res, sched_timeline *tl, double **ts, double **te) {
   memset(res, 0, sizeof *res);
   if (steps < 1) return core_error_set(CORE_EINPUT, "steps to simulate must be at least 1 (got %d)", steps);
-  simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m, .steps = steps, .sync = sync, .repeat = repeat,
+  simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m, .steps = steps, .sync = sync, .repeat = repeat && steps > 1,
                  .ts = ts, .te = te};
   size_t p = (size_t)pr->p;
   sm.has_validate = core_calloc(p, sizeof(int)), sm.vat = core_calloc(p, sizeof(double));

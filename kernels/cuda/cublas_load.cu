@@ -38,15 +38,11 @@ void open_lib(lib *l) {
   snprintf(cand[1], sizeof cand[1], "lib%s.so", l->name);
   snprintf(cand[2], sizeof cand[2], "/usr/local/cuda/lib64/lib%s.so.%s", l->name, BRIGADE_STR(CUBLAS_VER_MAJOR));
   snprintf(cand[3], sizeof cand[3], "/usr/local/cuda/lib64/lib%s.so", l->name);
-  const char *first_err = nullptr;
-  char err[512] = "";
+  char err[512] = ""; /* the first candidate's reason */
   for (int i = 0; i < 4 && !l->h; i++) {
     l->h = dlopen(cand[i], RTLD_NOW | RTLD_LOCAL);
-    if (!l->h && !first_err) {
-      const char *e = dlerror();
-      snprintf(err, sizeof err, "%s", e ? e : "not found");
-      first_err = err;
-    }
+    const char *e = l->h ? nullptr : dlerror();
+    if (!l->h && !err[0]) snprintf(err, sizeof err, "%s", e ? e : "not found");
   }
   if (!l->h)
     snprintf(load_msg, sizeof load_msg, "could not load lib%s (tried %s, %s and /usr/local/cuda/lib64): %s", l->name,

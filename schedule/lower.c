@@ -128,6 +128,10 @@ static void flow_advance(flow *fl, int r) {
   const sched_stream *st = &pr->streams[r];
   while (fl->pc[r] < st->len) {
     const sched_instr *in = &st->ins[fl->pc[r]];
+    if (fl->pc[r] + 8 < st->len) { /* the ranks take turns: too many streams for the hardware to follow */
+      __builtin_prefetch(in + 8);
+      __builtin_prefetch(&fl->start[r][fl->pc[r] + 8], 1);
+    }
     int s = sched_stage_at(pr, r, in);
     double ready = flow_ready(fl, r, in, s);
     if (ready < 0) return;

@@ -334,6 +334,7 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
   *blocked = 0;
   for (; i < st->len; i++) {
     const sched_instr *in = &ins[i];
+    if (i + 8 < st->len) __builtin_prefetch(in + 8); /* the ranks take turns: too many streams for the hardware to follow */
     int op = in->op;
     if (op < SCHED_FORWARD || op > SCHED_RECV_GRAD) break; /* (the ops up to here name a chunk) */
     int s = stage[in->chunk];
@@ -352,6 +353,7 @@ static int burst(simstate *sm, int r, int i, int *blocked, unsigned *tick, doubl
       base[msg_at(in, s, m)] = xpost + comm;
       if (sm->tl) add_event(sm, r, in, xpost, xpost);
       wake(sm, in->peer);
+      __builtin_prefetch(&pr->streams[in->peer].ins[sm->pc[in->peer]]); /* where the peer goes on */
       in_run = 1;
     } else if (op == SCHED_RECV_ACT || op == SCHED_RECV_GRAD) {
       if (!in_run) xpost = t > xlane ? t : xlane;

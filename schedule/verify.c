@@ -341,6 +341,7 @@ static int replay_run(replay *rp) {
     int i = rp->pc[r], len = pr->streams[r].len; /* rp->pc[r] while r runs */
     for (; i < len && !rc; i++) {
       const sched_instr *in = &ins[i];
+      if (i + 8 < len) __builtin_prefetch(in + 8); /* the ranks take turns: too many streams for the hardware to follow */
       core_progress_tick(&tick, done++);
       if (!is_transfer(in)) {
         rc = exec_local(rp, r, i, in);
@@ -353,7 +354,7 @@ static int replay_run(replay *rp) {
       rp->pc[r] = i;
       rc = exec_pair(rp, r, in, q, other);
       rp->pc[q]++, done++;
-      if (!queued[q]) queue[qt++ % p] = q, queued[q] = 1;
+      if (!queued[q]) queue[qt++ % p] = q, queued[q] = 1, __builtin_prefetch(other + 1); /* what q reads next */
     }
     rp->pc[r] = i;
   }

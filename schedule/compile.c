@@ -298,7 +298,7 @@ double sched_order_bound(const sched_program *out, const sched_costs *costs, con
 static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
   sched_program compute, alt;
   sched_sim_result a, b;
-  if (sched_simulate(out, costs, &a, NULL) != CORE_OK) return; /* nothing to compare with */
+  if (sched_simulate_time(out, costs, &a) != CORE_OK) return; /* nothing to compare with */
   if (a.bubble_rate <= 1e-12 && !(sched_order_bound(out, costs, &a) < a.makespan * (1 - 1e-12))) {
     sched_sim_result_free(&a); /* no bubble, and no order ends sooner: the second order is not even built */
     return;
@@ -318,7 +318,7 @@ static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_p
     sched_sim_result_free(&a);
     return;
   }
-  int rb = sched_simulate(&alt, costs, &b, NULL);
+  int rb = sched_simulate_time(&alt, costs, &b);
   int better = !rb && (b.bubble_rate < a.bubble_rate - 1e-12 ||
                        (b.bubble_rate <= a.bubble_rate + 1e-12 && b.makespan < a.makespan * (1 - 1e-12)));
   sched_sim_result_free(&a);

@@ -76,7 +76,11 @@ double sched_order_bound(const sched_program *out, const sched_costs *costs, con
 void sched_append_tail(sched_program *out);
 void sched_assign_slots(sched_program *out, int r);
 
-/* Simulates one step of pr (sched_simulate) and fills ts[r][i] / te[r][i] with the start and end
+/* sched_simulate's times alone: one step under the barrier, no memory counted (the ranks' peak
+ * fields are 0), for comparing programs by time (keep_faster). */
+int sched_simulate_time(const sched_program *pr, const sched_costs *c, sched_sim_result *res);
+
+/* Simulates one step of pr (sched_simulate's times) and fills ts[r][i] / te[r][i] with the start and end
  * of rank r's instruction i (a transfer or copy: the rank's clock when it issued it). */
 int sched_sim_times(const sched_program *pr, const sched_costs *c, double **ts, double **te);
 

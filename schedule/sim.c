@@ -691,7 +691,7 @@ static void offload_stats(simstate *sm, sched_sim_result *res) {
   }
 }
 
-static void compute_stats(simstate *sm, sched_sim_result *res) {
+static void compute_stats(simstate *sm, sched_sim_result *res, int memory) {
   const sched_program *pr = sm->pr;
   double sumbusy = 0, maxspan = 0;
   res->p = pr->p;
@@ -703,7 +703,7 @@ static void compute_stats(simstate *sm, sched_sim_result *res) {
     rs->end = sm->lo[r] <= sm->hi[r] ? sm->hi[r] : 0;
     rs->span = rs->end - rs->start;
     rs->idle = rs->span - rs->busy;
-    rank_memory(pr, sm->c, r, rs);
+    if (memory) rank_memory(pr, sm->c, r, rs);
     rs->peak_gathered = sm->pgath[r], rs->peak_gather_bytes = sm->pgbytes[r], rs->gather_time = sm->gtime[r];
     rs->gather_bytes = sm->gmoved[r];
     sumbusy += rs->busy;
@@ -750,7 +750,7 @@ int sched_simulate(const sched_program *pr, const sched_costs *c, sched_sim_resu
 }
 
 static int simulate(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync, int repeat,
-                    sched_sim_result *res, sched_timeline *tl, double **ts, double **te) {
+                    int memory, sched_sim_result *res, sched_timeline *tl, double **ts, double **te) {
   memset(res, 0, sizeof *res);
   if (steps < 1) return core_error_set(CORE_EINPUT, "steps to simulate must be at least 1 (got %d)", steps);
   simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m, .steps = steps, .sync = sync, .repeat = repeat && steps > 1,
@@ -814,7 +814,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   int rc = run(&sm);
   core_progress_stop();
   if (!rc) {
-    compute_stats(&sm, res);
+    compute_stats(&sm, res, memory);
     if ((rc = check_finite(res))) sched_sim_result_free(res);
     else if (tl) tl->makespan = res->makespan, tl->bubble_rate = res->bubble_rate;
   }
@@ -830,17 +830,21 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
 
 int sched_simulate_steps(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
                          sched_sim_result *res, sched_timeline *tl) {
-  return simulate(pr, c, steps, sync, 1, res, tl, NULL, NULL);
+  return simulate(pr, c, steps, sync, 1, 1, res, tl, NULL, NULL);
 }
 
 int sched_simulate_steps_all(const sched_program *pr, const sched_costs *c, int steps, sched_step_sync sync,
                              sched_sim_result *res, sched_timeline *tl) {
-  return simulate(pr, c, steps, sync, 0, res, tl, NULL, NULL);
+  return simulate(pr, c, steps, sync, 0, 1, res, tl, NULL, NULL);
+}
+
+int sched_simulate_time(const sched_program *pr, const sched_costs *c, sched_sim_result *res) {
+  return simulate(pr, c, 1, SCHED_STEP_BARRIER, 1, 0, res, NULL, NULL, NULL);
 }
 
 int sched_sim_times(const sched_program *pr, const sched_costs *c, double **ts, double **te) {
   sched_sim_result res;
-  int rc = simulate(pr, c, 1, SCHED_STEP_BARRIER, 1, &res, NULL, ts, te);
+  int rc = simulate(pr, c, 1, SCHED_STEP_BARRIER, 1, 0, &res, NULL, ts, te);
   if (!rc) sched_sim_result_free(&res);
   return rc;
 }

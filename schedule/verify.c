@@ -415,6 +415,11 @@ static int check_pools(const sched_program *pr, int r, const int *first, const i
     }
     if (!needs_chunk((sched_op)in->op)) continue;
     int k = in->chunk * pr->m + in->mb, kp = sched_local_pair(lp, pr->m, in);
+    /* most instructions: inside the pair's range, naming its slot, and inside the other part's
+     * naming that, or past it naming none; no range ends here and no local input: nothing to do */
+    if (kp < 0 && i > first[k] && i < end[0][k] && in->slot == held[k] &&
+        (i < end[1][k] ? in->aslot == held[keys + (size_t)k] : i > end[1][k] && in->aslot == -1))
+      continue;
     for (int u = 0; u < 2 && !rc; u++) {
       int sl = u ? in->aslot : in->slot, *own = owner[u], *hd = held + (size_t)u * keys;
       if (i > first[k] && i <= end[u][k] && sl == hd[k]) { /* the common case: the pair's own, still */

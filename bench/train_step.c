@@ -175,7 +175,7 @@ static double sgemm_gflops(int M, int N, int K) {
 }
 
 int main(int argc, char **argv) {
-  kernels_cpu_reexec(argv);
+  kernels_cpu_setup();
   const char *path = argc > 1 ? argv[1] : "configs/gpt2-124m.cfg";
   int steps = argc > 2 ? atoi(argv[2]) : 3, threads = argc > 3 ? atoi(argv[3]) : 1;
   const char *backend = argc > 4 ? argv[4] : "cpu";

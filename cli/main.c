@@ -117,7 +117,7 @@ static const struct command *find_command(const char *name) {
 static int is_help(const char *a) { return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0; }
 
 int main(int argc, char **argv) {
-  kernels_cpu_reexec(argv);
+  kernels_cpu_setup();
   /* a write past the file-size limit (ulimit -f) fails with EFBIG and is reported as the error it
    * is, the temporary file removed, rather than killing the process mid-write */
   signal(SIGXFSZ, SIG_IGN);

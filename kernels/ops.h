@@ -207,10 +207,13 @@ typedef struct kernels_ops {
  * keeps its default. kernels_cpu_ops() makes the same kernel choice on its first call, for
  * programs that skip this. */
 void kernels_cpu_init(int threads);
-/* For callers written when the kernel choice needed a re-exec (HEAD's cli/main.c and
- * bench/train_step.c): OpenBLAS now picks again in process, so this only does the kernel
- * choice of kernels_cpu_init(); it never execs, and argv is unused. */
-void kernels_cpu_reexec(char **argv);
+/* First thing in main (the CLI, benchmarks): the kernel choice of kernels_cpu_init(), and
+ * OpenBLAS's worker threads stopped. A threaded OpenBLAS starts them when it is loaded, and they
+ * spin about 0.1 s of a core at every start waiting for work that never comes: brigade runs its
+ * GEMMs on its own pool over a single-threaded OpenBLAS (kernels_cpu_init), and processes that
+ * compile or simulate schedules call no BLAS at all. OpenBLAS starts them again should a call
+ * ever want more than one thread. */
+void kernels_cpu_setup(void);
 /* The OpenBLAS kernel set in use ("SkylakeX", "Haswell", ...), for logs and benchmarks. */
 const char *kernels_cpu_blas_core(void);
 /* The CPU table's vector loops (GELU, exp) in use: "avx2" where the CPU has it, else "sse"

@@ -13,6 +13,9 @@
  * weak, so a build linked against an OpenBLAS without them still links (and keeps its choice). */
 extern void gotoblas_dynamic_init(void) __attribute__((weak));
 extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+/* A threaded OpenBLAS's own stop of its worker threads (what it does before a fork); its next
+ * threaded call starts them again. Weak, like the two above. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
 
 /* Kernel sets of this OpenBLAS that use AVX-512. */
 static int core_has_avx512(const char *core) {
@@ -47,7 +50,10 @@ void kernels_cpu_init(int threads) {
   kernels_cpu_pool_init(threads);
 }
 
-void kernels_cpu_reexec(char **argv) { kernels_cpu_select_core(); }
+void kernels_cpu_setup(void) {
+  kernels_cpu_select_core();
+  if (blas_thread_shutdown_) blas_thread_shutdown_();
+}
 
 const char *kernels_cpu_blas_core(void) {
   const char *core = openblas_get_corename();

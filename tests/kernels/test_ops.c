@@ -11,6 +11,7 @@
  *   match central differences of the double reference forward (step FD_H = 1e-5; their own error
  *   is about 1e-10, far below the fp32 tolerances).
  * - Determinism: the same inputs give the same bits, whatever the outputs held before. */
+#include <cblas.h>
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
@@ -186,13 +187,49 @@ Test(ops, blas_core_avx512_when_unset) {
     }
 }
 
-/* The old entry point does the same choice, without exec: the test keeps running. */
-Test(ops, blas_core_reexec_is_in_process) {
+/* The threads of this process, from /proc. */
+static int threads_now(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  int n = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "Threads:", 8)) n = atoi(line + 8);
+  if (f) fclose(f);
+  return n;
+}
+
+/* A GEMM of n x n ones by twos on the CPU table: every entry 2n. */
+static void gemm_twos(int n) {
+  float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n), *c = malloc(sizeof(float) * n * n);
+  for (int i = 0; i < n * n; i++) a[i] = 1, b[i] = 2;
+  cpu()->gemm(c, a, b, n, n, n, 0, 0, 1.0f, 0.0f);
+  for (int i = 0; i < n * n; i += 97) cr_assert(c[i] == 2.0f * n, "c[%d] = %g, want %d", i, c[i], 2 * n);
+  free(a), free(b), free(c);
+}
+
+/* main's set-up stops the worker threads a threaded OpenBLAS keeps (it starts them when it is
+ * loaded, and in every forked child); a GEMM that wants OpenBLAS's threads afterwards gets them
+ * back and a right answer. The workers are made to exist first, whatever OPENBLAS_NUM_THREADS
+ * says. */
+Test(ops, setup_stops_openblas_workers) {
+  openblas_set_num_threads(2);
+  gemm_twos(256);
+  int before = threads_now();
+  cr_assert(before >= 1, "cannot read the thread count from /proc/self/status");
+  if (before == 1) cr_skip_test("OpenBLAS runs no worker threads here (a serial OpenBLAS)");
+  kernels_cpu_setup();
+  int after = threads_now();
+  cr_assert(after < before, "threads: %d before the set-up, %d after (OpenBLAS's workers still run)", before, after);
+  openblas_set_num_threads(2); /* OpenBLAS's threads wanted again */
+  gemm_twos(256);
+}
+
+/* The set-up makes the kernel choice in process: the test keeps running. */
+Test(ops, blas_core_setup_is_in_process) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512f")) cr_skip_test("this CPU has no AVX-512");
   unsetenv("OPENBLAS_CORETYPE");
-  char *argv[] = {"test_ops", NULL};
-  kernels_cpu_reexec(argv);
+  kernels_cpu_setup();
   const char *core = kernels_cpu_blas_core();
   cr_assert(!strcmp(core, "SkylakeX") || !strcmp(core, "Cooperlake") ||
                 !strcmp(core, "SapphireRapids"),

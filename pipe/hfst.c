@@ -27,24 +27,57 @@ static const core_json *tensor(const pipe_hfst *h, const char *name) {
   return core_json_get(h->hdr, full);
 }
 
-/* dtype bytes, shape and the byte range of a tensor; CORE_EINPUT naming it when malformed */
-static int info(const pipe_hfst *h, const char *name, int *esize, long long *shape, int *rank, long long *begin) {
+/* JSON number j as an integer in [0, hi]; 0 if it is not one. */
+static int whole(const core_json *j, long long hi, long long *out) {
+  if (!core_json_is(j, CORE_JSON_NUMBER) || !(j->num >= 0 && j->num <= (double)hi) || j->num != (double)(long long)j->num)
+    return 0;
+  *out = (long long)j->num;
+  return 1;
+}
+
+/* "[a, b]" of a shape, into buf */
+static const char *shape_str(const long long *sh, int rank, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "[");
+  for (int i = 0; i < rank && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", sh[i]);
+  if (k < n) snprintf(buf + k, n - k, "]");
+  return buf;
+}
+
+/* A tensor's dtype bytes (4 F32, 2 F16, -2 BF16), shape (rank 1 to 4, each size a whole number
+ * below 2^31, at most 2^60 values in all) and where its bytes begin in the data; CORE_EINPUT
+ * naming it when any of that is malformed, its byte range does not hold its shape or lies past
+ * the data, or (want_rank > 0) its shape is not want[0 .. want_rank). */
+static int info(const pipe_hfst *h, const char *name, const long long *want, int want_rank, int *esize, long long *shape,
+                int *rank, long long *begin) {
   const core_json *t = tensor(h, name), *sh, *off;
   if (!t) return core_error_set(CORE_EINPUT, "%s: no tensor '%s%s' (a GPT-2 model.safetensors holds one)", h->path, h->prefix, name);
   const char *d = NULL;
-  if (core_json_get_string(t, "dtype", &d) || core_json_get_array(t, "shape", &sh) || core_json_get_array(t, "data_offsets", &off) ||
-      core_json_len(off) != 2 || core_json_len(sh) > 4)
-    return core_error_set(CORE_EINPUT, "%s: tensor '%s%s' has a malformed entry", h->path, h->prefix, name);
+  long long end = 0, count = 1;
+  int ok = !core_json_get_string(t, "dtype", &d) && !core_json_get_array(t, "shape", &sh) &&
+           !core_json_get_array(t, "data_offsets", &off) && core_json_len(off) == 2 && core_json_len(sh) >= 1 &&
+           core_json_len(sh) <= 4 && whole(core_json_at(off, 0), 1LL << 62, begin) &&
+           whole(core_json_at(off, 1), 1LL << 62, &end);
+  *rank = ok ? (int)core_json_len(sh) : 0;
+  for (int i = 0; i < *rank && ok; i++) {
+    ok = whole(core_json_at(sh, (size_t)i), (1LL << 31) - 1, &shape[i]);
+    if (ok && shape[i] > 0 && count > (1LL << 60) / shape[i]) ok = 0;
+    if (ok) count *= shape[i];
+  }
+  if (!ok)
+    return core_error_set(CORE_EINPUT, "%s: tensor '%s%s' has a malformed entry (a dtype, a shape of 1 to 4 whole sizes "
+                          "below 2^31, two whole data_offsets)", h->path, h->prefix, name);
   *esize = !strcmp(d, "F32") ? 4 : (!strcmp(d, "F16") || !strcmp(d, "BF16")) ? (d[0] == 'B' ? -2 : 2) : 0;
   if (!*esize) return core_error_set(CORE_EINPUT, "%s: tensor '%s%s' is %s (F32, F16 and BF16 are read)", h->path, h->prefix, name, d);
-  *rank = (int)core_json_len(sh);
-  long long count = 1;
-  for (int i = 0; i < *rank; i++) shape[i] = (long long)core_json_at(sh, (size_t)i)->num, count *= shape[i];
-  *begin = (long long)core_json_at(off, 0)->num;
-  long long end = (long long)core_json_at(off, 1)->num;
+  int same = want_rank <= 0 || want_rank == *rank;
+  for (int i = 0; i < want_rank && same; i++) same = shape[i] == want[i];
+  if (!same) {
+    char a[96], b[96];
+    return core_error_set(CORE_EINPUT, "%s: tensor '%s%s' is %s, the model's %s", h->path, h->prefix, name,
+                          shape_str(shape, *rank, a, sizeof a), shape_str(want, want_rank, b, sizeof b));
+  }
   if (end - *begin != count * (*esize < 0 ? -*esize : *esize))
     return core_error_set(CORE_EINPUT, "%s: tensor '%s%s': its byte range does not hold its shape", h->path, h->prefix, name);
-  if (*begin < 0 || end > h->size - h->data)
+  if (end > h->size - h->data)
     return core_error_set(CORE_EINPUT, "%s: tensor '%s%s': bytes [%lld, %lld) of the data, which holds %lld", h->path,
                           h->prefix, name, *begin, end, h->size - h->data);
   return CORE_OK;
@@ -63,6 +96,11 @@ int pipe_hfst_open(pipe_hfst *h, const char *path) {
     pipe_hfst_close(h);
     return core_error_set(CORE_EINPUT, "%s: not a safetensors file (header length %llu)", path, (unsigned long long)n);
   }
+  if (fseek(h->f, 0, SEEK_END) == 0) h->size = ftell(h->f);
+  if (h->size < 8 + (long long)n || fseek(h->f, 8, SEEK_SET) != 0) { /* before allocating what it claims */
+    pipe_hfst_close(h);
+    return core_error_set(CORE_EINPUT, "%s: shorter than its header", path);
+  }
   char *text = malloc(n);
   int rc = text && fread(text, 1, n, h->f) == n ? core_json_parse(text, n, path, &h->hdr)
                                                 : core_error_set(CORE_EINPUT, "%s: shorter than its header", path);
@@ -72,14 +110,19 @@ int pipe_hfst_open(pipe_hfst *h, const char *path) {
     return rc ? rc : core_error_set(CORE_EINPUT, "%s: the safetensors header is not a JSON object", path);
   }
   h->data = 8 + (long long)n;
-  if (fseek(h->f, 0, SEEK_END) == 0) h->size = ftell(h->f);
   if (!core_json_get(h->hdr, "wte.weight") && core_json_get(h->hdr, "transformer.wte.weight"))
     snprintf(h->prefix, sizeof h->prefix, "transformer.");
   int es, r;
   long long sh[4], at;
-  rc = info(h, "wte.weight", &es, sh, &r, &at);
+  rc = info(h, "wte.weight", NULL, 0, &es, sh, &r, &at);
+  if (!rc && r != 2) rc = core_error_set(CORE_EINPUT, "%s: tensor '%swte.weight' has %d dimensions, not 2 ([vocabulary, width])", path, h->prefix, r);
   if (!rc) h->V = (int)sh[0], h->C = (int)sh[1];
-  if (!rc) rc = info(h, "wpe.weight", &es, sh, &r, &at);
+  if (!rc) rc = info(h, "wpe.weight", NULL, 0, &es, sh, &r, &at);
+  if (!rc && (r != 2 || sh[1] != h->C)) {
+    char a[96];
+    rc = core_error_set(CORE_EINPUT, "%s: tensor '%swpe.weight' is %s, not [positions, %d] (wte.weight's width)", path,
+                        h->prefix, shape_str(sh, r, a, sizeof a), h->C);
+  }
   if (!rc) h->maxT = (int)sh[0];
   while (!rc) { /* the blocks: h.0 .. h.L-1 */
     char name[64];
@@ -136,23 +179,21 @@ static int read_at(const pipe_hfst *h, long long at, int esize, size_t n, float 
   return CORE_OK;
 }
 
-/* Values [a, b) of tensor `name` as brigade lays it out (rows of the transposed [in, out] Conv1D
- * weight when conv), expected to hold `want` values, into dst. */
-static int read_tensor(const pipe_hfst *h, const char *name, int conv, size_t want, size_t a, size_t b, float *dst) {
+/* Values [a, b) of tensor `name`, whose shape must be want[0 .. rank) (one or two sizes), as
+ * brigade lays it out (rows of the transposed [in, out] Conv1D weight when conv), into dst. */
+static int read_tensor(const pipe_hfst *h, const char *name, int conv, const long long *want, int want_rank, size_t a,
+                       size_t b, float *dst) {
   int es, rank;
   long long sh[4], at;
-  int rc = info(h, name, &es, sh, &rank, &at);
+  int rc = info(h, name, want, want_rank, &es, sh, &rank, &at);
   if (rc) return rc;
-  long long count = 1;
-  for (int i = 0; i < rank; i++) count *= sh[i];
-  if ((size_t)count != want)
-    return core_error_set(CORE_EINPUT, "%s: tensor '%s%s' holds %lld values, the model's %zu", h->path, h->prefix, name, count, want);
+  size_t count = want_rank == 2 ? (size_t)(want[0] * want[1]) : (size_t)want[0];
   int bytes = es < 0 ? -es : es;
   if (!conv) return read_at(h, at + (long long)a * bytes, es, b - a, dst);
-  long long in = sh[0], out = sh[1]; /* stored [in, out]; brigade's element (o, i) is the file's (i, o) */
-  float *all = malloc(sizeof(float) * (size_t)count);
+  long long in = want[0], out = want[1]; /* stored [in, out]; brigade's element (o, i) is the file's (i, o) */
+  float *all = malloc(sizeof(float) * count);
   if (!all) return core_error_set(CORE_ERUNTIME, "out of memory reading %s", name);
-  rc = read_at(h, at, es, (size_t)count, all);
+  rc = read_at(h, at, es, count, all);
   for (size_t k = a; k < b && !rc; k++) {
     size_t o = k / (size_t)in, i = k % (size_t)in;
     dst[k - a] = all[i * (size_t)out + o];
@@ -162,32 +203,36 @@ static int read_tensor(const pipe_hfst *h, const char *name, int conv, size_t wa
 }
 
 int pipe_hfst_read_layer(const pipe_hfst *h, const layers_model *m, int li, size_t lo, size_t hi, float *dst) {
-  size_t C = (size_t)h->C;
+  long long C = h->C;
   struct {
     char name[64];
-    int conv;
+    int conv, rank;
+    long long shape[2]; /* as the file must hold it: [n], or [rows, cols] (Conv1D: [in, out]) */
     size_t n;
   } seg[12];
   int ns = 0;
-#define SEG(conv_, n_, ...) (snprintf(seg[ns].name, sizeof seg[ns].name, __VA_ARGS__), seg[ns].conv = conv_, seg[ns++].n = n_)
-  if (li == 0) SEG(0, (size_t)h->V * C, "wte.weight"), SEG(0, (size_t)h->maxT * C, "wpe.weight");
-  else if (li == m->n - 2) SEG(0, (size_t)h->V * C, "wte.weight");
-  else if (li == m->n - 3) SEG(0, C, "ln_f.weight"), SEG(0, C, "ln_f.bias");
+  /* the next tensor: a Conv1D weight or not, its shape (d1 0: one dimension), its name */
+#define SEG(conv_, d0, d1, ...)                                                                                        \
+  (snprintf(seg[ns].name, sizeof seg[ns].name, __VA_ARGS__), seg[ns].conv = conv_, seg[ns].rank = (d1) != 0 ? 2 : 1,       \
+   seg[ns].shape[0] = d0, seg[ns].shape[1] = d1, seg[ns++].n = (size_t)((d1) != 0 ? (d0) * (d1) : (d0)))
+  if (li == 0) SEG(0, h->V, C, "wte.weight"), SEG(0, h->maxT, C, "wpe.weight");
+  else if (li == m->n - 2) SEG(0, h->V, C, "wte.weight");
+  else if (li == m->n - 3) SEG(0, C, 0, "ln_f.weight"), SEG(0, C, 0, "ln_f.bias");
   else if (li >= 1 && li <= h->L) {
     int b = li - 1;
-    SEG(0, C, "h.%d.ln_1.weight", b), SEG(0, C, "h.%d.ln_1.bias", b);
-    SEG(1, 3 * C * C, "h.%d.attn.c_attn.weight", b), SEG(0, 3 * C, "h.%d.attn.c_attn.bias", b);
-    SEG(1, C * C, "h.%d.attn.c_proj.weight", b), SEG(0, C, "h.%d.attn.c_proj.bias", b);
-    SEG(0, C, "h.%d.ln_2.weight", b), SEG(0, C, "h.%d.ln_2.bias", b);
-    SEG(1, 4 * C * C, "h.%d.mlp.c_fc.weight", b), SEG(0, 4 * C, "h.%d.mlp.c_fc.bias", b);
-    SEG(1, 4 * C * C, "h.%d.mlp.c_proj.weight", b), SEG(0, C, "h.%d.mlp.c_proj.bias", b);
+    SEG(0, C, 0, "h.%d.ln_1.weight", b), SEG(0, C, 0, "h.%d.ln_1.bias", b);
+    SEG(1, C, 3 * C, "h.%d.attn.c_attn.weight", b), SEG(0, 3 * C, 0, "h.%d.attn.c_attn.bias", b);
+    SEG(1, C, C, "h.%d.attn.c_proj.weight", b), SEG(0, C, 0, "h.%d.attn.c_proj.bias", b);
+    SEG(0, C, 0, "h.%d.ln_2.weight", b), SEG(0, C, 0, "h.%d.ln_2.bias", b);
+    SEG(1, C, 4 * C, "h.%d.mlp.c_fc.weight", b), SEG(0, 4 * C, 0, "h.%d.mlp.c_fc.bias", b);
+    SEG(1, 4 * C, C, "h.%d.mlp.c_proj.weight", b), SEG(0, C, 0, "h.%d.mlp.c_proj.bias", b);
   }
 #undef SEG
   size_t at = 0;
   for (int k = 0; k < ns; at += seg[k].n, k++) {
     size_t a = at > lo ? at : lo, b = at + seg[k].n < hi ? at + seg[k].n : hi;
     if (b <= a) continue;
-    int rc = read_tensor(h, seg[k].name, seg[k].conv, seg[k].n, a - at, b - at, dst + (a - lo));
+    int rc = read_tensor(h, seg[k].name, seg[k].conv, seg[k].shape, seg[k].rank, a - at, b - at, dst + (a - lo));
     if (rc) return rc;
   }
   if (at != m->layers[li].nparams)

@@ -271,6 +271,86 @@ static void write_safetensors(const char *path, const char *prefix) {
   layers_model_free(&m);
 }
 
+/* The safetensors file at path with `from` in its JSON header replaced by `to` (the data, whose
+ * offsets count from the header's end, unchanged). */
+static void rewrite_header(const char *path, const char *from, const char *to) {
+  FILE *f = fopen(path, "rb");
+  cr_assert(f);
+  fseek(f, 0, SEEK_END);
+  size_t size = (size_t)ftell(f);
+  char *all = malloc(size + 1);
+  fseek(f, 0, SEEK_SET);
+  cr_assert_eq(fread(all, 1, size, f), size);
+  fclose(f);
+  uint64_t n;
+  memcpy(&n, all, 8);
+  all[size] = 0;
+  char *hdr = strndup(all + 8, (size_t)n), *at = strstr(hdr, from);
+  cr_assert(at, "'%s' is not in the header", from);
+  char *out = NULL;
+  size_t on = 0;
+  FILE *mf = open_memstream(&out, &on);
+  fprintf(mf, "%.*s%s%s", (int)(at - hdr), hdr, to, at + strlen(from));
+  fclose(mf);
+  f = fopen(path, "wb");
+  uint64_t len = on;
+  fwrite(&len, 8, 1, f), fwrite(out, 1, on, f), fwrite(all + 8 + n, 1, size - 8 - (size_t)n, f);
+  fclose(f);
+  free(all), free(hdr), free(out);
+}
+
+/* Opened, checked against the tiny model and every layer read: CORE_OK, or the first error. */
+static int read_all_safetensors(const char *path) {
+  layers_model m;
+  layers_chunk ch;
+  tiny(&m, &ch);
+  pipe_hfst h;
+  int rc = pipe_hfst_open(&h, path);
+  if (!rc) rc = pipe_hfst_check_model(&h, &m);
+  for (int i = 0; i < m.n && !rc; i++) {
+    if (m.layers[i].tied_to >= 0) continue;
+    size_t n = m.layers[i].nparams;
+    float *dst = malloc(sizeof(float) * (n + 1));
+    rc = pipe_hfst_read_layer(&h, &m, i, 0, n, dst);
+    free(dst);
+  }
+  if (h.f) pipe_hfst_close(&h);
+  layers_chunk_free(&ch);
+  layers_model_free(&m);
+  return rc;
+}
+
+/* A tensor must have the shape GPT-2's file gives it, not only its number of values: a Conv1D
+ * weight flattened to one dimension (read past its buffer before) or stored the other way round
+ * (read as the wrong values before) is refused, naming both shapes; sizes that are not whole
+ * numbers in range, or a table of another rank, are malformed. */
+Test(llmc, safetensors_of_other_shapes_are_refused) {
+  char path[] = "/tmp/brigade_st_shape_XXXXXX";
+  close(mkstemp(path));
+  const char *qkv = "\"h.0.attn.c_attn.weight\":{\"dtype\":\"F32\",\"shape\":[32,96]";
+  const struct {
+    const char *from, *to, *want;
+  } cases[] = {
+      {qkv, "\"h.0.attn.c_attn.weight\":{\"dtype\":\"F32\",\"shape\":[3072]",
+       "tensor 'h.0.attn.c_attn.weight' is [3072], the model's [32, 96]"},
+      {qkv, "\"h.0.attn.c_attn.weight\":{\"dtype\":\"F32\",\"shape\":[96,32]",
+       "tensor 'h.0.attn.c_attn.weight' is [96, 32], the model's [32, 96]"},
+      {"\"shape\":[256,32]", "\"shape\":[1e300,32]", "tensor 'wte.weight' has a malformed entry"},
+      {"\"shape\":[256,32]", "\"shape\":[-256,-32]", "tensor 'wte.weight' has a malformed entry"},
+      {"\"shape\":[256,32]", "\"shape\":[8192]", "tensor 'wte.weight' has 1 dimensions, not 2"},
+      {"\"shape\":[32,32]", "\"shape\":[16,64]", "tensor 'wpe.weight' is [16, 64], not [positions, 32]"},
+  };
+  write_safetensors(path, "");
+  cr_assert_eq(read_all_safetensors(path), 0, "the file as written: %s", core_error_msg());
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    write_safetensors(path, "");
+    rewrite_header(path, cases[k].from, cases[k].to);
+    cr_assert_neq(read_all_safetensors(path), 0, "case %zu read", k);
+    cr_assert(strstr(core_error_msg(), cases[k].want), "case %zu: %s", k, core_error_msg());
+  }
+  unlink(path);
+}
+
 Test(llmc, hugging_face_safetensors_train_from_the_seed, .timeout = 200) {
   char path[] = "/tmp/brigade_st_XXXXXX", log[] = "/tmp/brigade_train_XXXXXX";
   close(mkstemp(path));

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -52,8 +53,9 @@ static void write_seeds(const char *dir) {
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   build_model();
-  for (int i = 1; i < *argc; i++) /* the first directory named: the corpus */
-    if ((*argv)[i][0] != '-') {
+  struct stat sb;
+  for (int i = 1; i < *argc; i++) /* the first directory named: the corpus (not a file replayed) */
+    if ((*argv)[i][0] != '-' && stat((*argv)[i], &sb) == 0 && S_ISDIR(sb.st_mode)) {
       write_seeds((*argv)[i]);
       break;
     }

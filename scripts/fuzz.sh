@@ -16,6 +16,7 @@ for bin in "$@"; do
     fuzz_csv) seeds="$root/tests/malformed/csv $root/tests/fuzz/seeds/csv" ;;
     fuzz_ckpt) seeds="$root/tests/malformed/ckpt" ;;
     fuzz_weights) seeds="" ;; # its seeds: written into the corpus by the target at start-up
+    fuzz_bpe) seeds="$root/configs $root/tests/fuzz/seeds/text" ;; # short texts
     *) seeds="" ;;
   esac
   corpus=build-fuzz/corpus/$name # grows between runs; the seeds stay as committed

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "pipe/bpe.h"
 #include "tests/common/mpirun.h"
+#include "tests/common/splitmix.h"
 
 static int b2u(int b) { /* GPT-2's bytes_to_unicode */
   int n = 0;
@@ -224,4 +225,123 @@ Test(bpe, presplit_uses_unicode_classes) {
     from = ends[i];
   }
   free(ends);
+}
+
+/* ---- the merge rule, directly (the reference for the encoder's heap) ---- */
+
+enum { NTOK = 96, NMERGE = 72 };
+static char toks[NTOK][64]; /* a..e, then each merge's result */
+static int ntok, mleft[NMERGE], mright[NMERGE]; /* merge k (rank k): toks[mleft] + toks[mright] */
+
+static int rank_of(const char *x, const char *y) {
+  for (int k = 0; k < NMERGE; k++)
+    if (!strcmp(toks[mleft[k]], x) && !strcmp(toks[mright[k]], y)) return k;
+  return -1;
+}
+
+/* GPT-2's rule on one piece of letters: the adjacent pair of lowest rank, every occurrence of it
+ * merged left to right, again until none has a rank; the tokens' indices into toks out */
+static int direct(const char *text, int *out) {
+  char sym[400][64];
+  int n = (int)strlen(text);
+  for (int i = 0; i < n; i++) sym[i][0] = text[i], sym[i][1] = 0;
+  for (;;) {
+    int best = -1;
+    for (int i = 0; i + 1 < n; i++) {
+      int r = rank_of(sym[i], sym[i + 1]);
+      if (r >= 0 && (best < 0 || r < best)) best = r;
+    }
+    if (best < 0) break;
+    const char *x = toks[mleft[best]], *y = toks[mright[best]];
+    int w = 0;
+    for (int i = 0; i < n;) {
+      if (i + 1 < n && !strcmp(sym[i], x) && !strcmp(sym[i + 1], y)) snprintf(sym[w++], 64, "%s%s", x, y), i += 2;
+      else memmove(sym[w++], sym[i++], 64);
+    }
+    n = w;
+  }
+  for (int i = 0; i < n; i++)
+    for (int t = 0; t < ntok; t++)
+      if (!strcmp(toks[t], sym[i])) out[i] = t;
+  return n;
+}
+
+/* The encoder gives the direct rule's tokens, on random runs of letters (one piece each, up to 300
+ * long) under random merge lists: merges of tokens formed by later merges among them, so a merge
+ * forms pairs that rank before it (which GPT-2's own list never does), and pairs overlapping
+ * ("a a a"). */
+Test(bpe, heap_merges_as_the_direct_rule) {
+  rng g = {20261126};
+  char vocab[] = "/tmp/brigade_vocab_XXXXXX", merges[] = "/tmp/brigade_merges_XXXXXX";
+  close(mkstemp(vocab)), close(mkstemp(merges));
+  for (int list = 0; list < 6; list++) {
+    ntok = 5;
+    for (int t = 0; t < 5; t++) toks[t][0] = (char)('a' + t), toks[t][1] = 0;
+    int order[NMERGE]; /* the merges in the order they are made, then ranked in a shuffled order */
+    for (int k = 0; k < NMERGE; k++) {
+      int x, y;
+      do x = (int)(next_u64(&g) % (uint64_t)ntok), y = (int)(next_u64(&g) % (uint64_t)ntok);
+      while (strlen(toks[x]) + strlen(toks[y]) >= 40);
+      int dup = 0;
+      for (int t = 0; t < ntok; t++) {
+        char xy[128];
+        snprintf(xy, sizeof xy, "%s%s", toks[x], toks[y]);
+        dup |= !strcmp(toks[t], xy);
+      }
+      for (int j = 0; j < k; j++) dup |= mleft[j] == x && mright[j] == y;
+      if (dup) { /* a pair or token made already: try again */
+        k--;
+        continue;
+      }
+      mleft[k] = x, mright[k] = y, order[k] = k;
+      char xy[128];
+      snprintf(xy, sizeof xy, "%s%s", toks[x], toks[y]);
+      memcpy(toks[ntok++], xy, strlen(xy) + 1);
+    }
+    for (int k = NMERGE - 1; k > 0 && list > 0; k--) { /* list 0 in the order made, as GPT-2's */
+      int j = (int)(next_u64(&g) % (uint64_t)(k + 1)), t = order[k];
+      order[k] = order[j], order[j] = t;
+    }
+    int l2[NMERGE], r2[NMERGE];
+    for (int k = 0; k < NMERGE; k++) l2[k] = mleft[order[k]], r2[k] = mright[order[k]];
+    memcpy(mleft, l2, sizeof l2), memcpy(mright, r2, sizeof r2);
+    FILE *f = fopen(vocab, "w");
+    fputc('{', f);
+    for (int b = 0; b < 256; b++) {
+      fputs(b ? ",\"" : "\"", f);
+      int cp = b2u(b);
+      if (cp == '"' || cp == '\\') fputc('\\', f);
+      put_utf8(f, cp);
+      fprintf(f, "\":%d", b);
+    }
+    for (int t = 5; t < ntok; t++) fprintf(f, ",\"%s\":%d", toks[t], 256 + t);
+    fputs("}", f);
+    fclose(f);
+    f = fopen(merges, "w");
+    fputs("#version: 0.2\n", f);
+    for (int k = 0; k < NMERGE; k++) fprintf(f, "%s %s\n", toks[mleft[k]], toks[mright[k]]);
+    fclose(f);
+    pipe_bpe *b;
+    cr_assert_eq(pipe_bpe_load(&b, vocab, merges), 0, "%s", core_error_msg());
+    for (int c = 0; c < 120; c++) {
+      char text[320];
+      int n = 1 + (int)(next_u64(&g) % 300), skew = (int)(next_u64(&g) % 3); /* skew: fewer letters, more repeats */
+      for (int i = 0; i < n; i++) text[i] = (char)('a' + (int)(next_u64(&g) % (uint64_t)(5 - skew)));
+      text[n] = 0;
+      int want[400], got_n;
+      int nwant = direct(text, want);
+      int32_t *ids;
+      size_t nid;
+      cr_assert_eq(pipe_bpe_encode(b, text, (size_t)n, &ids, &nid), 0, "%s", core_error_msg());
+      got_n = (int)nid;
+      cr_assert_eq(got_n, nwant, "list %d text %d '%s': %d tokens, the direct rule %d", list, c, text, got_n, nwant);
+      for (int i = 0; i < nwant; i++) {
+        int t = want[i] < 5 ? 'a' + want[i] : 256 + want[i];
+        cr_assert_eq(ids[i], t, "list %d text %d '%s': token %d is %d, the direct rule's %d", list, c, text, i, ids[i], t);
+      }
+      free(ids);
+    }
+    pipe_bpe_free(b);
+  }
+  unlink(vocab), unlink(merges);
 }

@@ -132,18 +132,20 @@ int pipe_bpe_load(pipe_bpe **out, const char *vocab_path, const char *merges_pat
   core_json_free(v);
   FILE *f = rc ? NULL : fopen(merges_path, "r");
   if (!rc && !f) rc = core_error_set(CORE_EINPUT, "cannot open merges %s: %s", merges_path, strerror(errno));
-  char line[1024];
+  char *line = NULL; /* any length: a merge of two long tokens is one line still */
+  size_t capline = 0;
   int rank = 0, ln = 0;
-  while (!rc && fgets(line, sizeof line, f)) {
+  while (!rc && getline(&line, &capline, f) >= 0) {
     ln++;
     size_t len = strcspn(line, "\r\n");
     line[len] = 0;
     if (len == 0 || (ln == 1 && !strncmp(line, "#version", 8))) continue;
     char *sp = strchr(line, ' ');
     if (!sp || sp == line || !sp[1] || strchr(sp + 1, ' '))
-      rc = core_error_set(CORE_EINPUT, "%s:%d: a merge is two tokens and one space, not '%s'", merges_path, ln, line);
+      rc = core_error_set(CORE_EINPUT, "%s:%d: a merge is two tokens and one space, not '%.200s'", merges_path, ln, line);
     else if (smap_get(&b->merges, line, len) < 0) smap_put(&b->merges, line, len, rank++);
   }
+  free(line);
   if (f) fclose(f);
   if (rc) {
     pipe_bpe_free(b);

@@ -345,3 +345,40 @@ Test(bpe, heap_merges_as_the_direct_rule) {
   }
   unlink(vocab), unlink(merges);
 }
+
+/* A merge line of any length is one merge: tokens of 2, 4, ... 4096 letters, the last merge a
+ * line of 4097 characters (read in a fixed buffer before, which cut it into pieces and refused
+ * the second). */
+Test(bpe, long_merge_lines) {
+  char vocab[] = "/tmp/brigade_vocab_XXXXXX", merges[] = "/tmp/brigade_merges_XXXXXX";
+  close(mkstemp(vocab)), close(mkstemp(merges));
+  enum { LONG = 4096 };
+  char *x = malloc(LONG + 1);
+  memset(x, 'a', LONG), x[LONG] = 0;
+  FILE *v = fopen(vocab, "w"), *m = fopen(merges, "w");
+  fputc('{', v);
+  for (int b = 0; b < 256; b++) {
+    fputs(b ? ",\"" : "\"", v);
+    int cp = b2u(b);
+    if (cp == '"' || cp == '\\') fputc('\\', v);
+    put_utf8(v, cp);
+    fprintf(v, "\":%d", b);
+  }
+  fputs("#version: 0.2\n", m);
+  int id = 256;
+  for (int k = 1; 2 * k <= LONG; k *= 2, id++) { /* "a a" -> aa (256), "aa aa" -> aaaa (257), ... */
+    fprintf(m, "%.*s %.*s\n", k, x, k, x);
+    fprintf(v, ",\"%.*s\":%d", 2 * k, x, id);
+  }
+  fputs("}", v);
+  fclose(v), fclose(m);
+  pipe_bpe *b;
+  cr_assert_eq(pipe_bpe_load(&b, vocab, merges), 0, "%s", core_error_msg());
+  int32_t *ids;
+  size_t n;
+  cr_assert_eq(pipe_bpe_encode(b, x, LONG, &ids, &n), 0, "%s", core_error_msg());
+  cr_assert(n == 1 && ids[0] == id - 1, "%zu ids, the first %d (want one, %d)", n, n ? ids[0] : -1, id - 1);
+  free(ids), free(x);
+  pipe_bpe_free(b);
+  unlink(vocab), unlink(merges);
+}

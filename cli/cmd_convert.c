@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -111,7 +112,8 @@ int cli_convert(int argc, char **argv) {
     rc = core_error_set(CORE_EINPUT, "usage: brigade convert CHECKPOINT_DIR OUT --to llmc|safetensors, or "
                                      "brigade convert GPT2_FILE CHECKPOINT_DIR [--heads N]");
   struct stat sb;
-  int from_dir = !rc && stat(in, &sb) == 0 && S_ISDIR(sb.st_mode);
+  if (!rc && stat(in, &sb) != 0) rc = core_error_set(CORE_EINPUT, "convert: cannot open %s: %s", in, strerror(errno));
+  int from_dir = !rc && S_ISDIR(sb.st_mode);
   if (!rc && !from_dir) { /* a weights file into a checkpoint directory */
     if (to && strcmp(to, "brigade") != 0)
       rc = core_error_set(CORE_EINPUT, "convert: %s is a weights file; it converts into a checkpoint directory (no --to)", in);

@@ -457,8 +457,8 @@ static void refused(const char *args, const char *prefix, const char *want) {
 
 /* convert's --heads where it would be ignored or cannot hold (an llm.c file's header says the
  * heads, a checkpoint's config does, a count that does not divide the width was reported at
- * made-up lines of the file), and --init-from a directory (was "shorter than llm.c's header"):
- * each one clear line, exit 2. */
+ * made-up lines of the file), --init-from a directory (was "shorter than llm.c's header") and
+ * convert of a path that does not exist (was "is a weights file"): each one clear line, exit 2. */
 Test(cli, convert_heads_and_init_from_a_directory, .timeout = 120) {
   char dir[] = "/tmp/brigade_cli_XXXXXX", cmd[2048], *out;
   cr_assert(mkdtemp(dir));
@@ -468,6 +468,7 @@ Test(cli, convert_heads_and_init_from_a_directory, .timeout = 120) {
       {"convert %s/w.st %s/b --heads 5", "--heads 5 does not divide "},
       {"convert %s/ck %s/c.bin --to llmc --heads 4", "--heads applies to a model.safetensors file"},
       {"train configs/tiny.cfg --set train.steps=1 --init-from %s/ck%s", "Is a directory"},
+      {"convert %s/none %s/e.bin --to llmc", "convert: cannot open "}, /* was "is a weights file" */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char args[1024];

@@ -636,6 +636,7 @@ static void rank_memory(const sched_program *pr, const sched_costs *c, int r, sc
     }
     if (in->op > SCHED_RECV_GRAD) continue;
     int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+    if (kp < 0 && first[k] != i && last[k] != i && alast[k] != i) continue; /* nothing starts or ends here */
     if (first[k] == i) slots++, mem[0] += full[0][in->chunk], mem[1] += full[1][in->chunk];
     if (mem[0] > rs->peak_memory) rs->peak_memory = mem[0];
     if (mem[1] > rs->peak_bytes) rs->peak_bytes = mem[1];

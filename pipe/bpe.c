@@ -351,6 +351,12 @@ int pipe_bpe_encode(const pipe_bpe *b, const char *text, size_t n, int32_t **ids
   return rc;
 }
 
+size_t pipe_bpe_last_cut(const char *text, size_t n) {
+  for (size_t i = n; i-- > 1;)
+    if (text[i] == ' ' && text[i - 1] > ' ' && text[i - 1] < 0x7f) return i;
+  return 0;
+}
+
 int pipe_bpe_split(const char *text, size_t n, size_t **ends, size_t *count) {
   size_t ncp = 0;
   int *cp = core_malloc(sizeof(int) * (n + 1));

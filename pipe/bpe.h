@@ -30,6 +30,11 @@ int pipe_bpe_encode(const pipe_bpe *b, const char *text, size_t n, int32_t **ids
 /* The pre-split alone: the byte offset where each piece of the n bytes of text ends, in order
  * (*ends: caller frees; *count pieces). */
 int pipe_bpe_split(const char *text, size_t n, size_t **ends, size_t *count);
+/* The last place in text[0..n) where GPT-2's pattern cuts whatever comes before and after: just
+ * before a space that follows a printable ASCII character (no piece runs from a non-space into a
+ * space); 0 when there is none. Encoding text[0..cut) and text[cut..n) apart gives the ids of
+ * encoding them together, so a long text can be encoded a block at a time. */
+size_t pipe_bpe_last_cut(const char *text, size_t n);
 /* The bytes token id stands for into buf (at most cap), their count; -1 for an unknown id. */
 int pipe_bpe_decode(const pipe_bpe *b, int32_t id, char *buf, int cap);
 

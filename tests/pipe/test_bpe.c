@@ -382,3 +382,99 @@ Test(bpe, long_merge_lines) {
   pipe_bpe_free(b);
   unlink(vocab), unlink(merges);
 }
+
+/* `brigade tokenize` encodes a file a block (4 MB) at a time, each cut where GPT-2's pattern always
+ * cuts: its token file is the one encoding the whole text gives. 10 MB of words, spaces, newlines,
+ * contractions and non-ASCII text, with a 5 MB stretch holding no place to cut (the block grows)
+ * and cut candidates next to non-ASCII spaces (not cuts). */
+Test(bpe, tokenize_in_blocks_as_whole, .timeout = 120) {
+  char vocab[] = "/tmp/brigade_vocab_XXXXXX", merges[] = "/tmp/brigade_merges_XXXXXX";
+  char in[] = "/tmp/brigade_text_XXXXXX", out[] = "/tmp/brigade_tok_XXXXXX", cmd[1024];
+  close(mkstemp(vocab)), close(mkstemp(merges)), close(mkstemp(in)), close(mkstemp(out));
+  write_files(vocab, merges);
+  size_t n = 10u << 20, k = 0;
+  char *text = malloc(n + 64);
+  rng g = {7};
+  static const char *const words[] = {"the", "hello", "world's", "caf\xc3\xa9", "\xc2\xa0", "\n", "\n\n", "1999", "!",
+                                      "  ", "\xe6\x97\xa5\xe6\x9c\xac", "ll", "they'll"};
+  while (k < n) {
+    if (k >= (3u << 20) && k < (8u << 20)) { /* no cut here: letters, digits and newlines only */
+      text[k++] = (char)("abc\n9"[next_u64(&g) % 5]);
+      continue;
+    }
+    const char *w = words[next_u64(&g) % (sizeof words / sizeof words[0])];
+    size_t l = strlen(w);
+    memcpy(text + k, w, l), k += l, text[k++] = ' ';
+  }
+  FILE *f = fopen(in, "wb");
+  fwrite(text, 1, k, f), fclose(f);
+  pipe_bpe *b;
+  cr_assert_eq(pipe_bpe_load(&b, vocab, merges), 0, "%s", core_error_msg());
+  int32_t *ids;
+  size_t nid;
+  cr_assert_eq(pipe_bpe_encode(b, text, k, &ids, &nid), 0, "%s", core_error_msg());
+  snprintf(cmd, sizeof cmd, "%s/brigade tokenize --vocab %s --merges %s %s %s 1>&2", test_build_dir(), vocab, merges, in, out);
+  cr_assert_eq(test_sh(cmd), 0);
+  f = fopen(out, "rb");
+  int32_t hdr[256];
+  cr_assert_eq(fread(hdr, sizeof hdr, 1, f), 1);
+  cr_assert(hdr[0] == 20240520 && hdr[1] == 1 && hdr[2] == (int32_t)nid, "%d tokens in the file, %zu encoding the whole", hdr[2], nid);
+  uint16_t *t = malloc(sizeof(uint16_t) * nid);
+  cr_assert_eq(fread(t, sizeof(uint16_t), nid, f), nid);
+  fclose(f);
+  for (size_t i = 0; i < nid; i++) cr_assert_eq(t[i], ids[i], "token %zu: %d in the file, %d encoding the whole", i, t[i], ids[i]);
+  free(t), free(ids), free(text);
+  pipe_bpe_free(b);
+  unlink(vocab), unlink(merges), unlink(in), unlink(out);
+}
+
+/* Every place pipe_bpe_last_cut may give is a cut: the text before it and after it, pre-split and
+ * encoded apart, give the whole text's pieces and ids, on random texts of words, runs of spaces, tabs, newlines, no-break
+ * spaces (U+00A0, U+3000), contractions, digits and non-ASCII letters. (A space after a space or
+ * a no-break space is not such a place: "x \u00a0  word" cut there pieces differently.) */
+Test(bpe, cuts_keep_the_encoding) {
+  char vocab[] = "/tmp/brigade_vocab_XXXXXX", merges[] = "/tmp/brigade_merges_XXXXXX";
+  close(mkstemp(vocab)), close(mkstemp(merges));
+  write_files(vocab, merges);
+  pipe_bpe *b;
+  cr_assert_eq(pipe_bpe_load(&b, vocab, merges), 0, "%s", core_error_msg());
+  static const char *const words[] = {"the", "hello", "world's", "caf\xc3\xa9", "\xc2\xa0", "\xe3\x80\x80", "\n", "\t",
+                                      " ", "  ", "1999", "!", "?!", "they'll", "\xe6\x97\xa5", "x"};
+  rng g = {11};
+  int cuts = 0;
+  for (int c = 0; c < 200; c++) {
+    char text[600];
+    size_t n = 0;
+    while (n < 500) {
+      const char *w = words[next_u64(&g) % (sizeof words / sizeof words[0])];
+      memcpy(text + n, w, strlen(w)), n += strlen(w);
+      if (next_u64(&g) % 2) text[n++] = ' ';
+    }
+    int32_t *whole;
+    size_t nw;
+    cr_assert_eq(pipe_bpe_encode(b, text, n, &whole, &nw), 0);
+    for (size_t end = n; (end = pipe_bpe_last_cut(text, end)) > 0; cuts++) { /* every cut, right to left */
+      int32_t *x, *y;
+      size_t nx, ny;
+      cr_assert_eq(pipe_bpe_encode(b, text, end, &x, &nx), 0);
+      cr_assert_eq(pipe_bpe_encode(b, text + end, n - end, &y, &ny), 0);
+      int same = nx + ny == nw && !memcmp(x, whole, sizeof(int32_t) * nx) && !memcmp(y, whole + nx, sizeof(int32_t) * ny);
+      cr_assert(same, "text %d cut at %zu of %zu ('%.*s|%.*s'): the halves' ids are not the whole's", c, end, n, 8,
+                text + (end > 8 ? end - 8 : 0), 8, text + end);
+      free(x), free(y);
+      /* and the pieces themselves (a small vocabulary may give the same ids for other pieces) */
+      size_t *pw, *px, *py, kw, kx, ky;
+      pipe_bpe_split(text, n, &pw, &kw), pipe_bpe_split(text, end, &px, &kx), pipe_bpe_split(text + end, n - end, &py, &ky);
+      same = kx + ky == kw;
+      for (size_t i = 0; i < kx && same; i++) same = px[i] == pw[i];
+      for (size_t i = 0; i < ky && same; i++) same = py[i] + end == pw[kx + i];
+      cr_assert(same, "text %d cut at %zu ('%.*s|%.*s'): the halves' pieces are not the whole's", c, end, 8,
+                text + (end > 8 ? end - 8 : 0), 8, text + end);
+      free(pw), free(px), free(py);
+    }
+    free(whole);
+  }
+  cr_assert_gt(cuts, 5000, "%d cuts tried", cuts);
+  pipe_bpe_free(b);
+  unlink(vocab), unlink(merges);
+}

@@ -1,7 +1,8 @@
 /* libFuzzer target: bytes as text for `brigade tokenize` (GPT-2's byte-level BPE), with a small
  * tokenizer of GPT-2's form written at start-up: every byte's symbol in the vocabulary and a few
  * merges. Byte-level BPE loses nothing, so decoding the ids must give the text back byte for
- * byte; the pre-split's pieces must tile the text. Built by `make fuzz` with clang. */
+ * byte; the pre-split's pieces must tile the text; the text cut where pipe_bpe_last_cut says
+ * encodes to the same ids in two halves. Built by `make fuzz` with clang. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(back + k, buf, (size_t)n), k += (size_t)n;
   }
   if (k != size || (size && memcmp(back, text, size))) abort(); /* the text back, byte for byte */
+  size_t cut = pipe_bpe_last_cut(text, size); /* a cut keeps the ids: the halves apart give them too */
+  if (cut > 0) {
+    int32_t *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    if (pipe_bpe_encode(tok, text, cut, &x, &nx) || pipe_bpe_encode(tok, text + cut, size - cut, &y, &ny)) abort();
+    if (nx + ny != count || memcmp(x, ids, sizeof(int32_t) * nx) || memcmp(y, ids + nx, sizeof(int32_t) * ny)) abort();
+    free(x), free(y);
+  }
   free(back), free(ids);
   return 0;
 }

@@ -29,9 +29,8 @@ static void put_utf8(FILE *f, int cp) {
   else fputc(0xc0 | cp >> 6, f), fputc(0x80 | (cp & 0x3f), f);
 }
 
-/* vocab: every byte's symbol at its byte value, then Ġt 256, he 257, Ġthe 258, ll 259 */
-static void write_files(const char *vocab, const char *merges) {
-  FILE *f = fopen(vocab, "w");
+/* "{" and every byte's symbol at its byte value: a vocabulary's start, more entries to follow */
+static void put_byte_symbols(FILE *f) {
   fputc('{', f);
   for (int b = 0; b < 256; b++) {
     fputs(b ? ",\"" : "\"", f);
@@ -40,6 +39,12 @@ static void write_files(const char *vocab, const char *merges) {
     put_utf8(f, cp);
     fprintf(f, "\":%d", b);
   }
+}
+
+/* vocab: every byte's symbol at its byte value, then Ġt 256, he 257, Ġthe 258, ll 259 */
+static void write_files(const char *vocab, const char *merges) {
+  FILE *f = fopen(vocab, "w");
+  put_byte_symbols(f);
   fputs(",\"\xc4\xa0t\":256,\"he\":257,\"\xc4\xa0the\":258,\"ll\":259}", f);
   fclose(f);
   f = fopen(merges, "w");
@@ -306,14 +311,7 @@ Test(bpe, heap_merges_as_the_direct_rule) {
     for (int k = 0; k < NMERGE; k++) l2[k] = mleft[order[k]], r2[k] = mright[order[k]];
     memcpy(mleft, l2, sizeof l2), memcpy(mright, r2, sizeof r2);
     FILE *f = fopen(vocab, "w");
-    fputc('{', f);
-    for (int b = 0; b < 256; b++) {
-      fputs(b ? ",\"" : "\"", f);
-      int cp = b2u(b);
-      if (cp == '"' || cp == '\\') fputc('\\', f);
-      put_utf8(f, cp);
-      fprintf(f, "\":%d", b);
-    }
+    put_byte_symbols(f);
     for (int t = 5; t < ntok; t++) fprintf(f, ",\"%s\":%d", toks[t], 256 + t);
     fputs("}", f);
     fclose(f);
@@ -356,14 +354,7 @@ Test(bpe, long_merge_lines) {
   char *x = malloc(LONG + 1);
   memset(x, 'a', LONG), x[LONG] = 0;
   FILE *v = fopen(vocab, "w"), *m = fopen(merges, "w");
-  fputc('{', v);
-  for (int b = 0; b < 256; b++) {
-    fputs(b ? ",\"" : "\"", v);
-    int cp = b2u(b);
-    if (cp == '"' || cp == '\\') fputc('\\', v);
-    put_utf8(v, cp);
-    fprintf(v, "\":%d", b);
-  }
+  put_byte_symbols(v);
   fputs("#version: 0.2\n", m);
   int id = 256;
   for (int k = 1; 2 * k <= LONG; k *= 2, id++) { /* "a a" -> aa (256), "aa aa" -> aaaa (257), ... */

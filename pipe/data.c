@@ -13,7 +13,12 @@
 #define TOKEN_MAGIC 20240520
 #define TOKEN_HEADER_INTS 256
 
-static int read_file(const char *path, unsigned char **buf, size_t *n) {
+/* Decodes a file into tokens: an llm.c token file when its header says so, bytes otherwise. The
+ * file is read straight into the token array, so memory peaks at the tokens themselves: a token
+ * file's 2 bytes a token, a text's 2 bytes a byte (read into the array's upper half, then widened
+ * from the front: the byte at i is read before token i, which starts at byte 2i <= i + n, is
+ * written). */
+static int load_tokens(const char *path, uint16_t **tok, size_t *ntok, int *is_tokens, int *vocab) {
   FILE *f;
   int rc = core_file_open_regular(path, "data file", &f); /* a FIFO is refused, not waited on */
   if (rc) return rc;
@@ -22,51 +27,37 @@ static int read_file(const char *path, unsigned char **buf, size_t *n) {
     fclose(f);
     return core_error_set(CORE_EINPUT, "cannot read data file %s: %s", path, strerror(errno));
   }
-  off_t size = st.st_size;
-  *buf = core_malloc((size_t)size + 1);
-  *n = fread(*buf, 1, (size_t)size, f);
-  int bad = ferror(f) || *n != (size_t)size;
-  fclose(f);
-  if (bad) {
-    free(*buf);
-    return core_error_set(CORE_EINPUT, "cannot read data file %s", path);
-  }
-  return CORE_OK;
-}
-
-/* Decodes a file into tokens: an llm.c token file when the header says so, bytes otherwise. */
-static int load_tokens(const char *path, uint16_t **tok, size_t *ntok, int *is_tokens, int *vocab) {
-  unsigned char *buf = NULL;
-  size_t n = 0;
-  int rc = read_file(path, &buf, &n);
-  if (rc) return rc;
+  size_t n = (size_t)st.st_size, hbytes = TOKEN_HEADER_INTS * sizeof(int32_t);
   int32_t hdr[3] = {0, 0, 0};
-  if (n >= sizeof hdr) memcpy(hdr, buf, sizeof hdr);
+  if (n >= sizeof hdr && fread(hdr, sizeof hdr, 1, f) != 1) hdr[0] = 0;
   if (hdr[0] == TOKEN_MAGIC) {
-    size_t hbytes = TOKEN_HEADER_INTS * sizeof(int32_t);
     if (n < hbytes) rc = core_error_set(CORE_EINPUT, "token file %s: truncated header", path);
     else if (hdr[1] != 1) rc = core_error_set(CORE_EINPUT, "token file %s: unsupported version %d (expected 1)", path, hdr[1]);
     else if (hdr[2] < 0 || (size_t)hdr[2] > (n - hbytes) / 2)
       rc = core_error_set(CORE_EINPUT, "token file %s: header says %d tokens but the file holds %zu",
                           path, hdr[2], (n - hbytes) / 2);
-    if (rc) {
-      free(buf);
-      return rc;
+    *ntok = rc ? 0 : (size_t)hdr[2];
+    *tok = rc ? NULL : core_malloc(sizeof(uint16_t) * (*ntok + 1));
+    if (!rc && (fseek(f, (long)hbytes, SEEK_SET) != 0 || fread(*tok, sizeof(uint16_t), *ntok, f) != *ntok)) {
+      free(*tok), *tok = NULL;
+      rc = core_error_set(CORE_EINPUT, "cannot read data file %s", path);
     }
-    *ntok = (size_t)hdr[2];
-    *tok = core_malloc(sizeof(uint16_t) * (*ntok + 1));
-    memcpy(*tok, buf + hbytes, sizeof(uint16_t) * *ntok);
     int mx = 0;
-    for (size_t i = 0; i < *ntok; i++) mx = (*tok)[i] > mx ? (*tok)[i] : mx;
+    for (size_t i = 0; !rc && i < *ntok; i++) mx = (*tok)[i] > mx ? (*tok)[i] : mx;
     *is_tokens = 1, *vocab = mx + 1;
   } else {
     *ntok = n;
     *tok = core_malloc(sizeof(uint16_t) * (n + 1));
-    for (size_t i = 0; i < n; i++) (*tok)[i] = buf[i];
+    unsigned char *bytes = (unsigned char *)*tok + n; /* the upper half */
+    if (fseek(f, 0, SEEK_SET) != 0 || fread(bytes, 1, n, f) != n || ferror(f)) {
+      free(*tok), *tok = NULL;
+      rc = core_error_set(CORE_EINPUT, "cannot read data file %s", path);
+    }
+    for (size_t i = 0; !rc && i < n; i++) (*tok)[i] = bytes[i];
     *is_tokens = 0, *vocab = 256;
   }
-  free(buf);
-  return CORE_OK;
+  fclose(f);
+  return rc;
 }
 
 int pipe_data_open(pipe_data *d, const char *path, const char *val_path, double val_fraction,

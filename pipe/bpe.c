@@ -158,7 +158,7 @@ int pipe_bpe_load(pipe_bpe **out, const char *vocab_path, const char *merges_pat
 void pipe_bpe_free(pipe_bpe *b) {
   if (!b) return;
   smap_free(&b->vocab), smap_free(&b->merges);
-  for (int i = 0; i < b->nvocab; i++) free(b->tok[i]);
+  for (int i = 0; b->tok && i < b->nvocab; i++) free(b->tok[i]); /* no table when the vocabulary failed part way */
   free(b->tok), free(b);
 }
 

@@ -18,6 +18,7 @@ for bin in "$@"; do
     fuzz_weights) seeds="" ;; # its seeds: written into the corpus by the target at start-up
     fuzz_bpe) seeds="$root/configs $root/tests/fuzz/seeds/text" ;; # short texts
     fuzz_trace) seeds="$root/tests/malformed/json" ;; # and the simulator's traces, written into the corpus at start-up
+    fuzz_tokfiles) seeds="$root/tests/fuzz/seeds/tokfiles" ;;
     *) seeds="" ;;
   esac
   corpus=build-fuzz/corpus/$name # grows between runs; the seeds stay as committed

@@ -110,6 +110,11 @@ Test(bpe, bad_files_name_the_line) {
   fclose(f);
   cr_assert_eq(pipe_bpe_load(&b, vocab, merges), CORE_EINPUT);
   cr_assert(strstr(core_error_msg(), "the id of 'a' is not an integer"), "%s", core_error_msg());
+  f = fopen(vocab, "w"); /* a bad id after a good one (the loader crashed freeing its half-built tables) */
+  fputs("{\"a\": 1, \"b\": \"two\"}", f);
+  fclose(f);
+  cr_assert_eq(pipe_bpe_load(&b, vocab, merges), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "the id of 'b' is not an integer"), "%s", core_error_msg());
   unlink(vocab), unlink(merges);
 }
 

@@ -8,15 +8,10 @@
 
 #include "core/error.h"
 #include "pipe/ckpt.h"
-
-static char path[64];
+#include "tests/fuzz/fuzz_files.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (!path[0]) snprintf(path, sizeof path, "/tmp/brigade_fuzz_ckpt_%d.ckpt", (int)getpid());
-  FILE *f = fopen(path, "wb");
-  if (!f) abort();
-  if (size && fwrite(data, 1, size, f) != size) abort();
-  fclose(f);
+  const char *path = fuzz_input_file("ckpt", ".ckpt", data, size);
   pipe_ckpt_reader r;
   if (pipe_ckpt_open(&r, path) == CORE_OK) {
     for (uint32_t i = 0; i < r.nrec; i++) {

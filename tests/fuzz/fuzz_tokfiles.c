@@ -10,15 +10,9 @@
 
 #include "core/error.h"
 #include "pipe/bpe.h"
+#include "tests/fuzz/fuzz_files.h"
 
 static char vocab[64], merges[64];
-
-static void put(const char *path, const uint8_t *data, size_t n) {
-  FILE *f = fopen(path, "wb");
-  if (!f) abort();
-  if (n && fwrite(data, 1, n, f) != n) abort();
-  fclose(f);
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!vocab[0]) {
@@ -31,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       cut = i + 1;
       break;
     }
-  put(vocab, data, cut), put(merges, data + cut, size - cut);
+  fuzz_write(vocab, data, cut), fuzz_write(merges, data + cut, size - cut);
   pipe_bpe *b = NULL;
   if (pipe_bpe_load(&b, vocab, merges) == CORE_OK) {
     static const char text[] = "Hello the world's  test\ncaf\xc3\xa9 1999! \xe6\x97\xa5\xe6\x9c\xac";

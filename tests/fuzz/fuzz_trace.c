@@ -6,14 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
 #include "schedule/schedule.h"
+#include "tests/fuzz/fuzz_files.h"
 #include "viz/viz.h"
 
-static char path[64];
 static FILE *sink;
 
 /* The simulator's traces of three families (one chunk, interleaved, a V), into dir. */
@@ -42,21 +41,13 @@ static void write_seeds(const char *dir) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   sink = fopen("/dev/null", "w");
   if (!sink) abort();
-  struct stat sb;
-  for (int i = 1; i < *argc; i++) /* the first directory named: the corpus (not a file replayed) */
-    if ((*argv)[i][0] != '-' && stat((*argv)[i], &sb) == 0 && S_ISDIR(sb.st_mode)) {
-      write_seeds((*argv)[i]);
-      break;
-    }
+  const char *dir = fuzz_corpus_dir(*argc, *argv);
+  if (dir) write_seeds(dir);
   return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (!path[0]) snprintf(path, sizeof path, "/tmp/brigade_fuzz_trace_%d.json", (int)getpid());
-  FILE *f = fopen(path, "wb");
-  if (!f) abort();
-  if (size && fwrite(data, 1, size, f) != size) abort();
-  fclose(f);
+  const char *path = fuzz_input_file("trace", ".json", data, size);
   sched_timeline tl;
   if (viz_read_trace(path, &tl) == CORE_OK) {
     viz_write_ascii(&tl, sink, 100);

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -15,6 +14,7 @@
 #include "layers/layers.h"
 #include "pipe/hfst.h"
 #include "pipe/llmc.h"
+#include "tests/fuzz/fuzz_files.h"
 
 static const char model_cfg[] =
     "model = { vocab_size = 16; seq_len = 4; d_model = 8; n_heads = 2;\n"
@@ -25,7 +25,6 @@ static const char model_cfg[] =
     "             { type = \"cross_entropy\"; name = \"loss\"; } ); };\n";
 
 static layers_model model;
-static char path[64];
 
 static void build_model(void) {
   core_config *c = NULL;
@@ -53,21 +52,13 @@ static void write_seeds(const char *dir) {
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   build_model();
-  struct stat sb;
-  for (int i = 1; i < *argc; i++) /* the first directory named: the corpus (not a file replayed) */
-    if ((*argv)[i][0] != '-' && stat((*argv)[i], &sb) == 0 && S_ISDIR(sb.st_mode)) {
-      write_seeds((*argv)[i]);
-      break;
-    }
+  const char *dir = fuzz_corpus_dir(*argc, *argv);
+  if (dir) write_seeds(dir);
   return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (!path[0]) snprintf(path, sizeof path, "/tmp/brigade_fuzz_weights_%d.bin", (int)getpid());
-  FILE *f = fopen(path, "wb");
-  if (!f) abort();
-  if (size && fwrite(data, 1, size, f) != size) abort();
-  fclose(f);
+  const char *path = fuzz_input_file("weights", ".bin", data, size);
   pipe_hfst hh;
   pipe_llmc lh;
   int st = pipe_hfst_sniff(path);

@@ -425,9 +425,10 @@ Test(bpe, tokenize_in_blocks_as_whole, .timeout = 120) {
 }
 
 /* Every place pipe_bpe_last_cut may give is a cut: the text before it and after it, pre-split and
- * encoded apart, give the whole text's pieces and ids, on random texts of words, runs of spaces, tabs, newlines, no-break
- * spaces (U+00A0, U+3000), contractions, digits and non-ASCII letters. (A space after a space or
- * a no-break space is not such a place: "x \u00a0  word" cut there pieces differently.) */
+ * encoded apart, give the whole text's pieces and ids, on random texts of words, runs of spaces,
+ * tabs, newlines, no-break spaces (U+00A0, U+3000), contractions, digits and non-ASCII letters.
+ * (A space after a space or a no-break space is not such a place: "x \u00a0  word" cut there
+ * pieces differently.) */
 Test(bpe, cuts_keep_the_encoding) {
   char vocab[] = "/tmp/brigade_vocab_XXXXXX", merges[] = "/tmp/brigade_merges_XXXXXX";
   close(mkstemp(vocab)), close(mkstemp(merges));

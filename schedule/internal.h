@@ -73,6 +73,13 @@ double sched_order_bound(const sched_program *out, const sched_costs *costs, con
 
 /* Lowering's last steps (lower.c): the step's tail (REDUCE_TIED_GRADS where tied, REDUCE_GRADS,
  * OPTIMIZER_STEP) appended to every rank, and rank r's activation slots assigned by liveness. */
+/* sched_lower, choosing how transfers are placed: directly where that is on time and needs no
+ * memory beyond the compute order's, else by the build (SCHED_LOWER_DIRECT_FIRST, what
+ * sched_lower does), or by the build alone (for tests that compare the two). *placed_directly,
+ * when not NULL, says which placed the program. */
+typedef enum { SCHED_LOWER_DIRECT_FIRST, SCHED_LOWER_BUILD } sched_lower_mode;
+int sched_lower_how(const sched_program *compute, const sched_costs *costs, sched_program *out, sched_lower_mode how,
+                    int *placed_directly);
 void sched_append_tail(sched_program *out);
 void sched_assign_slots(sched_program *out, int r);
 

@@ -5,8 +5,12 @@
  *    own F and the next stage's B or I, W after its I; an input from another rank arrives the
  *    latency `comm` after its producer ends), and proves the order can run at all.
  * 2. Every input from another rank becomes a SEND on the producer's rank and a RECV on the
- *    consumer's. The full program is built by one sequence of steps, each appending to the
- *    streams:
+ *    consumer's. Most programs are placed directly (see direct below): each transfer gets one
+ *    key from the ASAP times, each rank takes its transfers in key order with the end that memory
+ *    fixes where the compute order has it, and the program is kept when a pass over its runs shows
+ *    every op on time and no slot held longer than the compute order holds it. The rest (long
+ *    latencies, lanes held by late receives) are built by one sequence of steps, each appending
+ *    to the streams:
  *      advance r   append rank r's next compute op (after its load, if it has one); allowed once
  *                  the RECV of its input is in r's stream;
  *      commit x    append x's SEND to the sender's stream and its RECV to the receiver's, both in
@@ -529,17 +533,22 @@ static inline int advance_fits(const build *bd, int r) {
   return k->adv_fit;
 }
 
-static void commit(build *bd, xfer *x) {
+/* The SEND (on x's sender) or the RECV (on its receiver) of transfer x. */
+static sched_instr xfer_instr(const build *bd, const xfer *x, int send) {
   const sched_program *pr = bd->fl->pr;
+  if (send)
+    return (sched_instr){.op = (uint8_t)(x->kind ? SCHED_SEND_ACT : SCHED_SEND_GRAD), .mb = x->mb,
+                         .chunk = pr->chunk_of[x->kind ? x->dst - 1 : x->dst + 1], .peer = x->b, .slot = -1, .aslot = -1};
+  return (sched_instr){.op = (uint8_t)(x->kind ? SCHED_RECV_ACT : SCHED_RECV_GRAD), .mb = x->mb,
+                       .chunk = pr->chunk_of[x->dst], .peer = x->a, .slot = -1, .aslot = -1};
+}
+
+static void commit(build *bd, xfer *x) {
   lrank *B = &bd->rk[x->b];
-  sched_instr snd = {.op = (uint8_t)(x->kind ? SCHED_SEND_ACT : SCHED_SEND_GRAD), .mb = x->mb,
-                     .chunk = pr->chunk_of[x->kind ? x->dst - 1 : x->dst + 1], .peer = x->b, .slot = -1, .aslot = -1};
-  sched_instr rcv = {.op = (uint8_t)(x->kind ? SCHED_RECV_ACT : SCHED_RECV_GRAD), .mb = x->mb,
-                     .chunk = pr->chunk_of[x->dst], .peer = x->a, .slot = -1, .aslot = -1};
   double pa, pb;
   x->arr = xfer_done(bd, x, &pa, &pb); /* before the pushes: the posts depend on the streams' ends */
-  sched_push(bd->out, x->a, snd);
-  sched_push(bd->out, x->b, rcv);
+  sched_push(bd->out, x->a, xfer_instr(bd, x, 1));
+  sched_push(bd->out, x->b, xfer_instr(bd, x, 0));
   bd->rk[x->a].post = pa, B->post = pb;
   bd->rk[x->a].in_run = B->in_run = 1;
   if (x->arr > B->lane) B->lane = x->arr;
@@ -694,6 +703,155 @@ static int build_run(build *bd) {
   return CORE_OK;
 }
 
+/* ---- the direct placement, tried before the build ----
+ * A transfer has one end whose place memory fixes and one that may move: an activation is
+ * received right before its consumer (earlier would hold its slot longer) and its SEND may go
+ * later than its producer (the slot lives to the backward anyway); a gradient is sent right after
+ * its producer (the send frees its slot) and its RECV may go earlier than its consumer (the slot
+ * is live since the forward). (In a forward-only program an activation's SEND frees its slot: it
+ * is placed as a gradient is.) Every transfer gets a key, the ASAP time of its fixed end (the
+ * consumer's start, the producer's end; ties: gradients first, then by index, the same on both
+ * ranks), and each rank's transfers go into its stream in key order: the fixed ends where they
+ * belong, a SEND that may move as early as the order allows (but not into a run that a receive
+ * before it would hold up), a RECV that may move as late. Every
+ * rank's transfers are then in one global order, which is all that the deadlock-freedom argument
+ * of 2. asks. The program is taken only when no build could do better:
+ *  - on time: every op runs at its ASAP time. Walking each rank's runs with every SEND assumed
+ *    posted when the op before it ends, the posts, lanes and receives that follow must agree (no
+ *    run waits for its lane) and every receive be done by its consumer's ASAP start; then these
+ *    times solve the simulator's equations, which have one solution;
+ *  - no memory beyond the compute order's: the fixed ends where the compute order has the slots
+ *    live, a gradient received after its pair's forward, and in the consumer's gap the sends that
+ *    free a slot ahead of an activation's receive (their keys are no later).
+ * Otherwise (latencies longer than the ops around them, receives that hold a lane too long, key
+ * orders no placement meets) the build places the transfers. Returns 1 when it placed the
+ * program, 0 when it leaves it to the build (nothing pushed). */
+static inline int xless(const double *key, const xfer *x, int i, int j) {
+  if (key[i] != key[j]) return key[i] < key[j];
+  if (x[i].kind != x[j].kind) return x[i].kind < x[j].kind;
+  return i < j;
+}
+
+static int direct(build *bd) {
+  const sched_program *pr = bd->fl->pr;
+  const xfer *X = bd->x;
+  double comm = bd->fl->costs.comm, tol = bd->tol;
+  int fo = pr->forward_only;
+  size_t nx = (size_t)bd->nx;
+  double *key = core_malloc(sizeof(double) * (nx + 1)), *arr = core_malloc(sizeof(double) * (nx + 1));
+  for (size_t i = 0; i < nx; i++) {
+    const xfer *x = &X[i];
+    const lop *o = x->kind == 1 && !fo ? &bd->op[x->b][x->ic] : &bd->op[x->a][x->ip];
+    key[i] = x->kind == 1 && !fo ? o->start : o->start + o->cost;
+  }
+  size_t *off = core_malloc(sizeof(size_t) * ((size_t)pr->p + 1));
+  int *list = core_malloc(sizeof(int) * (2 * nx + 1)), *gap = core_malloc(sizeof(int) * (2 * nx + 1));
+  int ok = 1;
+  off[0] = 0;
+  /* each rank's transfers in key order, and their gaps (before compute op g) */
+  for (int r = 0; ok && r < pr->p; r++) {
+    const lop *op = bd->op[r];
+    int len = pr->streams[r].len, *L = list + off[r], *G = gap + off[r], n = 0;
+    for (int i = 0; i < len; i++) {
+      if (op[i].cons >= 0) L[n++] = op[i].cons;
+      if (op[i].prod >= 0) L[n++] = op[i].prod;
+    }
+    off[r + 1] = off[r] + (size_t)n;
+    /* nearly in key order already (a moving end passes a few fixed ones): by insertion, given up
+     * when it is not */
+    size_t moves = 0, most = 64 * (size_t)n + 1024;
+    for (int k = 1; k < n && ok; k++) {
+      int v = L[k], j = k;
+      for (; j > 0 && xless(key, X, v, L[j - 1]); j--) L[j] = L[j - 1];
+      L[j] = v;
+      moves += (size_t)(k - j);
+      ok = moves <= most;
+    }
+    /* gaps: the latest each may take (a fixed end its own, a RECV that moves its consumer's);
+     * then forward, the fixed ends where they are and a SEND that moves as early as it may (after
+     * its producer and what comes before it); then back, a RECV that moves as late as it may */
+    int hi = len;
+    for (int k = n - 1; ok && k >= 0; k--) {
+      const xfer *x = &X[L[k]];
+      int send = x->a == r, fixed = (x->kind == 1 && !fo) != send, own = send ? x->ip + 1 : x->ic;
+      if (own < hi && (fixed || !send)) hi = own;
+      if (fixed && own > hi) ok = 0;
+      G[k] = hi;
+    }
+    for (int k = 0, lo = 0, h = 0, want = 0; ok && k < n; k++) {
+      const xfer *x = &X[L[k]];
+      int send = x->a == r, fixed = (x->kind == 1 && !fo) != send;
+      if (!send && !fixed) {
+        /* a RECV that moves holds its lane until its data is there: runs after its gap wait
+         * unless the op in its gap ends by then, so a SEND that moves goes no earlier than that
+         * op's gap (its data arrives comm after its key: the SEND is fixed) */
+        for (double a = key[L[k]] + comm; h < len && op[h].start + op[h].cost < a - tol;) h++;
+        int w = h < x->ic ? h : x->ic;
+        if (w > want) want = w;
+        continue;
+      }
+      int g = fixed ? G[k] : (x->ip + 1 > lo ? x->ip + 1 : lo);
+      if (!fixed && want > g && want <= G[k]) g = want;
+      if (g < lo || g > G[k]) ok = 0;
+      G[k] = lo = g;
+    }
+    for (int k = n - 1, next = len; ok && k >= 0; k--) {
+      const xfer *x = &X[L[k]];
+      if (x->b == r && (x->kind == 0 || fo)) {
+        G[k] = x->ic < next ? x->ic : next;
+        for (int q = 0; q < 2; q++) ok &= op[x->ic].local[q] < G[k]; /* a gradient: after its pair's forward */
+        if (fo && x->kind == 1 && G[k] < x->ic) ok = 0; /* an activation: no earlier than its gap */
+      }
+      if (k + 1 < n && G[k] > G[k + 1]) ok = 0;
+      next = G[k];
+    }
+    /* a RECV of an activation and a send that frees a slot after it in the same gap */
+    for (int k = n - 1, cur = -1, frees = 0; ok && k >= 0; k--) {
+      const xfer *x = &X[L[k]];
+      if (G[k] != cur) cur = G[k], frees = 0;
+      if (x->a == r && frees_slot(bd, x)) frees = 1;
+      if (x->b == r && x->kind == 1 && frees) ok = 0;
+    }
+    for (int k = 0; ok && k < n; k++) /* every SEND posted when the op before it ends */
+      if (X[L[k]].a == r) arr[L[k]] = op[G[k] - 1].start + op[G[k] - 1].cost + comm;
+  }
+  /* on time: the runs as the simulator posts them */
+  for (int r = 0; ok && r < pr->p; r++) {
+    const lop *op = bd->op[r];
+    const int *L = list + off[r], *G = gap + off[r];
+    int n = (int)(off[r + 1] - off[r]);
+    double lane = 0, post = 0, t = 0;
+    for (int k = 0; ok && k < n; k++) {
+      const xfer *x = &X[L[k]];
+      if (k == 0 || G[k - 1] != G[k]) {
+        t = G[k] > 0 ? op[G[k] - 1].start + op[G[k] - 1].cost : 0;
+        post = t > lane ? t : lane;
+      }
+      if (x->a == r) {
+        ok = post <= t + tol && arr[L[k]] <= bd->op[x->b][x->ic].start + tol;
+      } else {
+        double fin = arr[L[k]] > post ? arr[L[k]] : post;
+        ok = fin <= op[x->ic].start + tol;
+        if (fin > lane) lane = fin;
+      }
+    }
+  }
+  for (int r = 0; ok && r < pr->p; r++) {
+    const int *L = list + off[r], *G = gap + off[r];
+    int len = pr->streams[r].len, n = (int)(off[r + 1] - off[r]), k = 0;
+    for (int g = 0; g <= len; g++) {
+      for (; k < n && G[k] == g; k++) sched_push(bd->out, r, xfer_instr(bd, &X[L[k]], X[L[k]].a == r));
+      if (g == len) break;
+      sched_instr in = pr->streams[r].ins[g];
+      in.peer = -1, in.slot = -1, in.aslot = -1;
+      sched_push_compute(bd->out, r, in);
+      core_progress_tick(&bd->tick, (double)++bd->built);
+    }
+  }
+  free(key), free(arr), free(off), free(list), free(gap);
+  return ok;
+}
+
 /* Where the inputs of op i of rank r come from: at[2k], at[2k+1] = rank and index of the F
  * (f_at) or backward (b_at) of stage k / m, micro-batch k % m. An input from another rank becomes
  * a transfer; one from the same rank is a local input. */
@@ -737,7 +895,7 @@ static void collect(build *bd) {
   bd->x = core_malloc(sizeof(xfer) * 2 * (n + 1));
   for (int r = 0; r < pr->p; r++) {
     for (int i = 0; i < pr->streams[r].len; i++) link_inputs(bd, f_at, b_at, r, i);
-    core_progress_at(2.0 * r + 1);
+    core_progress_at(r + 1.0);
   }
   free(f_at), free(b_at);
 }
@@ -773,6 +931,25 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
   bd->lastc = core_calloc(p, sizeof(int *)), bd->slack = core_calloc(p, sizeof(double *));
   bd->pmem = core_calloc(p, sizeof(double)), bd->pslot = core_calloc(p, sizeof(int));
   bd->bmem = core_calloc(p, sizeof(double)), bd->bslot = core_calloc(p, sizeof(int));
+  bd->rk = core_calloc(p, sizeof(lrank));
+  bd->queue = core_malloc(sizeof(int) * p);
+  bd->queued = core_calloc(p, sizeof(int));
+  collect(bd);
+  for (int r = 0; r < pr->p; r++) { /* each stream's length, exactly: compute ops, loads, transfers, the tail */
+    const sched_stream *st = &pr->streams[r];
+    size_t n = (size_t)st->len + 3;
+    for (int i = 0; i < st->len; i++) {
+      int s = sched_stage_at(pr, r, &st->ins[i]);
+      n += (bd->op[r][i].prod >= 0) + (bd->op[r][i].cons >= 0) + (st->ins[i].op == SCHED_FORWARD && (s == 0 || s == fl->S - 1));
+    }
+    sched_reserve(out, r, n);
+  }
+}
+
+/* The memory bounds mem_fits reads (guarded programs only): what the compute order holds at each
+ * op, its peaks, and the room under the bounds; needed by the greedy build alone. */
+static void build_init_memory(build *bd) {
+  const sched_program *pr = bd->fl->pr;
   double cap = pr->mem_cap * pr->v; /* chunk slots */
   for (int r = 0; bd->guard && r < pr->p; r++) { /* in chunk slots, at each compute op */
     size_t n = (size_t)pr->streams[r].len;
@@ -788,20 +965,6 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
       t[n + i] = a < b ? a : b;
     }
     for (size_t i = n - 1; i >= 1 && i < n; i--) t[i] = t[2 * i] < t[2 * i + 1] ? t[2 * i] : t[2 * i + 1];
-    core_progress_at(2.0 * r); /* two passes over the ranks: these, and the transfers (collect) */
-  }
-  bd->rk = core_calloc(p, sizeof(lrank));
-  bd->queue = core_malloc(sizeof(int) * p);
-  bd->queued = core_calloc(p, sizeof(int));
-  collect(bd);
-  for (int r = 0; r < pr->p; r++) { /* each stream's length, exactly: compute ops, loads, transfers, the tail */
-    const sched_stream *st = &pr->streams[r];
-    size_t n = (size_t)st->len + 3;
-    for (int i = 0; i < st->len; i++) {
-      int s = sched_stage_at(pr, r, &st->ins[i]);
-      n += (bd->op[r][i].prod >= 0) + (bd->op[r][i].cons >= 0) + (st->ins[i].op == SCHED_FORWARD && (s == 0 || s == fl->S - 1));
-    }
-    sched_reserve(out, r, n);
   }
 }
 
@@ -896,6 +1059,11 @@ int sched_asap_end(const sched_program *compute, const sched_costs *costs, doubl
 }
 
 int sched_lower(const sched_program *compute, const sched_costs *costs, sched_program *out) {
+  return sched_lower_how(compute, costs, out, SCHED_LOWER_DIRECT_FIRST, NULL);
+}
+
+int sched_lower_how(const sched_program *compute, const sched_costs *costs, sched_program *out, sched_lower_mode how,
+                    int *placed_directly) {
   int rc = sched_check_compute(compute);
   if (!rc) rc = sched_costs_check(costs, compute->p * compute->v, compute->m);
   if (rc) return rc;
@@ -922,10 +1090,12 @@ int sched_lower(const sched_program *compute, const sched_costs *costs, sched_pr
   out->forward_only = compute->forward_only;
   out->mem_cap = compute->mem_cap;
   build bd;
-  core_progress_phase("lowering, preparing:", 2.0 * compute->p, "rank passes");
+  core_progress_phase("lowering, preparing:", compute->p, "ranks");
   build_init(&bd, &fl, out);
   core_progress_phase("lowering, placing transfers:", nc, "compute ops");
-  rc = build_run(&bd);
+  int placed = how != SCHED_LOWER_BUILD && direct(&bd);
+  if (!placed) build_init_memory(&bd), rc = build_run(&bd);
+  if (placed_directly) *placed_directly = placed;
   build_free(&bd);
   if (rc) {
     flow_free(&fl);

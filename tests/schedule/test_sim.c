@@ -730,3 +730,85 @@ Test(sim, repeating_steps_are_copied_as_run) {
   cr_log_info("%d of %d simulations copied repeating steps\n", copied, shapes);
   cr_assert(copied > shapes / 2, "only %d of %d simulations copied repeating steps", copied, shapes);
 }
+
+/* Lowering places most programs directly (lower.c, direct) and builds the rest step by step. The
+ * direct placement is kept only when it is as good as any program can be, so it never loses to
+ * the build: over every family, shapes, latencies and per-stage costs, each program it places
+ * passes the verifier, simulates no longer than the build's (one step, and four under the
+ * family's step boundary and under a barrier), and holds no more on any rank (peak memory, live
+ * slots, slot pools). At latency 0 it places every training program of the grid. */
+Test(sim, direct_placement_is_no_worse_than_the_build) {
+  const int ps[] = {1, 2, 3, 4, 8}, ms[] = {1, 2, 3, 5, 8, 17};
+  const double comms[] = {0, 0.5, 1.5};
+  int direct = 0, shapes = 0;
+  for (int f = SCHED_GPIPE; f < SCHED_CUSTOM; f++)
+    for (int pi = 0; pi < 5; pi++)
+      for (int mi = 0; mi < 6; mi++)
+        for (int ci = 0; ci < 3; ci++)
+          for (int uneven = 0; uneven < 2; uneven++) {
+            int p = ps[pi], m = ms[mi], v = f == SCHED_INTERLEAVED || sched_family_is_v((sched_family)f) ? 2 : 1;
+            sched_shape sh = {.family = (sched_family)f, .p = p, .v = v, .m = m};
+            sched_costs c = sched_costs_unit();
+            double sf[16], sb[16], sw[16];
+            if (uneven) {
+              for (int s = 0; s < p * v; s++) sf[s] = 1 + 0.3 * (s % 3), sb[s] = 2 - 0.25 * (s % 2), sw[s] = 0.7 + 0.1 * (s % 4);
+              c.stage_f = sf, c.stage_b = sb, c.stage_w = sw;
+            }
+            c.comm = comms[ci];
+            sched_program compute, built, placed;
+            if (sched_compile_compute(&sh, &c, &compute) != CORE_OK) continue; /* a shape the family refuses */
+            char shape[96];
+            snprintf(shape, sizeof shape, "%s p=%d m=%d comm=%g%s", sched_family_name((sched_family)f), p, m, c.comm,
+                     uneven ? " (per-stage costs)" : "");
+            int d = 0;
+            cr_assert_eq(sched_lower_how(&compute, &c, &built, SCHED_LOWER_BUILD, &d), CORE_OK, "%s", core_error_msg());
+            cr_assert(!d, "%s: placed directly when told to build", shape);
+            cr_assert_eq(sched_lower_how(&compute, &c, &placed, SCHED_LOWER_DIRECT_FIRST, &d), CORE_OK, "%s", core_error_msg());
+            shapes++;
+            cr_assert(d || c.comm > 0 || f == SCHED_INFERENCE, "%s: not placed directly at latency 0", shape);
+            if (d) {
+              direct++;
+              cr_assert_eq(sched_verify(&placed), CORE_OK, "%s: %s", shape, core_error_msg());
+              sched_sim_result a, b;
+              sched_timeline tl;
+              sched_timeline_init(&tl, shape, "unit", p, v, m);
+              cr_assert_eq(sched_simulate(&built, &c, &a, NULL), CORE_OK);
+              cr_assert_eq(sched_simulate(&placed, &c, &b, &tl), CORE_OK);
+              cr_assert(b.makespan <= a.makespan + 1e-9, "%s: placed %.17g, built %.17g", shape, b.makespan, a.makespan);
+              /* on time: every op at its ASAP time (each rank's last one, and where the test's
+               * tables hold the shape, every one) */
+              double end, rank_end[8];
+              cr_assert_eq(sched_asap_end(&compute, &c, &end, rank_end), CORE_OK);
+              for (int r = 0; r < p; r++)
+                cr_assert(fabs(b.ranks[r].end - rank_end[r]) <= 1e-9 * (1 + end), "%s: rank %d ends at %.17g, ASAP %.17g",
+                          shape, r, b.ranks[r].end, rank_end[r]);
+              if (p <= MAXR && p * v * m <= 8 * 10 && 3 * v * m < MAXOPS) {
+                static asap at;
+                char what[160] = "";
+                asap_times(&placed, &c, &at);
+                cr_assert(lateness(&tl, &at, &c, shape, what, sizeof what) <= EPS, "%s: %s", shape, what);
+              }
+              sched_timeline_free(&tl);
+              for (int r = 0; r < p; r++) {
+                cr_assert(b.ranks[r].peak_memory <= a.ranks[r].peak_memory + 1e-9 &&
+                              b.ranks[r].peak_activations <= a.ranks[r].peak_activations &&
+                              placed.nslots[r] <= built.nslots[r] && placed.naslots[r] <= built.naslots[r],
+                          "%s rank %d: placed holds %g (%d live, %d+%d slots), built %g (%d, %d+%d)", shape, r,
+                          b.ranks[r].peak_memory, b.ranks[r].peak_activations, placed.nslots[r], placed.naslots[r],
+                          a.ranks[r].peak_memory, a.ranks[r].peak_activations, built.nslots[r], built.naslots[r]);
+              }
+              sched_sim_result_free(&a), sched_sim_result_free(&b);
+              const sched_step_sync syncs[2] = {sched_default_step_sync((sched_family)f), SCHED_STEP_BARRIER};
+              for (int k = 0; k < 2 && !placed.forward_only; k++) { /* (a forward-only program has no step) */
+                cr_assert_eq(sched_simulate_steps(&built, &c, 4, syncs[k], &a, NULL), CORE_OK);
+                cr_assert_eq(sched_simulate_steps(&placed, &c, 4, syncs[k], &b, NULL), CORE_OK);
+                cr_assert(b.steady_step_time <= a.steady_step_time + 1e-9 && b.makespan <= a.makespan + 1e-9,
+                          "%s, 4 steps: placed %.17g (steady %.17g), built %.17g (%.17g)", shape, b.makespan,
+                          b.steady_step_time, a.makespan, a.steady_step_time);
+                sched_sim_result_free(&a), sched_sim_result_free(&b);
+              }
+            }
+            sched_program_free(&compute), sched_program_free(&built), sched_program_free(&placed);
+          }
+  cr_assert(direct > shapes / 2, "only %d of %d shapes placed directly", direct, shapes);
+}

@@ -21,7 +21,8 @@
  *   - lowering (lower.c): the compute program, the dataflow's times (24 bytes per pair, 8 per
  *     compute op), the builder's per-op tables (72 bytes: 40 for every program, 32 more for one
  *     with a memory promise), its transfer table (2 per pair of 40 bytes) and pending lists, and
- *     the full program;
+ *     the full program (the direct placement's keys, arrivals and per-rank lists, 32 bytes per
+ *     transfer, are freed before the build takes its 32 per op and its lists: at most as much);
  *   - placing offloads (offload.c): the program, its simulated start and end times, the
  *     simulation's own tables, the candidates of one rank (two windows of a pair, about 100
  *     bytes each), its stream rebuilt;

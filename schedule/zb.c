@@ -62,6 +62,8 @@ typedef struct {
   int fcap;         /* open forwards at most */
   double t;         /* its next choice: time, op, chunk, mb */
   int op, chunk, mb;
+  int dep;          /* the choice weighed a W in a gap: it read the neighbours' clocks
+                     * (next_start) or every rank's idle time (max_idle), not only arrivals */
 } zb_rank;
 
 typedef struct {
@@ -74,6 +76,11 @@ typedef struct {
 } zb_variant;
 
 typedef struct {
+  double t; /* a rank's next choice's time, beside the rank: one load per match */
+  int r;
+} zb_node;
+
+typedef struct {
   sched_program *pr;
   const sched_costs *c;
   zb_variant var;
@@ -84,9 +91,9 @@ typedef struct {
   zb_rank *rk;
   /* a tournament tree over the ranks by (next choice's time, rank): leaf P2 + r is rank r (r >= p:
    * none, its key INFINITY), node i the earlier of nodes 2i and 2i + 1, node 1 the rank to run
-   * next; key[r]: rank r's next choice's time */
-  int *tree, P2;
-  double *key;
+   * next; each node holds its winner's time with it */
+  zb_node *tree;
+  int P2;
   int *order;           /* the chosen ops in time order: (rank, op, chunk, mb) */
   size_t norder;
   double bound;         /* a variant whose longest span must exceed this is given up */
@@ -200,7 +207,7 @@ static void choose(zb_state *z, int r) {
     }
   }
   int w = pending(k) > 0;
-  k->t = INFINITY, k->op = -1;
+  k->t = INFINITY, k->op = -1, k->dep = 0;
   if (w && z->max_w > 0 && pending(k) >= z->max_w) {
     k->t = t0, k->op = SCHED_BACKWARD_WEIGHT;
   } else if (ti <= t0 && !(z->var.f_first && tf <= t0)) {
@@ -212,6 +219,7 @@ static void choose(zb_state *z, int r) {
   } else {
     int s = w ? pr->stage_of[r * pr->v + k->wq[k->wh] / z->m] : 0;
     double ns = w && z->var.fill_all != 1 ? next_start(z, r, fits) : 0;
+    k->dep = w && z->var.fill_all != 1;
     if (w && (z->var.fill_all == 1 || t0 + cost(z, SCHED_BACKWARD_WEIGHT, s) <= ns + z->eps ||
               (z->var.fill_all >= 2 && k->first < INFINITY && ns < INFINITY &&
                k->idle + (ns - t0) > z->max_idle * (z->var.fill_all == 3 ? 1.25 : 1) + z->eps))) {
@@ -239,35 +247,44 @@ static void choose(zb_state *z, int r) {
  * left one, the lower rank, wins: the order (time, rank). A changed time replays its path, one
  * compare and select per level, where a binary heap sifted with branches. */
 static void tree_play(zb_state *z, int i) {
-  int a = z->tree[2 * i], b = z->tree[2 * i + 1];
-  z->tree[i] = z->key[b] < z->key[a] ? b : a;
+  zb_node a = z->tree[2 * i], b = z->tree[2 * i + 1];
+  z->tree[i] = b.t < a.t ? b : a;
 }
 static void update(zb_state *z, int r) {
   double t = z->rk[r].t;
   choose(z, r);
   if (z->rk[r].t == t) return; /* keys are (t, rank): an unchanged one keeps its place */
-  z->key[r] = z->rk[r].t;
+  z->tree[z->P2 + r].t = z->rk[r].t;
   for (int i = (z->P2 + r) >> 1; i >= 1; i >>= 1) {
-    int was = z->tree[i];
+    int was = z->tree[i].r;
     tree_play(z, i);
-    if (z->tree[i] == was && was != r) break; /* the same winner, its key unchanged: so is every match above */
+    if (z->tree[i].r == was && was != r) break; /* the same winner, its key unchanged: so is every match above */
   }
 }
 
-/* Ranks whose choice may depend on rank q's state: q and the ranks of its stages' neighbours. */
-static void update_around(zb_state *z, int q) {
+/* Ranks whose choice may depend on rank q's state, once q has run an op of stage s: q, and the
+ * ranks of its stages' neighbours whose choice read what changed. A choice reads its own rank,
+ * the arrivals of its inputs (an F's from the stage before: q's F of s changes the next stage's;
+ * an I's from the stage after: q's I of s changes the previous stage's) and, only when it weighs
+ * a W in a gap (dep), the neighbours' clocks and every rank's idle time, which any op moves. A
+ * neighbour's choice that read nothing that changed would come out the same, so it is not redone. */
+static void update_around(zb_state *z, int q, int op, int s_run) {
   const sched_program *pr = z->pr;
-  int done[4], nd = 0; /* each neighbour once: in a V both chunks have the same two */
+  int done[4], fed[4], nd = 0; /* each neighbour once: in a V both chunks have the same two */
   update(z, q);
   for (int c = 0; c < pr->v; c++) {
     int s = pr->stage_of[q * pr->v + c];
     for (int d = -1; d <= 1; d += 2) {
       if (s + d < 0 || s + d >= z->S) continue;
-      int r = pr->rank_of[s + d], seen = r == q;
-      for (int i = 0; i < nd; i++) seen |= done[i] == r;
-      if (!seen) update(z, r), done[nd++] = r;
+      int r = pr->rank_of[s + d], i = 0, f = s == s_run && ((op == SCHED_FORWARD && d == 1) || (op == SCHED_BACKWARD_INPUT && d == -1));
+      if (r == q) continue;
+      while (i < nd && done[i] != r) i++;
+      if (i == nd) done[nd] = r, fed[nd++] = f;
+      else fed[i] |= f;
     }
   }
+  for (int i = 0; i < nd; i++)
+    if (fed[i] || z->rk[done[i]].dep) update(z, done[i]);
 }
 
 static void run_op(zb_state *z, int r) {
@@ -338,22 +355,23 @@ static int zb_run(zb_state *z) {
   size_t n = (size_t)z->S * (size_t)z->m;
   zb_reset(z);
   int p = pr->p;
-  for (int r = 0; r < z->P2; r++) z->tree[z->P2 + r] = r, z->key[r] = INFINITY;
+  for (int r = 0; r < z->P2; r++) z->tree[z->P2 + r] = (zb_node){INFINITY, r};
   for (int r = 0; r < p; r++) {
     z->rk[r].fcap = open_cap(z, r, z->var.fcap);
     choose(z, r);
-    z->key[r] = z->rk[r].t;
+    z->tree[z->P2 + r].t = z->rk[r].t;
   }
   for (int i = z->P2 - 1; i >= 1; i--) tree_play(z, i);
   for (size_t done = 0; done < 3 * n; done++) {
-    int r = z->tree[1];
+    int r = z->tree[1].r;
     if (z->rk[r].op < 0 || z->rk[r].t == INFINITY)
       return core_error_set(CORE_ERUNTIME, "%s: every rank waits with %zu of %zu ops scheduled (a bug)",
                             sched_family_name(pr->family), done, 3 * n);
-    run_op(z, r);
     const zb_rank *k = &z->rk[r];
+    int op = k->op, s = pr->stage_of[r * pr->v + k->chunk];
+    run_op(z, r);
     if (k->free_at - k->first + k->left > z->bound * (1 + 1e-9)) return CORE_ERUNTIME;
-    update_around(z, r);
+    update_around(z, r, op, s);
   }
   return CORE_OK;
 }
@@ -735,7 +753,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
   z.i_end = core_malloc(sizeof(double) * n);
   z.rk = core_calloc((size_t)p, sizeof(zb_rank));
   for (z.P2 = 2; z.P2 < p; z.P2 *= 2) {}
-  z.tree = core_malloc(sizeof(int) * 2 * (size_t)z.P2), z.key = core_malloc(sizeof(double) * (size_t)z.P2);
+  z.tree = core_malloc(sizeof(zb_node) * 2 * (size_t)z.P2);
   z.order = core_malloc(sizeof(int) * 4 * 3 * n);
   int *best = core_malloc(sizeof(int) * 4 * 3 * n);
   for (int r = 0; r < p; r++) {
@@ -828,6 +846,6 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     for (size_t i = 0; i < 3 * n; i++) sched_push_action(pr, (sched_op)best[4 * i + 1], best[4 * i + 2], best[4 * i + 3]);
   }
   for (int r = 0; r < p; r++) free(z.rk[r].nf), free(z.rk[r].ni), free(z.rk[r].wq);
-  free(z.rk), free(z.f_end), free(z.i_end), free(z.cost), free(z.tree), free(z.key), free(z.order), free(best);
+  free(z.rk), free(z.f_end), free(z.i_end), free(z.cost), free(z.tree), free(z.order), free(best);
   return rc;
 }

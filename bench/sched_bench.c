@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "core/mem.h"
 #include "schedule/schedule.h"
 
 static double now(void) {
@@ -75,6 +76,7 @@ fail:
 /* `sched_bench FAMILY P V M` times that one shape alone (for a profiler); no arguments: them all. */
 int main(int argc, char **argv) {
   int rc = 0;
+  core_mem_keep_freed(); /* as `brigade sim`, `compile` and `tune` do */
   if (argc == 5) {
     sched_family f;
     if (sched_family_parse(argv[1], &f)) return fprintf(stderr, "sched_bench: %s\n", core_error_msg()), 2;

@@ -266,6 +266,7 @@ static int build_program(const sched_opts *o, int steps, int events, sched_progr
 int cli_compile(int argc, char **argv) {
   sched_opts o;
   sched_program pr;
+  core_mem_keep_freed();
   if (parse_opts(argc, argv, 0, &o)) return fail();
   if (strcmp(o.format, "actions") && strcmp(o.format, "instructions") && strcmp(o.format, "csv") &&
       strcmp(o.format, "csv-comm")) {
@@ -358,6 +359,7 @@ int cli_sim(int argc, char **argv) {
   sched_opts o;
   sched_program pr;
   pipe_plan plan = {0};
+  core_mem_keep_freed(); /* compiling, verifying and simulating: one large table after another */
   if (parse_opts(argc, argv, 1, &o)) return fail();
   int events = o.ascii || o.trace || o.svg; /* a timeline only for what draws it */
   /* a config's step is predicted in its steady state: 4 steps, meeting at the optimizer as the

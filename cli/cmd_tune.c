@@ -31,6 +31,7 @@ int cli_tune(int argc, char **argv) {
   int nsets = 0, top = 5, have_memory = 0, rc = CORE_OK;
   double memory = 0, gflops = 50, max_instructions = CLI_TUNE_MAX_INSTRUCTIONS;
   pipe_plan_hw hw = {.d = 1, .dp_gbps = 10};
+  core_mem_keep_freed(); /* one schedule compiled and simulated after another */
   for (int i = 1; i < argc && !rc; i++) {
     const char *a = argv[i], *val = NULL;
     if (strcmp(a, "--memory") == 0) {

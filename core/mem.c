@@ -2,6 +2,9 @@
 #include "core/mem.h"
 
 #include <ctype.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,4 +65,11 @@ int core_mem_limit_get(const char *flag_value, core_mem_limit *out) {
   out->bytes = core_mem_physical();
   snprintf(out->what, sizeof out->what, "this machine's memory");
   return CORE_OK;
+}
+
+void core_mem_keep_freed(void) {
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, 32 << 20); /* the most glibc takes */
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }

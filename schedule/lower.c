@@ -708,10 +708,12 @@ static int build_run(build *bd) {
  * received right before its consumer (earlier would hold its slot longer) and its SEND may go
  * later than its producer (the slot lives to the backward anyway); a gradient is sent right after
  * its producer (the send frees its slot) and its RECV may go earlier than its consumer (the slot
- * is live since the forward). (In a forward-only program an activation's SEND frees its slot: it
- * is placed as a gradient is.) Every transfer gets a key, the ASAP time of its fixed end (the
- * consumer's start, the producer's end; ties: gradients first, then by index, the same on both
- * ranks), and each rank's transfers go into its stream in key order: the fixed ends where they
+ * is live since the forward). In a forward-only program an activation's SEND frees its slot too:
+ * both ends are fixed, and keyed by micro-batch + stage (the diagonal a forward pipeline runs
+ * along; on ties the later stage first, so a rank sends what frees a slot before it receives what
+ * takes one). Every transfer gets a key, the ASAP time of its fixed end (the consumer's start, the
+ * producer's end; ties: gradients first, then by index, the same on both ranks), and each rank's
+ * transfers go into its stream in key order: the fixed ends where they
  * belong, a SEND that may move as early as the order allows (but not into a run that a receive
  * before it would hold up), a RECV that may move as late. Every
  * rank's transfers are then in one global order, which is all that the deadlock-freedom argument
@@ -726,9 +728,10 @@ static int build_run(build *bd) {
  * Otherwise (latencies longer than the ops around them, receives that hold a lane too long, key
  * orders no placement meets) the build places the transfers. Returns 1 when it placed the
  * program, 0 when it leaves it to the build (nothing pushed). */
-static inline int xless(const double *key, const xfer *x, int i, int j) {
+static inline int xless(const double *key, const xfer *x, int i, int j, int fo) {
   if (key[i] != key[j]) return key[i] < key[j];
   if (x[i].kind != x[j].kind) return x[i].kind < x[j].kind;
+  if (fo && x[i].dst != x[j].dst) return x[i].dst > x[j].dst;
   return i < j;
 }
 
@@ -742,7 +745,7 @@ static int direct(build *bd) {
   for (size_t i = 0; i < nx; i++) {
     const xfer *x = &X[i];
     const lop *o = x->kind == 1 && !fo ? &bd->op[x->b][x->ic] : &bd->op[x->a][x->ip];
-    key[i] = x->kind == 1 && !fo ? o->start : o->start + o->cost;
+    key[i] = fo ? x->mb + x->dst : x->kind == 1 ? o->start : o->start + o->cost;
   }
   size_t *off = core_malloc(sizeof(size_t) * ((size_t)pr->p + 1));
   int *list = core_malloc(sizeof(int) * (2 * nx + 1)), *gap = core_malloc(sizeof(int) * (2 * nx + 1));
@@ -762,7 +765,7 @@ static int direct(build *bd) {
     size_t moves = 0, most = 64 * (size_t)n + 1024;
     for (int k = 1; k < n && ok; k++) {
       int v = L[k], j = k;
-      for (; j > 0 && xless(key, X, v, L[j - 1]); j--) L[j] = L[j - 1];
+      for (; j > 0 && xless(key, X, v, L[j - 1], fo); j--) L[j] = L[j - 1];
       L[j] = v;
       moves += (size_t)(k - j);
       ok = moves <= most;
@@ -784,8 +787,9 @@ static int direct(build *bd) {
       if (!send && !fixed) {
         /* a RECV that moves holds its lane until its data is there: runs after its gap wait
          * unless the op in its gap ends by then, so a SEND that moves goes no earlier than that
-         * op's gap (its data arrives comm after its key: the SEND is fixed) */
-        for (double a = key[L[k]] + comm; h < len && op[h].start + op[h].cost < a - tol;) h++;
+         * op's gap (its SEND is fixed: the data arrives comm after its producer ends) */
+        const lop *src = &bd->op[x->a][x->ip]; /* its SEND is fixed: the data arrives comm after this ends */
+        for (double a = src->start + src->cost + comm; h < len && op[h].start + op[h].cost < a - tol;) h++;
         int w = h < x->ic ? h : x->ic;
         if (w > want) want = w;
         continue;

@@ -201,10 +201,17 @@ static void flow_init(flow *fl, const sched_program *pr, const sched_costs *c) {
   fl->queued = core_calloc((size_t)pr->p, sizeof(int));
 }
 
+/* The times, once the build has taken its copy (build_init): freed before the placement's own
+ * tables, which then reuse their memory. */
+static void flow_free_times(flow *fl) {
+  for (int r = 0; fl->start && r < fl->pr->p; r++) free(fl->start[r]);
+  free(fl->start), free(fl->f_end), free(fl->b_end), free(fl->w_end);
+  fl->start = NULL, fl->f_end = fl->b_end = fl->w_end = NULL;
+}
+
 static void flow_free(flow *fl) {
-  for (int r = 0; r < fl->pr->p; r++) free(fl->start[r]);
-  free(fl->start), free(fl->cost), free(fl->f_end), free(fl->b_end), free(fl->w_end);
-  free(fl->pc), free(fl->free_at), free(fl->queue), free(fl->queued);
+  flow_free_times(fl);
+  free(fl->cost), free(fl->pc), free(fl->free_at), free(fl->queue), free(fl->queued);
 }
 
 /* One cross-rank dependency: SEND on rank a after its producer, RECV on rank b before its
@@ -213,12 +220,17 @@ typedef struct {
   int a, ip;        /* sender rank, the producer's index in its compute order */
   int b, ic;        /* receiver rank, the consumer's index */
   int dst, mb;      /* consuming virtual stage (the producer's is dst - 1 or dst + 1), micro-batch */
-  double arr;       /* committed: when the data arrives */
-  int fit_ver;      /* fit is commit_fits' answer while the receiver's mver is fit_ver */
   char kind;        /* 0 gradient, 1 activation */
   char done;        /* committed: in both streams */
-  char fit;
+  char fit;         /* commit_fits' answer while the receiver's mver is xb's fit_ver */
 } xfer;
+
+/* What the build alone keeps of a transfer (beside xfer, so that the direct placement's table is
+ * smaller). */
+typedef struct {
+  double arr;  /* committed: when the data arrives */
+  int fit_ver; /* see xfer.fit */
+} xbuild;
 
 /* A rank's stream while it is built: it ends in the gap before compute op g. */
 typedef struct {
@@ -239,11 +251,10 @@ typedef struct {
 /* A compute op of the order, as the build sees it: what one look at an op reads, in one place. */
 typedef struct {
   /* its start, as built, or for one not built yet its ASAP start from what is built; such an
-   * estimate holds while stamp == epoch (a delayed step makes a new epoch; steps that delay
-   * nothing leave every estimate true) */
+   * estimate holds while build.stamp[rank][op] == epoch (a delayed step makes a new epoch; steps
+   * that delay nothing leave every estimate true). The direct placement reads the ASAP start. */
   double start;
   double cost;    /* sched_op_cost */
-  int stamp;
   int prod, cons; /* the transfer it produces / consumes, or -1 */
   int local[2];   /* the ops of its own rank it takes input from, -1 when none */
 } lop;
@@ -254,6 +265,10 @@ typedef struct {
   xfer *x;
   int nx;
   lop **op; /* [rank][compute index] */
+  /* the build's own (build_init_build): per transfer, and per rank and compute op the epoch of
+   * its start's estimate */
+  xbuild *xb;
+  int **stamp;
   int epoch;
   int *stack, nstack, capstack;
   lrank *rk;
@@ -298,7 +313,7 @@ static inline double pos(double v) { return v > 0 ? v : 0; }
 
 
 static inline int est_known(const build *bd, int r, int i) {
-  return i < bd->rk[r].g || bd->op[r][i].stamp == bd->epoch;
+  return i < bd->rk[r].g || bd->stamp[r][i] == bd->epoch;
 }
 
 static void est_push(build *bd, int r, int i) {
@@ -339,7 +354,7 @@ static double est_from_needs(const build *bd, int r, int i) {
   const xfer *x = bd->op[r][i].cons >= 0 ? &bd->x[bd->op[r][i].cons] : NULL;
   if (x) {
     double comm = bd->fl->costs.comm, arr;
-    if (x->done) arr = x->arr;
+    if (x->done) arr = bd->xb[x - bd->x].arr;
     else if (bd->rk[x->a].g > x->ip) arr = bd->rk[x->a].clock + comm;
     else arr = est_end_known(bd, x->a, x->ip) + comm;
     if (arr > t) t = arr;
@@ -357,7 +372,7 @@ static double est_compute(build *bd, int r, int i) {
     if (est_known(bd, q, k)) {
       bd->nstack -= 2;
     } else if (!est_push_needs(bd, q, k)) {
-      bd->op[q][k].start = est_from_needs(bd, q, k), bd->op[q][k].stamp = bd->epoch;
+      bd->op[q][k].start = est_from_needs(bd, q, k), bd->stamp[q][k] = bd->epoch;
       bd->nstack -= 2;
     }
   }
@@ -367,7 +382,7 @@ static double est_compute(build *bd, int r, int i) {
 /* Start of op i of rank r: as built, or estimated. */
 static inline double est_start(build *bd, int r, int i) {
   const lop *o = &bd->op[r][i];
-  return i < bd->rk[r].g || o->stamp == bd->epoch ? o->start : est_compute(bd, r, i);
+  return i < bd->rk[r].g || bd->stamp[r][i] == bd->epoch ? o->start : est_compute(bd, r, i);
 }
 
 /* How much later than its consumer's start z's data arrives if z is sent at `to` rather than
@@ -436,7 +451,7 @@ static inline int can_advance(const build *bd, int r) {
 static inline double next_start(const build *bd, int r) {
   const lrank *k = &bd->rk[r];
   int x = bd->op[r][k->g].cons;
-  return x >= 0 && bd->x[x].done && bd->x[x].arr > k->clock ? bd->x[x].arr : k->clock;
+  return x >= 0 && bd->x[x].done && bd->xb[x].arr > k->clock ? bd->xb[x].arr : k->clock;
 }
 
 /* What appending rank r's next compute op delays: the outputs r has not sent go after it. */
@@ -522,7 +537,8 @@ static inline int commit_fits(const build *bd, const xfer *x) {
   if (x->kind == 0 || !bd->guard) return 1;
   xfer *w = (xfer *)x; /* the cached answer only */
   int ver = bd->rk[x->b].mver + 1; /* + 1: a zeroed xfer has no answer */
-  if (w->fit_ver != ver) w->fit_ver = ver, w->fit = mem_fits(bd, x->b, x->ic, 1);
+  xbuild *xb = &bd->xb[x - bd->x];
+  if (xb->fit_ver != ver) xb->fit_ver = ver, w->fit = mem_fits(bd, x->b, x->ic, 1);
   return w->fit;
 }
 
@@ -546,12 +562,12 @@ static sched_instr xfer_instr(const build *bd, const xfer *x, int send) {
 static void commit(build *bd, xfer *x) {
   lrank *B = &bd->rk[x->b];
   double pa, pb;
-  x->arr = xfer_done(bd, x, &pa, &pb); /* before the pushes: the posts depend on the streams' ends */
+  double arr = bd->xb[x - bd->x].arr = xfer_done(bd, x, &pa, &pb); /* before the pushes: the posts depend on the streams' ends */
   sched_push(bd->out, x->a, xfer_instr(bd, x, 1));
   sched_push(bd->out, x->b, xfer_instr(bd, x, 0));
   bd->rk[x->a].post = pa, B->post = pb;
   bd->rk[x->a].in_run = B->in_run = 1;
-  if (x->arr > B->lane) B->lane = x->arr;
+  if (arr > B->lane) B->lane = arr;
   x->done = 1;
   if (x->kind == 1 && x->ic > B->g) {
     if (B->nearly == B->capearly) {
@@ -950,10 +966,14 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
   }
 }
 
-/* The memory bounds mem_fits reads (guarded programs only): what the compute order holds at each
- * op, its peaks, and the room under the bounds; needed by the greedy build alone. */
-static void build_init_memory(build *bd) {
+/* What the step-by-step build alone reads: its per-transfer and per-op tables, and the memory
+ * bounds mem_fits reads (guarded programs only): what the compute order holds at each op, its
+ * peaks, and the room under the bounds. */
+static void build_init_build(build *bd) {
   const sched_program *pr = bd->fl->pr;
+  bd->xb = core_calloc((size_t)bd->nx + 1, sizeof(xbuild)); /* fit_ver 0: no answer yet */
+  bd->stamp = core_calloc((size_t)pr->p, sizeof(int *));
+  for (int r = 0; r < pr->p; r++) bd->stamp[r] = core_calloc((size_t)pr->streams[r].len + 1, sizeof(int)); /* epoch 0: the ASAP times */
   double cap = pr->mem_cap * pr->v; /* chunk slots */
   for (int r = 0; bd->guard && r < pr->p; r++) { /* in chunk slots, at each compute op */
     size_t n = (size_t)pr->streams[r].len;
@@ -974,10 +994,11 @@ static void build_init_memory(build *bd) {
 
 static void build_free(build *bd) {
   for (int r = 0; r < bd->out->p; r++) {
+    if (bd->stamp) free(bd->stamp[r]);
     free(bd->op[r]), free(bd->rk[r].pend), free(bd->rk[r].early);
     free(bd->amem[r]), free(bd->aslot[r]), free(bd->lastc[r]), free(bd->slack[r]);
   }
-  free(bd->slack);
+  free(bd->slack), free(bd->stamp), free(bd->xb);
   free(bd->amem), free(bd->aslot), free(bd->lastc), free(bd->pmem), free(bd->pslot), free(bd->bmem), free(bd->bslot);
   free(bd->op), free(bd->rk);
   free(bd->x), free(bd->stack), free(bd->queue), free(bd->queued);
@@ -1096,9 +1117,10 @@ int sched_lower_how(const sched_program *compute, const sched_costs *costs, sche
   build bd;
   core_progress_phase("lowering, preparing:", compute->p, "ranks");
   build_init(&bd, &fl, out);
+  flow_free_times(&fl);
   core_progress_phase("lowering, placing transfers:", nc, "compute ops");
   int placed = how != SCHED_LOWER_BUILD && direct(&bd);
-  if (!placed) build_init_memory(&bd), rc = build_run(&bd);
+  if (!placed) build_init_build(&bd), rc = build_run(&bd);
   if (placed_directly) *placed_directly = placed;
   build_free(&bd);
   if (rc) {

@@ -19,10 +19,11 @@
  *     end times, W queues, the compute program; v-half and v-min's building block (vblock.c) adds
  *     four slot grids of p x (6(m + p) + 2m + 16) ints and its slot table;
  *   - lowering (lower.c): the compute program, the dataflow's times (24 bytes per pair, 8 per
- *     compute op), the builder's per-op tables (72 bytes: 40 for every program, 32 more for one
- *     with a memory promise), its transfer table (2 per pair of 40 bytes) and pending lists, and
- *     the full program (the direct placement's keys, arrivals and per-rank lists, 32 bytes per
- *     transfer, are freed before the build takes its 32 per op and its lists: at most as much);
+ *     compute op), the per-op records (32 bytes; the step-by-step build adds 4, and 32 more for a
+ *     program with a memory promise), the transfer table (2 per pair of 28 bytes; the build adds
+ *     16 per transfer and its pending lists, 16 more) and the full program (the direct placement's
+ *     keys, arrivals and per-rank lists, 32 bytes per transfer, are freed before the build takes
+ *     its tables: at most as much);
  *   - placing offloads (offload.c): the program, its simulated start and end times, the
  *     simulation's own tables, the candidates of one rank (two windows of a pair, about 100
  *     bytes each), its stream rebuilt;
@@ -76,7 +77,7 @@ void sched_size_estimate(const sched_shape *sh, int steps, int events, sched_siz
   } else if (sh->family == SCHED_DUALPIPE_V) {
     zb = B_INSTR * C + 8 * m;
   }
-  double lower = B_INSTR * C + 24 * P + 8 * C + 72 * C + 2 * 40 * (P + 1) + 16 * X +
+  double lower = B_INSTR * C + 24 * P + 8 * C + 68 * C + 2 * 28 * (P + 1) + 32 * X +
                  B_INSTR * (I - gathers - copies) + B_RANK * p;
   double gather = sh->zero3 ? B_INSTR * I * (1 + 1 / p) + 20 * C / p : 0; /* one rank's stream rebuilt at a time */
   double k = steps > 1 ? steps : 1;

@@ -856,17 +856,32 @@ static int direct(build *bd) {
       }
     }
   }
+  /* the streams, written in place (a record passed by value to each push stalled on its copy) */
   for (int r = 0; ok && r < pr->p; r++) {
     const int *L = list + off[r], *G = gap + off[r];
-    int len = pr->streams[r].len, n = (int)(off[r + 1] - off[r]), k = 0;
+    const sched_instr *in = pr->streams[r].ins;
+    const int *stage = pr->stage_of + (size_t)r * pr->v;
+    int len = pr->streams[r].len, n = (int)(off[r + 1] - off[r]), k = 0, S = pr->p * pr->v;
+    size_t loads = 0;
+    for (int g = 0; g < len; g++) loads += in[g].op == SCHED_FORWARD && (stage[in[g].chunk] == 0 || stage[in[g].chunk] == S - 1);
+    sched_stream *os = &bd->out->streams[r];
+    sched_reserve(bd->out, r, (size_t)os->len + (size_t)len + (size_t)n + loads);
+    sched_instr *w = os->ins + os->len;
     for (int g = 0; g <= len; g++) {
-      for (; k < n && G[k] == g; k++) sched_push(bd->out, r, xfer_instr(bd, &X[L[k]], X[L[k]].a == r));
+      for (; k < n && G[k] == g; k++) *w++ = xfer_instr(bd, &X[L[k]], X[L[k]].a == r);
       if (g == len) break;
-      sched_instr in = pr->streams[r].ins[g];
-      in.peer = -1, in.slot = -1, in.aslot = -1;
-      sched_push_compute(bd->out, r, in);
+      int s = stage[in[g].chunk];
+      if (in[g].op == SCHED_FORWARD && (s == 0 || s == S - 1)) { /* sched_push_compute's load */
+        *w = in[g];
+        w->op = SCHED_LOAD_MICROBATCH, w->peer = -1, w->slot = -1, w->aslot = -1;
+        w++;
+      }
+      *w = in[g];
+      w->peer = -1, w->slot = -1, w->aslot = -1;
+      w++;
       core_progress_tick(&bd->tick, (double)++bd->built);
     }
+    os->len = (int)(w - os->ins);
   }
   free(key), free(arr), free(off), free(list), free(gap);
   return ok;

@@ -727,13 +727,13 @@ static int build_run(build *bd) {
  * is live since the forward). In a forward-only program an activation's SEND frees its slot too:
  * both ends are fixed, and keyed by micro-batch + stage (the diagonal a forward pipeline runs
  * along; on ties the later stage first, so a rank sends what frees a slot before it receives what
- * takes one). Every transfer gets a key, the ASAP time of its fixed end (the consumer's start, the
- * producer's end; ties: gradients first, then by index, the same on both ranks), and each rank's
- * transfers go into its stream in key order: the fixed ends where they
- * belong, a SEND that may move as early as the order allows (but not into a run that a receive
- * before it would hold up), a RECV that may move as late. Every
- * rank's transfers are then in one global order, which is all that the deadlock-freedom argument
- * of 2. asks. The program is taken only when no build could do better:
+ * takes one). Every other transfer gets a key, the ASAP time of its fixed end (the consumer's
+ * start, the producer's end; ties: gradients first, then by index, the same on both ranks), and
+ * each rank's transfers go into its stream in key order: the fixed ends where they belong, a SEND
+ * that may move as early as the order allows (but not into a run that a receive before it would
+ * hold up), a RECV that may move as late. Every rank's transfers are then in one global order,
+ * which is all that the deadlock-freedom argument of 2. asks. The program is taken only when no
+ * build could do better:
  *  - on time: every op runs at its ASAP time. Walking each rank's runs with every SEND assumed
  *    posted when the op before it ends, the posts, lanes and receives that follow must agree (no
  *    run waits for its lane) and every receive be done by its consumer's ASAP start; then these
@@ -804,7 +804,7 @@ static int direct(build *bd) {
         /* a RECV that moves holds its lane until its data is there: runs after its gap wait
          * unless the op in its gap ends by then, so a SEND that moves goes no earlier than that
          * op's gap (its SEND is fixed: the data arrives comm after its producer ends) */
-        const lop *src = &bd->op[x->a][x->ip]; /* its SEND is fixed: the data arrives comm after this ends */
+        const lop *src = &bd->op[x->a][x->ip];
         for (double a = src->start + src->cost + comm; h < len && op[h].start + op[h].cost < a - tol;) h++;
         int w = h < x->ic ? h : x->ic;
         if (w > want) want = w;

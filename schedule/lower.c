@@ -536,7 +536,7 @@ static int mem_fits(const build *bd, int r, int upto, int add) {
 static inline int commit_fits(const build *bd, const xfer *x) {
   if (x->kind == 0 || !bd->guard) return 1;
   xfer *w = (xfer *)x; /* the cached answer only */
-  int ver = bd->rk[x->b].mver + 1; /* + 1: a zeroed xfer has no answer */
+  int ver = bd->rk[x->b].mver + 1; /* + 1: a zeroed xbuild has no answer */
   xbuild *xb = &bd->xb[x - bd->x];
   if (xb->fit_ver != ver) xb->fit_ver = ver, w->fit = mem_fits(bd, x->b, x->ic, 1);
   return w->fit;
@@ -581,9 +581,12 @@ static void commit(build *bd, xfer *x) {
   wake(bd, x->a), wake(bd, x->b);
 }
 
+/* Whether compute op `op` of virtual stage s (of S) comes after a LOAD_MICROBATCH: the first and
+ * last stages' forwards (tokens, targets). */
+static inline int takes_load(int op, int s, int S) { return op == SCHED_FORWARD && (s == 0 || s == S - 1); }
+
 void sched_push_compute(sched_program *out, int r, sched_instr in) {
-  int s = sched_stage_at(out, r, &in);
-  if (in.op == SCHED_FORWARD && (s == 0 || s == out->p * out->v - 1)) {
+  if (takes_load(in.op, sched_stage_at(out, r, &in), out->p * out->v)) {
     sched_instr ld = in;
     ld.op = SCHED_LOAD_MICROBATCH;
     sched_push(out, r, ld);
@@ -862,16 +865,13 @@ static int direct(build *bd) {
     const sched_instr *in = pr->streams[r].ins;
     const int *stage = pr->stage_of + (size_t)r * pr->v;
     int len = pr->streams[r].len, n = (int)(off[r + 1] - off[r]), k = 0, S = pr->p * pr->v;
-    size_t loads = 0;
-    for (int g = 0; g < len; g++) loads += in[g].op == SCHED_FORWARD && (stage[in[g].chunk] == 0 || stage[in[g].chunk] == S - 1);
-    sched_stream *os = &bd->out->streams[r];
-    sched_reserve(bd->out, r, (size_t)os->len + (size_t)len + (size_t)n + loads);
+    sched_stream *os = &bd->out->streams[r]; /* build_init reserved it exactly: ops, loads, transfers, tail */
     sched_instr *w = os->ins + os->len;
     for (int g = 0; g <= len; g++) {
       for (; k < n && G[k] == g; k++) *w++ = xfer_instr(bd, &X[L[k]], X[L[k]].a == r);
       if (g == len) break;
       int s = stage[in[g].chunk];
-      if (in[g].op == SCHED_FORWARD && (s == 0 || s == S - 1)) { /* sched_push_compute's load */
+      if (takes_load(in[g].op, s, S)) { /* as sched_push_compute */
         *w = in[g];
         w->op = SCHED_LOAD_MICROBATCH, w->peer = -1, w->slot = -1, w->aslot = -1;
         w++;
@@ -882,6 +882,7 @@ static int direct(build *bd) {
       core_progress_tick(&bd->tick, (double)++bd->built);
     }
     os->len = (int)(w - os->ins);
+    CORE_ASSERT(os->len <= os->cap);
   }
   free(key), free(arr), free(off), free(list), free(gap);
   return ok;
@@ -975,7 +976,7 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
     size_t n = (size_t)st->len + 3;
     for (int i = 0; i < st->len; i++) {
       int s = sched_stage_at(pr, r, &st->ins[i]);
-      n += (bd->op[r][i].prod >= 0) + (bd->op[r][i].cons >= 0) + (st->ins[i].op == SCHED_FORWARD && (s == 0 || s == fl->S - 1));
+      n += (bd->op[r][i].prod >= 0) + (bd->op[r][i].cons >= 0) + takes_load(st->ins[i].op, s, fl->S);
     }
     sched_reserve(out, r, n);
   }

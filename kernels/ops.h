@@ -75,8 +75,10 @@ typedef struct kernels_ops {
   /* Mixed precision on 16-bit units: with kind = 1 (bf16) or 2 (fp16), gemm and gemm_batched
    * may round A and B to that type and multiply them with fp32 accumulation (the CUDA table:
    * cublasGemmEx on tensor cores); C stays fp32. Results then differ from the fp32 product by
-   * A's and B's rounding. 0 (fp32) by default. The CPU tables ignore it: their mixed precision
-   * is emulated by rounding values as they are stored. */
+   * A's and B's rounding. 0 (fp32) by default. The CPU tables: bf16 GEMMs where the CPU has
+   * AVX512-BF16 (kernels/cpu/bgemm.c; gemm, gemm_ld, gemm_batched and linear_forward), fp32
+   * elsewhere and for fp16 (kernels_cpu_matmul_half says which); the rest of their mixed
+   * precision is emulated by rounding values as they are stored. */
   void (*matmul_half)(int kind);
   /* The same product for `batch` independent matrices: the i-th uses c + i*stride_c,
    * a + i*stride_a, b + i*stride_b (strides in floats; 0 shares one operand across the batch). */
@@ -219,6 +221,11 @@ const char *kernels_cpu_blas_core(void);
 /* The CPU table's vector loops (GELU, exp) in use: "avx2" where the CPU has it, else "sse"
  * (BRIGADE_CPU_VEC=sse forces the latter; both give the same bits). */
 const char *kernels_cpu_vec_name(void);
+/* The CPU tables' matmul_half: sets their GEMMs' precision for kind 0 / 1 / 2 and says what they
+ * run ("bf16 GEMMs on AVX512-BF16 (fp32 sums)", or fp32 and why). BRIGADE_CPU_BGEMM=0 in the
+ * environment keeps fp32 GEMMs under bf16 (for comparisons). */
+const char *kernels_cpu_matmul_half(int kind);
+int kernels_cpu_gemm_bf16(void); /* 1 while the CPU tables' GEMMs run on bf16 operands */
 const kernels_ops *kernels_cpu_ops(void);
 /* "fakedev" (kernels/cpu/ops_fakedev.c): a test backend for code written for device memory, on
  * machines without a GPU. Its kernels are the CPU table's (the same bits), but its alloc returns

@@ -239,14 +239,9 @@ void train_announce(trainer *tr, const char *resume) {
   else if (k0->ops && k0->ops->device_memory && tr->topo.p > 1)
     core_log(CORE_LOG_INFO, "pipeline transfers: MPI through host copies (%s)", tr->pipe_why);
   if (tr->cfg.precision && !(k0->ops && k0->ops->device_memory)) { /* what 16-bit means on the CPU */
-    __builtin_cpu_init();
-    int hw = __builtin_cpu_supports("avx512bf16"); /* (AMX: the same story, needs the kernel too) */
-    core_log(CORE_LOG_INFO, "%s on the CPU: fp32 GEMMs, every stored activation and gradient rounded to %s, fp32 "
-             "master weights and optimizer (emulated mixed precision); %s", tr->cfg.precision == 1 ? "bf16" : "fp16",
-             tr->cfg.precision == 1 ? "bf16" : "fp16",
-             hw ? "this CPU has AVX512-BF16, but the OpenBLAS brigade links has no bf16 GEMM (built without "
-                  "BUILD_BFLOAT16)"
-                : "this CPU has no bf16 GEMM instructions (AVX512-BF16)");
+    const char *p16 = tr->cfg.precision == 1 ? "bf16" : "fp16";
+    core_log(CORE_LOG_INFO, "%s on the CPU: %s, every stored activation and gradient rounded to %s, fp32 master "
+             "weights and optimizer", p16, kernels_cpu_matmul_half(tr->cfg.precision), p16);
   }
   size_t tied = 0; /* a tied head's wte, held once when its embedding shares its chunk */
   for (int i = 0; i < tr->model.n; i++)

@@ -62,10 +62,29 @@ const char *kernels_cpu_blas_core(void) {
 
 static int max1(int x) { return x > 1 ? x : 1; }
 
+/* Mixed precision (matmul_half): 1 while the table's GEMMs run on bf16 operands (bgemm.c). */
+static int gemm_bf16;
+
+const char *kernels_cpu_matmul_half(int kind) {
+  const char *e = getenv("BRIGADE_CPU_BGEMM");
+  int off = e && !strcmp(e, "0");
+  gemm_bf16 = kind == 1 && !off && kernels_cpu_bgemm_supported();
+  if (kind != 1) return kind == 2 ? "fp32 GEMMs (the CPU table has no fp16 GEMM)" : "fp32 GEMMs";
+  if (gemm_bf16) return "bf16 GEMMs on AVX512-BF16 (fp32 sums)";
+  return off ? "fp32 GEMMs (BRIGADE_CPU_BGEMM=0)" : "fp32 GEMMs (this CPU has no AVX512-BF16)";
+}
+
+int kernels_cpu_gemm_bf16(void) { return gemm_bf16; }
+
 /* Row-major storage: a matrix stored [rows, cols] has leading dimension cols. BLAS requires a
- * leading dimension >= 1 even for empty matrices, hence max1. */
+ * leading dimension >= 1 even for empty matrices, hence max1. Under bf16 (gemm_bf16) the same
+ * product on bf16 operands. */
 static void sgemm(float *c, const float *a, const float *b, int M, int N, int K, int transa, int transb, float alpha,
                   float beta, int lda, int ldb, int ldc) {
+  if (gemm_bf16) {
+    kernels_cpu_bgemm(c, a, b, M, N, K, transa, transb, alpha, beta, lda, ldb, ldc);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, M, N, K, alpha,
               a, max1(lda), b, max1(ldb), beta, c, max1(ldc));
 }

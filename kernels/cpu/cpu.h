@@ -15,6 +15,12 @@ void kernels_cpu_gemm_batched(float *c, const float *a, const float *b, int batc
                               size_t stride_a, size_t stride_b, int M, int N, int K, int transa,
                               int transb, float alpha, float beta);
 
+/* bgemm.c: the bf16 GEMM (A and B rounded to bf16, fp32 sums), single-threaded, arguments as
+ * kernels_cpu_gemm_ld's; only where kernels_cpu_bgemm_supported() (AVX512-BF16) */
+int kernels_cpu_bgemm_supported(void);
+void kernels_cpu_bgemm(float *c, const float *a, const float *b, int M, int N, int K, int transa, int transb,
+                       float alpha, float beta, int lda, int ldb, int ldc);
+
 /* ops_cpu.c: out[i] = exp(x[i] - shift) by the CPU table's vectorised exp (about 1 ulp; the
  * same bits for a value wherever it sits); out may be x */
 void kernels_cpu_exp_shifted(float *out, const float *x, float shift, size_t n);
@@ -40,6 +46,7 @@ typedef struct {
   void (*adamw_to)(float *po, float *mo, float *vo, const float *p, const float *g, const float *m, const float *v,
                    size_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
                    float grad_scale);
+  void (*round_bf16)(float *out, const float *in, size_t n); /* kernels_f32_to_bf16's rounding; out may be in */
 } kernels_cpu_vec;
 extern const kernels_cpu_vec kernels_cpu_vec_sse, kernels_cpu_vec_avx2;
 const kernels_cpu_vec *kernels_cpu_vec_get(void);

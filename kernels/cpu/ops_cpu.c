@@ -228,7 +228,10 @@ static void xent_forward_rows(void *ctx, size_t lo, size_t hi) {
     const float *x = j->a + n * ld;
     float *y = j->y + n * ld;
     float mx, xt = kernels_round(x[j->idx[n]], j->kind); /* read first: probs may be logits */
-    if (j->kind) { /* the row rounded into probs (in cache), then the softmax in place */
+    if (j->kind == 1) { /* the row rounded into probs (in cache), then the softmax in place */
+      kernels_cpu_vec_get()->round_bf16(y, x, V);
+      x = y;
+    } else if (j->kind) {
       for (size_t i = 0; i < V; i++) y[i] = kernels_round(x[i], j->kind);
       x = y;
     }
@@ -253,7 +256,14 @@ static void xent_backward_rows(void *ctx, size_t lo, size_t hi) {
     const float *p = j->a + n * ld;
     float *d = j->x + n * ld;
     float pt = p[j->idx[n]]; /* read before the loop: d may be p */
-    for (size_t i = 0; i < V; i++) d[i] = kernels_round(p[i] * j->f, j->kind);
+    if (j->kind == 1) { /* the products, then rounded in place (in cache) */
+      for (size_t i = 0; i < V; i++) d[i] = p[i] * j->f;
+      kernels_cpu_vec_get()->round_bf16(d, d, V);
+    } else if (j->kind) {
+      for (size_t i = 0; i < V; i++) d[i] = kernels_round(p[i] * j->f, j->kind);
+    } else {
+      for (size_t i = 0; i < V; i++) d[i] = p[i] * j->f;
+    }
     for (size_t i = V; i < ld; i++) d[i] = 0.0f;
     d[j->idx[n]] = kernels_round((pt - 1.0f) * j->f, j->kind);
   }
@@ -484,8 +494,13 @@ static void cast_f16_to_f32(float *out, const uint16_t *in, size_t n) {
   for (size_t i = 0; i < n; i++) out[i] = kernels_f16_to_f32(in[i]);
 }
 
+static void round_bf16_part(void *ctx, size_t lo, size_t hi) {
+  const job *j = ctx;
+  kernels_cpu_vec_get()->round_bf16(j->x + lo, j->x + lo, hi - lo);
+}
 static void round_bf16(float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) x[i] = kernels_bf16_to_f32(kernels_f32_to_bf16(x[i]));
+  job j = {.x = x};
+  kernels_cpu_parallel(n, GRAIN, ALIGN, round_bf16_part, &j);
 }
 
 static void round_fp16(float *x, size_t n) {
@@ -502,10 +517,10 @@ static void linear_forward(float *out, const float *in, const float *w, const fl
 }
 
 /* Mixed precision is emulated on the CPU by rounding on store; the products stay fp32. */
-static void matmul_half_ignored(int kind) { (void)kind; }
+static void matmul_half(int kind) { (void)kernels_cpu_matmul_half(kind); }
 
 static const kernels_ops cpu_ops = {
-    .matmul_half = matmul_half_ignored,
+    .matmul_half = matmul_half,
     .name = "cpu",
     .device_memory = 0, /* host memory: host code may touch the buffers */
     .alloc = mem_alloc,

@@ -263,6 +263,23 @@ VEC_FN void adamw_to(float *restrict po, float *restrict mo, float *restrict vo,
   }
 }
 
+/* out[i] = in[i] rounded to bf16 (kernels_f32_to_bf16's bits: nearest, ties to even; a NaN
+ * keeps its sign and top payload bits and turns quiet), as a float; out may be in */
+VEC_FN void round_bf16(float *out, const float *in, size_t n) {
+  typedef uint32_t vu __attribute__((vector_size(VEC_W * sizeof(uint32_t))));
+  for (size_t i = 0; i < n; i += VEC_W) {
+    size_t k = n - i < VEC_W ? n - i : VEC_W;
+    vf x = v_load(in + i, k);
+    vu u;
+    memcpy(&u, &x, sizeof u);
+    vu nan = (vu)((u & 0x7fffffffu) > 0x7f800000u); /* all ones where a NaN */
+    vu q = (u | 0x00400000u) & 0xffff0000u, r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    u = (nan & q) | (~nan & r);
+    memcpy(&x, &u, sizeof x);
+    v_store(out + i, x, k);
+  }
+}
+
 const kernels_cpu_vec VEC_TABLE = {
     .name = VEC_W == 4 ? "sse" : "avx2",
     .width = VEC_W,
@@ -274,4 +291,5 @@ const kernels_cpu_vec VEC_TABLE = {
     .layernorm_backward_weight = layernorm_backward_weight,
     .adamw = adamw,
     .adamw_to = adamw_to,
+    .round_bf16 = round_bf16,
 };

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/ops.h"
 #include "tests/common/splitmix.h"
 
 static float from_bits(uint32_t u) {
@@ -209,4 +210,35 @@ Test(vec, the_table_in_use_is_the_widest_the_cpu_has) {
   const char *e = getenv("BRIGADE_CPU_VEC");
   const kernels_cpu_vec *want = (e && !strcmp(e, "sse")) ? t[0] : t[nt - 1];
   cr_expect_eq(kernels_cpu_vec_get(), want, "in use: %s, want %s", kernels_cpu_vec_get()->name, want->name);
+}
+
+/* round_bf16 gives kernels_f32_to_bf16's bits in every table: ties both ways, the largest finite
+ * values (rounding up to Inf), Inf, NaNs with payloads only in the low half, subnormals, random
+ * bit patterns; in place and out of place, every tail length. */
+Test(vec, round_bf16_gives_the_bits_of_the_scalar_rounding) {
+  const kernels_cpu_vec *t[2];
+  int nt = tables(t);
+  enum { N = 4096 };
+  static float x[N], y[N];
+  static const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x7f7fffffu, 0x7f7f8000u,
+                                     0x7f800000u, 0xff800000u, 0x7f800001u, 0xff800001u, 0x7fc00000u, 0x7f80ffffu,
+                                     0x00000001u, 0x80008000u, 0x00018000u, 0x00000000u, 0x80000000u, 0xbf7fffffu};
+  size_t ns = sizeof special / sizeof special[0];
+  rng r = {99};
+  for (size_t i = 0; i < N; i++) x[i] = from_bits(i < ns ? special[i] : (uint32_t)next_u64(&r));
+  for (int k = 0; k < nt; k++) {
+    for (size_t n = 1; n <= 40; n++) {
+      t[k]->round_bf16(y, x, n);
+      for (size_t i = 0; i < n; i++) {
+        uint32_t want = (uint32_t)kernels_f32_to_bf16(x[i]) << 16;
+        cr_assert_eq(to_bits(y[i]), want, "%s n %zu: %08x rounds to %08x, want %08x", t[k]->name, n, to_bits(x[i]),
+                     to_bits(y[i]), want);
+      }
+    }
+    memcpy(y, x, sizeof y);
+    t[k]->round_bf16(y, y, N);
+    for (size_t i = 0; i < N; i++)
+      cr_assert_eq(to_bits(y[i]), (uint32_t)kernels_f32_to_bf16(x[i]) << 16, "%s in place: %08x", t[k]->name,
+                   to_bits(x[i]));
+  }
 }

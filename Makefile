@@ -314,7 +314,7 @@ bench: $(BENCH_BINS) $(BIN) data/kjv.txt
 	@$(BUILD)/bench/zb_exec --brigade $(BIN) --mpirun '$(MPIRUN)'
 	@echo "== $(BUILD)/bench/zero_memory (ZeRO stages 0-3 under mpirun)"
 	@$(BUILD)/bench/zero_memory --brigade $(BIN) --mpirun '$(MPIRUN)'
-	@echo "== bench/cpu_peers.sh (GPT-2-124M's shape: brigade against PyTorch, interleaved; skipped without PyTorch)"
+	@echo "== bench/cpu_peers.sh (GPT-2-124M's shape: brigade fp32 and bf16 against each other and PyTorch, interleaved)"
 	@BUILD=$(BUILD) sh bench/cpu_peers.sh
 	@echo "== bench/zb_paper.sh (simulated bubbles at the zero-bubble paper's 12 measured set-ups, the paper's beside)"
 	@BUILD=$(BUILD) sh bench/zb_paper.sh

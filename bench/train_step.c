@@ -12,7 +12,9 @@
  * with bf16.enabled / fp16.enabled does: "bf16" (the default on "cuda": matmul_half(1) on the
  * operands' 16-bit copies, the CUDA table's default, activations rounded to bf16 as stored),
  * "fp16" (the same in fp16), "bf16fast" / "fp16fast" (BRIGADE_CUDA_HALF=fast: cuBLAS rounds
- * the fp32 operands itself) or "fp32" (the default elsewhere). Under bf16 the CUDA table's attention is its fused kernels unless
+ * the fp32 operands itself) or "fp32" (the default elsewhere). On the CPU, "bf16" runs the
+ * GEMMs on bf16 operands where the CPU has AVX512-BF16 (kernels/cpu/bgemm.c; fp32 elsewhere) and
+ * prints the fp32 GEMM rate on the same shapes beside the bf16 one. Under bf16 the CUDA table's attention is its fused kernels unless
  * BRIGADE_CUDA_ATTENTION=gemm in the environment selects the per-head GEMMs. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,6 +280,12 @@ int main(int argc, char **argv) {
   double head_rate = sgemm_gflops(N, m.V, m.C), mlp_rate = sgemm_gflops(N, 4 * m.C, m.C);
   printf("%s GEMM (%s) in this run, M=%d N=%d K=%d (the LM head): %.1f GFLOP/s; M=%d N=%d K=%d (MLP): %.1f GFLOP/s\n",
          base->name, prec, N, m.V, m.C, head_rate, N, 4 * m.C, m.C, mlp_rate);
+  if (kind && !base->device_memory) { /* on the CPU also the fp32 rate, and which GEMM bf16 ran */
+    base->matmul_half(0);
+    double h32 = sgemm_gflops(N, m.V, m.C), m32 = sgemm_gflops(N, 4 * m.C, m.C);
+    printf("cpu GEMM (fp32) in this run, the same shapes: %.1f and %.1f GFLOP/s; %s: %.2fx and %.2fx fp32's\n", h32,
+           m32, kernels_cpu_matmul_half(kind), head_rate / h32, mlp_rate / m32);
+  }
   /* the GEMM floor: the step's model FLOPs at the best of those rates */
   double rate = head_rate > mlp_rate ? head_rate : mlp_rate, floor_s = per_token * N / (rate * 1e9);
   printf("GEMM floor: %.3g GFLOP per step at %.1f GFLOP/s = %.3f s; the step is %.2fx the floor (%.0f%% of the GEMM "

@@ -73,7 +73,7 @@ static __mmask16 mask16(int n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16
  * r / pw at place r % pw, a panel is [kc2][pw] words. `w` rows hold values, the rest of the
  * block (up to `rows`, a multiple of pw) is written as zeros. A group of 16 rows starting at r0
  * lies in one panel when pw is a multiple of 16, else (pw = 8) in two. */
-TGT static void store_group(uint32_t *out, int pw, int kc2, int r0, int rows, int kk, __m512i v) {
+TGT static inline __attribute__((always_inline)) void store_group(uint32_t *out, int pw, int kc2, int r0, int rows, int kk, __m512i v) {
   if (pw % 16 == 0) {
     _mm512_store_si512(out + ((size_t)(r0 / pw) * kc2 + kk) * pw + r0 % pw, v);
   } else { /* pw == 8 */
@@ -87,7 +87,7 @@ TGT static void store_group(uint32_t *out, int pw, int kc2, int r0, int rows, in
  * the pairs (x[r][2kk], x[r][2kk + 1]) into the panels (zero past kc and past w). 16 rows at a
  * time: 32 values of each row become its 16 pairs in one vector, and a 16 x 16 transpose of
  * 32-bit words turns the rows' vectors into the pairs' vectors. */
-TGT static void pack_rows(uint32_t *out, int pw, int rows, const float *x, size_t ld, int w, int kc) {
+TGT static inline __attribute__((always_inline)) void pack_rows(uint32_t *out, int pw, int rows, const float *x, size_t ld, int w, int kc) {
   int kc2 = (kc + 1) / 2;
   for (int r0 = 0; r0 < rows; r0 += 16) {
     for (int k = 0; k < kc; k += 32) {
@@ -96,6 +96,8 @@ TGT static void pack_rows(uint32_t *out, int pw, int rows, const float *x, size_
       for (int i = 0; i < 16; i++) {
         if (r0 + i < w) {
           const float *row = x + (size_t)(r0 + i) * ld + k;
+          _mm_prefetch((const char *)(row + 128), _MM_HINT_T0); /* 4 blocks of k ahead: the row's */
+          _mm_prefetch((const char *)(row + 144), _MM_HINT_T0); /* stream is one of 16 */
           __m512 a = _mm512_maskz_loadu_ps(lo, row), b = _mm512_maskz_loadu_ps(hi, row + 16);
           r[i] = (__m512i)_mm512_cvtne2ps_pbh(b, a); /* words 0-15: pairs of a, then of b */
         } else {
@@ -135,7 +137,7 @@ TGT static void pack_rows(uint32_t *out, int pw, int rows, const float *x, size_
 /* x holds the block with k as its outer index (x[k * ld + r], rows r < w contiguous): the same
  * panels as pack_rows. Two rows of k interleave into one vector of pairs; each pair of k walks
  * the whole block (rows read contiguously). */
-TGT static void pack_cols(uint32_t *out, int pw, int rows, const float *x, size_t ld, int w, int kc) {
+TGT static inline __attribute__((always_inline)) void pack_cols(uint32_t *out, int pw, int rows, const float *x, size_t ld, int w, int kc) {
   int kc2 = (kc + 1) / 2;
   const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                                          21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
@@ -143,12 +145,28 @@ TGT static void pack_cols(uint32_t *out, int pw, int rows, const float *x, size_
     const float *x0 = x + (size_t)k * ld, *x1 = x0 + ld;
     for (int r0 = 0; r0 < rows; r0 += 16) {
       __mmask16 m = mask16(w - r0);
+      _mm_prefetch((const char *)(x0 + 4 * ld + r0), _MM_HINT_T0); /* two pairs of k ahead */
+      _mm_prefetch((const char *)(x1 + 4 * ld + r0), _MM_HINT_T0);
       __m512 a = _mm512_maskz_loadu_ps(m, x0 + r0);
       __m512 b = k + 1 < kc ? _mm512_maskz_loadu_ps(m, x1 + r0) : _mm512_setzero_ps();
       __m512i v = _mm512_permutexvar_epi16(inter, (__m512i)_mm512_cvtne2ps_pbh(b, a));
       store_group(out, pw, kc2, r0, rows, k / 2, v);
     }
   }
+}
+
+/* The two panel widths as constants, so that store_group's divisions are shifts and multiplies. */
+TGT static void pack_rows_a(uint32_t *out, int rows, const float *x, size_t ld, int w, int kc) {
+  pack_rows(out, MR, rows, x, ld, w, kc);
+}
+TGT static void pack_rows_b(uint32_t *out, int rows, const float *x, size_t ld, int w, int kc) {
+  pack_rows(out, NR, rows, x, ld, w, kc);
+}
+TGT static void pack_cols_a(uint32_t *out, int rows, const float *x, size_t ld, int w, int kc) {
+  pack_cols(out, MR, rows, x, ld, w, kc);
+}
+TGT static void pack_cols_b(uint32_t *out, int rows, const float *x, size_t ld, int w, int kc) {
+  pack_cols(out, NR, rows, x, ld, w, kc);
 }
 
 /* The micro-kernel: c[MR x NR] (rows < mv, columns < nv written) = alpha * panel . strip +
@@ -207,16 +225,16 @@ TGT void kernels_cpu_bgemm(float *c, const float *a, const float *b, int M, int 
       float be = pc == 0 ? beta : 1.0f; /* later blocks add to the first's */
       uint32_t *bp = grow(&pack_b_buf, (size_t)strips * kc2 * NR);
       if (transb) /* op(B)'s columns are B's rows */
-        pack_rows(bp, NR, strips * NR, b + (size_t)jc * ldb + pc, (size_t)ldb, nc, kc);
+        pack_rows_b(bp, strips * NR, b + (size_t)jc * ldb + pc, (size_t)ldb, nc, kc);
       else
-        pack_cols(bp, NR, strips * NR, b + (size_t)pc * ldb + jc, (size_t)ldb, nc, kc);
+        pack_cols_b(bp, strips * NR, b + (size_t)pc * ldb + jc, (size_t)ldb, nc, kc);
       for (int ic = 0; ic < M; ic += MC) {
         int mc = M - ic < MC ? M - ic : MC, panels = (mc + MR - 1) / MR;
         uint32_t *ap = grow(&pack_a_buf, (size_t)panels * kc2 * MR);
         if (transa)
-          pack_cols(ap, MR, panels * MR, a + (size_t)pc * lda + ic, (size_t)lda, mc, kc);
+          pack_cols_a(ap, panels * MR, a + (size_t)pc * lda + ic, (size_t)lda, mc, kc);
         else
-          pack_rows(ap, MR, panels * MR, a + (size_t)ic * lda + pc, (size_t)lda, mc, kc);
+          pack_rows_a(ap, panels * MR, a + (size_t)ic * lda + pc, (size_t)lda, mc, kc);
         for (int s = 0; s < strips; s++) {
           int j = jc + s * NR, nv = N - j < NR ? N - j : NR;
           for (int q = 0; q < panels; q++) {

@@ -308,6 +308,8 @@ fuzz: $(FUZZ_BINS)
 
 bench: $(BENCH_BINS) $(BIN) data/kjv.txt
 	@for b in $(filter-out %/mpi_collectives %/zb_exec %/zero_memory,$(BENCH_BINS)); do echo "== $$b"; $$b || exit 1; done
+	@echo "== $(BUILD)/bench/train_step configs/gpt2-124m.cfg 3 2 cpu 4 64 bf16 (the CPU's bf16 GEMM where it has AVX512-BF16, else fp32 GEMMs)"
+	@$(BUILD)/bench/train_step configs/gpt2-124m.cfg 3 2 cpu 4 64 bf16
 	@echo "== $(BUILD)/bench/mpi_collectives (mpirun -np 4)"
 	@$(MPIRUN) -np 4 $(BUILD)/bench/mpi_collectives
 	@echo "== $(BUILD)/bench/zb_exec (brigade train under mpirun, per schedule)"

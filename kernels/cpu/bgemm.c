@@ -28,7 +28,6 @@
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu.h"

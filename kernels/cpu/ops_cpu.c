@@ -516,7 +516,7 @@ static void linear_forward(float *out, const float *in, const float *w, const fl
   if (res && N > 0 && OC > 0) axpy(out, 1.0f, res, (size_t)N * OC);
 }
 
-/* Mixed precision is emulated on the CPU by rounding on store; the products stay fp32. */
+/* Mixed precision: bf16 GEMMs where the CPU has AVX512-BF16 (blas_cpu.c says which), the rest by rounding on store. */
 static void matmul_half(int kind) { (void)kernels_cpu_matmul_half(kind); }
 
 static const kernels_ops cpu_ops = {

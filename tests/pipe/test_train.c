@@ -463,10 +463,8 @@ Test(train, bf16_tracks_fp32_over_50_steps, .timeout = 300) {
   run_log f32, b16;
   char log[] = "/tmp/brigade_train_XXXXXX";
   close(mkstemp(log));
-  cr_assert_eq(train(0, "--set train.steps=50", log), 0);
-  read_log(log, &f32);
-  cr_assert_eq(train(0, "--set train.steps=50 --set bf16.enabled=true", log), 0);
-  read_log(log, &b16);
+  train_read(0, log, &f32, "--set train.steps=50");
+  train_read(0, log, &b16, "--set train.steps=50 --set bf16.enabled=true");
   cr_assert(f32.n == 50 && b16.n == 50, "%d and %d steps logged", f32.n, b16.n);
   double sum = 0, tail_f = 0, tail_b = 0;
   int differ = 0;

@@ -15,6 +15,11 @@ double sched_op_cost(const sched_costs *c, sched_op op, int s);
  * free() it): what the passes that cost every op look up. */
 double *sched_cost_table(const sched_costs *c, int S);
 
+/* zb.c's list scheduler skips a variant once a run of another shows every decision would come
+ * out the same under it (1, the default); 0 runs every variant, for tests that check the skip
+ * changes nothing. */
+extern int sched_zb_skip_repeats;
+
 /* Refuses costs under which a step of S virtual stages and m micro-batches could reach a time a
  * double cannot hold (every op one after another, each after a hop, bounds every time). */
 int sched_costs_check(const sched_costs *c, int S, int m);

@@ -60,6 +60,7 @@ typedef struct {
   double idle;        /* idle time since its first op */
   double cap;       /* budget in chunk slots: open + w_stash * pending */
   int fcap;         /* open forwards at most */
+  int fcaps[3];     /* what fcap would be under each zb_variant.fcap (open_cap) */
   double t;         /* its next choice: time, op, chunk, mb */
   int op, chunk, mb;
   int dep;          /* the choice weighed a W in a gap: it read the neighbours' clocks
@@ -76,6 +77,10 @@ typedef struct {
 } zb_variant;
 
 typedef struct {
+  double f, i;
+} zb_end;
+
+typedef struct {
   double t; /* a rank's next choice's time, beside the rank: one load per match */
   int r;
 } zb_node;
@@ -86,7 +91,8 @@ typedef struct {
   zb_variant var;
   int S, m, max_w;
   double ws, eps;
-  double *f_end, *i_end; /* [S*m], < 0 until done */
+  zb_end *end; /* [m][S]: when each (micro-batch, stage)'s F and I end, < 0 until done; micro-batch
+                * major, so the stages a decision reads (s - 1, s, s + 1) share cache lines */
   double *cost;          /* [S][4]: sched_op_cost of F, B, I, W of each virtual stage */
   zb_rank *rk;
   /* a tournament tree over the ranks by (next choice's time, rank): leaf P2 + r is rank r (r >= p:
@@ -99,8 +105,14 @@ typedef struct {
   double bound;         /* a variant whose longest span must exceed this is given up */
   double max_idle;      /* the largest idle time of a rank so far */
   size_t placed;        /* ops placed over every variant tried (progress) */
+  /* the variants this run's decisions agree with, as masks over zb_variant.fill_all (bit f) and
+   * .fcap (bit c): a bit is cleared once some decision would have come out differently under
+   * that value. See sched_compile_zb, which skips the variants a run shows would repeat it. */
+  unsigned agree_fill, agree_fcap;
   unsigned tick;
 } zb_state;
+
+int sched_zb_skip_repeats = 1;
 
 static double cost(const zb_state *z, sched_op op, int s) { return z->cost[4 * s + op - SCHED_FORWARD]; }
 static double hop(const zb_state *z, int s1, int s2) {
@@ -112,7 +124,7 @@ static double hop(const zb_state *z, int s1, int s2) {
  * used only to judge whether a W fits in a gap. */
 static double f_ready(const zb_state *z, int s, int j, int est) {
   if (s == 0) return 0;
-  double e = z->f_end[(size_t)(s - 1) * z->m + j];
+  double e = z->end[(size_t)j * z->S + s - 1].f;
   if (e >= 0) return e + hop(z, s - 1, s);
   if (!est) return INFINITY;
   const zb_rank *q = &z->rk[z->pr->rank_of[s - 1]];
@@ -125,10 +137,11 @@ static double f_ready(const zb_state *z, int s, int j, int est) {
 }
 
 static double i_ready(const zb_state *z, int s, int j, int est) {
-  double t = z->f_end[(size_t)s * z->m + j];
+  const zb_end *at = &z->end[(size_t)j * z->S + s];
+  double t = at->f;
   if (t < 0) return INFINITY;
   if (s == z->S - 1) return t;
-  double e = z->i_end[(size_t)(s + 1) * z->m + j];
+  double e = at[1].i;
   if (e >= 0) {
     e += hop(z, s + 1, s);
   } else {
@@ -158,10 +171,16 @@ static int reserve(const zb_state *z, const zb_rank *k, int r, int c) {
 
 /* Whether a forward of chunk c fits: with the pending W's as they are (now), or once they have
  * all run (after_w). */
-static int f_fits(const zb_state *z, const zb_rank *k, int r, int c, int after_w) {
-  if (k->open >= k->fcap) return 0;
+static int f_fits(zb_state *z, const zb_rank *k, int r, int c, int after_w) {
+  int open_ok = k->open < k->fcap;
+  unsigned others = z->agree_fcap & ~(1u << z->var.fcap);
+  if (!open_ok && !others) return 0;
   double used = after_w ? k->open : mem(z, k);
-  return used + 1 + reserve(z, k, r, c) <= k->cap + z->eps;
+  int mem_ok = used + 1 + reserve(z, k, r, c) <= k->cap + z->eps;
+  if (mem_ok) /* the answer under each other open-forward limit */
+    for (int f = 0; f < 3; f++)
+      if ((others >> f & 1) && (k->open < k->fcaps[f]) != open_ok) z->agree_fcap &= ~(1u << f);
+  return open_ok && mem_ok;
 }
 
 /* The earliest rank r's next I or (fitting) F could start, producers not yet run counted as
@@ -217,12 +236,22 @@ static void choose(zb_state *z, int r) {
   } else if (w && tb <= t0) {
     k->t = t0, k->op = SCHED_BACKWARD_WEIGHT;
   } else {
-    int s = w ? pr->stage_of[r * pr->v + k->wq[k->wh] / z->m] : 0;
-    double ns = w && z->var.fill_all != 1 ? next_start(z, r, fits) : 0;
-    k->dep = w && z->var.fill_all != 1;
-    if (w && (z->var.fill_all == 1 || t0 + cost(z, SCHED_BACKWARD_WEIGHT, s) <= ns + z->eps ||
-              (z->var.fill_all >= 2 && k->first < INFINITY && ns < INFINITY &&
-               k->idle + (ns - t0) > z->max_idle * (z->var.fill_all == 3 ? 1.25 : 1) + z->eps))) {
+    int fill = z->var.fill_all, take = 0;
+    k->dep = w && fill != 1;
+    if (w && fill == 1) {
+      take = 1;
+    } else if (w) { /* whether the W fills the gap, under each fill rule */
+      int s = pr->stage_of[r * pr->v + k->wq[k->wh] / z->m];
+      double ns = next_start(z, r, fits), gap = k->idle + (ns - t0);
+      int fits_gap = t0 + cost(z, SCHED_BACKWARD_WEIGHT, s) <= ns + z->eps;
+      int idle_ok = k->first < INFINITY && ns < INFINITY;
+      int d[4] = {fits_gap, 1, fits_gap || (idle_ok && gap > z->max_idle + z->eps),
+                  fits_gap || (idle_ok && gap > z->max_idle * 1.25 + z->eps)};
+      take = d[fill];
+      for (int f = 0; f < 4; f++)
+        if (d[f] != take) z->agree_fill &= ~(1u << f);
+    }
+    if (take) {
       k->t = t0, k->op = SCHED_BACKWARD_WEIGHT;
     } else { /* wait for the first arrival */
       double tw = w ? tb : INFINITY;
@@ -254,11 +283,17 @@ static void update(zb_state *z, int r) {
   double t = z->rk[r].t;
   choose(z, r);
   if (z->rk[r].t == t) return; /* keys are (t, rank): an unchanged one keeps its place */
-  z->tree[z->P2 + r].t = z->rk[r].t;
-  for (int i = (z->P2 + r) >> 1; i >= 1; i >>= 1) {
-    int was = z->tree[i].r;
-    tree_play(z, i);
-    if (z->tree[i].r == was && was != r) break; /* the same winner, its key unchanged: so is every match above */
+  /* the winner climbs in registers: each level reads only the sibling, so the loads do not wait
+   * on the store below them */
+  int i = z->P2 + r;
+  zb_node cur = {z->rk[r].t, r};
+  z->tree[i] = cur;
+  for (; i > 1; i >>= 1) {
+    zb_node sib = z->tree[i ^ 1];
+    if (i & 1 ? sib.t <= cur.t : sib.t < cur.t) cur = sib; /* the left one wins ties */
+    int was = z->tree[i >> 1].r;
+    z->tree[i >> 1] = cur;
+    if (cur.r == was && was != r) break; /* the same winner, its key unchanged: so is every match above */
   }
 }
 
@@ -292,14 +327,14 @@ static void run_op(zb_state *z, int r) {
   zb_rank *k = &z->rk[r];
   int c = k->chunk, j = k->mb, s = pr->stage_of[r * pr->v + c];
   double end = k->t + cost(z, (sched_op)k->op, s);
-  size_t key = (size_t)s * z->m + j;
+  zb_end *at = &z->end[(size_t)j * z->S + s];
   if (k->op == SCHED_FORWARD) {
     k->nf[c]++, k->open++, k->open1 += c == 1;
-    z->f_end[key] = end;
+    at->f = end;
   } else if (k->op == SCHED_BACKWARD_INPUT) {
     k->ni[c]++, k->open--, k->open1 -= c == 1;
     k->wq[k->wt++] = c * z->m + j;
-    z->i_end[key] = end;
+    at->i = end;
   } else {
     k->wh++;
   }
@@ -327,7 +362,7 @@ static int open_cap(const zb_state *z, int r, int var_fcap) {
 static void zb_reset(zb_state *z) {
   const sched_program *pr = z->pr;
   size_t n = (size_t)z->S * (size_t)z->m;
-  for (size_t i = 0; i < n; i++) z->f_end[i] = z->i_end[i] = -1;
+  for (size_t i = 0; i < n; i++) z->end[i] = (zb_end){-1, -1};
   z->norder = 0, z->max_idle = 0;
   for (int r = 0; r < pr->p; r++) {
     zb_rank *k = &z->rk[r];
@@ -356,8 +391,11 @@ static int zb_run(zb_state *z) {
   zb_reset(z);
   int p = pr->p;
   for (int r = 0; r < z->P2; r++) z->tree[z->P2 + r] = (zb_node){INFINITY, r};
+  /* a run under fill rule 1 re-chooses fewer ranks (no dep), so it vouches for no other rule */
+  z->agree_fill = z->var.fill_all == 1 ? 1u << 1 : 0xfu, z->agree_fcap = 0x7u;
   for (int r = 0; r < p; r++) {
-    z->rk[r].fcap = open_cap(z, r, z->var.fcap);
+    for (int f = 0; f < 3; f++) z->rk[r].fcaps[f] = open_cap(z, r, f);
+    z->rk[r].fcap = z->rk[r].fcaps[z->var.fcap];
     choose(z, r);
     z->tree[z->P2 + r].t = z->rk[r].t;
   }
@@ -432,7 +470,7 @@ static int zbv_put(zb_state *z, zbv_rank *vr, int r, int op, int c) {
     if (q->bubble > vr[z->pr->p].bubble) vr[z->pr->p].bubble = q->bubble; /* the worst so far */
   }
   k->t = t, k->op = op, k->chunk = c, k->mb = j;
-  run_op(z, r); /* counts, f_end / i_end, order, first / last */
+  run_op(z, r); /* counts, end, order, first / last */
   q->cur = k->free_at, q->mem += dm;
   return 1;
 }
@@ -647,7 +685,7 @@ static int zbr_run(zb_state *z, zbr_variant var) {
     const zb_rank *k = &z->rk[RANK(j)];
     req[j] = 0;
     if (j == p - 1) {
-      back = z->f_end[(size_t)j * m] + COST(SCHED_BACKWARD_INPUT, j);
+      back = z->end[j].f + COST(SCHED_BACKWARD_INPUT, j); /* micro-batch 0 */
       continue;
     }
     double at = k->free_at, used = mem(z, k), arrive = back + z->c->comm;
@@ -748,9 +786,8 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     return core_error_set(CORE_EINPUT, "schedule %s: a memory limit of %g stage activations holds no micro-batch "
                           "(at least %d needed)", sched_family_name(pr->family), cap / v, v == 2 ? 1 : 1);
   size_t n = (size_t)z.S * (size_t)m;
-  z.f_end = core_malloc(sizeof(double) * n);
+  z.end = core_malloc(sizeof(zb_end) * n);
   z.cost = sched_cost_table(costs, z.S);
-  z.i_end = core_malloc(sizeof(double) * n);
   z.rk = core_calloc((size_t)p, sizeof(zb_rank));
   for (z.P2 = 2; z.P2 < p; z.P2 *= 2) {}
   z.tree = core_malloc(sizeof(zb_node) * 2 * (size_t)z.P2);
@@ -788,6 +825,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
   int rc = CORE_OK, ok = 0;
   zbv_rank *vr = core_malloc(sizeof(zbv_rank) * (size_t)(p + 1)); /* vr[p].bubble: the worst rank's */
   double *appr = core_malloc(sizeof(double) * (size_t)p);
+  char same[32];
   for (int probe = mp < m; probe >= 0; probe--) {
     z.m = probe ? mp : m;
     best_span = best_end = INFINITY;
@@ -820,12 +858,20 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
         ok = 1, won = nv + 8 + k;
     }
     /* the list scheduler's variants, each given up once it cannot beat the best so far, none
-     * tried once the best reaches the least span possible, the most work of one rank */
+     * tried once the best reaches the least span possible, the most work of one rank. A variant
+     * whose every decision a run shows would have come out the same (the run's agree masks) is
+     * that run again, to the op: it could not be kept (a tie keeps the first), and it is skipped. */
+    memset(same, 0, (size_t)nv);
     for (int i = 0; !rounds && i < nv && best_span > least * (1 + 1e-9); i++) {
-      if (only >= 0 && i != only) continue;
+      if ((only >= 0 && i != only) || same[i]) continue;
       z.var = vars[i];
       z.bound = best_span;
-      if (zb_run(&z)) {
+      int run = zb_run(&z);
+      for (int j = i + 1; sched_zb_skip_repeats && j < nv; j++)
+        if (vars[j].f_first == vars[i].f_first && vars[j].reserve == vars[i].reserve &&
+            (z.agree_fill >> vars[j].fill_all & 1) && (z.agree_fcap >> vars[j].fcap & 1))
+          same[j] = 1;
+      if (run) {
         rc = CORE_ERUNTIME;
         continue;
       }
@@ -846,6 +892,6 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     for (size_t i = 0; i < 3 * n; i++) sched_push_action(pr, (sched_op)best[4 * i + 1], best[4 * i + 2], best[4 * i + 3]);
   }
   for (int r = 0; r < p; r++) free(z.rk[r].nf), free(z.rk[r].ni), free(z.rk[r].wq);
-  free(z.rk), free(z.f_end), free(z.i_end), free(z.cost), free(z.tree), free(z.order), free(best);
+  free(z.rk), free(z.end), free(z.cost), free(z.tree), free(z.order), free(best);
   return rc;
 }

@@ -442,3 +442,60 @@ Test(zb, the_papers_twelve_set_ups, .timeout = 120) {
     cr_assert(zv <= s[10] + e && pk <= p + 1e-9, "set-up %d: zb-v %.5f at %g, paper's ZB-H2 %.4f", i, zv, pk, s[10]);
   }
 }
+
+/* The list scheduler skips a variant once a run shows every decision would come out the same
+ * under it (zb.c's agree masks): the skip must change nothing. Every family it serves, memory
+ * limits, costs that make W's fill gaps or not, and a shape large enough for the probe on a
+ * prefix of the micro-batches; compiled with and without the skip, the programs must be equal. */
+#include "schedule/internal.h"
+
+Test(zb, skipping_repeated_variants_changes_no_program) {
+  static const sched_family fams[] = {SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_AUTO, SCHED_ZB_V, SCHED_V_HALF, SCHED_V_MIN};
+  static const int ps[] = {2, 3, 5, 8}, ms[] = {1, 4, 9, 24};
+  int shapes = 0;
+  for (int fi = 0; fi < 6; fi++)
+    for (int pi = 0; pi < 4; pi++)
+      for (int mi = 0; mi < 4; mi++)
+        for (int ci = 0; ci < 4; ci++)
+          for (int li = 0; li < (fams[fi] == SCHED_ZB_AUTO ? 3 : 1); li++) {
+            sched_family f = fams[fi];
+            int p = ps[pi], v = sched_family_is_v(f) ? 2 : 1;
+            sched_shape sh = {.family = f, .p = p, .v = v, .m = ms[mi]};
+            if (li) sh.mem_limit = li == 1 ? (p + 1) / 2 : 1.5 * p;
+            sched_costs c = sched_costs_unit();
+            double sf[16], sb[16], sw[16];
+            if (ci == 1) c.w = 0.4, c.b = 1.3, c.comm = 0.2;
+            if (ci == 2) c.w = 2.5, c.comm = 0.7;
+            if (ci == 3) {
+              for (int s = 0; s < p * v; s++) sf[s] = 1 + 0.3 * (s % 3), sb[s] = 2 - 0.25 * (s % 2), sw[s] = 0.7 + 0.45 * (s % 4);
+              c.stage_f = sf, c.stage_b = sb, c.stage_w = sw, c.comm = 0.5;
+            }
+            sched_program a, b;
+            sched_zb_skip_repeats = 1;
+            int ra = sched_compile_compute(&sh, &c, &a);
+            sched_zb_skip_repeats = 0;
+            int rb = sched_compile_compute(&sh, &c, &b);
+            sched_zb_skip_repeats = 1;
+            cr_assert_eq(ra, rb, "%s p=%d m=%d costs %d limit %g", sched_family_name(f), p, sh.m, ci, sh.mem_limit);
+            if (ra) continue;
+            cr_assert(sched_program_equal(&a, &b), "%s p=%d m=%d costs %d limit %g: skipping variants changed the order",
+                      sched_family_name(f), p, sh.m, ci, sh.mem_limit);
+            sched_program_free(&a), sched_program_free(&b);
+            shapes++;
+          }
+  cr_assert_gt(shapes, 300);
+  /* the probe: 16 stages x 4096 micro-batches, variants compared on the first 32 */
+  for (int k = 0; k < 2; k++) {
+    sched_shape sh = {.family = k ? SCHED_ZB_AUTO : SCHED_ZB_H1, .p = 16, .v = 1, .m = 4096, .mem_limit = k ? 12 : 0};
+    sched_costs c = sched_costs_unit();
+    c.w = 0.6, c.comm = 0.3;
+    sched_program a, b;
+    sched_zb_skip_repeats = 1;
+    cr_assert_eq(sched_compile_compute(&sh, &c, &a), CORE_OK, "%s", core_error_msg());
+    sched_zb_skip_repeats = 0;
+    cr_assert_eq(sched_compile_compute(&sh, &c, &b), CORE_OK, "%s", core_error_msg());
+    sched_zb_skip_repeats = 1;
+    cr_assert(sched_program_equal(&a, &b), "%s p=16 m=4096: skipping variants changed the order", sched_family_name(sh.family));
+    sched_program_free(&a), sched_program_free(&b);
+  }
+}

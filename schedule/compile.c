@@ -265,6 +265,10 @@ int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched
   return compile_compute(sh, costs, out, 0);
 }
 
+int sched_compile_compute_rounds(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
+  return compile_compute(sh, costs, out, 1);
+}
+
 /* zb-h1, zb-h2 and zb-auto have two constructors of their compute order, the list scheduler and
  * the micro-batch rounds (zb.c), each timing compute alone; the transfers and the memory
  * promise that lowering adds move their figures apart, either way. So both orders are lowered

@@ -19,6 +19,9 @@ double *sched_cost_table(const sched_costs *c, int S);
  * out the same under it (1, the default); 0 runs every variant, for tests that check the skip
  * changes nothing. */
 extern int sched_zb_skip_repeats;
+/* The micro-batch rounds' compute order of zb-h1, zb-h2 or zb-auto (the second order
+ * sched_compile weighs against the list scheduler's), for tests. */
+int sched_compile_compute_rounds(const sched_shape *sh, const sched_costs *costs, sched_program *out);
 
 /* Refuses costs under which a step of S virtual stages and m micro-batches could reach a time a
  * double cannot hold (every op one after another, each after a hop, bounds every time). */

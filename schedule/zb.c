@@ -627,6 +627,10 @@ typedef struct {
   int eager, greedy, b_first;
 } zbr_variant;
 
+/* zb_state.agree_fill in a rounds run: bit 0, 1, 2 set while flipping eager, greedy, b_first
+ * would have changed no decision so far (each decision reads one of them) */
+enum { ZBR_EAGER = 1, ZBR_GREEDY = 2, ZBR_B_FIRST = 4 };
+
 /* Runs rank r's next op of kind op at max(its rank free, its input in); 0, or nonzero when its
  * input has not been produced (cannot happen in round order) or the budget overflows. */
 static int zbr_put(zb_state *z, int r, int op) {
@@ -654,9 +658,11 @@ static int zbr_fill(zb_state *z, int r, double arrive, int greedy) {
   int rc = 0;
   double w = cost(z, SCHED_BACKWARD_WEIGHT, z->pr->stage_of[r]);
   while (!rc && pending(k) > 0 && k->free_at + w <= arrive + z->eps) rc = zbr_put(z, r, SCHED_BACKWARD_WEIGHT);
-  if (!rc && pending(k) > 0 && k->free_at < arrive - z->eps &&
-      (greedy || k->idle + (arrive - k->free_at) > z->max_idle + z->eps))
-    rc = zbr_put(z, r, SCHED_BACKWARD_WEIGHT);
+  if (!rc && pending(k) > 0 && k->free_at < arrive - z->eps) {
+    int worst = k->idle + (arrive - k->free_at) > z->max_idle + z->eps;
+    if (!worst) z->agree_fill &= ~(unsigned)ZBR_GREEDY; /* greedy decides this one */
+    if (greedy || worst) rc = zbr_put(z, r, SCHED_BACKWARD_WEIGHT);
+  }
   return rc;
 }
 
@@ -674,6 +680,7 @@ static int zbr_run(zb_state *z, zbr_variant var) {
   const sched_program *pr = z->pr;
   int p = pr->p, m = z->m, rc = 0;
   zb_reset(z);
+  z->agree_fill = ZBR_EAGER | ZBR_GREEDY | ZBR_B_FIRST;
   int *req = core_calloc((size_t)p, sizeof(int));
   for (int r = 0; r < p; r++) z->rk[r].fcap = open_cap(z, r, 0);
 #define RANK(j) (pr->rank_of[j])
@@ -690,7 +697,9 @@ static int zbr_run(zb_state *z, zbr_variant var) {
     }
     double at = k->free_at, used = mem(z, k), arrive = back + z->c->comm;
     while (k->nf[0] + req[j] < m && used + 1 <= k->cap + z->eps && k->open + req[j] < k->fcap) {
-      if (var.eager ? at + COST(SCHED_FORWARD, j) > arrive : at >= arrive) break;
+      int eager_stop = at + COST(SCHED_FORWARD, j) > arrive, stop = at >= arrive;
+      if (eager_stop != stop) z->agree_fill &= ~(unsigned)ZBR_EAGER;
+      if (var.eager ? eager_stop : stop) break;
       used += 1, at += COST(SCHED_FORWARD, j), req[j]++;
     }
     back = (at > arrive ? at : arrive) + COST(SCHED_BACKWARD_INPUT, j);
@@ -704,11 +713,15 @@ static int zbr_run(zb_state *z, zbr_variant var) {
     for (int j = 0; j < p; j++) {
       const zb_rank *k = &z->rk[RANK(j)];
       req[j] = k->nf[0] < m;
-      if (!req[j] || !var.b_first || j + 1 >= p || k->nf[0] < z->rk[RANK(j + 1)].nf[0] + 2) continue;
+      if (!req[j] || !(var.b_first || (z->agree_fill & ZBR_B_FIRST)) || j + 1 >= p ||
+          k->nf[0] < z->rk[RANK(j + 1)].nf[0] + 2)
+        continue;
       const zb_rank *n = &z->rk[RANK(j + 1)];
       double next = n->free_at + COST(SCHED_FORWARD, j + 1) + COST(SCHED_BACKWARD_INPUT, j + 1) + z->c->comm;
-      if (k->free_at >= next) req[j] = 0;
-      else if (k->free_at + COST(SCHED_FORWARD, j) > next && next - k->free_at <= z->max_idle - k->idle) req[j] = 0;
+      int skip = k->free_at >= next ||
+                 (k->free_at + COST(SCHED_FORWARD, j) > next && next - k->free_at <= z->max_idle - k->idle);
+      if (skip) z->agree_fill &= ~(unsigned)ZBR_B_FIRST; /* b_first decides this one */
+      if (skip && var.b_first) req[j] = 0;
     }
     for (int j = p - 2; j >= 0; j--) req[j] = req[j] < req[j + 1] ? req[j] : req[j + 1];
     for (int j = 0; j < p && !rc; j++) {
@@ -852,10 +865,13 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
       }
     }
     /* micro-batch rounds (asked for, and one chunk per rank): eight variants, and nothing else */
+    memset(same, 0, 8);
     for (int k = 0; rounds && v == 1 && k < 8; k++) {
-      if (only >= 0 && only != nv + 8 + k) continue;
-      if (zbr_run(&z, (zbr_variant){k & 1, (k >> 1) & 1, k >> 2}) == CORE_OK && zb_keep(&z, best, &best_span, &best_end))
-        ok = 1, won = nv + 8 + k;
+      if ((only >= 0 && only != nv + 8 + k) || same[k]) continue;
+      int run = zbr_run(&z, (zbr_variant){k & 1, (k >> 1) & 1, k >> 2}); /* bits: eager, greedy, b_first */
+      for (int j = k + 1; sched_zb_skip_repeats && j < 8; j++) /* flipping only flags that decided nothing: this run again */
+        if (!((unsigned)(j ^ k) & ~z.agree_fill)) same[j] = 1;
+      if (run == CORE_OK && zb_keep(&z, best, &best_span, &best_end)) ok = 1, won = nv + 8 + k;
     }
     /* the list scheduler's variants, each given up once it cannot beat the best so far, none
      * tried once the best reaches the least span possible, the most work of one rank. A variant

@@ -443,10 +443,11 @@ Test(zb, the_papers_twelve_set_ups, .timeout = 120) {
   }
 }
 
-/* The list scheduler skips a variant once a run shows every decision would come out the same
- * under it (zb.c's agree masks): the skip must change nothing. Every family it serves, memory
- * limits, costs that make W's fill gaps or not, and a shape large enough for the probe on a
- * prefix of the micro-batches; compiled with and without the skip, the programs must be equal. */
+/* The list scheduler and the micro-batch rounds skip a variant once a run shows every decision
+ * would come out the same under it (zb.c's agree masks): the skip must change nothing. Every
+ * family they serve, memory limits, costs that make W's fill gaps or not, and a shape large
+ * enough for the probe on a prefix of the micro-batches; compiled with and without the skip,
+ * the programs must be equal. */
 #include "schedule/internal.h"
 
 Test(zb, skipping_repeated_variants_changes_no_program) {
@@ -470,18 +471,21 @@ Test(zb, skipping_repeated_variants_changes_no_program) {
               for (int s = 0; s < p * v; s++) sf[s] = 1 + 0.3 * (s % 3), sb[s] = 2 - 0.25 * (s % 2), sw[s] = 0.7 + 0.45 * (s % 4);
               c.stage_f = sf, c.stage_b = sb, c.stage_w = sw, c.comm = 0.5;
             }
-            sched_program a, b;
-            sched_zb_skip_repeats = 1;
-            int ra = sched_compile_compute(&sh, &c, &a);
-            sched_zb_skip_repeats = 0;
-            int rb = sched_compile_compute(&sh, &c, &b);
-            sched_zb_skip_repeats = 1;
-            cr_assert_eq(ra, rb, "%s p=%d m=%d costs %d limit %g", sched_family_name(f), p, sh.m, ci, sh.mem_limit);
-            if (ra) continue;
-            cr_assert(sched_program_equal(&a, &b), "%s p=%d m=%d costs %d limit %g: skipping variants changed the order",
-                      sched_family_name(f), p, sh.m, ci, sh.mem_limit);
-            sched_program_free(&a), sched_program_free(&b);
-            shapes++;
+            for (int rounds = 0; rounds < (v == 1 ? 2 : 1); rounds++) { /* the list scheduler; the rounds */
+              sched_program a, b;
+              sched_zb_skip_repeats = 1;
+              int ra = rounds ? sched_compile_compute_rounds(&sh, &c, &a) : sched_compile_compute(&sh, &c, &a);
+              sched_zb_skip_repeats = 0;
+              int rb = rounds ? sched_compile_compute_rounds(&sh, &c, &b) : sched_compile_compute(&sh, &c, &b);
+              sched_zb_skip_repeats = 1;
+              cr_assert_eq(ra, rb, "%s p=%d m=%d costs %d limit %g rounds %d", sched_family_name(f), p, sh.m, ci,
+                           sh.mem_limit, rounds);
+              if (ra) continue;
+              cr_assert(sched_program_equal(&a, &b), "%s p=%d m=%d costs %d limit %g rounds %d: skipping variants "
+                        "changed the order", sched_family_name(f), p, sh.m, ci, sh.mem_limit, rounds);
+              sched_program_free(&a), sched_program_free(&b);
+              shapes++;
+            }
           }
   cr_assert_gt(shapes, 300);
   /* the probe: 16 stages x 4096 micro-batches, variants compared on the first 32 */
@@ -489,13 +493,18 @@ Test(zb, skipping_repeated_variants_changes_no_program) {
     sched_shape sh = {.family = k ? SCHED_ZB_AUTO : SCHED_ZB_H1, .p = 16, .v = 1, .m = 4096, .mem_limit = k ? 12 : 0};
     sched_costs c = sched_costs_unit();
     c.w = 0.6, c.comm = 0.3;
-    sched_program a, b;
-    sched_zb_skip_repeats = 1;
-    cr_assert_eq(sched_compile_compute(&sh, &c, &a), CORE_OK, "%s", core_error_msg());
-    sched_zb_skip_repeats = 0;
-    cr_assert_eq(sched_compile_compute(&sh, &c, &b), CORE_OK, "%s", core_error_msg());
-    sched_zb_skip_repeats = 1;
-    cr_assert(sched_program_equal(&a, &b), "%s p=16 m=4096: skipping variants changed the order", sched_family_name(sh.family));
-    sched_program_free(&a), sched_program_free(&b);
+    for (int rounds = 0; rounds < 2; rounds++) {
+      sched_program a, b;
+      sched_zb_skip_repeats = 1;
+      int ra = rounds ? sched_compile_compute_rounds(&sh, &c, &a) : sched_compile_compute(&sh, &c, &a);
+      cr_assert_eq(ra, CORE_OK, "%s", core_error_msg());
+      sched_zb_skip_repeats = 0;
+      int rb = rounds ? sched_compile_compute_rounds(&sh, &c, &b) : sched_compile_compute(&sh, &c, &b);
+      cr_assert_eq(rb, CORE_OK, "%s", core_error_msg());
+      sched_zb_skip_repeats = 1;
+      cr_assert(sched_program_equal(&a, &b), "%s p=16 m=4096 rounds %d: skipping variants changed the order",
+                sched_family_name(sh.family), rounds);
+      sched_program_free(&a), sched_program_free(&b);
+    }
   }
 }

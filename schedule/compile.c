@@ -184,8 +184,9 @@ int sched_check_virtual(sched_family family, int v, const char *name, const char
   return CORE_OK;
 }
 
-/* rounds: see sched_compile_zb (zero-bubble families only) */
-static int compile_compute(const sched_shape *sh, const sched_costs *costs, sched_program *out, int rounds) {
+/* rounds, rank_end: see sched_compile_zb (zero-bubble families only) */
+static int compile_compute(const sched_shape *sh, const sched_costs *costs, sched_program *out, int rounds,
+                           double *rank_end) {
   if (sh->p < 1) return core_error_set(CORE_EINPUT, "--stages must be >= 1 (got %d)", sh->p);
   if (sh->m < 1) return core_error_set(CORE_EINPUT, "--microbatches must be >= 1 (got %d)", sh->m);
   if (sh->v < 1) return core_error_set(CORE_EINPUT, "--virtual must be >= 1 (got %d)", sh->v);
@@ -255,18 +256,18 @@ static int compile_compute(const sched_shape *sh, const sched_costs *costs, sche
   case SCHED_INTERLEAVED: compile_interleaved(out); break;
   case SCHED_INFERENCE: compile_inference(out); break;
   case SCHED_DUALPIPE_V: compile_dualpipev(out); break;
-  default: rc = sched_compile_zb(out, sh, costs, rounds); break; /* zb-h1, zb-h2, zb-auto, zb-v, v-* */
+  default: rc = sched_compile_zb(out, sh, costs, rounds, rank_end); break; /* zb-h1, zb-h2, zb-auto, zb-v, v-* */
   }
   if (rc) sched_program_free(out);
   return rc;
 }
 
 int sched_compile_compute(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
-  return compile_compute(sh, costs, out, 0);
+  return compile_compute(sh, costs, out, 0, NULL);
 }
 
-int sched_compile_compute_rounds(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
-  return compile_compute(sh, costs, out, 1);
+int sched_compile_compute_rounds(const sched_shape *sh, const sched_costs *costs, sched_program *out, double *rank_end) {
+  return compile_compute(sh, costs, out, 1, rank_end);
 }
 
 /* zb-h1, zb-h2 and zb-auto have two constructors of their compute order, the list scheduler and
@@ -307,14 +308,15 @@ static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_p
     sched_sim_result_free(&a); /* no bubble, and no order ends sooner: the second order is not even built */
     return;
   }
-  if (compile_compute(sh, costs, &compute, 1) != CORE_OK) {
+  double asap = 0, span = 0, *rank_end = core_malloc(sizeof(double) * (size_t)sh->p);
+  if (compile_compute(sh, costs, &compute, 1, rank_end) != CORE_OK) { /* rank_end: its ops as early as they can */
+    free(rank_end);
     sched_sim_result_free(&a);
     return;
   }
-  double asap, span = 0, *rank_end = core_malloc(sizeof(double) * (size_t)compute.p);
   for (int r = 0; r < a.p; r++) span = a.ranks[r].span > span ? a.ranks[r].span : span;
-  int cannot = sched_asap_end(&compute, costs, &asap, rank_end) == CORE_OK && !(asap < a.makespan * (1 - 1e-12)) &&
-               (a.bubble_rate <= 1e-12 || rank_end[compute.rank_of[0]] >= span);
+  for (int r = 0; r < compute.p; r++) asap = rank_end[r] > asap ? rank_end[r] : asap;
+  int cannot = !(asap < a.makespan * (1 - 1e-12)) && (a.bubble_rate <= 1e-12 || rank_end[compute.rank_of[0]] >= span);
   int rc = cannot ? CORE_EINPUT : sched_lower(&compute, costs, &alt);
   free(rank_end);
   sched_program_free(&compute);

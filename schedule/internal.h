@@ -21,7 +21,7 @@ double *sched_cost_table(const sched_costs *c, int S);
 extern int sched_zb_skip_repeats;
 /* The micro-batch rounds' compute order of zb-h1, zb-h2 or zb-auto (the second order
  * sched_compile weighs against the list scheduler's), for tests. */
-int sched_compile_compute_rounds(const sched_shape *sh, const sched_costs *costs, sched_program *out);
+int sched_compile_compute_rounds(const sched_shape *sh, const sched_costs *costs, sched_program *out, double *rank_end);
 
 /* Refuses costs under which a step of S virtual stages and m micro-batches could reach a time a
  * double cannot hold (every op one after another, each after a hop, bounds every time). */
@@ -43,8 +43,10 @@ void sched_excerpt(const sched_program *pr, int r, int i, char *buf, size_t n);
 /* Zero-bubble and V families (zb.c): fills pr's streams by list scheduling under the costs and
  * the family's memory cap; sh->max_pending_w > 0 also bounds the pending W's per rank. */
 /* rounds 0: the list scheduler's variants and the V constructors; 1: only the micro-batch rounds
- * (zb-h1, zb-h2, zb-auto; sched_compile lowers both orders and keeps the faster) */
-int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs, int rounds);
+ * (zb-h1, zb-h2, zb-auto; sched_compile weighs both orders and keeps the faster). rank_end, when
+ * not NULL (p doubles), receives each rank's end with every op as early as its order allows:
+ * the rounds time their ops that way, so these are sched_asap_end's figures (rounds 1 only). */
+int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs, int rounds, double *rank_end);
 
 /* Memory of rank r's stream by the rule of sched_rank_stats.peak_memory, a whole pair counting
  * `unit` (1/v: stages' activations, sim's peak_memory; 1: chunk slots): the peak and the peak

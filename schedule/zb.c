@@ -105,6 +105,7 @@ typedef struct {
   double bound;         /* a variant whose longest span must exceed this is given up */
   double max_idle;      /* the largest idle time of a rank so far */
   size_t placed;        /* ops placed over every variant tried (progress) */
+  double *kept_last;    /* [p]: each rank's last end in the order zb_keep last kept */
   /* the variants this run's decisions agree with, as masks over zb_variant.fill_all (bit f) and
    * .fcap (bit c): a bit is cleared once some decision would have come out differently under
    * that value. See sched_compile_zb, which skips the variants a run shows would repeat it. */
@@ -769,6 +770,7 @@ static int zb_keep(const zb_state *z, int *best, double *best_span, double *best
   if (span < *best_span - z->eps * span || (span <= *best_span + z->eps * span && end < *best_end - z->eps * end)) {
     *best_span = span, *best_end = end;
     memcpy(best, z->order, sizeof(int) * 4 * z->norder);
+    for (int r = 0; r < z->pr->p; r++) z->kept_last[r] = z->rk[r].last;
     return 1;
   }
   return 0;
@@ -790,7 +792,7 @@ double sched_memory_cap(const sched_shape *sh) {
   }
 }
 
-int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs, int rounds) {
+int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs, int rounds, double *rank_end) {
   int p = pr->p, v = pr->v, m = pr->m;
   zb_state z = {.pr = pr, .c = costs, .S = p * v, .m = m, .max_w = sh->max_pending_w, .ws = sched_w_stash(costs)};
   double cap = sched_memory_cap(sh) * v; /* chunk slots */
@@ -802,6 +804,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
   z.end = core_malloc(sizeof(zb_end) * n);
   z.cost = sched_cost_table(costs, z.S);
   z.rk = core_calloc((size_t)p, sizeof(zb_rank));
+  z.kept_last = core_calloc((size_t)p, sizeof(double));
   for (z.P2 = 2; z.P2 < p; z.P2 *= 2) {}
   z.tree = core_malloc(sizeof(zb_node) * 2 * (size_t)z.P2);
   z.order = core_malloc(sizeof(int) * 4 * 3 * n);
@@ -906,8 +909,9 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
   if (ok) {
     rc = CORE_OK;
     for (size_t i = 0; i < 3 * n; i++) sched_push_action(pr, (sched_op)best[4 * i + 1], best[4 * i + 2], best[4 * i + 3]);
+    if (rank_end) memcpy(rank_end, z.kept_last, sizeof(double) * (size_t)p);
   }
   for (int r = 0; r < p; r++) free(z.rk[r].nf), free(z.rk[r].ni), free(z.rk[r].wq);
-  free(z.rk), free(z.end), free(z.cost), free(z.tree), free(z.order), free(best);
+  free(z.rk), free(z.kept_last), free(z.end), free(z.cost), free(z.tree), free(z.order), free(best);
   return rc;
 }

@@ -473,16 +473,25 @@ Test(zb, skipping_repeated_variants_changes_no_program) {
             }
             for (int rounds = 0; rounds < (v == 1 ? 2 : 1); rounds++) { /* the list scheduler; the rounds */
               sched_program a, b;
+              double ends[8], asap_ends[8], asap;
               sched_zb_skip_repeats = 1;
-              int ra = rounds ? sched_compile_compute_rounds(&sh, &c, &a) : sched_compile_compute(&sh, &c, &a);
+              int ra = rounds ? sched_compile_compute_rounds(&sh, &c, &a, ends) : sched_compile_compute(&sh, &c, &a);
               sched_zb_skip_repeats = 0;
-              int rb = rounds ? sched_compile_compute_rounds(&sh, &c, &b) : sched_compile_compute(&sh, &c, &b);
+              int rb = rounds ? sched_compile_compute_rounds(&sh, &c, &b, NULL) : sched_compile_compute(&sh, &c, &b);
               sched_zb_skip_repeats = 1;
               cr_assert_eq(ra, rb, "%s p=%d m=%d costs %d limit %g rounds %d", sched_family_name(f), p, sh.m, ci,
                            sh.mem_limit, rounds);
               if (ra) continue;
               cr_assert(sched_program_equal(&a, &b), "%s p=%d m=%d costs %d limit %g rounds %d: skipping variants "
                         "changed the order", sched_family_name(f), p, sh.m, ci, sh.mem_limit, rounds);
+              /* the rounds' own times are the order run as early as it can: sched_compile uses them
+               * for sched_asap_end's figures */
+              if (rounds) {
+                cr_assert_eq(sched_asap_end(&a, &c, &asap, asap_ends), CORE_OK, "%s", core_error_msg());
+                for (int r = 0; r < p; r++)
+                  cr_assert_eq(ends[r], asap_ends[r], "%s p=%d m=%d costs %d: rank %d ends at %.17g in the rounds, "
+                               "%.17g as early as its order allows", sched_family_name(f), p, sh.m, ci, r, ends[r], asap_ends[r]);
+              }
               sched_program_free(&a), sched_program_free(&b);
               shapes++;
             }
@@ -495,11 +504,16 @@ Test(zb, skipping_repeated_variants_changes_no_program) {
     c.w = 0.6, c.comm = 0.3;
     for (int rounds = 0; rounds < 2; rounds++) {
       sched_program a, b;
+      double ends[16], asap_ends[16], asap;
       sched_zb_skip_repeats = 1;
-      int ra = rounds ? sched_compile_compute_rounds(&sh, &c, &a) : sched_compile_compute(&sh, &c, &a);
+      int ra = rounds ? sched_compile_compute_rounds(&sh, &c, &a, ends) : sched_compile_compute(&sh, &c, &a);
       cr_assert_eq(ra, CORE_OK, "%s", core_error_msg());
+      if (rounds) {
+        cr_assert_eq(sched_asap_end(&a, &c, &asap, asap_ends), CORE_OK, "%s", core_error_msg());
+        cr_assert_arr_eq(ends, asap_ends, sizeof ends, "p=16 m=4096: the rounds' ends are not their order's earliest");
+      }
       sched_zb_skip_repeats = 0;
-      int rb = rounds ? sched_compile_compute_rounds(&sh, &c, &b) : sched_compile_compute(&sh, &c, &b);
+      int rb = rounds ? sched_compile_compute_rounds(&sh, &c, &b, NULL) : sched_compile_compute(&sh, &c, &b);
       cr_assert_eq(rb, CORE_OK, "%s", core_error_msg());
       sched_zb_skip_repeats = 1;
       cr_assert(sched_program_equal(&a, &b), "%s p=16 m=4096 rounds %d: skipping variants changed the order",

@@ -384,6 +384,22 @@ static double zb_work(const zb_state *z) {
   return w;
 }
 
+/* The least latest end any order can have: no op of stage s starts before a forward has come
+ * down stages 0 .. s-1 (each after its hop), and a rank runs its work one op at a time after its
+ * first. tmp: p doubles. */
+static double zb_end_floor(const zb_state *z, double *tmp) {
+  const sched_program *pr = z->pr;
+  double arrive = 0, end = 0;
+  for (int r = 0; r < pr->p; r++) tmp[r] = INFINITY;
+  for (int s = 0; s < z->S; s++) {
+    int r = pr->rank_of[s];
+    if (arrive < tmp[r]) tmp[r] = arrive;
+    arrive += cost(z, SCHED_FORWARD, s) + (s + 1 < z->S ? hop(z, s, s + 1) : 0);
+  }
+  for (int r = 0; r < pr->p; r++) end = tmp[r] + z->rk[r].left > end ? tmp[r] + z->rk[r].left : end;
+  return end;
+}
+
 /* Schedules every op under one variant; fills z->order. CORE_ERUNTIME if every rank waits, or
  * once some rank's span so far plus the work it has left exceeds z->bound (it cannot win). */
 static int zb_run(zb_state *z) {
@@ -846,7 +862,10 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     z.m = probe ? mp : m;
     best_span = best_end = INFINITY;
     zb_reset(&z);
-    double least = zb_work(&z);
+    double least = zb_work(&z), floor_end = zb_end_floor(&z, appr);
+    /* once the best order has the least span and the least end any order can have, no later one
+     * could be kept (zb_keep wants a shorter span, or as short and an earlier end): none is built */
+#define AT_FLOOR (best_span <= least * (1 + 1e-12) && best_end <= floor_end * (1 + 1e-12))
     int only = probe ? -1 : won, only_iter = won_iter; /* the full pass after a probe: its winner */
     /* v-half, v-min: the building block */
     int vb = pr->family == SCHED_V_HALF || pr->family == SCHED_V_MIN;
@@ -854,11 +873,12 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
         zb_keep(&z, best, &best_span, &best_end))
       ok = 1, won = nv + 4;
     /* the V in rounds: four variants, each refined with its own bubbles approved */
-    for (int k = 0; !rounds && v == 2 && k < 4; k++) {
+    for (int k = 0; !rounds && v == 2 && k < 4 && !AT_FLOOR; k++) {
       if (only >= 0 && only != nv + k) continue;
       zbv_pass ps = {k & 1, k >> 1, NULL, 0};
       double prev = INFINITY;
-      for (int iter = 0; iter < 16 && (only < 0 || iter <= only_iter) && zbv_run(&z, vr, &ps) == CORE_OK; iter++) {
+      for (int iter = 0; iter < 16 && (only < 0 || iter <= only_iter) && !AT_FLOOR && zbv_run(&z, vr, &ps) == CORE_OK;
+           iter++) {
         double w = zbv_worst(vr, p);
         if (zb_keep(&z, best, &best_span, &best_end)) ok = 1, won = nv + k, won_iter = iter;
         if (!(w < prev - z.eps * (1 + w))) break;
@@ -869,7 +889,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     }
     /* micro-batch rounds (asked for, and one chunk per rank): eight variants, and nothing else */
     memset(same, 0, 8);
-    for (int k = 0; rounds && v == 1 && k < 8; k++) {
+    for (int k = 0; rounds && v == 1 && k < 8 && !AT_FLOOR; k++) {
       if ((only >= 0 && only != nv + 8 + k) || same[k]) continue;
       int run = zbr_run(&z, (zbr_variant){k & 1, (k >> 1) & 1, k >> 2}); /* bits: eager, greedy, b_first */
       for (int j = k + 1; sched_zb_skip_repeats && j < 8; j++) /* flipping only flags that decided nothing: this run again */
@@ -881,7 +901,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
      * whose every decision a run shows would have come out the same (the run's agree masks) is
      * that run again, to the op: it could not be kept (a tie keeps the first), and it is skipped. */
     memset(same, 0, (size_t)nv);
-    for (int i = 0; !rounds && i < nv && best_span > least * (1 + 1e-9); i++) {
+    for (int i = 0; !rounds && i < nv && best_span > least * (1 + 1e-9); i++) { /* (AT_FLOOR implies the last) */
       if ((only >= 0 && i != only) || same[i]) continue;
       z.var = vars[i];
       z.bound = best_span;
@@ -896,6 +916,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
       }
       if (zb_keep(&z, best, &best_span, &best_end)) ok = 1, won = i;
     }
+#undef AT_FLOOR
     if (probe) {
       if (!ok) won = -1; /* nothing scheduled the probe: all of them in full */
       ok = 0;

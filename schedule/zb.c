@@ -40,7 +40,9 @@
  * Variants (whether W fills every gap or only gaps it fits; in a V, how much room chunk 0 leaves
  * for chunk 1; for zb-auto, how many forwards a rank may open) are each scheduled in full, and the
  * one with the shortest longest span (then makespan) is kept: the paper's "best of the heuristic's
- * variants". With F = B = W this gives the paper's bubbles: zb-h1 (p-1)(F+B-W), a third of
+ * variants". A variant a run shows would decide every choice as that run did is not run again
+ * (the agree masks), and none is built once the best reaches the least span and the least end
+ * any order can have (zb_end_floor). With F = B = W this gives the paper's bubbles: zb-h1 (p-1)(F+B-W), a third of
  * 1F1B's, zb-h2 and zb-v none once m fills the warm-up; tests/schedule/test_zb.c. */
 #include <math.h>
 #include <stdlib.h>

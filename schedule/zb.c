@@ -110,8 +110,9 @@ typedef struct {
   double *kept_last;    /* [p]: each rank's last end in the order zb_keep last kept */
   /* the variants this run's decisions agree with, as masks over zb_variant.fill_all (bit f) and
    * .fcap (bit c): a bit is cleared once some decision would have come out differently under
-   * that value. See sched_compile_zb, which skips the variants a run shows would repeat it. */
-  unsigned agree_fill, agree_fcap;
+   * that value; agree_rounds the same over a rounds run's flags (ZBR_*). See sched_compile_zb,
+   * which skips the variants a run shows would repeat it. */
+  unsigned agree_fill, agree_fcap, agree_rounds;
   unsigned tick;
 } zb_state;
 
@@ -388,10 +389,10 @@ static double zb_work(const zb_state *z) {
 
 /* The least latest end any order can have: no op of stage s starts before a forward has come
  * down stages 0 .. s-1 (each after its hop), and a rank runs its work one op at a time after its
- * first. tmp: p doubles. */
-static double zb_end_floor(const zb_state *z, double *tmp) {
+ * first. */
+static double zb_end_floor(const zb_state *z) {
   const sched_program *pr = z->pr;
-  double arrive = 0, end = 0;
+  double arrive = 0, end = 0, *tmp = core_malloc(sizeof(double) * (size_t)pr->p); /* each rank's earliest start */
   for (int r = 0; r < pr->p; r++) tmp[r] = INFINITY;
   for (int s = 0; s < z->S; s++) {
     int r = pr->rank_of[s];
@@ -399,6 +400,7 @@ static double zb_end_floor(const zb_state *z, double *tmp) {
     arrive += cost(z, SCHED_FORWARD, s) + (s + 1 < z->S ? hop(z, s, s + 1) : 0);
   }
   for (int r = 0; r < pr->p; r++) end = tmp[r] + z->rk[r].left > end ? tmp[r] + z->rk[r].left : end;
+  free(tmp);
   return end;
 }
 
@@ -411,7 +413,9 @@ static int zb_run(zb_state *z) {
   int p = pr->p;
   for (int r = 0; r < z->P2; r++) z->tree[z->P2 + r] = (zb_node){INFINITY, r};
   /* a run under fill rule 1 re-chooses fewer ranks (no dep), so it vouches for no other rule */
-  z->agree_fill = z->var.fill_all == 1 ? 1u << 1 : 0xfu, z->agree_fcap = 0x7u;
+  z->agree_fill = z->var.fill_all == 1 ? 1u << 1 : 0xfu;
+  /* only zb-auto's variants differ in the open-forward limit: elsewhere nothing to track */
+  z->agree_fcap = pr->family == SCHED_ZB_AUTO ? 0x7u : 1u << z->var.fcap;
   for (int r = 0; r < p; r++) {
     for (int f = 0; f < 3; f++) z->rk[r].fcaps[f] = open_cap(z, r, f);
     z->rk[r].fcap = z->rk[r].fcaps[z->var.fcap];
@@ -646,7 +650,7 @@ typedef struct {
   int eager, greedy, b_first;
 } zbr_variant;
 
-/* zb_state.agree_fill in a rounds run: bit 0, 1, 2 set while flipping eager, greedy, b_first
+/* zb_state.agree_rounds: bit 0, 1, 2 set while flipping eager, greedy, b_first
  * would have changed no decision so far (each decision reads one of them) */
 enum { ZBR_EAGER = 1, ZBR_GREEDY = 2, ZBR_B_FIRST = 4 };
 
@@ -679,7 +683,7 @@ static int zbr_fill(zb_state *z, int r, double arrive, int greedy) {
   while (!rc && pending(k) > 0 && k->free_at + w <= arrive + z->eps) rc = zbr_put(z, r, SCHED_BACKWARD_WEIGHT);
   if (!rc && pending(k) > 0 && k->free_at < arrive - z->eps) {
     int worst = k->idle + (arrive - k->free_at) > z->max_idle + z->eps;
-    if (!worst) z->agree_fill &= ~(unsigned)ZBR_GREEDY; /* greedy decides this one */
+    if (!worst) z->agree_rounds &= ~(unsigned)ZBR_GREEDY; /* greedy decides this one */
     if (greedy || worst) rc = zbr_put(z, r, SCHED_BACKWARD_WEIGHT);
   }
   return rc;
@@ -699,7 +703,7 @@ static int zbr_run(zb_state *z, zbr_variant var) {
   const sched_program *pr = z->pr;
   int p = pr->p, m = z->m, rc = 0;
   zb_reset(z);
-  z->agree_fill = ZBR_EAGER | ZBR_GREEDY | ZBR_B_FIRST;
+  z->agree_rounds = ZBR_EAGER | ZBR_GREEDY | ZBR_B_FIRST;
   int *req = core_calloc((size_t)p, sizeof(int));
   for (int r = 0; r < p; r++) z->rk[r].fcap = open_cap(z, r, 0);
 #define RANK(j) (pr->rank_of[j])
@@ -717,7 +721,7 @@ static int zbr_run(zb_state *z, zbr_variant var) {
     double at = k->free_at, used = mem(z, k), arrive = back + z->c->comm;
     while (k->nf[0] + req[j] < m && used + 1 <= k->cap + z->eps && k->open + req[j] < k->fcap) {
       int eager_stop = at + COST(SCHED_FORWARD, j) > arrive, stop = at >= arrive;
-      if (eager_stop != stop) z->agree_fill &= ~(unsigned)ZBR_EAGER;
+      if (eager_stop != stop) z->agree_rounds &= ~(unsigned)ZBR_EAGER;
       if (var.eager ? eager_stop : stop) break;
       used += 1, at += COST(SCHED_FORWARD, j), req[j]++;
     }
@@ -732,14 +736,14 @@ static int zbr_run(zb_state *z, zbr_variant var) {
     for (int j = 0; j < p; j++) {
       const zb_rank *k = &z->rk[RANK(j)];
       req[j] = k->nf[0] < m;
-      if (!req[j] || !(var.b_first || (z->agree_fill & ZBR_B_FIRST)) || j + 1 >= p ||
+      if (!req[j] || !(var.b_first || (z->agree_rounds & ZBR_B_FIRST)) || j + 1 >= p ||
           k->nf[0] < z->rk[RANK(j + 1)].nf[0] + 2)
         continue;
       const zb_rank *n = &z->rk[RANK(j + 1)];
       double next = n->free_at + COST(SCHED_FORWARD, j + 1) + COST(SCHED_BACKWARD_INPUT, j + 1) + z->c->comm;
       int skip = k->free_at >= next ||
                  (k->free_at + COST(SCHED_FORWARD, j) > next && next - k->free_at <= z->max_idle - k->idle);
-      if (skip) z->agree_fill &= ~(unsigned)ZBR_B_FIRST; /* b_first decides this one */
+      if (skip) z->agree_rounds &= ~(unsigned)ZBR_B_FIRST; /* b_first decides this one */
       if (skip && var.b_first) req[j] = 0;
     }
     for (int j = p - 2; j >= 0; j--) req[j] = req[j] < req[j + 1] ? req[j] : req[j + 1];
@@ -864,7 +868,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     z.m = probe ? mp : m;
     best_span = best_end = INFINITY;
     zb_reset(&z);
-    double least = zb_work(&z), floor_end = zb_end_floor(&z, appr);
+    double least = zb_work(&z), floor_end = zb_end_floor(&z);
     /* once the best order has the least span and the least end any order can have, no later one
      * could be kept (zb_keep wants a shorter span, or as short and an earlier end): none is built */
 #define AT_FLOOR (best_span <= least * (1 + 1e-12) && best_end <= floor_end * (1 + 1e-12))
@@ -895,7 +899,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
       if ((only >= 0 && only != nv + 8 + k) || same[k]) continue;
       int run = zbr_run(&z, (zbr_variant){k & 1, (k >> 1) & 1, k >> 2}); /* bits: eager, greedy, b_first */
       for (int j = k + 1; sched_zb_skip_repeats && j < 8; j++) /* flipping only flags that decided nothing: this run again */
-        if (!((unsigned)(j ^ k) & ~z.agree_fill)) same[j] = 1;
+        if (!((unsigned)(j ^ k) & ~z.agree_rounds)) same[j] = 1;
       if (run == CORE_OK && zb_keep(&z, best, &best_span, &best_end)) ok = 1, won = nv + 8 + k;
     }
     /* the list scheduler's variants, each given up once it cannot beat the best so far, none

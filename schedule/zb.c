@@ -785,13 +785,15 @@ static void zb_score(const zb_state *z, double *span, double *end) {
   }
 }
 
-/* Keeps z's order in best if it scores better; 1 if it did. */
-static int zb_keep(const zb_state *z, int *best, double *best_span, double *best_end) {
+/* Keeps z's order as *best if it scores better (the two buffers swap: the next run writes over
+ * the one best held); 1 if it did. */
+static int zb_keep(zb_state *z, int **best, double *best_span, double *best_end) {
   double span, end;
   zb_score(z, &span, &end);
   if (span < *best_span - z->eps * span || (span <= *best_span + z->eps * span && end < *best_end - z->eps * end)) {
     *best_span = span, *best_end = end;
-    memcpy(best, z->order, sizeof(int) * 4 * z->norder);
+    int *held = *best;
+    *best = z->order, z->order = held;
     for (int r = 0; r < z->pr->p; r++) z->kept_last[r] = z->rk[r].last;
     return 1;
   }
@@ -876,7 +878,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     /* v-half, v-min: the building block */
     int vb = pr->family == SCHED_V_HALF || pr->family == SCHED_V_MIN;
     if (!rounds && vb && (only < 0 || only == nv + 4) && vpat_run(&z, pr->family == SCHED_V_HALF) == CORE_OK &&
-        zb_keep(&z, best, &best_span, &best_end))
+        zb_keep(&z, &best, &best_span, &best_end))
       ok = 1, won = nv + 4;
     /* the V in rounds: four variants, each refined with its own bubbles approved */
     for (int k = 0; !rounds && v == 2 && k < 4 && !AT_FLOOR; k++) {
@@ -886,7 +888,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
       for (int iter = 0; iter < 16 && (only < 0 || iter <= only_iter) && !AT_FLOOR && zbv_run(&z, vr, &ps) == CORE_OK;
            iter++) {
         double w = zbv_worst(vr, p);
-        if (zb_keep(&z, best, &best_span, &best_end)) ok = 1, won = nv + k, won_iter = iter;
+        if (zb_keep(&z, &best, &best_span, &best_end)) ok = 1, won = nv + k, won_iter = iter;
         if (!(w < prev - z.eps * (1 + w))) break;
         prev = w;
         for (int r = 0; r < p; r++) appr[r] = vr[r].bubble;
@@ -900,7 +902,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
       int run = zbr_run(&z, (zbr_variant){k & 1, (k >> 1) & 1, k >> 2}); /* bits: eager, greedy, b_first */
       for (int j = k + 1; sched_zb_skip_repeats && j < 8; j++) /* flipping only flags that decided nothing: this run again */
         if (!((unsigned)(j ^ k) & ~z.agree_rounds)) same[j] = 1;
-      if (run == CORE_OK && zb_keep(&z, best, &best_span, &best_end)) ok = 1, won = nv + 8 + k;
+      if (run == CORE_OK && zb_keep(&z, &best, &best_span, &best_end)) ok = 1, won = nv + 8 + k;
     }
     /* the list scheduler's variants, each given up once it cannot beat the best so far, none
      * tried once the best reaches the least span possible, the most work of one rank. A variant
@@ -920,7 +922,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
         rc = CORE_ERUNTIME;
         continue;
       }
-      if (zb_keep(&z, best, &best_span, &best_end)) ok = 1, won = i;
+      if (zb_keep(&z, &best, &best_span, &best_end)) ok = 1, won = i;
     }
 #undef AT_FLOOR
     if (probe) {

@@ -225,6 +225,13 @@ typedef struct {
   char fit;         /* commit_fits' answer while the receiver's mver is xb's fit_ver */
 } xfer;
 
+/* A transfer's two ends in time, the ASAP times (beside xfer, read where the placement walks the
+ * transfers: no look at the other rank's ops). */
+typedef struct {
+  double pend;   /* its producer's end */
+  double cstart; /* its consumer's start */
+} xtime;
+
 /* What the build alone keeps of a transfer (beside xfer, so that the direct placement's table is
  * smaller). */
 typedef struct {
@@ -263,6 +270,7 @@ typedef struct {
   const flow *fl; /* the ASAP times of the compute order */
   sched_program *out;
   xfer *x;
+  xtime *xt; /* [transfer] */
   int nx;
   lop **op; /* [rank][compute index] */
   /* the build's own (build_init_build): per transfer, and per rank and compute op the epoch of
@@ -763,8 +771,7 @@ static int direct(build *bd) {
   double *key = core_malloc(sizeof(double) * (nx + 1)), *arr = core_malloc(sizeof(double) * (nx + 1));
   for (size_t i = 0; i < nx; i++) {
     const xfer *x = &X[i];
-    const lop *o = x->kind == 1 && !fo ? &bd->op[x->b][x->ic] : &bd->op[x->a][x->ip];
-    key[i] = fo ? x->mb + x->dst : x->kind == 1 ? o->start : o->start + o->cost;
+    key[i] = fo ? x->mb + x->dst : x->kind == 1 ? bd->xt[i].cstart : bd->xt[i].pend;
   }
   size_t *off = core_malloc(sizeof(size_t) * ((size_t)pr->p + 1));
   int *list = core_malloc(sizeof(int) * (2 * nx + 1)), *gap = core_malloc(sizeof(int) * (2 * nx + 1));
@@ -807,8 +814,7 @@ static int direct(build *bd) {
         /* a RECV that moves holds its lane until its data is there: runs after its gap wait
          * unless the op in its gap ends by then, so a SEND that moves goes no earlier than that
          * op's gap (its SEND is fixed: the data arrives comm after its producer ends) */
-        const lop *src = &bd->op[x->a][x->ip];
-        for (double a = src->start + src->cost + comm; h < len && op[h].start + op[h].cost < a - tol;) h++;
+        for (double a = bd->xt[L[k]].pend + comm; h < len && op[h].start + op[h].cost < a - tol;) h++;
         int w = h < x->ic ? h : x->ic;
         if (w > want) want = w;
         continue;
@@ -851,7 +857,7 @@ static int direct(build *bd) {
         post = t > lane ? t : lane;
       }
       if (x->a == r) {
-        ok = post <= t + tol && arr[L[k]] <= bd->op[x->b][x->ic].start + tol;
+        ok = post <= t + tol && arr[L[k]] <= bd->xt[L[k]].cstart + tol;
       } else {
         double fin = arr[L[k]] > post ? arr[L[k]] : post;
         ok = fin <= op[x->ic].start + tol;
@@ -910,7 +916,9 @@ static void link_inputs(build *bd, const int *f_at, const int *b_at, int r, int 
       continue;
     }
     xfer x = {.a = from[k][0], .ip = from[k][1], .b = r, .ic = i, .kind = (char)kind, .dst = s, .mb = j};
-    bd->op[x.a][x.ip].prod = bd->op[r][i].cons = bd->nx;
+    lop *src = &bd->op[x.a][x.ip];
+    src->prod = bd->op[r][i].cons = bd->nx;
+    bd->xt[bd->nx] = (xtime){src->start + src->cost, bd->op[r][i].start};
     bd->x[bd->nx++] = x;
   }
 }
@@ -929,6 +937,7 @@ static void collect(build *bd) {
         b_at[2 * k] = r, b_at[2 * k + 1] = i;
     }
   bd->x = core_malloc(sizeof(xfer) * 2 * (n + 1));
+  bd->xt = core_malloc(sizeof(xtime) * 2 * (n + 1));
   for (int r = 0; r < pr->p; r++) {
     for (int i = 0; i < pr->streams[r].len; i++) link_inputs(bd, f_at, b_at, r, i);
     core_progress_at(r + 1.0);
@@ -1017,7 +1026,7 @@ static void build_free(build *bd) {
   free(bd->slack), free(bd->stamp), free(bd->xb);
   free(bd->amem), free(bd->aslot), free(bd->lastc), free(bd->pmem), free(bd->pslot), free(bd->bmem), free(bd->bslot);
   free(bd->op), free(bd->rk);
-  free(bd->x), free(bd->stack), free(bd->queue), free(bd->queued);
+  free(bd->x), free(bd->xt), free(bd->stack), free(bd->queue), free(bd->queued);
 }
 
 /* Greedy assignment in stream order of each (chunk, micro-batch)'s slot over its live range and

@@ -937,7 +937,19 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     rc = core_error_set(CORE_ERUNTIME, "%s: no micro-batch-rounds order keeps the memory budget", sched_family_name(pr->family));
   if (ok) {
     rc = CORE_OK;
-    for (size_t i = 0; i < 3 * n; i++) sched_push_action(pr, (sched_op)best[4 * i + 1], best[4 * i + 2], best[4 * i + 3]);
+    /* each rank's stream written in place through its own pointer (compile_compute reserved its
+     * ops exactly): no per-op push with its checks and stream lookups */
+    sched_instr **w = core_malloc(sizeof(sched_instr *) * (size_t)p);
+    for (int r = 0; r < p; r++) {
+      CORE_ASSERT(pr->streams[r].cap >= pr->streams[r].len + 3 * v * m);
+      w[r] = pr->streams[r].ins + pr->streams[r].len;
+    }
+    for (size_t i = 0; i < 3 * n; i++) {
+      const int *o = &best[4 * i];
+      *w[o[0]]++ = (sched_instr){.op = (uint8_t)o[1], .mb = o[3], .chunk = pr->chunk_of[o[2]], .peer = -1, .slot = -1, .aslot = -1};
+    }
+    for (int r = 0; r < p; r++) pr->streams[r].len = (int)(w[r] - pr->streams[r].ins);
+    free(w);
     if (rank_end) memcpy(rank_end, z.kept_last, sizeof(double) * (size_t)p);
   }
   for (int r = 0; r < p; r++) free(z.rk[r].nf), free(z.rk[r].ni), free(z.rk[r].wq);

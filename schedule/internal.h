@@ -34,8 +34,9 @@ int sched_check_compute(const sched_program *pr);
 /* The verifier's error for rank r's instruction i (with an excerpt of the stream): CORE_EINPUT. */
 int sched_fail_at(const sched_program *pr, int r, int i, const char *what);
 /* VALIDATE (validate.c): none, or one per rank after only loads, forwards and activation
- * transfers whose partners all come before their own rank's VALIDATE. */
-int sched_check_validate(const sched_program *pr);
+ * transfers whose partners all come before their own rank's VALIDATE. at[r]: rank r's only
+ * VALIDATE, its fields checked (sched_verify's scan finds it), or -1. */
+int sched_check_validate(const sched_program *pr, const int *at);
 
 /* Readable excerpt of rank r's stream around instruction i (multi-line, into buf). */
 void sched_excerpt(const sched_program *pr, int r, int i, char *buf, size_t n);

@@ -30,12 +30,13 @@ static size_t act_key(const sched_program *pr, int r, const sched_instr *in) {
   return (size_t)s * (size_t)pr->m + (size_t)in->mb;
 }
 
-/* Positions of every activation SEND and RECV in the streams, by key (-1: none). */
-static void act_positions(const sched_program *pr, int *send_at, int *recv_at) {
+/* Positions of the activation SENDs and RECVs among each rank r's first lim[r] instructions, by
+ * key (-1: none there). Only prefixes are asked about: a partner past its prefix is open either way. */
+static void act_positions(const sched_program *pr, const int *lim, int *send_at, int *recv_at) {
   size_t n = (size_t)pr->p * pr->v * pr->m;
   for (size_t k = 0; k < n; k++) send_at[k] = recv_at[k] = -1;
   for (int r = 0; r < pr->p; r++)
-    for (int i = 0; i < pr->streams[r].len; i++) {
+    for (int i = 0; i < lim[r]; i++) {
       const sched_instr *in = &pr->streams[r].ins[i];
       if (in->op == SCHED_SEND_ACT) send_at[act_key(pr, r, in)] = i;
       else if (in->op == SCHED_RECV_ACT) recv_at[act_key(pr, r, in)] = i;
@@ -59,11 +60,11 @@ static int open_transfer(const sched_program *pr, int r, const int *len, const i
 static void prefixes(const sched_program *pr, int *len) {
   size_t n = (size_t)pr->p * pr->v * pr->m;
   int *send_at = core_malloc(sizeof(int) * (n ? n : 1)), *recv_at = core_malloc(sizeof(int) * (n ? n : 1));
-  act_positions(pr, send_at, recv_at);
   for (int r = 0; r < pr->p; r++) {
     len[r] = 0;
     while (len[r] < pr->streams[r].len && prefix_op(pr->streams[r].ins[len[r]].op)) len[r]++;
   }
+  act_positions(pr, len, send_at, recv_at); /* (prefixes only shrink from here) */
   for (int changed = 1; changed;) {
     changed = 0;
     for (int r = 0; r < pr->p; r++) {
@@ -89,20 +90,9 @@ int sched_place_validate(sched_program *pr) {
   return CORE_OK;
 }
 
-int sched_check_validate(const sched_program *pr) {
-  int *at = core_malloc(sizeof(int) * (size_t)pr->p), rc = CORE_OK, any = 0;
-  for (int r = 0; r < pr->p; r++) {
-    at[r] = -1;
-    for (int i = 0; i < pr->streams[r].len && !rc; i++) {
-      const sched_instr *in = &pr->streams[r].ins[i];
-      if (in->op != SCHED_VALIDATE) continue;
-      if (at[r] >= 0) rc = sched_fail_at(pr, r, i, "a second VALIDATE in one step");
-      else if (in->chunk != -1 || in->mb != -1 || in->peer != -1)
-        rc = sched_fail_at(pr, r, i, "VALIDATE names a chunk, micro-batch or peer");
-      else if (pr->forward_only) rc = sched_fail_at(pr, r, i, "VALIDATE in a forward-only program (nothing is updated)");
-      at[r] = i, any = 1;
-    }
-  }
+int sched_check_validate(const sched_program *pr, const int *at) {
+  int rc = CORE_OK, any = 0;
+  for (int r = 0; r < pr->p; r++) any |= at[r] >= 0;
   for (int r = 0; r < pr->p && !rc && any; r++) {
     if (at[r] < 0) {
       rc = sched_fail_at(pr, r, 0, "other ranks validate the previous update, this one has no VALIDATE");
@@ -116,7 +106,7 @@ int sched_check_validate(const sched_program *pr) {
   if (!rc && any) {
     size_t n = (size_t)pr->p * pr->v * pr->m;
     int *send_at = core_malloc(sizeof(int) * (n ? n : 1)), *recv_at = core_malloc(sizeof(int) * (n ? n : 1));
-    act_positions(pr, send_at, recv_at);
+    act_positions(pr, at, send_at, recv_at);
     for (int r = 0; r < pr->p && !rc; r++) {
       int i = open_transfer(pr, r, at, send_at, recv_at);
       if (i >= 0)
@@ -125,6 +115,5 @@ int sched_check_validate(const sched_program *pr) {
     }
     free(send_at), free(recv_at);
   }
-  free(at);
   return rc;
 }

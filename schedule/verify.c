@@ -50,20 +50,31 @@ static int needs_chunk(sched_op op) {
   return op <= SCHED_RECV_GRAD; /* loads, compute and transfers name (chunk, micro-batch) */
 }
 
-/* Fields in range, transfers aimed at the right neighbour: the first failure in rank and stream
- * order. On the way, one pass for what the later checks count: *seen gets a bit (1 << op) for each
- * opcode the program has; ccnt the compute ops, as sched_check_compute counts them, and *dup_r,
- * *dup_i the first that repeats one (-1 when none); pcnt the transfers (check_pairs). */
-static int scan(const sched_program *pr, unsigned *seen, unsigned char *ccnt, int *dup_r, int *dup_i, int *pcnt) {
+/* Fields in range, transfers aimed at the right neighbour, at most one VALIDATE per rank: the
+ * first failure in rank and stream order. On the way, one pass for what the later checks count:
+ * *seen gets a bit (1 << op) for each opcode the program has; ccnt the compute ops, as
+ * sched_check_compute counts them, and *dup_r, *dup_i the first that repeats one (-1 when none);
+ * pcnt the transfers (check_pairs); vat[r] rank r's VALIDATE (-1 when none). */
+static int scan(const sched_program *pr, unsigned *seen, unsigned char *ccnt, int *dup_r, int *dup_i, int *pcnt,
+                int *vat) {
   int S = pr->p * pr->v, m = pr->m;
   size_t n = (size_t)S * (size_t)m;
   char msg[160];
   *seen = 0, *dup_r = *dup_i = -1;
+  for (int r = 0; r < pr->p; r++) vat[r] = -1;
   for (int r = 0; r < pr->p; r++)
     for (int i = 0; i < pr->streams[r].len; i++) {
       const sched_instr *in = &pr->streams[r].ins[i];
       if (in->op >= SCHED_OP_COUNT) return fail_at(pr, r, i, "unknown opcode");
       *seen |= 1u << in->op;
+      if (in->op == SCHED_VALIDATE) {
+        if (vat[r] >= 0) return fail_at(pr, r, i, "a second VALIDATE in one step");
+        if (in->chunk != -1 || in->mb != -1 || in->peer != -1)
+          return fail_at(pr, r, i, "VALIDATE names a chunk, micro-batch or peer");
+        if (pr->forward_only) return fail_at(pr, r, i, "VALIDATE in a forward-only program (nothing is updated)");
+        vat[r] = i;
+        continue;
+      }
       if (in->op == SCHED_REDUCE_TIED_GRADS && in->peer != -1 &&
           (in->peer < 0 || in->peer >= pr->p || in->peer == r))
         return fail_at(pr, r, i, "tied-gradient reduction names an invalid peer rank");
@@ -553,9 +564,10 @@ int sched_verify(const sched_program *pr) {
   size_t n = (size_t)pr->p * (size_t)pr->v * (size_t)pr->m;
   unsigned char *ccnt = core_calloc(n, 4); /* F, B, I, W of each (stage, micro-batch) */
   int *pcnt = core_calloc(2 * n, sizeof(int));
+  int *vat = core_malloc(sizeof(int) * (size_t)(pr->p > 0 ? pr->p : 1));
   unsigned seen;
   int dup_r, dup_i;
-  int rc = scan(pr, &seen, ccnt, &dup_r, &dup_i, pcnt);
+  int rc = scan(pr, &seen, ccnt, &dup_r, &dup_i, pcnt, vat);
   if (!rc && dup_r >= 0) rc = fail_at(pr, dup_r, dup_i, dup_msg);
   if (!rc) rc = compute_verdict(pr, ccnt);
   if (!rc) rc = check_gathers(pr);
@@ -563,7 +575,8 @@ int sched_verify(const sched_program *pr) {
   if (!rc && (seen & (1u << SCHED_OFFLOAD | 1u << SCHED_RELOAD))) rc = check_offloads(pr);
   if (!rc) rc = check_pairs(pr, pcnt);
   free(ccnt), free(pcnt);
-  if (!rc && (seen & 1u << SCHED_VALIDATE)) rc = sched_check_validate(pr);
+  if (!rc && (seen & 1u << SCHED_VALIDATE)) rc = sched_check_validate(pr, vat);
+  free(vat);
   if (rc) return rc;
   replay rp = {.pr = pr, .S = pr->p * pr->v, .m = pr->m};
   rp.st = core_calloc((size_t)rp.S * (size_t)rp.m, 1);

@@ -129,6 +129,49 @@ Test(validate, the_verifier_refuses_a_misplaced_validate) {
   sched_program_free(&pr);
 }
 
+/* Instruction `in` put at index i of rank r's stream (the stream grown by one). */
+static void insert_at(sched_program *pr, int r, int i, sched_instr in) {
+  sched_stream *st = &pr->streams[r];
+  st->ins = realloc(st->ins, sizeof(sched_instr) * (size_t)(st->len + 1));
+  cr_assert_not_null(st->ins);
+  memmove(&st->ins[i + 1], &st->ins[i], sizeof(sched_instr) * (size_t)(st->len - i));
+  st->ins[i] = in, st->len++, st->cap = st->len;
+}
+
+/* The checks on VALIDATE itself: a second one on a rank, one that names a chunk, micro-batch or
+ * peer, one in a forward-only program (nothing is updated there); each refused at its place. */
+Test(validate, the_verifier_refuses_a_malformed_validate) {
+  sched_shape sh = {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 8, .post_validation = 1};
+  sched_costs c = sched_costs_unit();
+  sched_program pr;
+  const sched_instr v = {.op = SCHED_VALIDATE, .mb = -1, .chunk = -1, .peer = -1, .slot = -1, .aslot = -1};
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  int at = validate_at(&pr, 1);
+  insert_at(&pr, 1, at + 1, v);
+  cr_assert_eq(sched_verify(&pr), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "rank 1") && strstr(core_error_msg(), "a second VALIDATE in one step"), "%s",
+            core_error_msg());
+  sched_program_free(&pr);
+  for (int f = 0; f < 3; f++) {
+    cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+    sched_instr *in = &pr.streams[2].ins[validate_at(&pr, 2)];
+    if (f == 0) in->chunk = 0;
+    if (f == 1) in->mb = 0;
+    if (f == 2) in->peer = 1;
+    cr_assert_eq(sched_verify(&pr), CORE_EINPUT, "field %d", f);
+    cr_assert(strstr(core_error_msg(), "rank 2") && strstr(core_error_msg(), "VALIDATE names a chunk, micro-batch or peer"),
+              "%s", core_error_msg());
+    sched_program_free(&pr);
+  }
+  sched_shape inf = {.family = SCHED_INFERENCE, .p = 2, .v = 1, .m = 2};
+  cr_assert_eq(sched_compile(&inf, &c, &pr), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_verify(&pr), CORE_OK, "%s", core_error_msg());
+  for (int r = 0; r < 2; r++) insert_at(&pr, r, 0, v);
+  cr_assert_eq(sched_verify(&pr), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "rank 0") && strstr(core_error_msg(), "forward-only program"), "%s", core_error_msg());
+  sched_program_free(&pr);
+}
+
 /* In the simulator a rank waits at VALIDATE for the previous step's norm: every rank's arrival at
  * its update plus the all-reduce. zb-h2 p=4 m=8, unit costs, a step of 0.5: 24.5 per step with a
  * free norm; a norm of 10 makes the check wait (longer, still no longer than the barrier's step);

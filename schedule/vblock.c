@@ -17,7 +17,6 @@
  * under the costs and checks the memory budget as for its other constructors). */
 #include <limits.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "core/error.h"
 #include "core/progress.h"
@@ -137,8 +136,8 @@ static void vp_squeeze(vpat *v, int implicit) {
       int e = vp_kind(c), k = vp_index(c);
       if (phase == 0 && e == 3 && r == 0) {
         /* the steady state, from rank 0's first chunk-0 I on: nothing in it moves. The cool-down
-         * begins after the first last chunk-0 F in this scan order still ahead (an op not yet
-         * scanned is where it started); without one it never does. */
+         * begins after the first of the ranks' last chunk-0 F's still ahead in this scan order
+         * (an op not yet scanned is where it started); with none ahead it never begins. */
         int x2 = T, r2 = -1;
         for (int q = 0; q < p; q++) {
           int t = vp_t(v, q, 0)[m - 1];

@@ -16,6 +16,7 @@
  * 1F1B keeps its warm-up forwards (up to the first activation the next rank takes after its own
  * VALIDATE): the work that overlaps the wait for the norm. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "schedule/internal.h"
@@ -83,7 +84,7 @@ int sched_place_validate(sched_program *pr) {
     sched_stream *st = &pr->streams[r];
     sched_instr v = {.op = SCHED_VALIDATE, .mb = -1, .chunk = -1, .peer = -1, .slot = -1, .aslot = -1};
     sched_push(pr, r, v); /* room for one more, then moved into place */
-    for (int i = st->len - 1; i > len[r]; i--) st->ins[i] = st->ins[i - 1];
+    memmove(&st->ins[len[r] + 1], &st->ins[len[r]], sizeof(sched_instr) * (size_t)(st->len - 1 - len[r]));
     st->ins[len[r]] = v;
   }
   free(len);

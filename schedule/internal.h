@@ -67,9 +67,20 @@ void sched_stream_memory_of(const sched_program *pr, int r, const double *full, 
  * (every rank at slot x before any at x + 1), every op comes after its inputs. free() it. */
 int *sched_vblock_slots(int p, int m, int half, int *T);
 
+/* ---- finish.c: a full program's loads, tail and buffer slots (lowering, the schedule-file
+ * import and the offload placement) ---- */
+/* Whether compute op `op` of virtual stage s (of S) comes after a LOAD_MICROBATCH: the first and
+ * last stages' forwards (tokens, targets). */
+static inline int sched_takes_load(int op, int s, int S) { return op == SCHED_FORWARD && (s == 0 || s == S - 1); }
 /* Appends compute instruction in to rank r's stream, after the LOAD_MICROBATCH it needs when it
  * is a forward of the first or last virtual stage (tokens / targets). */
 void sched_push_compute(sched_program *out, int r, sched_instr in);
+/* The step's tail (REDUCE_TIED_GRADS where tied, REDUCE_GRADS, OPTIMIZER_STEP) appended to every
+ * rank. */
+void sched_append_tail(sched_program *out);
+/* Rank r's activation slots (and their aside parts) assigned by liveness, as few as the most
+ * pairs live at once; OFFLOAD gives a pair's back and RELOAD takes whichever is free. */
+void sched_assign_slots(sched_program *out, int r);
 
 /* The end of the last compute op of a compute-only program run as early as its dependencies
  * allow (lowering's first step): no lowering of it simulates to a shorter makespan. rank_end
@@ -82,8 +93,6 @@ int sched_asap_end(const sched_program *compute, const sched_costs *costs, doubl
  * of zb-h1/h2/auto when the first has no bubble and reaches this. */
 double sched_order_bound(const sched_program *out, const sched_costs *costs, const sched_sim_result *a);
 
-/* Lowering's last steps (lower.c): the step's tail (REDUCE_TIED_GRADS where tied, REDUCE_GRADS,
- * OPTIMIZER_STEP) appended to every rank, and rank r's activation slots assigned by liveness. */
 /* sched_lower, choosing how transfers are placed: directly where that is on time and needs no
  * memory beyond the compute order's, else by the build (SCHED_LOWER_DIRECT_FIRST, what
  * sched_lower does), or by the build alone (for tests that compare the two). *placed_directly,
@@ -91,8 +100,6 @@ double sched_order_bound(const sched_program *out, const sched_costs *costs, con
 typedef enum { SCHED_LOWER_DIRECT_FIRST, SCHED_LOWER_BUILD } sched_lower_mode;
 int sched_lower_how(const sched_program *compute, const sched_costs *costs, sched_program *out, sched_lower_mode how,
                     int *placed_directly);
-void sched_append_tail(sched_program *out);
-void sched_assign_slots(sched_program *out, int r);
 
 /* sched_simulate's times alone: one step under the barrier, no memory counted (the ranks' peak
  * fields are 0), for comparing programs by time (keep_faster). */

@@ -319,7 +319,6 @@ static void pend_compact(const build *bd, lrank *k) {
 
 static inline double pos(double v) { return v > 0 ? v : 0; }
 
-
 static inline int est_known(const build *bd, int r, int i) {
   return i < bd->rk[r].g || bd->stamp[r][i] == bd->epoch;
 }
@@ -587,19 +586,6 @@ static void commit(build *bd, xfer *x) {
   bd->rk[x->a].held--, bd->rk[x->a].held_slot -= frees_slot(bd, x);
   bd->rk[x->a].hx_ok = 0, bd->rk[x->a].mver++, B->mver++;
   wake(bd, x->a), wake(bd, x->b);
-}
-
-/* Whether compute op `op` of virtual stage s (of S) comes after a LOAD_MICROBATCH: the first and
- * last stages' forwards (tokens, targets). */
-static inline int takes_load(int op, int s, int S) { return op == SCHED_FORWARD && (s == 0 || s == S - 1); }
-
-void sched_push_compute(sched_program *out, int r, sched_instr in) {
-  if (takes_load(in.op, sched_stage_at(out, r, &in), out->p * out->v)) {
-    sched_instr ld = in;
-    ld.op = SCHED_LOAD_MICROBATCH;
-    sched_push(out, r, ld);
-  }
-  sched_push(out, r, in);
 }
 
 /* Appends rank r's next compute op (after its load, if it has one), records when it runs and
@@ -877,7 +863,7 @@ static int direct(build *bd) {
       for (; k < n && G[k] == g; k++) *w++ = xfer_instr(bd, &X[L[k]], X[L[k]].a == r);
       if (g == len) break;
       int s = stage[in[g].chunk];
-      if (takes_load(in[g].op, s, S)) { /* as sched_push_compute */
+      if (sched_takes_load(in[g].op, s, S)) { /* as sched_push_compute */
         *w = in[g];
         w->op = SCHED_LOAD_MICROBATCH, w->peer = -1, w->slot = -1, w->aslot = -1;
         w++;
@@ -985,7 +971,7 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
     size_t n = (size_t)st->len + 3;
     for (int i = 0; i < st->len; i++) {
       int s = sched_stage_at(pr, r, &st->ins[i]);
-      n += (bd->op[r][i].prod >= 0) + (bd->op[r][i].cons >= 0) + takes_load(st->ins[i].op, s, fl->S);
+      n += (bd->op[r][i].prod >= 0) + (bd->op[r][i].cons >= 0) + sched_takes_load(st->ins[i].op, s, fl->S);
     }
     sched_reserve(out, r, n);
   }
@@ -1027,68 +1013,6 @@ static void build_free(build *bd) {
   free(bd->amem), free(bd->aslot), free(bd->lastc), free(bd->pmem), free(bd->pslot), free(bd->bmem), free(bd->bslot);
   free(bd->op), free(bd->rk);
   free(bd->x), free(bd->xt), free(bd->stack), free(bd->queue), free(bd->queued);
-}
-
-/* Greedy assignment in stream order of each (chunk, micro-batch)'s slot over its live range and
- * of its other part over its shorter one (sched_pair_ranges): intervals taken by start, so each
- * pool is as large as the most ranges live at once. */
-void sched_assign_slots(sched_program *out, int r) {
-  sched_stream *st = &out->streams[r];
-  size_t keys = (size_t)out->v * (size_t)out->m;
-  int *first = core_malloc(sizeof(int) * keys), *last = core_malloc(sizeof(int) * keys);
-  int *alast = core_malloc(sizeof(int) * keys), *slot_of = core_malloc(sizeof(int) * keys);
-  int *aslot_of = core_malloc(sizeof(int) * keys);
-  int *free_s = core_malloc(sizeof(int) * (keys + 1)), *free_a = core_malloc(sizeof(int) * (keys + 1));
-  int *lp = core_malloc(sizeof(int) * (size_t)out->v);
-  sched_pair_ranges(out, r, first, last, alast);
-  sched_local_chunks(out, r, lp);
-  int ns = 0, na = 0, nfs = 0, nfa = 0;
-  for (int i = 0; i < st->len; i++) {
-    sched_instr *in = &st->ins[i];
-    in->slot = in->aslot = -1;
-    if (in->chunk < 0 || in->mb < 0) continue;
-    int k = in->chunk * out->m + in->mb, kp = sched_local_pair(lp, out->m, in);
-    if (in->op == SCHED_OFFLOAD) { /* away on the host: its buffers are free for others meanwhile */
-      in->slot = slot_of[k], free_s[nfs++] = slot_of[k];
-      if (i < alast[k]) in->aslot = aslot_of[k], free_a[nfa++] = aslot_of[k];
-      continue;
-    }
-    if (in->op == SCHED_RELOAD) { /* back into whichever buffers are free now */
-      in->slot = slot_of[k] = nfs ? free_s[--nfs] : ns++;
-      if (i < alast[k]) in->aslot = aslot_of[k] = nfa ? free_a[--nfa] : na++;
-      continue;
-    }
-    if (first[k] == i) {
-      slot_of[k] = nfs ? free_s[--nfs] : ns++;
-      aslot_of[k] = nfa ? free_a[--nfa] : na++;
-    }
-    in->slot = slot_of[k];
-    if (i <= alast[k]) in->aslot = aslot_of[k];
-    for (int q = 0; q < 2; q++) { /* the pair named, and the one whose output a local forward takes */
-      int x = q ? kp : k;
-      if (x < 0 || (q && x == k)) continue;
-      if (alast[x] == i) free_a[nfa++] = aslot_of[x];
-      if (last[x] == i) free_s[nfs++] = slot_of[x];
-    }
-  }
-  out->nslots[r] = ns, out->naslots[r] = na;
-  free(first), free(last), free(alast), free(slot_of), free(aslot_of), free(free_s), free(free_a), free(lp);
-}
-
-void sched_append_tail(sched_program *out) {
-  int S = out->p * out->v;
-  int a = out->rank_of[0], b = out->rank_of[S - 1];
-  for (int r = 0; r < out->p; r++) {
-    sched_instr t = {.op = SCHED_REDUCE_TIED_GRADS, .mb = -1, .chunk = -1, .peer = -1, .slot = -1, .aslot = -1};
-    if (out->tied && (r == a || r == b)) {
-      t.peer = a == b ? -1 : (r == a ? b : a);
-      sched_push(out, r, t);
-    }
-    t.op = SCHED_REDUCE_GRADS, t.peer = -1;
-    sched_push(out, r, t);
-    t.op = SCHED_OPTIMIZER_STEP;
-    sched_push(out, r, t);
-  }
 }
 
 int sched_asap_end(const sched_program *compute, const sched_costs *costs, double *end, double *rank_end) {

@@ -280,15 +280,30 @@ static int two_orders(const sched_shape *sh) {
   return sh->v == 1 && (sh->family == SCHED_ZB_H1 || sh->family == SCHED_ZB_H2 || sh->family == SCHED_ZB_AUTO);
 }
 
-/* The floor internal.h describes: rank r starts no sooner than a forward has come down stages
- * 0 .. r-1, then runs its busy time; the tail follows. */
-double sched_order_bound(const sched_program *out, const sched_costs *costs, const sched_sim_result *a) {
-  double down = 0, end = 0;
-  for (int s = 0; s < out->p; s++) {
+/* The floor internal.h describes: rank r's compute ends no sooner than floor_end[r], the
+ * latest of them followed by the step's tail. */
+double sched_order_bound(const sched_shape *sh, const sched_program *out, const sched_costs *costs, double *floor_end) {
+  int S = out->p, m = sh->m;
+  double *ct = sched_cost_table(costs, S), cap = sched_memory_cap(sh), end = 0;
+  double held = floor(cap + 1e-9 * (1 + cap)); /* open forwards the budget holds, in a chunk slot each */
+  double *down = core_malloc(sizeof(double) * 2 * (size_t)S), *up = down + S;
+  for (int s = 0; s < S; s++) /* when stage s can first start: a forward has come down to it */
+    down[s] = s ? down[s - 1] + ct[4 * (s - 1)] + (out->rank_of[s - 1] != out->rank_of[s] ? costs->comm : 0) : 0;
+  up[S - 1] = down[S - 1] + ct[4 * (S - 1)]; /* when stage s can first start an I (or B) */
+  for (int s = S - 2; s >= 0; s--)
+    up[s] = up[s + 1] + ct[4 * (s + 1) + 2] + (out->rank_of[s + 1] != out->rank_of[s] ? costs->comm : 0);
+  for (int s = 0; s < S; s++) {
     int r = out->rank_of[s];
-    if (down + a->ranks[r].busy > end) end = down + a->ranks[r].busy;
-    down += sched_op_cost(costs, SCHED_FORWARD, s) + costs->comm; /* stage s's forward, then the hop */
+    double n = sh->family == SCHED_ZB_H1 ? S - r : sh->family == SCHED_ZB_H2 ? 2 * (S - r) - 1 : held;
+    n = n < held ? n : held;
+    n = n < m ? n : m;
+    double start = up[s] - n * ct[4 * s]; /* those forwards leave the rest of the wait idle */
+    start = start > down[s] ? start : down[s];
+    double e = start + (m * ct[4 * s] + m * ct[4 * s + 2] + m * ct[4 * s + 3]); /* F, I, W (B = I + W) */
+    if (floor_end) floor_end[r] = e;
+    end = e > end ? e : end;
   }
+  free(ct), free(down);
   return end + costs->reduce + costs->norm + costs->step;
 }
 
@@ -300,21 +315,26 @@ double sched_order_bound(const sched_program *out, const sched_costs *costs, con
  * forward starts at 0, so its span, and the longest, is at least that end: the bubble rate
  * (1 - mean busy / longest span, the busy times the same ops' either way) no smaller. Not even
  * built when *out has no bubble and reaches sched_order_bound, which no order goes under. */
+int sched_skip_second_order = 1;
+
 static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
   sched_program compute, alt;
   sched_sim_result a, b;
   if (sched_simulate_time(out, costs, &a) != CORE_OK) return; /* nothing to compare with */
-  if (a.bubble_rate <= 1e-12 && !(sched_order_bound(out, costs, &a) < a.makespan * (1 - 1e-12))) {
-    sched_sim_result_free(&a); /* no bubble, and no order ends sooner: the second order is not even built */
+  double asap = 0, span = 0, *rank_end = core_malloc(sizeof(double) * (size_t)sh->p);
+  for (int r = 0; r < a.p; r++) span = a.ranks[r].span > span ? a.ranks[r].span : span;
+  double least = sched_order_bound(sh, out, costs, rank_end);
+  if (sched_skip_second_order && !(least < a.makespan * (1 - 1e-12)) &&
+      (a.bubble_rate <= 1e-12 || !(rank_end[out->rank_of[0]] < span * (1 - 0.5e-12)))) {
+    free(rank_end); /* no order ends sooner, nor has a smaller bubble: the second one is not even built */
+    sched_sim_result_free(&a);
     return;
   }
-  double asap = 0, span = 0, *rank_end = core_malloc(sizeof(double) * (size_t)sh->p);
   if (compile_compute(sh, costs, &compute, 1, rank_end) != CORE_OK) { /* rank_end: its ops as early as they can */
     free(rank_end);
     sched_sim_result_free(&a);
     return;
   }
-  for (int r = 0; r < a.p; r++) span = a.ranks[r].span > span ? a.ranks[r].span : span;
   for (int r = 0; r < compute.p; r++) asap = rank_end[r] > asap ? rank_end[r] : asap;
   int cannot = !(asap < a.makespan * (1 - 1e-12)) && (a.bubble_rate <= 1e-12 || rank_end[compute.rank_of[0]] >= span);
   int rc = cannot ? CORE_EINPUT : sched_lower(&compute, costs, &alt);

@@ -86,12 +86,20 @@ void sched_assign_slots(sched_program *out, int r);
  * allow (lowering's first step): no lowering of it simulates to a shorter makespan. rank_end
  * (NULL, or [p]): each rank's, which no lowering's op of that rank ends before. */
 int sched_asap_end(const sched_program *compute, const sched_costs *costs, double *end, double *rank_end);
-/* The least makespan any order of the ops of out (one chunk per rank), lowered, can simulate to in
- * one step under the barrier, from a (its simulation: each rank's busy time): rank r cannot start
- * before a forward has come down stages 0 .. r-1, nor end before its ops' time after that, and
- * the step's tail follows (reduce, the norm, the update). sched_compile skips the second order
- * of zb-h1/h2/auto when the first has no bubble and reaches this. */
-double sched_order_bound(const sched_program *out, const sched_costs *costs, const sched_sim_result *a);
+/* The least makespan any order of the ops of out (one chunk per rank) that keeps sh's memory
+ * budget, lowered, can simulate to in one step under the barrier; floor_end (NULL, or [p]) gets
+ * each rank's least compute end. Rank r (stage s) starts nothing before a forward has come down
+ * stages 0 .. s-1, and no I (or B) before micro-batch 0's gradient has come back up from the last
+ * stage; until then only forwards can run (no W is pending), at most as many as the budget holds
+ * open (its cap in chunk slots, zb-h1 / zb-h2's open-forward limits), so the rest of that wait is
+ * idle; then its ops' time; the step's tail (reduce, the norm, the update) follows the latest.
+ * sched_compile skips the second order of zb-h1/h2/auto when the first reaches this and either
+ * has no bubble or has a longest span no longer than the first rank's floor (that rank starts
+ * at 0, so no order's bubble rate is smaller). */
+double sched_order_bound(const sched_shape *sh, const sched_program *out, const sched_costs *costs, double *floor_end);
+/* 1 (the default): sched_compile skips the second order as above; 0 always builds it, for tests
+ * that check the skip changes nothing. */
+extern int sched_skip_second_order;
 
 /* sched_lower, choosing how transfers are placed: directly where that is on time and needs no
  * memory beyond the compute order's, else by the build (SCHED_LOWER_DIRECT_FIRST, what

@@ -412,36 +412,85 @@ Test(sim, no_lowering_beats_the_compute_orders_asap_end) {
   cr_assert(checked > 500, "only %d shapes", checked);
 }
 
-/* sched_order_bound is a floor no order of one-chunk programs goes under: every such family, both
- * of zb-h1/h2/auto's constructors (sched_compile keeps either), over shapes, latencies, tails and
- * per-stage costs. It is reached too (zb-h2 at unit costs), where sched_compile then builds no
- * second order. */
+/* sched_order_bound is a floor no order of one-chunk programs keeping the family's budget goes
+ * under, per rank and in all: every such family, both of zb-h1/h2/auto's constructors
+ * (sched_compile keeps either), over shapes, latencies, tails, per-stage costs and zb-auto's
+ * limits. It is reached too (zb-h2, and zb-h1 and zb-auto with their warm-up's idle time, at unit
+ * costs), where sched_compile then builds no second order. */
+static void check_floor(const sched_shape *sh, const sched_costs *c, sched_program *pr, int var, int *reached) {
+  sched_sim_result res;
+  cr_assert_eq(sched_simulate(pr, c, &res, NULL), CORE_OK, "%s", core_error_msg());
+  double fl[8], lb = sched_order_bound(sh, pr, c, fl);
+  cr_assert(res.makespan >= lb * (1 - 1e-12), "%s p=%d m=%d var %d: simulated %.17g under the bound %.17g",
+            sched_family_name(sh->family), sh->p, sh->m, var, res.makespan, lb);
+  for (int r = 0; r < sh->p; r++)
+    cr_assert(res.ranks[r].end >= fl[r] * (1 - 1e-12), "%s p=%d m=%d var %d: rank %d ends at %.17g, under its floor %.17g",
+              sched_family_name(sh->family), sh->p, sh->m, var, r, res.ranks[r].end, fl[r]);
+  *reached += res.makespan <= lb * (1 + 1e-12);
+  sched_sim_result_free(&res);
+}
+
 Test(sim, no_order_beats_the_order_bound) {
   const sched_family fams[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_AUTO};
   double sf[8], sb[8], sw[8];
   for (int s = 0; s < 8; s++) sf[s] = 1 + 0.3 * (s % 3), sb[s] = 2 - 0.25 * (s % 2), sw[s] = 0.7 + 0.1 * (s % 4);
-  int checked = 0, reached = 0;
+  int checked = 0, reached = 0, reached_h1 = 0;
   for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)
     for (int p = 1; p <= 8; p *= 2)
       for (int m = 1; m <= 24; m += 7)
-        for (int var = 0; var < 4; var++) {
-          sched_shape sh = {.family = fams[f], .p = p, .v = 1, .m = m};
+        for (int var = 0; var < 8; var++) {
+          sched_shape sh = {.family = fams[f], .p = p, .v = 1, .m = m, .mem_limit = var & 4 ? (p + 1) / 2 : 0};
+          if ((var & 4) && fams[f] != SCHED_ZB_AUTO) continue;
           sched_costs c = sched_costs_unit();
           c.comm = var & 1 ? 0.5 : 0, c.reduce = 0.2, c.norm = 0.3, c.step = 0.4;
           if (var & 2) c.stage_f = sf, c.stage_b = sb, c.stage_w = sw;
-          sched_program pr;
+          sched_program pr, compute, rounds;
           if (sched_compile(&sh, &c, &pr) != CORE_OK) continue;
-          sched_sim_result res;
-          cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
-          double lb = sched_order_bound(&pr, &c, &res);
-          cr_assert(res.makespan >= lb * (1 - 1e-12), "%s p=%d m=%d var %d: simulated %.17g under the bound %.17g",
-                    sched_family_name(fams[f]), p, m, var, res.makespan, lb);
-          checked++, reached += res.makespan <= lb * (1 + 1e-12);
-          sched_sim_result_free(&res);
+          int was = reached;
+          check_floor(&sh, &c, &pr, var, &reached);
+          reached_h1 += fams[f] == SCHED_ZB_H1 && p > 1 && reached > was;
+          checked++;
           sched_program_free(&pr);
+          if (fams[f] < SCHED_ZB_H1 || sched_compile_compute_rounds(&sh, &c, &compute, NULL) != CORE_OK) continue;
+          cr_assert_eq(sched_lower(&compute, &c, &rounds), CORE_OK, "%s", core_error_msg());
+          check_floor(&sh, &c, &rounds, var, &reached); /* the second order too */
+          checked++;
+          sched_program_free(&rounds), sched_program_free(&compute);
         }
-  cr_log_info("%d programs, %d at the bound\n", checked, reached);
-  cr_assert(checked > 200 && reached > 0, "%d programs, %d at the bound", checked, reached);
+  cr_log_info("%d programs, %d at the bound (zb-h1 %d)\n", checked, reached, reached_h1);
+  cr_assert(checked > 300 && reached > 0 && reached_h1 > 0, "%d programs, %d at the bound (zb-h1 %d)", checked, reached,
+            reached_h1);
+}
+
+/* The second order that sched_compile skips by sched_order_bound would not have been kept: with
+ * the skip and without it, the same programs, over the families that have one and shapes and
+ * costs where it fires (unit costs) and where it does not. */
+Test(sim, skipping_the_second_order_changes_nothing) {
+  const sched_family fams[] = {SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_AUTO};
+  double sf[8], sb[8], sw[8];
+  for (int s = 0; s < 8; s++) sf[s] = 1 + 0.3 * (s % 3), sb[s] = 2 - 0.25 * (s % 2), sw[s] = 0.7 + 0.1 * (s % 4);
+  int checked = 0;
+  for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)
+    for (int p = 1; p <= 8; p *= 2)
+      for (int m = 1; m <= 40; m += 13)
+        for (int var = 0; var < 8; var++) {
+          sched_shape sh = {.family = fams[f], .p = p, .v = 1, .m = m, .mem_limit = var & 4 ? p + 1 : 0};
+          sched_costs c = sched_costs_unit();
+          c.comm = var & 1 ? 0.25 : 0, c.step = 0.5;
+          if (var & 2) c.stage_f = sf, c.stage_b = sb, c.stage_w = sw;
+          sched_program a, b;
+          int ra = sched_compile(&sh, &c, &a);
+          sched_skip_second_order = 0;
+          int rb = sched_compile(&sh, &c, &b);
+          sched_skip_second_order = 1;
+          cr_assert_eq(ra, rb, "%s p=%d m=%d var %d", sched_family_name(fams[f]), p, m, var);
+          if (ra) continue;
+          cr_assert(sched_program_equal(&a, &b), "%s p=%d m=%d var %d: the skip changed the program",
+                    sched_family_name(fams[f]), p, m, var);
+          sched_program_free(&a), sched_program_free(&b);
+          checked++;
+        }
+  cr_assert(checked > 200, "only %d shapes", checked);
 }
 
 /* The reproduction that started this: 1F1B, 2 stages, 2 micro-batches, latency 0.5. Rank 0 sends

@@ -280,30 +280,35 @@ static int two_orders(const sched_shape *sh) {
   return sh->v == 1 && (sh->family == SCHED_ZB_H1 || sh->family == SCHED_ZB_H2 || sh->family == SCHED_ZB_AUTO);
 }
 
-/* The floor internal.h describes: rank r's compute ends no sooner than floor_end[r], the
- * latest of them followed by the step's tail. */
-double sched_order_bound(const sched_shape *sh, const sched_program *out, const sched_costs *costs, double *floor_end) {
-  int S = out->p, m = sh->m;
-  double *ct = sched_cost_table(costs, S), cap = sched_memory_cap(sh), end = 0;
-  double held = floor(cap + 1e-9 * (1 + cap)); /* open forwards the budget holds, in a chunk slot each */
+/* What internal.h says of sched_budget_ends and sched_order_bound. */
+void sched_budget_ends(const sched_program *pr, const double *ct, double comm, double cap, int m, double *end) {
+  int S = pr->p;
+  double held = floor(cap + 1e-9 * (1 + cap)); /* open forwards the budget holds, a chunk slot each */
   double *down = core_malloc(sizeof(double) * 2 * (size_t)S), *up = down + S;
   for (int s = 0; s < S; s++) /* when stage s can first start: a forward has come down to it */
-    down[s] = s ? down[s - 1] + ct[4 * (s - 1)] + (out->rank_of[s - 1] != out->rank_of[s] ? costs->comm : 0) : 0;
+    down[s] = s ? down[s - 1] + ct[4 * (s - 1)] + (pr->rank_of[s - 1] != pr->rank_of[s] ? comm : 0) : 0;
   up[S - 1] = down[S - 1] + ct[4 * (S - 1)]; /* when stage s can first start an I (or B) */
   for (int s = S - 2; s >= 0; s--)
-    up[s] = up[s + 1] + ct[4 * (s + 1) + 2] + (out->rank_of[s + 1] != out->rank_of[s] ? costs->comm : 0);
+    up[s] = up[s + 1] + ct[4 * (s + 1) + 2] + (pr->rank_of[s + 1] != pr->rank_of[s] ? comm : 0);
   for (int s = 0; s < S; s++) {
-    int r = out->rank_of[s];
-    double n = sh->family == SCHED_ZB_H1 ? S - r : sh->family == SCHED_ZB_H2 ? 2 * (S - r) - 1 : held;
+    int r = pr->rank_of[s];
+    double n = pr->family == SCHED_ZB_H1 ? S - r : pr->family == SCHED_ZB_H2 ? 2 * (S - r) - 1 : held;
     n = n < held ? n : held;
     n = n < m ? n : m;
     double start = up[s] - n * ct[4 * s]; /* those forwards leave the rest of the wait idle */
     start = start > down[s] ? start : down[s];
-    double e = start + (m * ct[4 * s] + m * ct[4 * s + 2] + m * ct[4 * s + 3]); /* F, I, W (B = I + W) */
-    if (floor_end) floor_end[r] = e;
-    end = e > end ? e : end;
+    end[r] = start + (m * ct[4 * s] + m * ct[4 * s + 2] + m * ct[4 * s + 3]); /* F, I, W (B = I + W) */
   }
-  free(ct), free(down);
+  free(down);
+}
+
+double sched_order_bound(const sched_shape *sh, const sched_program *out, const sched_costs *costs, double *floor_end) {
+  double *ct = sched_cost_table(costs, out->p), *e = floor_end ? floor_end : core_malloc(sizeof(double) * (size_t)out->p);
+  double end = 0;
+  sched_budget_ends(out, ct, costs->comm, sched_memory_cap(sh), sh->m, e);
+  for (int r = 0; r < out->p; r++) end = e[r] > end ? e[r] : end;
+  if (!floor_end) free(e);
+  free(ct);
   return end + costs->reduce + costs->norm + costs->step;
 }
 
@@ -314,7 +319,9 @@ double sched_order_bound(const sched_shape *sh, const sched_program *out, const 
  * first rank ends no sooner than *out's longest span. That rank holds stage 0 alone, whose first
  * forward starts at 0, so its span, and the longest, is at least that end: the bubble rate
  * (1 - mean busy / longest span, the busy times the same ops' either way) no smaller. Not even
- * built when *out has no bubble and reaches sched_order_bound, which no order goes under. */
+ * built when sched_order_bound shows the same of every order that keeps the budget: *out reaches
+ * its least makespan and has no bubble, or a longest span no longer than the first rank's least
+ * end. */
 int sched_skip_second_order = 1;
 
 static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_program *out) {

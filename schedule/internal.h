@@ -16,8 +16,9 @@ double sched_op_cost(const sched_costs *c, sched_op op, int s);
 double *sched_cost_table(const sched_costs *c, int S);
 
 /* zb.c's list scheduler skips a variant once a run of another shows every decision would come
- * out the same under it (1, the default); 0 runs every variant, for tests that check the skip
- * changes nothing. */
+ * out the same under it, and every constructor stops trying variants once the best order reaches
+ * the least span and end any order can have (1, the default); 0 runs every variant, for tests
+ * that check the skips change nothing. */
 extern int sched_zb_skip_repeats;
 /* The micro-batch rounds' compute order of zb-h1, zb-h2 or zb-auto (the second order
  * sched_compile weighs against the list scheduler's), for tests. */
@@ -86,16 +87,19 @@ void sched_assign_slots(sched_program *out, int r);
  * allow (lowering's first step): no lowering of it simulates to a shorter makespan. rank_end
  * (NULL, or [p]): each rank's, which no lowering's op of that rank ends before. */
 int sched_asap_end(const sched_program *compute, const sched_costs *costs, double *end, double *rank_end);
+/* Each rank's least compute end in any order of pr's ops (one chunk per rank, m micro-batches,
+ * ct sched_cost_table's, comm the hop) that keeps a memory budget of cap chunk slots (and zb-h1 /
+ * zb-h2's open-forward limits, by pr->family), into end[p]. Rank r (stage s) runs nothing before
+ * a forward has come down stages 0 .. s-1, and no I (or B) before micro-batch 0's gradient has
+ * come back up from the last stage; until then only forwards can run (no W is pending), at most
+ * as many as the budget holds open, so the rest of that wait is idle; then its ops' time. */
+void sched_budget_ends(const sched_program *pr, const double *ct, double comm, double cap, int m, double *end);
 /* The least makespan any order of the ops of out (one chunk per rank) that keeps sh's memory
- * budget, lowered, can simulate to in one step under the barrier; floor_end (NULL, or [p]) gets
- * each rank's least compute end. Rank r (stage s) starts nothing before a forward has come down
- * stages 0 .. s-1, and no I (or B) before micro-batch 0's gradient has come back up from the last
- * stage; until then only forwards can run (no W is pending), at most as many as the budget holds
- * open (its cap in chunk slots, zb-h1 / zb-h2's open-forward limits), so the rest of that wait is
- * idle; then its ops' time; the step's tail (reduce, the norm, the update) follows the latest.
- * sched_compile skips the second order of zb-h1/h2/auto when the first reaches this and either
- * has no bubble or has a longest span no longer than the first rank's floor (that rank starts
- * at 0, so no order's bubble rate is smaller). */
+ * budget, lowered, can simulate to in one step under the barrier: the latest of
+ * sched_budget_ends, then the step's tail (reduce, the norm, the update); floor_end (NULL, or
+ * [p]) gets each rank's. sched_compile skips the second order of zb-h1/h2/auto when the first
+ * reaches this and either has no bubble or has a longest span no longer than the first rank's
+ * floor (that rank starts at 0, so no order's bubble rate is smaller). */
 double sched_order_bound(const sched_shape *sh, const sched_program *out, const sched_costs *costs, double *floor_end);
 /* 1 (the default): sched_compile skips the second order as above; 0 always builds it, for tests
  * that check the skip changes nothing. */

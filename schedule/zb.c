@@ -389,10 +389,21 @@ static double zb_work(const zb_state *z) {
 
 /* The least latest end any order can have: no op of stage s starts before a forward has come
  * down stages 0 .. s-1 (each after its hop), and a rank runs its work one op at a time after its
- * first. */
-static double zb_end_floor(const zb_state *z) {
+ * first. With one chunk per rank, sched_budget_ends: the budget leaves each rank idle too until
+ * micro-batch 0's gradient comes back; *first_end then gets the least end of the rank holding
+ * stage 0, whose first op every constructor here starts at 0, so the least span it can have
+ * (else 0). */
+static double zb_end_floor(const zb_state *z, double *first_end) {
   const sched_program *pr = z->pr;
   double arrive = 0, end = 0, *tmp = core_malloc(sizeof(double) * (size_t)pr->p); /* each rank's earliest start */
+  *first_end = 0;
+  if (pr->v == 1) {
+    sched_budget_ends(pr, z->cost, z->c->comm, z->rk[0].cap, z->m, tmp);
+    for (int r = 0; r < pr->p; r++) end = tmp[r] > end ? tmp[r] : end;
+    *first_end = tmp[pr->rank_of[0]];
+    free(tmp);
+    return end;
+  }
   for (int r = 0; r < pr->p; r++) tmp[r] = INFINITY;
   for (int s = 0; s < z->S; s++) {
     int r = pr->rank_of[s];
@@ -870,10 +881,12 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     z.m = probe ? mp : m;
     best_span = best_end = INFINITY;
     zb_reset(&z);
-    double least = zb_work(&z), floor_end = zb_end_floor(&z);
+    double first_end, least = zb_work(&z), floor_end = zb_end_floor(&z, &first_end);
+    double floor_span = least > first_end ? least : first_end;
     /* once the best order has the least span and the least end any order can have, no later one
      * could be kept (zb_keep wants a shorter span, or as short and an earlier end): none is built */
-#define AT_FLOOR (best_span <= least * (1 + 1e-12) && best_end <= floor_end * (1 + 1e-12))
+#define AT_FLOOR \
+  (sched_zb_skip_repeats && best_span <= floor_span * (1 + 1e-12) && best_end <= floor_end * (1 + 1e-12))
     int only = probe ? -1 : won, only_iter = won_iter; /* the full pass after a probe: its winner */
     /* v-half, v-min: the building block */
     int vb = pr->family == SCHED_V_HALF || pr->family == SCHED_V_MIN;
@@ -905,11 +918,12 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
       if (run == CORE_OK && zb_keep(&z, &best, &best_span, &best_end)) ok = 1, won = nv + 8 + k;
     }
     /* the list scheduler's variants, each given up once it cannot beat the best so far, none
-     * tried once the best reaches the least span possible, the most work of one rank. A variant
-     * whose every decision a run shows would have come out the same (the run's agree masks) is
-     * that run again, to the op: it could not be kept (a tie keeps the first), and it is skipped. */
+     * tried once the best reaches the least span possible, the most work of one rank, or
+     * AT_FLOOR. A variant whose every decision a run shows would have come out the same (the
+     * run's agree masks) is that run again, to the op: it could not be kept (a tie keeps the
+     * first), and it is skipped. */
     memset(same, 0, (size_t)nv);
-    for (int i = 0; !rounds && i < nv && best_span > least * (1 + 1e-9); i++) { /* (AT_FLOOR implies the last) */
+    for (int i = 0; !rounds && i < nv && best_span > least * (1 + 1e-9) && !AT_FLOOR; i++) {
       if ((only >= 0 && i != only) || same[i]) continue;
       z.var = vars[i];
       z.bound = best_span;

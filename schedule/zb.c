@@ -96,6 +96,7 @@ typedef struct {
   zb_end *end; /* [m][S]: when each (micro-batch, stage)'s F and I end, < 0 until done; micro-batch
                 * major, so the stages a decision reads (s - 1, s, s + 1) share cache lines */
   double *cost;          /* [S][4]: sched_op_cost of F, B, I, W of each virtual stage */
+  double *hop;           /* [S]: the hop between stages s and s + 1 (comm across ranks, else 0) */
   zb_rank *rk;
   /* a tournament tree over the ranks by (next choice's time, rank): leaf P2 + r is rank r (r >= p:
    * none, its key INFINITY), node i the earlier of nodes 2i and 2i + 1, node 1 the rank to run
@@ -124,38 +125,56 @@ static double hop(const zb_state *z, int s1, int s2) {
 }
 
 /* When the input of the F of stage s, micro-batch j arrives; INFINITY while its producer has not
- * run. With est, a producer not yet run counts as starting when its rank is free (a lower bound):
- * used only to judge whether a W fits in a gap. */
-static double f_ready(const zb_state *z, int s, int j, int est) {
+ * run. */
+static inline double f_ready(const zb_state *z, int s, int j) {
   if (s == 0) return 0;
   double e = z->end[(size_t)j * z->S + s - 1].f;
-  if (e >= 0) return e + hop(z, s - 1, s);
-  if (!est) return INFINITY;
+  return e >= 0 ? e + z->hop[s - 1] : INFINITY;
+}
+
+/* The same, a producer not yet run counted as starting when its rank is free (a lower bound):
+ * used only to judge whether a W fits in a gap. */
+static double f_ready_est(const zb_state *z, int s, int j) {
+  double e = f_ready(z, s, j);
+  if (e < INFINITY) return e;
   const zb_rank *q = &z->rk[z->pr->rank_of[s - 1]];
   int c = z->pr->chunk_of[s - 1];
   if (q->nf[c] != j) return INFINITY; /* not its next F: later than its next one */
-  double in = f_ready(z, s - 1, j, 0);
+  double in = f_ready(z, s - 1, j);
   double t0 = in > q->free_at ? in : q->free_at;
   if (in == INFINITY) t0 = q->free_at;
-  return t0 + cost(z, SCHED_FORWARD, s - 1) + hop(z, s - 1, s);
+  return t0 + cost(z, SCHED_FORWARD, s - 1) + z->hop[s - 1];
 }
 
-static double i_ready(const zb_state *z, int s, int j, int est) {
+/* When the I of stage s, micro-batch j can start: its F done and its output gradient arrived;
+ * INFINITY until both. */
+static inline double i_ready(const zb_state *z, int s, int j) {
+  const zb_end *at = &z->end[(size_t)j * z->S + s];
+  double t = at->f;
+  if (t < 0) return INFINITY;
+  if (s == z->S - 1) return t;
+  double e = at[1].i;
+  if (e < 0) return INFINITY;
+  e += z->hop[s];
+  return e > t ? e : t;
+}
+
+/* The same with f_ready_est's lower bound for a gradient not yet produced. */
+static double i_ready_est(const zb_state *z, int s, int j) {
   const zb_end *at = &z->end[(size_t)j * z->S + s];
   double t = at->f;
   if (t < 0) return INFINITY;
   if (s == z->S - 1) return t;
   double e = at[1].i;
   if (e >= 0) {
-    e += hop(z, s + 1, s);
+    e += z->hop[s];
   } else {
-    if (!est) return INFINITY;
     const zb_rank *q = &z->rk[z->pr->rank_of[s + 1]];
     int c = z->pr->chunk_of[s + 1];
     if (q->ni[c] != j) return INFINITY;
-    double in = i_ready(z, s + 1, j, 0);
+    double in = i_ready(z, s + 1, j);
     double t0 = in > q->free_at && in < INFINITY ? in : q->free_at;
-    e = t0 + cost(z, SCHED_BACKWARD_INPUT, s + 1) + hop(z, s + 1, s);
+    e = t0 + cost(z, SCHED_BACKWARD_INPUT, s + 1) + z->hop[s];
   }
   return e > t ? e : t;
 }
@@ -196,11 +215,11 @@ static double next_start(const zb_state *z, int r, const int *fits) {
   for (int c = 0; c < pr->v; c++) {
     int s = pr->stage_of[r * pr->v + c];
     if (k->ni[c] < z->m) {
-      double t = i_ready(z, s, k->ni[c], 1);
+      double t = i_ready_est(z, s, k->ni[c]);
       if (t < e) e = t;
     }
     if (k->nf[c] < z->m && fits[c]) {
-      double t = f_ready(z, s, k->nf[c], 1);
+      double t = f_ready_est(z, s, k->nf[c]);
       if (t < e) e = t;
     }
   }
@@ -217,11 +236,11 @@ static void choose(zb_state *z, int r) {
   for (int c = pr->v - 1; c >= 0; c--) { /* later stages first on ties */
     int s = pr->stage_of[r * pr->v + c];
     if (k->ni[c] < z->m) {
-      double t = i_ready(z, s, k->ni[c], 0);
+      double t = i_ready(z, s, k->ni[c]);
       if (t < ti) ti = t, ci = c;
     }
     if (k->nf[c] < z->m) {
-      double t = f_ready(z, s, k->nf[c], 0);
+      double t = f_ready(z, s, k->nf[c]);
       if ((fits[c] = f_fits(z, k, r, c, 0))) {
         if (t < tf) tf = t, cf = c;
       } else if (f_fits(z, k, r, c, 1) && t < tb) {
@@ -487,14 +506,14 @@ static int zbv_put(zb_state *z, zbv_rank *vr, int r, int op, int c) {
   } else if (op == SCHED_FORWARD) {
     j = k->nf[c], s = pr->stage_of[r * pr->v + c];
     if (j >= z->m) return 0;
-    ready = f_ready(z, s, j, 0);
+    ready = f_ready(z, s, j);
     dm = 1;
   } else {
     j = k->ni[c], s = pr->stage_of[r * pr->v + c];
     if (j >= z->m) return 0;
     while (z->max_w > 0 && pending(k) >= z->max_w) /* the user's limit on pending W's */
       zbv_put(z, vr, r, SCHED_BACKWARD_WEIGHT, 0);
-    ready = i_ready(z, s, j, 0);
+    ready = i_ready(z, s, j);
     dm = z->ws - 1;
   }
   if (ready == INFINITY || q->mem + dm > k->cap + z->eps) return 0;
@@ -514,8 +533,8 @@ static double zbv_arrival(const zb_state *z, int r, int op, int c) {
   const sched_program *pr = z->pr;
   const zb_rank *k = &z->rk[r];
   int s = pr->stage_of[r * pr->v + c];
-  if (op == SCHED_FORWARD) return s == 0 ? -INFINITY : f_ready(z, s, k->nf[c], 0);
-  return s == z->S - 1 ? -INFINITY : i_ready(z, s, k->ni[c], 0);
+  if (op == SCHED_FORWARD) return s == 0 ? -INFINITY : f_ready(z, s, k->nf[c]);
+  return s == z->S - 1 ? -INFINITY : i_ready(z, s, k->ni[c]);
 }
 
 /* Before rank r's next op: W's that end before its input arrives, then one more if the gap would
@@ -552,7 +571,7 @@ static int zbv_run(zb_state *z, zbv_rank *vr, const zbv_pass *ps) {
     if (!zbv_put(z, vr, r, SCHED_FORWARD, 0)) return CORE_ERUNTIME;
   for (int r = p - 1; r >= 0; r--) {
     if (r < p - 1) {
-      double back = f_ready(z, pr->stage_of[r * 2 + 1], 0, 0);
+      double back = f_ready(z, pr->stage_of[r * 2 + 1], 0);
       while (vr[r].mem + 2 + 2 * r <= z->rk[r].cap + z->eps && vr[r].cur + cost(z, SCHED_FORWARD, r) <= back &&
              z->rk[r].nf[0] < m)
         for (int q = 0; q <= r; q++)
@@ -580,7 +599,7 @@ static int zbv_run(zb_state *z, zbv_rank *vr, const zbv_pass *ps) {
     for (int r = 0; r < p; r++) {
       const zb_rank *k = &z->rk[r];
       if (k->ni[0] >= k->ni[1]) ic[r] = 1;
-      else if (r == p - 1 || k->ni[1] >= m || i_ready(z, r, k->ni[0], 0) < INFINITY) ic[r] = 0;
+      else if (r == p - 1 || k->ni[1] >= m || i_ready(z, r, k->ni[0]) < INFINITY) ic[r] = 0;
       else ic[r] = 1;
     }
     for (int pass = 0; pass < 2 && rc == CORE_OK; pass++)
@@ -595,8 +614,8 @@ static int zbv_run(zb_state *z, zbv_rank *vr, const zbv_pass *ps) {
       if (k->nf[1] >= m) continue;
       int c = -1;
       if (k->nf[1] >= k->nf[0]) c = 0;
-      else if (r == p - 1 || f_ready(z, pr->stage_of[r * 2 + 1], k->nf[1], 0) < INFINITY) c = 1;
-      else if (k->nf[0] < m && f_ready(z, r, k->nf[0], 0) < INFINITY) c = 0;
+      else if (r == p - 1 || f_ready(z, pr->stage_of[r * 2 + 1], k->nf[1]) < INFINITY) c = 1;
+      else if (k->nf[0] < m && f_ready(z, r, k->nf[0]) < INFINITY) c = 0;
       if (c >= 0 && !zbv_forward(z, vr, ps, r, c)) rc = CORE_ERUNTIME;
     }
   }
@@ -626,8 +645,8 @@ static int vpat_run(zb_state *z, int half) {
       int ch = chunk_of[e], s = pr->stage_of[r * 2 + ch];
       double ready = 0;
       if (e == 4) ch = k->wq[k->wh] / m;
-      else if (e < 2) ready = f_ready(z, s, k->nf[ch], 0);
-      else ready = i_ready(z, s, k->ni[ch], 0);
+      else if (e < 2) ready = f_ready(z, s, k->nf[ch]);
+      else ready = i_ready(z, s, k->ni[ch]);
       if (ready == INFINITY) { /* an input in a later slot: cannot happen */
         rc = CORE_ERUNTIME;
         break;
@@ -675,8 +694,8 @@ static int zbr_put(zb_state *z, int r, int op) {
       if (zbr_put(z, r, SCHED_BACKWARD_WEIGHT)) return 1;
   int s = pr->stage_of[r];
   double ready = 0;
-  if (op == SCHED_FORWARD) ready = f_ready(z, s, k->nf[0], 0), k->mb = k->nf[0];
-  else if (op == SCHED_BACKWARD_INPUT) ready = i_ready(z, s, k->ni[0], 0), k->mb = k->ni[0];
+  if (op == SCHED_FORWARD) ready = f_ready(z, s, k->nf[0]), k->mb = k->nf[0];
+  else if (op == SCHED_BACKWARD_INPUT) ready = i_ready(z, s, k->ni[0]), k->mb = k->ni[0];
   else k->mb = k->wq[k->wh] % z->m;
   if (ready == INFINITY) return 1;
   k->t = ready > k->free_at ? ready : k->free_at, k->op = op, k->chunk = 0;
@@ -761,13 +780,13 @@ static int zbr_run(zb_state *z, zbr_variant var) {
     for (int j = 0; j < p && !rc; j++) {
       if (!req[j]) continue;
       rc = zbr_room(z, RANK(j));
-      if (!rc && j > 0) rc = zbr_fill(z, RANK(j), f_ready(z, j, z->rk[RANK(j)].nf[0], 0), var.greedy);
+      if (!rc && j > 0) rc = zbr_fill(z, RANK(j), f_ready(z, j, z->rk[RANK(j)].nf[0]), var.greedy);
       if (!rc) rc = zbr_room(z, RANK(j)) || zbr_put(z, RANK(j), SCHED_FORWARD);
     }
     for (int j = p - 1; j >= 0 && !rc; j--) {
       zb_rank *k = &z->rk[RANK(j)];
       if (k->ni[0] != i || k->nf[0] <= i) rc = 1; /* cannot happen: every stage has run F i */
-      if (!rc && j + 1 < p) rc = zbr_fill(z, RANK(j), i_ready(z, j, i, 0), var.greedy);
+      if (!rc && j + 1 < p) rc = zbr_fill(z, RANK(j), i_ready(z, j, i), var.greedy);
       if (!rc) rc = zbr_put(z, RANK(j), SCHED_BACKWARD_INPUT);
     }
   }
@@ -838,6 +857,8 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
   size_t n = (size_t)z.S * (size_t)m;
   z.end = core_malloc(sizeof(zb_end) * n);
   z.cost = sched_cost_table(costs, z.S);
+  z.hop = core_malloc(sizeof(double) * (size_t)z.S);
+  for (int s = 0; s < z.S; s++) z.hop[s] = s + 1 < z.S && pr->rank_of[s] != pr->rank_of[s + 1] ? costs->comm : 0;
   z.rk = core_calloc((size_t)p, sizeof(zb_rank));
   z.kept_last = core_calloc((size_t)p, sizeof(double));
   for (z.P2 = 2; z.P2 < p; z.P2 *= 2) {}
@@ -967,6 +988,6 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     if (rank_end) memcpy(rank_end, z.kept_last, sizeof(double) * (size_t)p);
   }
   for (int r = 0; r < p; r++) free(z.rk[r].nf), free(z.rk[r].ni), free(z.rk[r].wq);
-  free(z.rk), free(z.kept_last), free(z.end), free(z.cost), free(z.tree), free(z.order), free(best);
+  free(z.rk), free(z.kept_last), free(z.end), free(z.cost), free(z.hop), free(z.tree), free(z.order), free(best);
   return rc;
 }

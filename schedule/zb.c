@@ -44,6 +44,7 @@
  * (the agree masks), and none is built once the best reaches the least span and the least end
  * any order can have (zb_end_floor). With F = B = W this gives the paper's bubbles: zb-h1 (p-1)(F+B-W), a third of
  * 1F1B's, zb-h2 and zb-v none once m fills the warm-up; tests/schedule/test_zb.c. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,7 @@
 typedef struct {
   int *nf, *ni;     /* per chunk: next F, next I (micro-batch order) */
   int open, open1;  /* chunk slots between F and I; of which chunk 1's */
-  int *wq, wh, wt;  /* pending W's as chunk * m + micro-batch, oldest first */
+  int *wq, wh, wt;  /* pending W's as micro-batch * 2 + chunk (wq_chunk, wq_mb), oldest first */
   double free_at;   /* when the rank's last op ends */
   double first, last; /* first compute start, last end */
   double left;        /* compute time of its ops not yet run */
@@ -180,6 +181,9 @@ static double i_ready_est(const zb_state *z, int s, int j) {
 }
 
 static int pending(const zb_rank *k) { return k->wt - k->wh; }
+/* A pending W's chunk and micro-batch (one or two chunks per rank here) */
+static inline int wq_chunk(int code) { return code & 1; }
+static inline int wq_mb(int code) { return code >> 1; }
 static double mem(const zb_state *z, const zb_rank *k) { return k->open + z->ws * pending(k); }
 
 /* Room a forward of chunk c needs beyond its own slot: in a V, chunk 0 leaves room for chunk 1
@@ -264,7 +268,7 @@ static void choose(zb_state *z, int r) {
     if (w && fill == 1) {
       take = 1;
     } else if (w) { /* whether the W fills the gap, under each fill rule */
-      int s = pr->stage_of[r * pr->v + k->wq[k->wh] / z->m];
+      int s = pr->stage_of[r * pr->v + wq_chunk(k->wq[k->wh])];
       double ns = next_start(z, r, fits), gap = k->idle + (ns - t0);
       int fits_gap = t0 + cost(z, SCHED_BACKWARD_WEIGHT, s) <= ns + z->eps;
       int idle_ok = k->first < INFINITY && ns < INFINITY;
@@ -286,7 +290,7 @@ static void choose(zb_state *z, int r) {
   }
   if (k->op == SCHED_BACKWARD_WEIGHT) {
     int code = k->wq[k->wh];
-    k->chunk = code / z->m, k->mb = code % z->m;
+    k->chunk = wq_chunk(code), k->mb = wq_mb(code);
   } else if (k->op == SCHED_FORWARD) {
     k->mb = k->nf[k->chunk];
   } else if (k->op == SCHED_BACKWARD_INPUT) {
@@ -356,7 +360,7 @@ static void run_op(zb_state *z, int r) {
     at->f = end;
   } else if (k->op == SCHED_BACKWARD_INPUT) {
     k->ni[c]++, k->open--, k->open1 -= c == 1;
-    k->wq[k->wt++] = c * z->m + j;
+    k->wq[k->wt++] = j << 1 | c;
     at->i = end;
   } else {
     k->wh++;
@@ -501,7 +505,7 @@ static int zbv_put(zb_state *z, zbv_rank *vr, int r, int op, int c) {
   if (op == SCHED_BACKWARD_WEIGHT) {
     if (pending(k) == 0) return 0;
     int code = k->wq[k->wh];
-    c = code / z->m, j = code % z->m, s = pr->stage_of[r * pr->v + c];
+    c = wq_chunk(code), j = wq_mb(code), s = pr->stage_of[r * pr->v + c];
     dm = -z->ws;
   } else if (op == SCHED_FORWARD) {
     j = k->nf[c], s = pr->stage_of[r * pr->v + c];
@@ -542,7 +546,7 @@ static double zbv_arrival(const zb_state *z, int r, int op, int c) {
 static void zbv_fill(zb_state *z, zbv_rank *vr, const zbv_pass *ps, int r, int op, int c, int fill) {
   double arr = zbv_arrival(z, r, op, c);
   if (arr == -INFINITY || arr == INFINITY) return;
-  while (pending(&z->rk[r]) > 0 && arr >= vr[r].cur + cost(z, SCHED_BACKWARD_WEIGHT, z->pr->stage_of[r * z->pr->v + z->rk[r].wq[z->rk[r].wh] / z->m]))
+  while (pending(&z->rk[r]) > 0 && arr >= vr[r].cur + cost(z, SCHED_BACKWARD_WEIGHT, z->pr->stage_of[r * z->pr->v + wq_chunk(z->rk[r].wq[z->rk[r].wh])]))
     zbv_put(z, vr, r, SCHED_BACKWARD_WEIGHT, 0);
   if (!fill || pending(&z->rk[r]) == 0) return;
   double worst = vr[z->pr->p].bubble;
@@ -644,7 +648,7 @@ static int vpat_run(zb_state *z, int half) {
       zb_rank *k = &z->rk[r];
       int ch = chunk_of[e], s = pr->stage_of[r * 2 + ch];
       double ready = 0;
-      if (e == 4) ch = k->wq[k->wh] / m;
+      if (e == 4) ch = wq_chunk(k->wq[k->wh]);
       else if (e < 2) ready = f_ready(z, s, k->nf[ch]);
       else ready = i_ready(z, s, k->ni[ch]);
       if (ready == INFINITY) { /* an input in a later slot: cannot happen */
@@ -652,7 +656,7 @@ static int vpat_run(zb_state *z, int half) {
         break;
       }
       k->t = ready > k->free_at ? ready : k->free_at, k->op = op_of[e], k->chunk = ch;
-      k->mb = e == 4 ? k->wq[k->wh] % m : e < 2 ? k->nf[ch] : k->ni[ch];
+      k->mb = e == 4 ? wq_mb(k->wq[k->wh]) : e < 2 ? k->nf[ch] : k->ni[ch];
       run_op(z, r);
       if (mem(z, k) > k->cap + z->eps) rc = CORE_ERUNTIME;
     }
@@ -696,7 +700,7 @@ static int zbr_put(zb_state *z, int r, int op) {
   double ready = 0;
   if (op == SCHED_FORWARD) ready = f_ready(z, s, k->nf[0]), k->mb = k->nf[0];
   else if (op == SCHED_BACKWARD_INPUT) ready = i_ready(z, s, k->ni[0]), k->mb = k->ni[0];
-  else k->mb = k->wq[k->wh] % z->m;
+  else k->mb = wq_mb(k->wq[k->wh]);
   if (ready == INFINITY) return 1;
   k->t = ready > k->free_at ? ready : k->free_at, k->op = op, k->chunk = 0;
   run_op(z, r);
@@ -848,6 +852,7 @@ double sched_memory_cap(const sched_shape *sh) {
 
 int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs *costs, int rounds, double *rank_end) {
   int p = pr->p, v = pr->v, m = pr->m;
+  CORE_ASSERT((v == 1 || v == 2) && m <= INT_MAX / 2); /* wq's codes */
   zb_state z = {.pr = pr, .c = costs, .S = p * v, .m = m, .max_w = sh->max_pending_w, .ws = sched_w_stash(costs)};
   double cap = sched_memory_cap(sh) * v; /* chunk slots */
   z.eps = 1e-9 * (1 + cap);

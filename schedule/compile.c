@@ -324,9 +324,30 @@ double sched_order_bound(const sched_shape *sh, const sched_program *out, const 
  * end. */
 int sched_skip_second_order = 1;
 
-static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
+/* The skip of keep_faster decided without simulating *out: lowering placed it on time to the bit
+ * (low->exact), so the simulator would run each compute op at its ASAP time, each rank's span
+ * from low->first to low->last, and (no tied reduction) end the step at the latest of those ends
+ * plus the reduce, then the norm and the update. When that latest end reaches the least any
+ * order keeping the budget can have and the longest span is no longer than the first rank's
+ * least end, no order simulates to a smaller bubble rate or makespan. */
+static int at_floor_as_lowered(const sched_shape *sh, const sched_costs *costs, const sched_program *out,
+                               const sched_lower_info *low) {
+  if (!sched_skip_second_order || !low || !low->exact || out->tied) return 0;
+  double *fl = core_malloc(sizeof(double) * (size_t)out->p), least = 0, end = 0, span = 0;
+  sched_order_bound(sh, out, costs, fl);
+  for (int r = 0; r < out->p; r++) {
+    least = fl[r] > least ? fl[r] : least, end = low->last[r] > end ? low->last[r] : end;
+    span = low->last[r] - low->first[r] > span ? low->last[r] - low->first[r] : span;
+  }
+  int yes = !(least < end * (1 - 1e-12)) && !(fl[out->rank_of[0]] < span * (1 - 0.5e-12));
+  free(fl);
+  return yes;
+}
+
+static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_program *out, const sched_lower_info *low) {
   sched_program compute, alt;
   sched_sim_result a, b;
+  if (at_floor_as_lowered(sh, costs, out, low)) return; /* the second order is not even built */
   if (sched_simulate_time(out, costs, &a) != CORE_OK) return; /* nothing to compare with */
   double asap = 0, span = 0, *rank_end = core_malloc(sizeof(double) * (size_t)sh->p);
   for (int r = 0; r < a.p; r++) span = a.ranks[r].span > span ? a.ranks[r].span : span;
@@ -373,13 +394,18 @@ int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program
     core_progress_stop();
     return rc;
   }
-  rc = sched_lower(&compute, costs, out); /* its phases: timing, preparing, placing transfers */
+  /* its phases: timing, preparing, placing transfers; for keep_faster, how it placed them */
+  double *times = two_orders(sh) ? core_malloc(sizeof(double) * 2 * (size_t)sh->p) : NULL;
+  sched_lower_info low = {.first = times, .last = times ? times + sh->p : NULL};
+  rc = sched_lower_how(&compute, costs, out, SCHED_LOWER_DIRECT_FIRST, &low);
   sched_program_free(&compute);
   if (rc) {
+    free(times);
     core_progress_stop();
     return rc;
   }
-  if (two_orders(sh)) keep_faster(sh, costs, out);
+  if (two_orders(sh)) keep_faster(sh, costs, out, &low);
+  free(times);
   if (sh->zero3) rc = sched_place_gathers(out, sh->keep_gathered, sh->prefetch);
   if (!rc && sh->offload &&
       (rc = sched_place_offload(out, costs, (sched_offload_mode)sh->offload, sh->offload_limit))) {

@@ -107,11 +107,19 @@ extern int sched_skip_second_order;
 
 /* sched_lower, choosing how transfers are placed: directly where that is on time and needs no
  * memory beyond the compute order's, else by the build (SCHED_LOWER_DIRECT_FIRST, what
- * sched_lower does), or by the build alone (for tests that compare the two). *placed_directly,
- * when not NULL, says which placed the program. */
+ * sched_lower does), or by the build alone (for tests that compare the two). info, when not
+ * NULL, says how it went. */
 typedef enum { SCHED_LOWER_DIRECT_FIRST, SCHED_LOWER_BUILD } sched_lower_mode;
+typedef struct {
+  int placed_directly; /* the direct placement placed the program (else the build did) */
+  /* and every check it makes of being on time held with no tolerance: the simulator then runs
+   * every compute op at its ASAP time to the bit (one step, the tail aside), the times below */
+  int exact;
+  double *first, *last; /* NULL, or [p] the caller's: each rank's first compute start and last
+                         * compute end with every op as early as the order allows */
+} sched_lower_info;
 int sched_lower_how(const sched_program *compute, const sched_costs *costs, sched_program *out, sched_lower_mode how,
-                    int *placed_directly);
+                    sched_lower_info *info);
 
 /* sched_simulate's times alone: one step under the barrier, no memory counted (the ranks' peak
  * fields are 0), for comparing programs by time (keep_faster). */

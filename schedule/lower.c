@@ -748,7 +748,7 @@ static inline int xless(const double *key, const xfer *x, int i, int j, int fo) 
   return i < j;
 }
 
-static int direct(build *bd) {
+static int direct(build *bd, int *exact) {
   const sched_program *pr = bd->fl->pr;
   const xfer *X = bd->x;
   double comm = bd->fl->costs.comm, tol = bd->tol;
@@ -830,7 +830,8 @@ static int direct(build *bd) {
     for (int k = 0; ok && k < n; k++) /* every SEND posted when the op before it ends */
       if (X[L[k]].a == r) arr[L[k]] = op[G[k] - 1].start + op[G[k] - 1].cost + comm;
   }
-  /* on time: the runs as the simulator posts them */
+  /* on time: the runs as the simulator posts them (exact: with no tolerance) */
+  *exact = ok;
   for (int r = 0; ok && r < pr->p; r++) {
     const lop *op = bd->op[r];
     const int *L = list + off[r], *G = gap + off[r];
@@ -844,9 +845,11 @@ static int direct(build *bd) {
       }
       if (x->a == r) {
         ok = post <= t + tol && arr[L[k]] <= bd->xt[L[k]].cstart + tol;
+        *exact &= post <= t && arr[L[k]] <= bd->xt[L[k]].cstart;
       } else {
         double fin = arr[L[k]] > post ? arr[L[k]] : post;
         ok = fin <= op[x->ic].start + tol;
+        *exact &= fin <= op[x->ic].start;
         if (fin > lane) lane = fin;
       }
     }
@@ -877,6 +880,7 @@ static int direct(build *bd) {
     CORE_ASSERT(os->len <= os->cap);
   }
   free(key), free(arr), free(off), free(list), free(gap);
+  *exact &= ok;
   return ok;
 }
 
@@ -1037,7 +1041,7 @@ int sched_lower(const sched_program *compute, const sched_costs *costs, sched_pr
 }
 
 int sched_lower_how(const sched_program *compute, const sched_costs *costs, sched_program *out, sched_lower_mode how,
-                    int *placed_directly) {
+                    sched_lower_info *info) {
   int rc = sched_check_compute(compute);
   if (!rc) rc = sched_costs_check(costs, compute->p * compute->v, compute->m);
   if (rc) return rc;
@@ -1063,14 +1067,16 @@ int sched_lower_how(const sched_program *compute, const sched_costs *costs, sche
   out->tied = compute->tied;
   out->forward_only = compute->forward_only;
   out->mem_cap = compute->mem_cap;
+  for (int r = 0; info && info->first && r < compute->p; r++) /* (ranks with no compute op: 0, 0) */
+    info->first[r] = compute->streams[r].len ? fl.start[r][0] : 0, info->last[r] = fl.free_at[r];
   build bd;
   core_progress_phase("lowering, preparing:", compute->p, "ranks");
   build_init(&bd, &fl, out);
   flow_free_times(&fl);
   core_progress_phase("lowering, placing transfers:", nc, "compute ops");
-  int placed = how != SCHED_LOWER_BUILD && direct(&bd);
+  int exact = 0, placed = how != SCHED_LOWER_BUILD && direct(&bd, &exact);
   if (!placed) build_init_build(&bd), rc = build_run(&bd);
-  if (placed_directly) *placed_directly = placed;
+  if (info) info->placed_directly = placed, info->exact = placed && exact;
   build_free(&bd);
   if (rc) {
     flow_free(&fl);

@@ -789,7 +789,7 @@ Test(sim, repeating_steps_are_copied_as_run) {
 Test(sim, direct_placement_is_no_worse_than_the_build) {
   const int ps[] = {1, 2, 3, 4, 8}, ms[] = {1, 2, 3, 5, 8, 17};
   const double comms[] = {0, 0.5, 1.5};
-  int direct = 0, shapes = 0;
+  int direct = 0, exact = 0, shapes = 0;
   for (int f = SCHED_GPIPE; f < SCHED_CUSTOM; f++)
     for (int pi = 0; pi < 5; pi++)
       for (int mi = 0; mi < 6; mi++)
@@ -804,15 +804,18 @@ Test(sim, direct_placement_is_no_worse_than_the_build) {
               c.stage_f = sf, c.stage_b = sb, c.stage_w = sw;
             }
             c.comm = comms[ci];
+            if (uneven) c.reduce = 0.1, c.norm = 0.2, c.step = 0.3; /* a tail (placement ignores it) */
             sched_program compute, built, placed;
             if (sched_compile_compute(&sh, &c, &compute) != CORE_OK) continue; /* a shape the family refuses */
             char shape[96];
             snprintf(shape, sizeof shape, "%s p=%d m=%d comm=%g%s", sched_family_name((sched_family)f), p, m, c.comm,
                      uneven ? " (per-stage costs)" : "");
-            int d = 0;
-            cr_assert_eq(sched_lower_how(&compute, &c, &built, SCHED_LOWER_BUILD, &d), CORE_OK, "%s", core_error_msg());
-            cr_assert(!d, "%s: placed directly when told to build", shape);
-            cr_assert_eq(sched_lower_how(&compute, &c, &placed, SCHED_LOWER_DIRECT_FIRST, &d), CORE_OK, "%s", core_error_msg());
+            double first[8], last[8];
+            sched_lower_info info = {.first = first, .last = last};
+            cr_assert_eq(sched_lower_how(&compute, &c, &built, SCHED_LOWER_BUILD, &info), CORE_OK, "%s", core_error_msg());
+            cr_assert(!info.placed_directly && !info.exact, "%s: placed directly when told to build", shape);
+            cr_assert_eq(sched_lower_how(&compute, &c, &placed, SCHED_LOWER_DIRECT_FIRST, &info), CORE_OK, "%s", core_error_msg());
+            int d = info.placed_directly;
             shapes++;
             cr_assert(d || c.comm > 0, "%s: not placed directly at latency 0", shape);
             if (d) {
@@ -824,6 +827,22 @@ Test(sim, direct_placement_is_no_worse_than_the_build) {
               cr_assert_eq(sched_simulate(&built, &c, &a, NULL), CORE_OK);
               cr_assert_eq(sched_simulate(&placed, &c, &b, &tl), CORE_OK);
               cr_assert(b.makespan <= a.makespan + 1e-9, "%s: placed %.17g, built %.17g", shape, b.makespan, a.makespan);
+              /* on time to the bit (sched_compile's keep_faster then decides without simulating):
+               * each rank's first start and last end the ASAP ones, and the step ends at the
+               * latest end plus the tail */
+              if (info.exact) {
+                double latest = 0;
+                for (int r = 0; r < p; r++) {
+                  cr_assert(b.ranks[r].start == first[r] && b.ranks[r].end == last[r],
+                            "%s rank %d: simulated %.17g .. %.17g, ASAP %.17g .. %.17g", shape, r, b.ranks[r].start,
+                            b.ranks[r].end, first[r], last[r]);
+                  latest = last[r] + c.reduce > latest ? last[r] + c.reduce : latest;
+                }
+                if (!placed.tied && !placed.forward_only)
+                  cr_assert(b.makespan == latest + c.norm + c.step, "%s: the step ends at %.17g, not %.17g", shape,
+                            b.makespan, latest + c.norm + c.step);
+                exact++;
+              }
               /* on time: every op at its ASAP time (each rank's last one, and where the test's
                * tables hold the shape, every one) */
               double end, rank_end[8];
@@ -859,5 +878,7 @@ Test(sim, direct_placement_is_no_worse_than_the_build) {
             }
             sched_program_free(&compute), sched_program_free(&built), sched_program_free(&placed);
           }
+  cr_log_info("%d of %d shapes placed directly, %d of them on time to the bit\n", direct, shapes, exact);
   cr_assert(direct > shapes / 2, "only %d of %d shapes placed directly", direct, shapes);
+  cr_assert(exact > direct / 2, "only %d of %d placed directly on time to the bit", exact, direct);
 }

@@ -54,7 +54,7 @@
 #include "schedule/internal.h"
 
 typedef struct {
-  int *nf, *ni;     /* per chunk: next F, next I (micro-batch order) */
+  int nf[2], ni[2]; /* per chunk (one or two): next F, next I (micro-batch order) */
   int open, open1;  /* chunk slots between F and I; of which chunk 1's */
   int *wq, wh, wt;  /* pending W's as micro-batch * 2 + chunk (wq_chunk, wq_mb), oldest first */
   double free_at;   /* when the rank's last op ends */
@@ -324,13 +324,14 @@ static void update(zb_state *z, int r) {
   }
 }
 
-/* Ranks whose choice may depend on rank q's state, once q has run an op of stage s: q, and the
- * ranks of its stages' neighbours whose choice read what changed. A choice reads its own rank,
- * the arrivals of its inputs (an F's from the stage before: q's F of s changes the next stage's;
- * an I's from the stage after: q's I of s changes the previous stage's) and, only when it weighs
- * a W in a gap (dep), the neighbours' clocks and every rank's idle time, which any op moves. A
- * neighbour's choice that read nothing that changed would come out the same, so it is not redone. */
-static void update_around(zb_state *z, int q, int op, int s_run) {
+/* Ranks whose choice may depend on rank q's state, once q has run an op of stage s, micro-batch
+ * j: q, and the ranks of its stages' neighbours whose choice read what changed. A choice reads its
+ * own rank, the arrivals of the inputs of its next F and next I (q's F of s changes the next
+ * stage's, if micro-batch j is its next F; q's I of s the previous stage's, if j is its next I)
+ * and, only when it weighs a W in a gap (dep), the neighbours' clocks and every rank's idle time,
+ * which any op moves. A neighbour's choice that read nothing that changed would come out the
+ * same (its agree masks too), so it is not redone. */
+static void update_around(zb_state *z, int q, int op, int s_run, int j) {
   const sched_program *pr = z->pr;
   int done[4], fed[4], nd = 0; /* each neighbour once: in a V both chunks have the same two */
   update(z, q);
@@ -338,8 +339,11 @@ static void update_around(zb_state *z, int q, int op, int s_run) {
     int s = pr->stage_of[q * pr->v + c];
     for (int d = -1; d <= 1; d += 2) {
       if (s + d < 0 || s + d >= z->S) continue;
-      int r = pr->rank_of[s + d], i = 0, f = s == s_run && ((op == SCHED_FORWARD && d == 1) || (op == SCHED_BACKWARD_INPUT && d == -1));
+      int r = pr->rank_of[s + d], i = 0;
       if (r == q) continue;
+      const zb_rank *n = &z->rk[r];
+      int f = s == s_run && ((op == SCHED_FORWARD && d == 1 && n->nf[pr->chunk_of[s + 1]] == j) ||
+                             (op == SCHED_BACKWARD_INPUT && d == -1 && n->ni[pr->chunk_of[s - 1]] == j));
       while (i < nd && done[i] != r) i++;
       if (i == nd) done[nd] = r, fed[nd++] = f;
       else fed[i] |= f;
@@ -393,7 +397,7 @@ static void zb_reset(zb_state *z) {
   z->norder = 0, z->max_idle = 0;
   for (int r = 0; r < pr->p; r++) {
     zb_rank *k = &z->rk[r];
-    memset(k->nf, 0, sizeof(int) * (size_t)pr->v), memset(k->ni, 0, sizeof(int) * (size_t)pr->v);
+    k->nf[0] = k->nf[1] = k->ni[0] = k->ni[1] = 0;
     k->open = k->open1 = k->wh = k->wt = 0;
     k->free_at = 0, k->first = INFINITY, k->last = 0, k->left = 0, k->idle = 0;
     for (int c = 0; c < pr->v; c++) {
@@ -463,10 +467,10 @@ static int zb_run(zb_state *z) {
       return core_error_set(CORE_ERUNTIME, "%s: every rank waits with %zu of %zu ops scheduled (a bug)",
                             sched_family_name(pr->family), done, 3 * n);
     const zb_rank *k = &z->rk[r];
-    int op = k->op, s = pr->stage_of[r * pr->v + k->chunk];
+    int op = k->op, s = pr->stage_of[r * pr->v + k->chunk], j = k->mb;
     run_op(z, r);
     if (k->free_at - k->first + k->left > z->bound * (1 + 1e-9)) return CORE_ERUNTIME;
-    update_around(z, r, op, s);
+    update_around(z, r, op, s, j);
   }
   return CORE_OK;
 }
@@ -871,8 +875,6 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
   z.order = core_malloc(sizeof(int) * 4 * 3 * n);
   int *best = core_malloc(sizeof(int) * 4 * 3 * n);
   for (int r = 0; r < p; r++) {
-    z.rk[r].nf = core_calloc((size_t)v, sizeof(int));
-    z.rk[r].ni = core_calloc((size_t)v, sizeof(int));
     z.rk[r].wq = core_malloc(sizeof(int) * (size_t)v * (size_t)m);
     z.rk[r].cap = cap;
   }
@@ -992,7 +994,7 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     free(w);
     if (rank_end) memcpy(rank_end, z.kept_last, sizeof(double) * (size_t)p);
   }
-  for (int r = 0; r < p; r++) free(z.rk[r].nf), free(z.rk[r].ni), free(z.rk[r].wq);
+  for (int r = 0; r < p; r++) free(z.rk[r].wq);
   free(z.rk), free(z.kept_last), free(z.end), free(z.cost), free(z.hop), free(z.tree), free(z.order), free(best);
   return rc;
 }

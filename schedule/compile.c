@@ -282,6 +282,7 @@ static int two_orders(const sched_shape *sh) {
 
 /* What internal.h says of sched_budget_ends and sched_order_bound. */
 void sched_budget_ends(const sched_program *pr, const double *ct, double comm, double cap, int m, double *end) {
+  CORE_ASSERT(pr->v == 1); /* one chunk per rank: stage s is the only one of its rank */
   int S = pr->p;
   double held = floor(cap + 1e-9 * (1 + cap)); /* open forwards the budget holds, a chunk slot each */
   double *down = core_malloc(sizeof(double) * 2 * (size_t)S), *up = down + S;

@@ -280,25 +280,53 @@ static int two_orders(const sched_shape *sh) {
   return sh->v == 1 && (sh->family == SCHED_ZB_H1 || sh->family == SCHED_ZB_H2 || sh->family == SCHED_ZB_AUTO);
 }
 
+/* What internal.h says: the work is linear in o and q, q's largest the lesser of two lines in o,
+ * so over real o the most is at o = 1, o = omax or where the two lines meet. */
+double sched_left_at_last_forward(double cap, double ws, double omax, int m, double i, double w) {
+  double best = 0, at[3] = {1, omax, ws > 0 && ws != 1 ? (cap - ws * m) / (1 - ws) : 1};
+  for (int k = 0; k < 3; k++) {
+    double o = at[k] < 1 ? 1 : at[k] > omax ? omax : at[k];
+    double q = m - o;
+    if (ws > 0 && (cap - o) / ws < q) q = (cap - o) / ws;
+    double work = (o - 1) * (i + w) + (q > 0 ? q : 0) * w;
+    best = work > best ? work : best;
+  }
+  return best;
+}
+
 /* What internal.h says of sched_budget_ends and sched_order_bound. */
-void sched_budget_ends(const sched_program *pr, const double *ct, double comm, double cap, int m, double *end) {
+void sched_budget_ends(const sched_program *pr, const double *ct, double comm, double cap, double ws, int m,
+                       double *end) {
   CORE_ASSERT(pr->v == 1); /* one chunk per rank: stage s is the only one of its rank */
   int S = pr->p;
   double held = floor(cap + 1e-9 * (1 + cap)); /* open forwards the budget holds, a chunk slot each */
-  double *down = core_malloc(sizeof(double) * 2 * (size_t)S), *up = down + S;
+  double *down = core_malloc(sizeof(double) * 3 * (size_t)S), *up = down + S, *back = up + S;
   for (int s = 0; s < S; s++) /* when stage s can first start: a forward has come down to it */
     down[s] = s ? down[s - 1] + ct[4 * (s - 1)] + (pr->rank_of[s - 1] != pr->rank_of[s] ? comm : 0) : 0;
   up[S - 1] = down[S - 1] + ct[4 * (S - 1)]; /* when stage s can first start an I (or B) */
   for (int s = S - 2; s >= 0; s--)
     up[s] = up[s + 1] + ct[4 * (s + 1) + 2] + (pr->rank_of[s + 1] != pr->rank_of[s] ? comm : 0);
+  back[S - 1] = 0; /* from the end of a micro-batch's F on stage s to the earliest start of its I there */
+  for (int s = S - 2; s >= 0; s--) {
+    double hop = pr->rank_of[s + 1] != pr->rank_of[s] ? comm : 0;
+    back[s] = back[s + 1] + hop + ct[4 * (s + 1)] + ct[4 * (s + 1) + 2] + hop;
+  }
   for (int s = 0; s < S; s++) {
     int r = pr->rank_of[s];
+    double f = ct[4 * s], i = ct[4 * s + 2], w = ct[4 * s + 3];
     double n = pr->family == SCHED_ZB_H1 ? S - r : pr->family == SCHED_ZB_H2 ? 2 * (S - r) - 1 : held;
     n = n < held ? n : held;
     n = n < m ? n : m;
-    double start = up[s] - n * ct[4 * s]; /* those forwards leave the rest of the wait idle */
+    double start = up[s] - n * f; /* those forwards leave the rest of the wait idle */
     start = start > down[s] ? start : down[s];
-    end[r] = start + (m * ct[4 * s] + m * ct[4 * s + 2] + m * ct[4 * s + 3]); /* F, I, W (B = I + W) */
+    /* the cool-down: after the last F the rank waits for its gradient with only the work the
+     * budget let it keep; that idle time comes after the first I when more forwards than the
+     * budget holds must run (m > n), else it is counted from the first op alone */
+    double cool = back[s] - sched_left_at_last_forward(cap, ws, n, m, i, w);
+    cool = cool > 0 ? cool : 0;
+    double busy = m * f + m * i + m * w; /* F, I, W (B = I + W) */
+    if (m > n) end[r] = start + busy + cool;
+    else end[r] = (start > down[s] + cool ? start : down[s] + cool) + busy;
   }
   free(down);
 }
@@ -306,7 +334,7 @@ void sched_budget_ends(const sched_program *pr, const double *ct, double comm, d
 double sched_order_bound(const sched_shape *sh, const sched_program *out, const sched_costs *costs, double *floor_end) {
   double *ct = sched_cost_table(costs, out->p), *e = floor_end ? floor_end : core_malloc(sizeof(double) * (size_t)out->p);
   double end = 0;
-  sched_budget_ends(out, ct, costs->comm, sched_memory_cap(sh), sh->m, e);
+  sched_budget_ends(out, ct, costs->comm, sched_memory_cap(sh), sched_w_stash(costs), sh->m, e);
   for (int r = 0; r < out->p; r++) end = e[r] > end ? e[r] : end;
   if (!floor_end) free(e);
   free(ct);

@@ -88,12 +88,22 @@ void sched_assign_slots(sched_program *out, int r);
  * (NULL, or [p]): each rank's, which no lowering's op of that rank ends before. */
 int sched_asap_end(const sched_program *compute, const sched_costs *costs, double *end, double *rank_end);
 /* Each rank's least compute end in any order of pr's ops (one chunk per rank, m micro-batches,
- * ct sched_cost_table's, comm the hop) that keeps a memory budget of cap chunk slots (and zb-h1 /
- * zb-h2's open-forward limits, by pr->family), into end[p]. Rank r (stage s) runs nothing before
- * a forward has come down stages 0 .. s-1, and no I (or B) before micro-batch 0's gradient has
- * come back up from the last stage; until then only forwards can run (no W is pending), at most
- * as many as the budget holds open, so the rest of that wait is idle; then its ops' time. */
-void sched_budget_ends(const sched_program *pr, const double *ct, double comm, double cap, int m, double *end);
+ * ct sched_cost_table's, comm the hop) that keeps a memory budget of cap chunk slots, a pending
+ * W counting ws (and zb-h1 / zb-h2's open-forward limits, by pr->family), into end[p]. Rank r
+ * (stage s) runs nothing before a forward has come down stages 0 .. s-1, and no I (or B) before
+ * micro-batch 0's gradient has come back up from the last stage; until then only forwards can
+ * run (no W is pending), at most as many as the budget holds open, so the rest of that wait is
+ * idle. At the other end, its last micro-batch's I waits from that F's end for the F's and I's of
+ * the stages after it, and meanwhile the rank has only the work the budget let it keep (its
+ * other open forwards' I's and W's, its pending W's): the rest of that wait is idle too. Then its
+ * ops' time. */
+void sched_budget_ends(const sched_program *pr, const double *ct, double comm, double cap, double ws, int m,
+                       double *end);
+/* Its bound on the work (compute time) a rank can have left beside the I and W of its last
+ * micro-batch once that micro-batch's F has run: o open forwards (that one among them, so o - 1
+ * I's and W's of cost i + w) and q pending W's (w each), within the budget (o + ws q <= cap,
+ * 1 <= o <= omax, o + q <= m), the most over real o and q, so no less than over whole ones. */
+double sched_left_at_last_forward(double cap, double ws, double omax, int m, double i, double w);
 /* The least makespan any order of the ops of out (one chunk per rank) that keeps sh's memory
  * budget, lowered, can simulate to in one step under the barrier: the latest of
  * sched_budget_ends, then the step's tail (reduce, the norm, the update); floor_end (NULL, or

@@ -425,7 +425,7 @@ static double zb_end_floor(const zb_state *z, double *first_end) {
   double arrive = 0, end = 0, *tmp = core_malloc(sizeof(double) * (size_t)pr->p); /* each rank's earliest start */
   *first_end = 0;
   if (pr->v == 1) {
-    sched_budget_ends(pr, z->cost, z->c->comm, z->rk[0].cap, z->m, tmp);
+    sched_budget_ends(pr, z->cost, z->c->comm, z->rk[0].cap, z->ws, z->m, tmp);
     for (int r = 0; r < pr->p; r++) end = tmp[r] > end ? tmp[r] : end;
     *first_end = tmp[pr->rank_of[0]];
     free(tmp);

@@ -414,8 +414,8 @@ Test(sim, no_lowering_beats_the_compute_orders_asap_end) {
 
 /* sched_order_bound is a floor no order of one-chunk programs keeping the family's budget goes
  * under, per rank and in all: every such family, both of zb-h1/h2/auto's constructors
- * (sched_compile keeps either), over shapes, latencies, tails, per-stage costs and zb-auto's
- * limits. It is reached too (zb-h2, and zb-h1 and zb-auto with their warm-up's idle time, at unit
+ * (sched_compile keeps either), over shapes, latencies, tails, per-stage costs, W stash fractions
+ * and zb-auto's limits. It is reached too (zb-h2, and zb-h1 and zb-auto with their warm-up's idle time, at unit
  * costs), where sched_compile then builds no second order. */
 static void check_floor(const sched_shape *sh, const sched_costs *c, sched_program *pr, int var, int *reached) {
   sched_sim_result res;
@@ -438,11 +438,12 @@ Test(sim, no_order_beats_the_order_bound) {
   for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++)
     for (int p = 1; p <= 8; p *= 2)
       for (int m = 1; m <= 24; m += 7)
-        for (int var = 0; var < 8; var++) {
+        for (int var = 0; var < 16; var++) {
           sched_shape sh = {.family = fams[f], .p = p, .v = 1, .m = m, .mem_limit = var & 4 ? (p + 1) / 2 : 0};
           if ((var & 4) && fams[f] != SCHED_ZB_AUTO) continue;
           sched_costs c = sched_costs_unit();
           c.comm = var & 1 ? 0.5 : 0, c.reduce = 0.2, c.norm = 0.3, c.step = 0.4;
+          c.w_stash = var & 8 ? 0.4 : 0; /* a pending W holding less than a slot: more of them kept */
           if (var & 2) c.stage_f = sf, c.stage_b = sb, c.stage_w = sw;
           sched_program pr, compute, rounds;
           if (sched_compile(&sh, &c, &pr) != CORE_OK) continue;
@@ -458,8 +459,33 @@ Test(sim, no_order_beats_the_order_bound) {
           sched_program_free(&rounds), sched_program_free(&compute);
         }
   cr_log_info("%d programs, %d at the bound (zb-h1 %d)\n", checked, reached, reached_h1);
-  cr_assert(checked > 300 && reached > 0 && reached_h1 > 0, "%d programs, %d at the bound (zb-h1 %d)", checked, reached,
+  cr_assert(checked > 600 && reached > 0 && reached_h1 > 0, "%d programs, %d at the bound (zb-h1 %d)", checked, reached,
             reached_h1);
+}
+
+/* The cool-down's bound on the work a rank keeps at its last forward is no less than the most
+ * over whole counts of open forwards and pending W's the budget allows (what any order can keep),
+ * and no more than that plus one op of each kind (it is the most over real counts). */
+Test(sim, the_work_kept_at_the_last_forward_is_bounded) {
+  const double stash[] = {0, 0.25, 0.4, 0.7, 1};
+  int checked = 0, interior = 0;
+  for (int cap = 1; cap <= 20; cap++)
+    for (int m = 1; m <= 40; m += 3)
+      for (int k = 0; k < 5; k++)
+        for (int omax = 1; omax <= cap && omax <= m; omax += 2) {
+          double ws = stash[k], i = 1.3, w = 0.9, most = 0;
+          int at = 1;
+          for (int o = 1; o <= omax; o++)
+            for (int q = 0; o + q <= m && o + ws * q <= cap + 1e-9; q++) {
+              double work = (o - 1) * (i + w) + q * w;
+              if (work > most) most = work, at = o;
+            }
+          double b = sched_left_at_last_forward(cap, ws, omax, m, i, w);
+          cr_assert(b >= most - 1e-9 && b <= most + i + 2 * w + 1e-9,
+                    "cap %d ws %g omax %d m %d: bound %.6f, most over whole counts %.6f", cap, ws, omax, m, b, most);
+          checked++, interior += at > 1 && at < omax;
+        }
+  cr_assert(checked > 1000 && interior > 0, "%d cases, %d with the most inside", checked, interior);
 }
 
 /* The second order that sched_compile skips by sched_order_bound would not have been kept: with

@@ -343,8 +343,9 @@ double sched_order_bound(const sched_shape *sh, const sched_program *out, const 
 
 /* Replaces *out by the rounds' lowered program when it simulates faster; errors of the second
  * attempt are dropped (the first program stands). Not lowered when it cannot win, judged from the
- * rounds' compute order run as early as it can (no lowering of it ends anything sooner): it ends
- * no sooner than *out, so it cannot win on a tie, and either *out has no bubble or the rounds'
+ * rounds' compute order run as early as it can (no lowering of it ends anything sooner), then the
+ * step's tail (reduce, the norm, the update: what a step adds after its last compute op, at the
+ * least): it ends no sooner than *out, so it cannot win on a tie, and either *out has no bubble or the rounds'
  * first rank ends no sooner than *out's longest span. That rank holds stage 0 alone, whose first
  * forward starts at 0, so its span, and the longest, is at least that end: the bubble rate
  * (1 - mean busy / longest span, the busy times the same ops' either way) no smaller. Not even
@@ -393,6 +394,7 @@ static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_p
     return;
   }
   for (int r = 0; r < compute.p; r++) asap = rank_end[r] > asap ? rank_end[r] : asap;
+  asap += costs->reduce + costs->norm + costs->step; /* the step's tail follows the latest, as in sched_order_bound */
   int cannot = !(asap < a.makespan * (1 - 1e-12)) && (a.bubble_rate <= 1e-12 || rank_end[compute.rank_of[0]] >= span);
   int rc = cannot ? CORE_EINPUT : sched_lower(&compute, costs, &alt);
   free(rank_end);

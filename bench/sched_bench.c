@@ -7,10 +7,14 @@
  * instruction with 4 steps. The last columns time sched_compile as `sim` and training call it
  * (verified; zb-h1, zb-h2 and zb-auto lower and simulate two orders and keep the faster) and,
  * with the 4-step simulation, the total per instruction that way; the last column the same again,
- * best of 3, as a process that compiles one program after another (tune) sees it. */
+ * best of 3, as a process that compiles one program after another (tune) sees it. Unit costs
+ * (F = B = W = 1, no latency), and for the zero-bubble families again under the zero-bubble
+ * paper's measured costs for its 1.5B model (F 18.522, B 18.086, W 9.337, comm 0.601, a step of
+ * 2: "paper" on the line), where the orders have bubbles and transfers take time. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/error.h"
@@ -23,10 +27,11 @@ static double now(void) {
   return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-static int run(sched_family f, int p, int v, int m) {
+static int run(sched_family f, int p, int v, int m, int paper) {
   sched_step_sync sync = sched_default_step_sync(f);
   sched_shape sh = {.family = f, .p = p, .v = v, .m = m, .post_validation = sync == SCHED_STEP_POST_VALIDATION};
   sched_costs c = sched_costs_unit();
+  if (paper) c.f = 18.522, c.b = 18.086, c.w = 9.337, c.comm = 0.601, c.step = 2;
   sched_program compute, pr;
   double t0 = now();
   if (sched_compile_compute(&sh, &c, &compute)) goto fail;
@@ -57,10 +62,10 @@ static int run(sched_family f, int p, int v, int m) {
     sched_sim_result_free(&w), sched_program_free(&full);
   }
   size_t n = sched_program_count(&pr);
-  printf("%-12s p=%-3d v=%d m=%-5d %9zu instr | compile %6.1f ms  lower %6.1f ms  verify %6.1f ms  "
+  printf("%-12s %-5s p=%-3d v=%d m=%-5d %9zu instr | compile %6.1f ms  lower %6.1f ms  verify %6.1f ms  "
          "simulate x4 %6.1f ms (%d run, %5.1f ns/instr of them) | total %7.1f ms  %6.1f ns/instr | with one step %7.1f ms | "
          "bubble %.4f | as sim compiles it: compile+verify %6.1f ms, total %7.1f ms %6.1f ns/instr | again, best of 3: %6.1f ns/instr\n",
-         sched_family_name(f), p, v, m, n, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2),
+         sched_family_name(f), paper ? "paper" : "unit", p, v, m, n, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2),
          1e3 * (t4 - t3), res.steps_run, 1e9 * (t4 - t3) / ((double)res.steps_run * n), 1e3 * (t4 - t0), 1e9 * (t4 - t0) / n,
          1e3 * (t3 - t0 + t5 - t4), res.bubble_rate, 1e3 * (t6 - t5), 1e3 * (t6 - t5 + t4 - t3),
          1e9 * (t6 - t5 + t4 - t3) / n, 1e9 * warm / n);
@@ -73,27 +78,33 @@ fail:
   return 1;
 }
 
-/* `sched_bench FAMILY P V M` times that one shape alone (for a profiler); no arguments: them all. */
+/* `sched_bench FAMILY P V M [paper]` times that one shape alone (for a profiler), under unit costs
+ * or the paper's; no arguments: them all. */
 int main(int argc, char **argv) {
   int rc = 0;
   core_mem_keep_freed(); /* as `brigade sim`, `compile` and `tune` do */
-  if (argc == 5) {
+  if (argc == 5 || (argc == 6 && !strcmp(argv[5], "paper"))) {
     sched_family f;
     if (sched_family_parse(argv[1], &f)) return fprintf(stderr, "sched_bench: %s\n", core_error_msg()), 2;
-    return run(f, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]));
+    return run(f, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc == 6);
   }
-  if (argc != 1) return fprintf(stderr, "usage: sched_bench [FAMILY P V M]\n"), 2;
-  rc |= run(SCHED_1F1B, 8, 1, 64);
-  rc |= run(SCHED_GPIPE, 64, 1, 1024);
-  rc |= run(SCHED_1F1B, 64, 1, 1024);
-  rc |= run(SCHED_INTERLEAVED, 64, 4, 1024);
-  rc |= run(SCHED_ZB_H1, 64, 1, 1024);
-  rc |= run(SCHED_ZB_H2, 64, 1, 1024);
-  rc |= run(SCHED_ZB_V, 64, 2, 1024);
-  rc |= run(SCHED_ZB_AUTO, 64, 1, 1024);
-  rc |= run(SCHED_V_ZB, 64, 2, 1024);
-  rc |= run(SCHED_V_HALF, 64, 2, 1024);
-  rc |= run(SCHED_V_MIN, 64, 2, 1024);
-  rc |= run(SCHED_DUALPIPE_V, 64, 2, 1024);
+  if (argc != 1) return fprintf(stderr, "usage: sched_bench [FAMILY P V M [paper]]\n"), 2;
+  rc |= run(SCHED_1F1B, 8, 1, 64, 0);
+  rc |= run(SCHED_GPIPE, 64, 1, 1024, 0);
+  rc |= run(SCHED_1F1B, 64, 1, 1024, 0);
+  rc |= run(SCHED_INTERLEAVED, 64, 4, 1024, 0);
+  rc |= run(SCHED_ZB_H1, 64, 1, 1024, 0);
+  rc |= run(SCHED_ZB_H2, 64, 1, 1024, 0);
+  rc |= run(SCHED_ZB_V, 64, 2, 1024, 0);
+  rc |= run(SCHED_ZB_AUTO, 64, 1, 1024, 0);
+  rc |= run(SCHED_V_ZB, 64, 2, 1024, 0);
+  rc |= run(SCHED_V_HALF, 64, 2, 1024, 0);
+  rc |= run(SCHED_V_MIN, 64, 2, 1024, 0);
+  rc |= run(SCHED_DUALPIPE_V, 64, 2, 1024, 0);
+  rc |= run(SCHED_1F1B, 64, 1, 1024, 1);
+  rc |= run(SCHED_ZB_H1, 64, 1, 1024, 1);
+  rc |= run(SCHED_ZB_H2, 64, 1, 1024, 1);
+  rc |= run(SCHED_ZB_AUTO, 64, 1, 1024, 1);
+  rc |= run(SCHED_ZB_V, 64, 2, 1024, 1);
   return rc;
 }

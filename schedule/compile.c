@@ -286,8 +286,8 @@ double sched_left_at_last_forward(double cap, double ws, double omax, int m, dou
   double best = 0, at[3] = {1, omax, ws > 0 && ws != 1 ? (cap - ws * m) / (1 - ws) : 1};
   for (int k = 0; k < 3; k++) {
     double o = at[k] < 1 ? 1 : at[k] > omax ? omax : at[k];
-    double q = m - o;
-    if (ws > 0 && (cap - o) / ws < q) q = (cap - o) / ws;
+    double q = m - o, room = cap + 1e-9 * (1 + cap) - o; /* the budget's own tolerance, as f_fits has it */
+    if (ws > 0 && room / ws < q) q = room / ws;
     double work = (o - 1) * (i + w) + (q > 0 ? q : 0) * w;
     best = work > best ? work : best;
   }
@@ -395,7 +395,8 @@ static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_p
   }
   for (int r = 0; r < compute.p; r++) asap = rank_end[r] > asap ? rank_end[r] : asap;
   asap += costs->reduce + costs->norm + costs->step; /* the step's tail follows the latest, as in sched_order_bound */
-  int cannot = !(asap < a.makespan * (1 - 1e-12)) && (a.bubble_rate <= 1e-12 || rank_end[compute.rank_of[0]] >= span);
+  int cannot = sched_skip_second_order && !(asap < a.makespan * (1 - 1e-12)) &&
+               (a.bubble_rate <= 1e-12 || rank_end[compute.rank_of[0]] >= span);
   int rc = cannot ? CORE_EINPUT : sched_lower(&compute, costs, &alt);
   free(rank_end);
   sched_program_free(&compute);

@@ -111,8 +111,9 @@ double sched_left_at_last_forward(double cap, double ws, double omax, int m, dou
  * reaches this and either has no bubble or has a longest span no longer than the first rank's
  * floor (that rank starts at 0, so no order's bubble rate is smaller). */
 double sched_order_bound(const sched_shape *sh, const sched_program *out, const sched_costs *costs, double *floor_end);
-/* 1 (the default): sched_compile skips the second order as above; 0 always builds it, for tests
- * that check the skip changes nothing. */
+/* 1 (the default): sched_compile skips the second order as above, and does not lower it when its
+ * compute order shows it cannot win (keep_faster); 0 always builds, lowers and simulates it, for
+ * tests that check the skips change nothing. */
 extern int sched_skip_second_order;
 
 /* sched_lower, choosing how transfers are placed: directly where that is on time and needs no

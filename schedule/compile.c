@@ -354,34 +354,33 @@ double sched_order_bound(const sched_shape *sh, const sched_program *out, const 
  * end. */
 int sched_skip_second_order = 1;
 
-/* The skip of keep_faster decided without simulating *out: lowering placed it on time to the bit
- * (low->exact), so the simulator would run each compute op at its ASAP time, each rank's span
- * from low->first to low->last, and (no tied reduction) end the step at the latest of those ends
- * plus the reduce, then the norm and the update. When that latest end reaches the least any
- * order keeping the budget can have and the longest span is no longer than the first rank's
- * least end, no order simulates to a smaller bubble rate or makespan. */
-static int at_floor_as_lowered(const sched_shape *sh, const sched_costs *costs, const sched_program *out,
-                               const sched_lower_info *low) {
+/* The skip of keep_faster decided without simulating *out (fl: sched_order_bound's floors):
+ * lowering placed it on time to the bit (low->exact), so the simulator would run each compute op
+ * at its ASAP time, each rank's span from low->first to low->last, and (no tied reduction) end
+ * the step at the latest of those ends plus the reduce, then the norm and the update. When that
+ * latest end reaches the least any order keeping the budget can have and the longest span is no
+ * longer than the first rank's least end, no order simulates to a smaller bubble rate or
+ * makespan. */
+static int at_floor_as_lowered(const sched_program *out, const sched_lower_info *low, const double *fl) {
   if (!sched_skip_second_order || !low || !low->exact || out->tied) return 0;
-  double *fl = core_malloc(sizeof(double) * (size_t)out->p), least = 0, end = 0, span = 0;
-  sched_order_bound(sh, out, costs, fl);
+  double least = 0, end = 0, span = 0;
   for (int r = 0; r < out->p; r++) {
     least = fl[r] > least ? fl[r] : least, end = low->last[r] > end ? low->last[r] : end;
     span = low->last[r] - low->first[r] > span ? low->last[r] - low->first[r] : span;
   }
-  int yes = !(least < end * (1 - 1e-12)) && !(fl[out->rank_of[0]] < span * (1 - 0.5e-12));
-  free(fl);
-  return yes;
+  return !(least < end * (1 - 1e-12)) && !(fl[out->rank_of[0]] < span * (1 - 0.5e-12));
 }
 
 static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_program *out, const sched_lower_info *low) {
   sched_program compute, alt;
   sched_sim_result a, b;
-  if (at_floor_as_lowered(sh, costs, out, low)) return; /* the second order is not even built */
-  if (sched_simulate_time(out, costs, &a) != CORE_OK) return; /* nothing to compare with */
   double asap = 0, span = 0, *rank_end = core_malloc(sizeof(double) * (size_t)sh->p);
+  double least = sched_order_bound(sh, out, costs, rank_end); /* rank_end: each rank's floor, for now */
+  if (at_floor_as_lowered(out, low, rank_end) || sched_simulate_time(out, costs, &a) != CORE_OK) {
+    free(rank_end); /* at the floor: the second order is not even built; or nothing to compare with */
+    return;
+  }
   for (int r = 0; r < a.p; r++) span = a.ranks[r].span > span ? a.ranks[r].span : span;
-  double least = sched_order_bound(sh, out, costs, rank_end);
   if (sched_skip_second_order && !(least < a.makespan * (1 - 1e-12)) &&
       (a.bubble_rate <= 1e-12 || !(rank_end[out->rank_of[0]] < span * (1 - 0.5e-12)))) {
     free(rank_end); /* no order ends sooner, nor has a smaller bubble: the second one is not even built */

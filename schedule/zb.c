@@ -121,9 +121,6 @@ typedef struct {
 int sched_zb_skip_repeats = 1;
 
 static double cost(const zb_state *z, sched_op op, int s) { return z->cost[4 * s + op - SCHED_FORWARD]; }
-static double hop(const zb_state *z, int s1, int s2) {
-  return z->pr->rank_of[s1] != z->pr->rank_of[s2] ? z->c->comm : 0;
-}
 
 /* When the input of the F of stage s, micro-batch j arrives; INFINITY while its producer has not
  * run. */
@@ -435,7 +432,7 @@ static double zb_end_floor(const zb_state *z, double *first_end) {
   for (int s = 0; s < z->S; s++) {
     int r = pr->rank_of[s];
     if (arrive < tmp[r]) tmp[r] = arrive;
-    arrive += cost(z, SCHED_FORWARD, s) + (s + 1 < z->S ? hop(z, s, s + 1) : 0);
+    arrive += cost(z, SCHED_FORWARD, s) + z->hop[s]; /* (none after the last stage) */
   }
   for (int r = 0; r < pr->p; r++) end = tmp[r] + z->rk[r].left > end ? tmp[r] + z->rk[r].left : end;
   free(tmp);

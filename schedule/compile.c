@@ -280,14 +280,14 @@ static int two_orders(const sched_shape *sh) {
   return sh->v == 1 && (sh->family == SCHED_ZB_H1 || sh->family == SCHED_ZB_H2 || sh->family == SCHED_ZB_AUTO);
 }
 
-/* What internal.h says: the work is linear in o and q, q's largest the lesser of two lines in o,
- * so over real o the most is at o = 1, o = omax or where the two lines meet. */
-double sched_left_at_last_forward(double cap, double ws, double omax, int m, double i, double w) {
-  double best = 0, at[3] = {1, omax, ws > 0 && ws != 1 ? (cap - ws * m) / (1 - ws) : 1};
-  for (int k = 0; k < 3; k++) {
-    double o = at[k] < 1 ? 1 : at[k] > omax ? omax : at[k];
-    double q = m - o, room = cap + 1e-9 * (1 + cap) - o; /* the budget's own tolerance, as f_fits has it */
-    if (ws > 0 && room / ws < q) q = room / ws;
+/* What internal.h says: for each whole o, the most pending W's the budget leaves room for (within
+ * its own tolerance, as f_fits has it, and a hair more, so that rounding in the division never
+ * drops one that fits). */
+double sched_left_at_last_forward(double cap, double ws, int omax, int m, double i, double w) {
+  double best = 0, room = cap + 1e-9 * (1 + cap);
+  for (int o = 1; o <= omax; o++) {
+    double q = m - o, fit = ws > 0 ? floor((room - o) / ws + 1e-9) : q;
+    q = fit < q ? fit : q;
     double work = (o - 1) * (i + w) + (q > 0 ? q : 0) * w;
     best = work > best ? work : best;
   }
@@ -314,9 +314,9 @@ void sched_budget_ends(const sched_program *pr, const double *ct, double comm, d
   for (int s = 0; s < S; s++) {
     int r = pr->rank_of[s];
     double f = ct[4 * s], i = ct[4 * s + 2], w = ct[4 * s + 3];
-    double n = pr->family == SCHED_ZB_H1 ? S - r : pr->family == SCHED_ZB_H2 ? 2 * (S - r) - 1 : held;
-    n = n < held ? n : held;
-    n = n < m ? n : m;
+    double most = pr->family == SCHED_ZB_H1 ? S - r : pr->family == SCHED_ZB_H2 ? 2 * (S - r) - 1 : held;
+    most = most < held ? most : held;
+    int n = most < m ? (int)most : m; /* (a whole count: held is floored) */
     double start = up[s] - n * f; /* those forwards leave the rest of the wait idle */
     start = start > down[s] ? start : down[s];
     /* the cool-down: after the last F the rank waits for its gradient with only the work the
@@ -353,6 +353,7 @@ double sched_order_bound(const sched_shape *sh, const sched_program *out, const 
  * its least makespan and has no bubble, or a longest span no longer than the first rank's least
  * end. */
 int sched_skip_second_order = 1;
+long sched_second_orders_built = 0;
 
 /* The skip of keep_faster decided without simulating *out (fl: sched_order_bound's floors):
  * lowering placed it on time to the bit (low->exact), so the simulator would run each compute op
@@ -387,6 +388,7 @@ static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_p
     sched_sim_result_free(&a);
     return;
   }
+  sched_second_orders_built++;
   if (compile_compute(sh, costs, &compute, 1, rank_end) != CORE_OK) { /* rank_end: its ops as early as they can */
     free(rank_end);
     sched_sim_result_free(&a);

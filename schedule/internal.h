@@ -101,9 +101,9 @@ void sched_budget_ends(const sched_program *pr, const double *ct, double comm, d
                        double *end);
 /* Its bound on the work (compute time) a rank can have left beside the I and W of its last
  * micro-batch once that micro-batch's F has run: o open forwards (that one among them, so o - 1
- * I's and W's of cost i + w) and q pending W's (w each), within the budget (o + ws q <= cap,
- * 1 <= o <= omax, o + q <= m), the most over real o and q, so no less than over whole ones. */
-double sched_left_at_last_forward(double cap, double ws, double omax, int m, double i, double w);
+ * I's and W's of cost i + w) and q pending W's (w each), within the budget (o + ws q <= cap, with
+ * the budget's own tolerance, 1 <= o <= omax, o + q <= m), the most over whole o and q. */
+double sched_left_at_last_forward(double cap, double ws, int omax, int m, double i, double w);
 /* The least makespan any order of the ops of out (one chunk per rank) that keeps sh's memory
  * budget, lowered, can simulate to in one step under the barrier: the latest of
  * sched_budget_ends, then the step's tail (reduce, the norm, the update); floor_end (NULL, or
@@ -115,6 +115,8 @@ double sched_order_bound(const sched_shape *sh, const sched_program *out, const 
  * compute order shows it cannot win (keep_faster); 0 always builds, lowers and simulates it, for
  * tests that check the skips change nothing. */
 extern int sched_skip_second_order;
+/* How many second orders sched_compile has built (counted for tests of the skip). */
+extern long sched_second_orders_built;
 
 /* sched_lower, choosing how transfers are placed: directly where that is on time and needs no
  * memory beyond the compute order's, else by the build (SCHED_LOWER_DIRECT_FIRST, what

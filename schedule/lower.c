@@ -8,7 +8,11 @@
  *    consumer's. Most programs are placed directly (see direct below): each transfer gets one
  *    key from the ASAP times, each rank takes its transfers in key order with the end that memory
  *    fixes where the compute order has it, and the program is kept when a pass over its runs shows
- *    every op on time and no slot held longer than the compute order holds it. The rest (long
+ *    every op on time and no slot held longer than the compute order holds it. On equal keys a
+ *    gradient goes before an activation (a rank that ends an I and starts an F at one instant
+ *    then frees before it receives); where that leaves a transfer late, a second try puts the
+ *    activation first and lets its receiver hold both at once while that stays within its bound
+ *    (zb-h2 at the zero-bubble paper's costs needs it). The rest (long
  *    latencies, lanes held by late receives) are built by one sequence of steps, each appending
  *    to the streams:
  *      advance r   append rank r's next compute op (after its load, if it has one); allowed once
@@ -738,17 +742,47 @@ static int build_run(build *bd) {
  *  - no memory beyond the compute order's: the fixed ends where the compute order has the slots
  *    live, a gradient received after its pair's forward, and in the consumer's gap the sends that
  *    free a slot ahead of an activation's receive (their keys are no later).
+ * When that fails, a second try breaks the ties the other way, activations first: in the
+ * consumer's gap an activation's receive may then come before sends that free, as long as what
+ * the rank holds between them stays within its bound (the build allows the same). E.g. zb-h2 at
+ * the zero-bubble paper's costs: the last rank ends micro-batch 0's I at the instant its F of
+ * micro-batch 1 starts; gradient first, the rank before it receives that gradient before it sends
+ * micro-batch 1's activation, which then arrives late.
  * Otherwise (latencies longer than the ops around them, receives that hold a lane too long, key
  * orders no placement meets) the build places the transfers. Returns 1 when it placed the
  * program, 0 when it leaves it to the build (nothing pushed). */
-static inline int xless(const double *key, const xfer *x, int i, int j, int fo) {
+
+/* Rank r's compute order's memory at each of its ops and its bounds (as build_init_build has
+ * them), for direct's second try. */
+typedef struct {
+  double *at, bound;
+  int *slots, *last, sbound;
+} rmem;
+
+static rmem *rank_memory_of(const build *bd, int r, rmem *m) {
+  const sched_program *pr = bd->fl->pr;
+  size_t n = (size_t)pr->streams[r].len;
+  double cap = pr->mem_cap * pr->v, peak;
+  int pslot;
+  m->at = core_malloc(sizeof(double) * (n + 1));
+  m->slots = core_malloc(sizeof(int) * (n + 1)), m->last = core_malloc(sizeof(int) * (n + 1));
+  sched_stream_memory(pr, r, bd->ws, 1, &peak, &pslot, m->at, m->slots, m->last);
+  m->bound = peak > cap ? peak : cap;
+  m->sbound = pslot > (int)(cap + 1e-9) ? pslot : (int)(cap + 1e-9);
+  return m;
+}
+
+static inline int xless(const double *key, const xfer *x, int i, int j, int fo, int act_first) {
   if (key[i] != key[j]) return key[i] < key[j];
-  if (x[i].kind != x[j].kind) return x[i].kind < x[j].kind;
+  if (x[i].kind != x[j].kind) return (x[i].kind < x[j].kind) != act_first;
   if (fo && x[i].dst != x[j].dst) return x[i].dst > x[j].dst;
   return i < j;
 }
 
-static int direct(build *bd, int *exact) {
+/* act_first: the second try (above), the bound the larger of the compute order's peak and the
+ * family's promise, as the build's mem_fits has it. *exact: every on-time check held with no
+ * tolerance. */
+static int direct(build *bd, int act_first, int *exact) {
   const sched_program *pr = bd->fl->pr;
   const xfer *X = bd->x;
   double comm = bd->fl->costs.comm, tol = bd->tol;
@@ -767,6 +801,7 @@ static int direct(build *bd, int *exact) {
   for (int r = 0; ok && r < pr->p; r++) {
     const lop *op = bd->op[r];
     int len = pr->streams[r].len, *L = list + off[r], *G = gap + off[r], n = 0;
+    rmem rm, *mem = NULL; /* the rank's compute-order memory, once a gap needs it */
     for (int i = 0; i < len; i++) {
       if (op[i].cons >= 0) L[n++] = op[i].cons;
       if (op[i].prod >= 0) L[n++] = op[i].prod;
@@ -777,7 +812,7 @@ static int direct(build *bd, int *exact) {
     size_t moves = 0, most = 64 * (size_t)n + 1024;
     for (int k = 1; k < n && ok; k++) {
       int v = L[k], j = k;
-      for (; j > 0 && xless(key, X, v, L[j - 1], fo); j--) L[j] = L[j - 1];
+      for (; j > 0 && xless(key, X, v, L[j - 1], fo, act_first); j--) L[j] = L[j - 1];
       L[j] = v;
       moves += (size_t)(k - j);
       ok = moves <= most;
@@ -820,13 +855,24 @@ static int direct(build *bd, int *exact) {
       if (k + 1 < n && G[k] > G[k + 1]) ok = 0;
       next = G[k];
     }
-    /* a RECV of an activation and a send that frees a slot after it in the same gap */
-    for (int k = n - 1, cur = -1, frees = 0; ok && k >= 0; k--) {
+    /* a RECV of an activation and a send that frees a slot after it in the same gap: refused, or
+     * (act_first) allowed while what the rank then holds stays within its bound */
+    double xm = 0;
+    int xs = 0;
+    for (int k = n - 1, cur = -1; ok && k >= 0; k--) {
       const xfer *x = &X[L[k]];
-      if (G[k] != cur) cur = G[k], frees = 0;
-      if (x->a == r && frees_slot(bd, x)) frees = 1;
-      if (x->b == r && x->kind == 1 && frees) ok = 0;
+      if (G[k] != cur) cur = G[k], xm = 0, xs = 0;
+      if (x->a == r && frees_slot(bd, x)) {
+        if (act_first && !mem && bd->guard && !fo) mem = rank_memory_of(bd, r, &rm);
+        if (!mem) xm = INFINITY;
+        else if (mem->last[x->ip] < G[k]) xm += 1, xs += 1; /* nothing of the pair left in the compute order */
+        else xm += 1 - bd->ws;                                /* its W to come: the compute order counts w_stash */
+      }
+      if (x->b == r && x->kind == 1 && xm > 0) {
+        if (!mem || mem->at[G[k]] + xm > mem->bound + bd->meps || mem->slots[G[k]] + xs > mem->sbound) ok = 0;
+      }
     }
+    if (mem) free(rm.at), free(rm.slots), free(rm.last), mem = NULL;
     for (int k = 0; ok && k < n; k++) /* every SEND posted when the op before it ends */
       if (X[L[k]].a == r) arr[L[k]] = op[G[k] - 1].start + op[G[k] - 1].cost + comm;
   }
@@ -1074,7 +1120,7 @@ int sched_lower_how(const sched_program *compute, const sched_costs *costs, sche
   build_init(&bd, &fl, out);
   flow_free_times(&fl);
   core_progress_phase("lowering, placing transfers:", nc, "compute ops");
-  int exact = 0, placed = how != SCHED_LOWER_BUILD && direct(&bd, &exact);
+  int exact = 0, placed = how != SCHED_LOWER_BUILD && (direct(&bd, 0, &exact) || direct(&bd, 1, &exact));
   if (!placed) build_init_build(&bd), rc = build_run(&bd);
   if (info) info->placed_directly = placed, info->exact = placed && exact;
   build_free(&bd);

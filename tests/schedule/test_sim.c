@@ -519,6 +519,40 @@ Test(sim, skipping_the_second_order_changes_nothing) {
   cr_assert(checked > 200, "only %d shapes", checked);
 }
 
+/* At the zero-bubble paper's costs, zb-h2's last rank ends an I and starts the next F at one
+ * instant: the gradient it sends and the activation it receives have one key. Gradient first (the
+ * first attempt) holds no more memory on that rank, but its sender then receives the gradient
+ * before it sends the activation, which arrives late; so direct placement tries again with
+ * activations first on such ties, letting the receiver hold both at once while that stays within
+ * its bound. Every one of these is placed directly, on time to the bit, and keeps zb-h2's promise
+ * of 2p - 1 activations. */
+Test(sim, ties_go_activation_first_when_gradient_first_is_late) {
+  const int ps[] = {4, 8, 16}, ms[] = {8, 24, 64};
+  sched_costs c = sched_costs_unit();
+  c.f = 18.522, c.b = 18.086, c.w = 9.337, c.comm = 0.601;
+  for (int k = 0; k < 3; k++) {
+    sched_shape sh = {.family = SCHED_ZB_H2, .p = ps[k], .v = 1, .m = ms[k]};
+    sched_program compute, low;
+    double first[16], last[16];
+    sched_lower_info info = {.first = first, .last = last};
+    cr_assert_eq(sched_compile_compute(&sh, &c, &compute), CORE_OK, "%s", core_error_msg());
+    cr_assert_eq(sched_lower_how(&compute, &c, &low, SCHED_LOWER_DIRECT_FIRST, &info), CORE_OK, "%s", core_error_msg());
+    cr_assert(info.placed_directly && info.exact, "p=%d m=%d: placed directly %d, exact %d", ps[k], ms[k],
+              info.placed_directly, info.exact);
+    cr_assert_eq(sched_verify(&low), CORE_OK, "p=%d m=%d: %s", ps[k], ms[k], core_error_msg());
+    sched_sim_result res;
+    cr_assert_eq(sched_simulate(&low, &c, &res, NULL), CORE_OK);
+    for (int r = 0; r < ps[k]; r++) {
+      cr_assert(res.ranks[r].end == last[r], "p=%d m=%d rank %d ends at %.17g, ASAP %.17g", ps[k], ms[k], r,
+                res.ranks[r].end, last[r]);
+      cr_assert(res.ranks[r].peak_memory <= 2 * ps[k] - 1 + 1e-9 && low.nslots[r] <= 2 * ps[k] - 1,
+                "p=%d m=%d rank %d holds %g (%d slots)", ps[k], ms[k], r, res.ranks[r].peak_memory, low.nslots[r]);
+    }
+    sched_sim_result_free(&res);
+    sched_program_free(&compute), sched_program_free(&low);
+  }
+}
+
 /* Where the first program reaches the floor, the skip fires: at the zero-bubble paper's costs (its
  * 1.5B model, step 2), zb-h1 and zb-auto reach it at p=8 m=24 and p=16 m=64, so sched_compile
  * builds no second order there. (It did build one when the kept-work bound took the budget's

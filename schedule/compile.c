@@ -372,17 +372,48 @@ static int at_floor_as_lowered(const sched_program *out, const sched_lower_info 
   return !(least < end * (1 - 1e-12)) && !(fl[out->rank_of[0]] < span * (1 - 0.5e-12));
 }
 
+/* What internal.h says. */
+void sched_exact_times(const sched_program *pr, const sched_costs *c, const sched_lower_info *low, double *makespan,
+                       double *span) {
+  double latest = 0;
+  *span = 0;
+  for (int r = 0; r < pr->p; r++) {
+    latest = low->last[r] + c->reduce > latest ? low->last[r] + c->reduce : latest;
+    *span = low->last[r] - low->first[r] > *span ? low->last[r] - low->first[r] : *span;
+  }
+  *makespan = latest + c->norm + c->step;
+}
+
+/* *out's makespan and longest span as the simulator gives them (one step, under the barrier):
+ * sched_exact_times where lowering placed *out on time to the bit (known), else a simulation
+ * (*a, then held: *have_a). */
+static int first_times(const sched_program *out, const sched_costs *costs, const sched_lower_info *low, int known,
+                       sched_sim_result *a, int *have_a, double *makespan, double *span) {
+  if (known) {
+    sched_exact_times(out, costs, low, makespan, span);
+    return CORE_OK;
+  }
+  int rc = sched_simulate_time(out, costs, a);
+  if (rc) return rc;
+  *have_a = 1, *makespan = a->makespan, *span = 0;
+  for (int r = 0; r < a->p; r++) *span = a->ranks[r].span > *span ? a->ranks[r].span : *span;
+  return CORE_OK;
+}
+
 static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_program *out, const sched_lower_info *low) {
   sched_program compute, alt;
   sched_sim_result a, b;
-  double asap = 0, span = 0, *rank_end = core_malloc(sizeof(double) * (size_t)sh->p);
+  double asap = 0, span, makespan, *rank_end = core_malloc(sizeof(double) * (size_t)sh->p);
   double least = sched_order_bound(sh, out, costs, rank_end); /* rank_end: each rank's floor, for now */
-  if (at_floor_as_lowered(out, low, rank_end) || sched_simulate_time(out, costs, &a) != CORE_OK) {
+  /* lowering's times stand for the simulation's (the bubble rate aside: the tests below then
+   * use the span alone, and *out is simulated only when they do not hold) */
+  int known = sched_skip_second_order && low && low->exact && !out->tied && !out->forward_only, have_a = 0;
+  if (at_floor_as_lowered(out, low, rank_end) ||
+      first_times(out, costs, low, known, &a, &have_a, &makespan, &span) != CORE_OK) {
     free(rank_end); /* at the floor: the second order is not even built; or nothing to compare with */
     return;
   }
-  for (int r = 0; r < a.p; r++) span = a.ranks[r].span > span ? a.ranks[r].span : span;
-  if (sched_skip_second_order && !(least < a.makespan * (1 - 1e-12)) &&
+  if (sched_skip_second_order && have_a && !(least < makespan * (1 - 1e-12)) &&
       (a.bubble_rate <= 1e-12 || !(rank_end[out->rank_of[0]] < span * (1 - 0.5e-12)))) {
     free(rank_end); /* no order ends sooner, nor has a smaller bubble: the second one is not even built */
     sched_sim_result_free(&a);
@@ -391,18 +422,22 @@ static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_p
   sched_second_orders_built++;
   if (compile_compute(sh, costs, &compute, 1, rank_end) != CORE_OK) { /* rank_end: its ops as early as they can */
     free(rank_end);
-    sched_sim_result_free(&a);
+    if (have_a) sched_sim_result_free(&a);
     return;
   }
   for (int r = 0; r < compute.p; r++) asap = rank_end[r] > asap ? rank_end[r] : asap;
   asap += costs->reduce + costs->norm + costs->step; /* the step's tail follows the latest, as in sched_order_bound */
-  int cannot = sched_skip_second_order && !(asap < a.makespan * (1 - 1e-12)) &&
-               (a.bubble_rate <= 1e-12 || rank_end[compute.rank_of[0]] >= span);
-  int rc = cannot ? CORE_EINPUT : sched_lower(&compute, costs, &alt);
+  int cannot = sched_skip_second_order && !(asap < makespan * (1 - 1e-12)) && rank_end[compute.rank_of[0]] >= span;
+  int rc = cannot ? CORE_EINPUT : !have_a && sched_simulate_time(out, costs, &a) ? CORE_ERUNTIME : CORE_OK;
+  have_a |= !cannot && !rc;
+  if (!rc) /* *out simulated now: the tests by its bubble rate, then the second program */
+    rc = sched_skip_second_order && !(asap < makespan * (1 - 1e-12)) && a.bubble_rate <= 1e-12
+             ? CORE_EINPUT
+             : sched_lower(&compute, costs, &alt);
   free(rank_end);
   sched_program_free(&compute);
   if (rc) {
-    sched_sim_result_free(&a);
+    if (have_a) sched_sim_result_free(&a);
     return;
   }
   int rb = sched_simulate_time(&alt, costs, &b);

@@ -133,6 +133,12 @@ typedef struct {
 } sched_lower_info;
 int sched_lower_how(const sched_program *compute, const sched_costs *costs, sched_program *out, sched_lower_mode how,
                     sched_lower_info *info);
+/* A program lowering placed on time to the bit (info->exact, with first and last asked for; no
+ * tied reduction, not forward-only): its one-step makespan under the barrier (the latest end plus
+ * the reduce, then the norm and the update) and its longest span, as sched_simulate_time gives
+ * them, bitwise (test_sim checks it over its grid), without simulating it. */
+void sched_exact_times(const sched_program *pr, const sched_costs *c, const sched_lower_info *info, double *makespan,
+                       double *span);
 
 /* sched_simulate's times alone: one step under the barrier, no memory counted (the ranks' peak
  * fields are 0), for comparing programs by time (keep_faster). */

@@ -112,9 +112,10 @@ typedef struct {
   double *kept_last;    /* [p]: each rank's last end in the order zb_keep last kept */
   /* the variants this run's decisions agree with, as masks over zb_variant.fill_all (bit f) and
    * .fcap (bit c): a bit is cleared once some decision would have come out differently under
-   * that value; agree_rounds the same over a rounds run's flags (ZBR_*). See sched_compile_zb,
+   * that value; agree_rounds the same over a rounds run's flags (ZBR_*), agree_v over the V in
+   * rounds' fill_f (bit 0) and fill_b (bit 1), over every pass of a variant. See sched_compile_zb,
    * which skips the variants a run shows would repeat it. */
-  unsigned agree_fill, agree_fcap, agree_rounds;
+  unsigned agree_fill, agree_fcap, agree_rounds, agree_v;
   unsigned tick;
 } zb_state;
 
@@ -543,22 +544,25 @@ static double zbv_arrival(const zb_state *z, int r, int op, int c) {
 }
 
 /* Before rank r's next op: W's that end before its input arrives, then one more if the gap would
- * leave the rank idle beyond what it is allowed (fill: whether this op's gaps take such a W). */
-static void zbv_fill(zb_state *z, zbv_rank *vr, const zbv_pass *ps, int r, int op, int c, int fill) {
+ * leave the rank idle beyond what it is allowed, where this op's gaps take such a W (flag: -1
+ * always, 0 as ps->fill_f says, 1 as ps->fill_b says). */
+static void zbv_fill(zb_state *z, zbv_rank *vr, const zbv_pass *ps, int r, int op, int c, int flag) {
   double arr = zbv_arrival(z, r, op, c);
   if (arr == -INFINITY || arr == INFINITY) return;
   while (pending(&z->rk[r]) > 0 && arr >= vr[r].cur + cost(z, SCHED_BACKWARD_WEIGHT, z->pr->stage_of[r * z->pr->v + wq_chunk(z->rk[r].wq[z->rk[r].wh])]))
     zbv_put(z, vr, r, SCHED_BACKWARD_WEIGHT, 0);
-  if (!fill || pending(&z->rk[r]) == 0) return;
+  if (pending(&z->rk[r]) == 0) return;
   double worst = vr[z->pr->p].bubble;
   if (ps->approved && ps->max_approved - ps->approved[r] > worst) worst = ps->max_approved - ps->approved[r];
-  if (arr - vr[r].cur > worst - vr[r].bubble) zbv_put(z, vr, r, SCHED_BACKWARD_WEIGHT, 0);
+  if (!(arr - vr[r].cur > worst - vr[r].bubble)) return; /* no W either way */
+  if (flag >= 0) z->agree_v &= ~(1u << flag);         /* the flag decides this one */
+  if (flag < 0 || (flag ? ps->fill_b : ps->fill_f)) zbv_put(z, vr, r, SCHED_BACKWARD_WEIGHT, 0);
 }
 
 static int zbv_forward(zb_state *z, zbv_rank *vr, const zbv_pass *ps, int r, int c) {
   while (vr[r].mem + 1 > z->rk[r].cap + z->eps)
     if (!zbv_put(z, vr, r, SCHED_BACKWARD_WEIGHT, 0)) return 0;
-  zbv_fill(z, vr, ps, r, SCHED_FORWARD, c, ps->fill_f);
+  zbv_fill(z, vr, ps, r, SCHED_FORWARD, c, 0);
   return zbv_put(z, vr, r, SCHED_FORWARD, c);
 }
 
@@ -611,7 +615,7 @@ static int zbv_run(zb_state *z, zbv_rank *vr, const zbv_pass *ps) {
       for (int i = 0; i < p; i++) {
         int r = pass == 0 ? p - 1 - i : i, want = pass == 0 ? 0 : 1;
         if (ic[r] != want || z->rk[r].ni[want] >= m) continue;
-        zbv_fill(z, vr, ps, r, SCHED_BACKWARD_INPUT, want, want == 0 ? 1 : ps->fill_b);
+        zbv_fill(z, vr, ps, r, SCHED_BACKWARD_INPUT, want, want == 0 ? -1 : 1);
         if (!zbv_put(z, vr, r, SCHED_BACKWARD_INPUT, want)) rc = CORE_ERUNTIME;
       }
     for (int r = 0; r < p && rc == CORE_OK; r++) {
@@ -918,11 +922,15 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     if (!rounds && vb && (only < 0 || only == nv + 4) && vpat_run(&z, pr->family == SCHED_V_HALF) == CORE_OK &&
         zb_keep(&z, &best, &best_span, &best_end))
       ok = 1, won = nv + 4;
-    /* the V in rounds: four variants, each refined with its own bubbles approved */
+    /* the V in rounds: four variants, each refined with its own bubbles approved; one whose flags
+     * differ from an earlier one's only where that one's passes show they decided nothing would
+     * run those passes again, to the op (and could not be kept): skipped */
+    memset(same, 0, 4);
     for (int k = 0; !rounds && v == 2 && k < 4 && !AT_FLOOR; k++) {
-      if (only >= 0 && only != nv + k) continue;
+      if ((only >= 0 && only != nv + k) || same[k]) continue;
       zbv_pass ps = {k & 1, k >> 1, NULL, 0};
       double prev = INFINITY;
+      z.agree_v = 3;
       for (int iter = 0; iter < 16 && (only < 0 || iter <= only_iter) && !AT_FLOOR && zbv_run(&z, vr, &ps) == CORE_OK;
            iter++) {
         double w = zbv_worst(vr, p);
@@ -932,6 +940,8 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
         for (int r = 0; r < p; r++) appr[r] = vr[r].bubble;
         ps.approved = appr, ps.max_approved = w;
       }
+      for (int j = k + 1; sched_zb_skip_repeats && j < 4; j++)
+        if (!((unsigned)(j ^ k) & ~z.agree_v)) same[j] = 1;
     }
     /* micro-batch rounds (asked for, and one chunk per rank): eight variants, and nothing else */
     memset(same, 0, 8);

@@ -443,8 +443,9 @@ Test(zb, the_papers_twelve_set_ups, .timeout = 120) {
   }
 }
 
-/* The list scheduler and the micro-batch rounds skip a variant once a run shows every decision
- * would come out the same under it (zb.c's agree masks): the skip must change nothing. Every
+/* The list scheduler, the micro-batch rounds and the V in rounds skip a variant once a run shows
+ * every decision would come out the same under it (zb.c's agree masks): the skip must change
+ * nothing. Every
  * family they serve, memory limits, costs that make W's fill gaps or not, and a shape large
  * enough for the probe on a prefix of the micro-batches; compiled with and without the skip,
  * the programs must be equal. */

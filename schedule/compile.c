@@ -427,13 +427,11 @@ static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_p
   }
   for (int r = 0; r < compute.p; r++) asap = rank_end[r] > asap ? rank_end[r] : asap;
   asap += costs->reduce + costs->norm + costs->step; /* the step's tail follows the latest, as in sched_order_bound */
-  int cannot = sched_skip_second_order && !(asap < makespan * (1 - 1e-12)) && rank_end[compute.rank_of[0]] >= span;
-  int rc = cannot ? CORE_EINPUT : !have_a && sched_simulate_time(out, costs, &a) ? CORE_ERUNTIME : CORE_OK;
-  have_a |= !cannot && !rc;
-  if (!rc) /* *out simulated now: the tests by its bubble rate, then the second program */
-    rc = sched_skip_second_order && !(asap < makespan * (1 - 1e-12)) && a.bubble_rate <= 1e-12
-             ? CORE_EINPUT
-             : sched_lower(&compute, costs, &alt);
+  int no_sooner = sched_skip_second_order && !(asap < makespan * (1 - 1e-12));
+  int cannot = no_sooner && rank_end[compute.rank_of[0]] >= span, rc = CORE_OK;
+  if (!cannot && !have_a) /* the test by *out's bubble rate, and the comparison, need it simulated */
+    rc = sched_simulate_time(out, costs, &a), have_a = !rc;
+  if (!rc) rc = cannot || (no_sooner && a.bubble_rate <= 1e-12) ? CORE_EINPUT : sched_lower(&compute, costs, &alt);
   free(rank_end);
   sched_program_free(&compute);
   if (rc) {

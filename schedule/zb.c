@@ -880,11 +880,13 @@ int sched_compile_zb(sched_program *pr, const sched_shape *sh, const sched_costs
     z.rk[r].cap = cap;
   }
   /* the variants: W fills gaps it fits / every gap; V: chunk 0 leaves 1 or r + 1 slots for chunk
-   * 1; zb-auto: no limit on open forwards, 1F1B's, zb-h2's */
+   * 1; zb-auto: no limit on open forwards, 1F1B's, zb-h2's. With one chunk per rank 1F1B's order
+   * of a ready F and I comes first: it is the one that reaches the floor at even costs (zb-h1's
+   * and zb-auto's orders there), after which no other is built; ties keep the first tried */
   zb_variant vars[32];
   int nv = 0;
-  for (int ff = 0; ff < 2; ff++)
-    for (int fill = 0; fill < 4; fill++) {
+  for (int k = 0; k < 2; k++)
+    for (int fill = 0, ff = v == 1 ? 1 - k : k; fill < 4; fill++) {
       if (v == 2) {
         vars[nv++] = (zb_variant){fill, 0, 0, ff};
         vars[nv++] = (zb_variant){fill, 1, 0, ff};

@@ -287,10 +287,10 @@ typedef struct {
   int *queue, *queued, qh, qt;
   double tol; /* times closer than this are equal (rounding) */
   /* memory (see mem_fits): [rank][compute index] what the compute order holds at each op, in
-   * chunk slots weighted (mem) and counted (slots); [rank] its peaks; [rank][compute index] the
-   * index of the last compute op of that op's (chunk, micro-batch) */
-  double **amem, *pmem, ws, meps;
-  int **aslot, *pslot, **lastc;
+   * chunk slots weighted (mem) and counted (slots); [rank][compute index] the index of the last
+   * compute op of that op's (chunk, micro-batch) */
+  double **amem, ws, meps;
+  int **aslot, **lastc;
   int guard;            /* the family promises a memory cap: the bounds below hold */
   size_t built;         /* compute ops appended (progress) */
   unsigned tick;
@@ -752,8 +752,8 @@ static int build_run(build *bd) {
  * orders no placement meets) the build places the transfers. Returns 1 when it placed the
  * program, 0 when it leaves it to the build (nothing pushed). */
 
-/* Rank r's compute order's memory at each of its ops and its bounds (as build_init_build has
- * them), for direct's second try. */
+/* Rank r's compute order's memory at each of its ops and its bounds: the larger of its peak and
+ * the family's promise (direct's second try and the build's mem_fits). */
 typedef struct {
   double *at, bound;
   int *slots, *last, sbound;
@@ -1010,7 +1010,6 @@ static void build_init(build *bd, const flow *fl, sched_program *out) {
   bd->guard = pr->mem_cap > 0;
   bd->amem = core_calloc(p, sizeof(double *)), bd->aslot = core_calloc(p, sizeof(int *));
   bd->lastc = core_calloc(p, sizeof(int *)), bd->slack = core_calloc(p, sizeof(double *));
-  bd->pmem = core_calloc(p, sizeof(double)), bd->pslot = core_calloc(p, sizeof(int));
   bd->bmem = core_calloc(p, sizeof(double)), bd->bslot = core_calloc(p, sizeof(int));
   bd->rk = core_calloc(p, sizeof(lrank));
   bd->queue = core_malloc(sizeof(int) * p);
@@ -1035,15 +1034,12 @@ static void build_init_build(build *bd) {
   bd->xb = core_calloc((size_t)bd->nx + 1, sizeof(xbuild)); /* fit_ver 0: no answer yet */
   bd->stamp = core_calloc((size_t)pr->p, sizeof(int *));
   for (int r = 0; r < pr->p; r++) bd->stamp[r] = core_calloc((size_t)pr->streams[r].len + 1, sizeof(int)); /* epoch 0: the ASAP times */
-  double cap = pr->mem_cap * pr->v; /* chunk slots */
   for (int r = 0; bd->guard && r < pr->p; r++) { /* in chunk slots, at each compute op */
     size_t n = (size_t)pr->streams[r].len;
-    bd->amem[r] = core_malloc(sizeof(double) * (n + 1));
-    bd->aslot[r] = core_malloc(sizeof(int) * (n + 1));
-    bd->lastc[r] = core_malloc(sizeof(int) * (n + 1));
-    sched_stream_memory(pr, r, bd->ws, 1, &bd->pmem[r], &bd->pslot[r], bd->amem[r], bd->aslot[r], bd->lastc[r]);
-    bd->bmem[r] = bd->pmem[r] > cap ? bd->pmem[r] : cap;
-    bd->bslot[r] = bd->pslot[r] > (int)(cap + 1e-9) ? bd->pslot[r] : (int)(cap + 1e-9);
+    rmem rm;
+    rank_memory_of(bd, r, &rm);
+    bd->amem[r] = rm.at, bd->aslot[r] = rm.slots, bd->lastc[r] = rm.last;
+    bd->bmem[r] = rm.bound, bd->bslot[r] = rm.sbound;
     double *t = bd->slack[r] = core_malloc(sizeof(double) * (2 * n + 1));
     for (size_t i = 0; i < n; i++) {
       double a = bd->bmem[r] + bd->meps - bd->amem[r][i], b = bd->bslot[r] - bd->aslot[r][i];
@@ -1060,7 +1056,7 @@ static void build_free(build *bd) {
     free(bd->amem[r]), free(bd->aslot[r]), free(bd->lastc[r]), free(bd->slack[r]);
   }
   free(bd->slack), free(bd->stamp), free(bd->xb);
-  free(bd->amem), free(bd->aslot), free(bd->lastc), free(bd->pmem), free(bd->pslot), free(bd->bmem), free(bd->bslot);
+  free(bd->amem), free(bd->aslot), free(bd->lastc), free(bd->bmem), free(bd->bslot);
   free(bd->op), free(bd->rk);
   free(bd->x), free(bd->xt), free(bd->stack), free(bd->queue), free(bd->queued);
 }

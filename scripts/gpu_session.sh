@@ -221,7 +221,7 @@ step flash-ab 3-bench-gpu.log 150 sh -c 'BRIGADE_TEST_BACKEND=cuda BRIGADE_REQUI
 # the Makefile's mpirun line (root, shared memory, the probed single-copy mechanism)
 MPIRUN_CMD=$(make -s CUDA="$CUDA" --eval 'print-mpirun: ; @echo $(MPIRUN)' print-mpirun 2>/dev/null | tail -1)
 [ -n "$MPIRUN_CMD" ] || MPIRUN_CMD="env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun"
-step offload-bench 6-offload.log 150 sh scripts/gpu_offload_bench.sh "$MPIRUN_CMD"
+step offload-bench 6-offload.log 200 sh scripts/gpu_offload_bench.sh "$MPIRUN_CMD"
 # PyTorch under the machine's own environment (not the prefix's libraries)
 step torch-sdpa 4-torch.log 100 env PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
   python3 bench/torch_gpt2.py --dtype bf16 --attention sdpa ${TORCH_ARGS:-}

@@ -88,12 +88,17 @@ __global__ void k_heads_bf16(bf16 *dst, float *D, const float *O, const float *s
   float s = 0.0f;
   if (in && t < T) {
     const float *o = O + (bh * T + t) * HS + 8 * c8;
+    float y[8];
     if (ovec) {
       float4 u = *(const float4 *)o, w = *(const float4 *)(o + 4);
-      s = x[0] * u.x + x[1] * u.y + x[2] * u.z + x[3] * u.w + x[4] * w.x + x[5] * w.y + x[6] * w.z + x[7] * w.w;
+      y[0] = u.x, y[1] = u.y, y[2] = u.z, y[3] = u.w, y[4] = w.x, y[5] = w.y, y[6] = w.z, y[7] = w.w;
     } else {
-      for (int k = 0; k < 8; k++) s += x[k] * o[k];
+      for (int k = 0; k < 8; k++) y[k] = o[k];
     }
+    // one sum for both loads, its fused multiply-adds spelled out: written as one expression the
+    // compiler contracted it otherwise than the loop, and an O one float off 16 bytes (a cache
+    // anywhere in its slot) gave other bits
+    for (int k = 0; k < 8; k++) s = fmaf(x[k], y[k], s);
   }
   s += __shfl_xor_sync(0xffffffffu, s, 1);
   s += __shfl_xor_sync(0xffffffffu, s, 2);

@@ -4,6 +4,7 @@
 #include "pipe/trainer.h"
 
 #include <mpi.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,17 +67,20 @@ void train_log_step(trainer *tr, const step_record *sr) {
 /* The simulator's prediction for this program from the op times measured in the step: mean F,
  * B (or I and W) time per virtual stage (and ZeRO-3's GATHER_PARAMS, as long as the rank spent
  * in it: on host memory only its start, the all-gather running on while the rank computes), the
- * step's tail as measured on the slowest rank. */
+ * mean copy of activation offload (OFFLOAD and RELOAD alike), the step's tail as measured on the
+ * slowest rank. */
 static void predict(const trainer *tr, const sched_timeline *meas) {
   int S = tr->cfg.stages * tr->cfg.v;
   double *sum = core_calloc((size_t)S * 4, sizeof(double)), tail[3] = {0, 0, 0}; /* tied, reduce, step */
-  int *cnt = core_calloc((size_t)S * 4, sizeof(int));
+  int *cnt = core_calloc((size_t)S * 4, sizeof(int)), ncopy = 0;
+  double copy = 0; /* activation offload: the copies' time, each way */
   for (int i = 0; i < meas->n; i++) {
     const sched_event *e = &meas->ev[i];
     int k = e->op == SCHED_FORWARD ? 0 : (e->op == SCHED_BACKWARD || e->op == SCHED_BACKWARD_INPUT) ? 1
             : e->op == SCHED_BACKWARD_WEIGHT ? 2 : e->op == SCHED_GATHER_PARAMS ? 3 : -1;
     int q = e->op == SCHED_REDUCE_TIED_GRADS ? 0 : e->op == SCHED_REDUCE_GRADS ? 1 : e->op == SCHED_OPTIMIZER_STEP ? 2 : -1;
     if (q >= 0 && e->end - e->start > tail[q]) tail[q] = e->end - e->start; /* the slowest rank's */
+    if (e->op == SCHED_OFFLOAD || e->op == SCHED_RELOAD) copy += e->end - e->start, ncopy++;
     if (k < 0 || e->stage < 0 || e->stage >= S) continue;
     sum[4 * e->stage + k] += e->end - e->start, cnt[4 * e->stage + k]++;
   }
@@ -89,7 +93,7 @@ static void predict(const trainer *tr, const sched_timeline *meas) {
     g[s] = cnt[4 * s + 3] ? sum[4 * s + 3] / cnt[4 * s + 3] : 0;
   }
   sched_costs c = {.stage_f = f, .stage_b = b, .stage_w = w, .stage_gather = g, .tied = tail[0], .reduce = tail[1],
-                   .step = tail[2]};
+                   .step = tail[2], .offload = ncopy ? fmax(copy / ncopy, 1e-12) : 0};
   sched_sim_result res;
   if (sched_simulate(&tr->prog, &c, &res, NULL) == CORE_OK) {
     core_log(CORE_LOG_INFO, "predicted from the measured op times: step %.2f ms, bubble rate %.1f%% "

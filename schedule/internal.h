@@ -82,6 +82,12 @@ void sched_append_tail(sched_program *out);
 /* Rank r's activation slots (and their aside parts) assigned by liveness, as few as the most
  * pairs live at once; OFFLOAD gives a pair's back and RELOAD takes whichever is free. */
 void sched_assign_slots(sched_program *out, int r);
+/* The same, for a program with activation offload placed by planned times: at[i] is when
+ * instruction i of rank r takes its buffers (its planned start; a RELOAD's, when it is issued),
+ * free_at[i] when an OFFLOAD at i stops reading them (its copy's planned end). Buffers an offload
+ * still reads go to no pair that takes them before then (the runner would make it wait); the
+ * other buffers are taken as sched_assign_slots takes them. */
+void sched_assign_slots_at(sched_program *out, int r, const double *at, const double *free_at);
 
 /* The end of the last compute op of a compute-only program run as early as its dependencies
  * allow (lowering's first step): no lowering of it simulates to a shorter makespan. rank_end

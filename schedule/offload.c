@@ -227,12 +227,14 @@ static int by_fe(const void *a, const void *b) {
 
 /* Rank r's stream with the chosen candidates' OFFLOADs and RELOADs in it: before instruction j
  * the reloads planned there, earliest planned start first; after it the offloads of the pairs
- * whose forward work it ends, in candidate order. Both lists sorted once and merged in one pass
+ * whose forward work it ends, in candidate order. *at and *free_at: the new stream's planned
+ * times for sched_assign_slots_at (NULL when nothing was chosen). Both lists sorted once and merged in one pass
  * (looking through every candidate at every instruction was quadratic in the micro-batches). */
-static void insert(sched_program *pr, int r, cand *cs, int n) {
+static void insert(sched_program *pr, int r, cand *cs, int n, const double *ts, double **at, double **free_at) {
   sched_stream *st = &pr->streams[r];
   int q = 0;
   for (int i = 0; i < n; i++) q += cs[i].chosen;
+  *at = *free_at = NULL;
   if (!q) return;
   int *rl = core_malloc(sizeof(int) * (size_t)q), *of = core_malloc(sizeof(int) * (size_t)q);
   for (int i = 0, k = 0; i < n; i++)
@@ -242,17 +244,24 @@ static void insert(sched_program *pr, int r, cand *cs, int n) {
   qsort(of, (size_t)q, sizeof *of, by_fe);
   sched_stream out = {.len = 0, .cap = st->len + 2 * q};
   out.ins = core_malloc(sizeof(sched_instr) * (size_t)out.cap);
+  double *ta = core_malloc(sizeof(double) * (size_t)out.cap), *tf = core_malloc(sizeof(double) * (size_t)out.cap);
   int a = 0, b = 0;
   for (int j = 0; j <= st->len; j++) {
-    for (; a < q && cs[rl[a]].rl_pos == j; a++)
+    for (; a < q && cs[rl[a]].rl_pos == j; a++) {
+      ta[out.len] = cs[rl[a]].rl_hold, tf[out.len] = 0;
       out.ins[out.len++] = (sched_instr){.op = SCHED_RELOAD, .mb = cs[rl[a]].k % pr->m, .chunk = cs[rl[a]].k / pr->m,
                                          .peer = -1, .slot = cs[rl[a]].slot, .aslot = cs[rl[a]].aslot};
+    }
     if (j == st->len) break;
+    ta[out.len] = ts[j], tf[out.len] = 0;
     out.ins[out.len++] = st->ins[j];
-    for (; b < q && cs[of[b]].fe == j; b++)
+    for (; b < q && cs[of[b]].fe == j; b++) {
+      ta[out.len] = ts[j], tf[out.len] = cs[of[b]].off_end;
       out.ins[out.len++] = (sched_instr){.op = SCHED_OFFLOAD, .mb = cs[of[b]].k % pr->m, .chunk = cs[of[b]].k / pr->m,
                                          .peer = -1, .slot = cs[of[b]].slot, .aslot = cs[of[b]].aslot};
+    }
   }
+  *at = ta, *free_at = tf;
   CORE_ASSERT(a == q && b == q);
   free(rl), free(of);
   free(st->ins);
@@ -309,8 +318,13 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
         if (w) cs[best].chosen = 0, cs[best].bad = 1, plan_lanes(cs, n, tmp, ts[r]);
       }
     }
-    if (!rc) insert(pr, r, cs, n);
-    if (!rc) sched_assign_slots(pr, r); /* a pair's buffers serve others while it is on the host */
+    if (!rc) { /* a pair's buffers serve others while it is on the host, once its offload has read them */
+      double *at, *free_at;
+      insert(pr, r, cs, n, ts[r], &at, &free_at);
+      if (at) sched_assign_slots_at(pr, r, at, free_at);
+      else sched_assign_slots(pr, r);
+      free(at), free(free_at);
+    }
   }
   for (int r = 0; r < pr->p; r++) free(ts[r]), free(te[r]);
   free(ts), free(te), free(cs), free(tmp), free(first), free(last), free(alast);

@@ -50,6 +50,11 @@ typedef struct {
    * ends (its backward work waits for that); the memory changes, in time, for the peak */
   int offload;
   double *d2h, *h2d, *ctime, *off_end, *rl_ready;
+  /* per (rank, chunk, buffer): when the last OFFLOAD out of it ends; its next user (another pair
+   * in that slot or aside part, or a RELOAD into it) waits for that, as the runner does.
+   * slot_at[r]: rank r's first entry (chunk c's slots at + c (ns + na), its aside parts after) */
+  double *slot_free;
+  size_t *slot_at, nslot_free;
   struct memev { double t, mem, bytes; int r; } *mev;
   size_t nmev, cmev;
   /* per-instruction start and end of the first step (sched_sim_times), when not NULL */
@@ -120,6 +125,14 @@ static void mem_event(simstate *sm, int r, double t, double mem, double bytes) {
 static void pair_full(const simstate *sm, int s, double *mem, double *bytes) {
   *mem = 1.0 / sm->pr->v;
   *bytes = sm->c->stage_act_bytes ? sm->c->stage_act_bytes[s] : sm->c->act_bytes;
+}
+
+/* Where the times of the buffers instruction `in` of rank r names are kept (NULL: none). */
+static void buffers_at(simstate *sm, int r, const sched_instr *in, double **fs, double **fa) {
+  int ns = sm->pr->nslots[r], na = sm->pr->naslots[r];
+  size_t o = sm->slot_at[r] + (size_t)in->chunk * (size_t)(ns + na);
+  if (in->slot >= 0 && in->slot < ns) *fs = &sm->slot_free[o + (size_t)in->slot];
+  if (in->aslot >= 0 && in->aslot < na) *fa = &sm->slot_free[o + (size_t)ns + (size_t)in->aslot];
 }
 
 /* The part of a pair an OFFLOAD or RELOAD at rank r's current instruction moves: all of it
@@ -193,10 +206,18 @@ static int step(simstate *sm, int r, const sched_instr *in) {
                   : (size_t)-1; /* the pair an offloaded program's instruction names */
   if (pk != (size_t)-1 && in->op != SCHED_OFFLOAD && in->op != SCHED_RELOAD && sm->rl_ready[pk] > t)
     t = sm->rl_ready[pk]; /* its activations are coming back: wait for them */
+  double *fs = NULL, *fa = NULL; /* the buffers it names, when an offload may still read them */
+  if (pk != (size_t)-1) buffers_at(sm, r, in, &fs, &fa);
+  if (in->op != SCHED_OFFLOAD) { /* a buffer an offload still reads: its next user waits for it */
+    if (fs && *fs > t) t = *fs;
+    if (fa && *fa > t) t = *fa;
+  }
   switch (in->op) {
   case SCHED_OFFLOAD: { /* on the device-to-host stream, from its issue; the pair freed at its end */
     double f = moved_part(sm, r, s, pk), c = sched_offload_cost(sm->c, s) * f, st = t > sm->d2h[r] ? t : sm->d2h[r], mem, bytes;
     sm->d2h[r] = sm->off_end[pk] = st + c, sm->ctime[r] += c;
+    if (fs) *fs = st + c;
+    if (fa) *fa = st + c;
     pair_full(sm, s, &mem, &bytes);
     mem_event(sm, r, st + c, -mem * f, -bytes * f);
     emit(sm, r, in, st, st + c);
@@ -414,7 +435,7 @@ static void run_step(simstate *sm, unsigned *tick, double *done) {
  * most entry_size's; *norm_at: where the norm's time is (post-validation), else (size_t)-1. */
 static size_t entry_size(const simstate *sm) {
   size_t per = 5 + (size_t)sm->pr->v + (sm->offload ? 2 + 2 * (size_t)sm->pr->v * (size_t)sm->pr->m : 0);
-  return (size_t)sm->pr->p * per + 1;
+  return (size_t)sm->pr->p * per + 1 + sm->nslot_free;
 }
 
 static size_t entry(const simstate *sm, double *e, size_t *norm_at) {
@@ -433,6 +454,8 @@ static size_t entry(const simstate *sm, double *e, size_t *norm_at) {
         e[n++] = sm->off_end[i] > t ? sm->off_end[i] : t;
         e[n++] = sm->rl_ready[i] > t ? sm->rl_ready[i] : t;
       }
+      size_t end = r + 1 < pr->p ? sm->slot_at[r + 1] : sm->nslot_free;
+      for (size_t i = sm->slot_at[r]; i < end; i++) e[n++] = sm->slot_free[i] > t ? sm->slot_free[i] : t;
     }
   }
   *norm_at = (size_t)-1;
@@ -777,6 +800,10 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
     sm.off_end = core_calloc(pairs, sizeof(double)), sm.rl_ready = core_calloc(pairs, sizeof(double));
     sm.first = core_malloc(sizeof(int) * pairs), sm.last = core_malloc(sizeof(int) * pairs);
     sm.alast = core_malloc(sizeof(int) * pairs);
+    sm.slot_at = core_malloc(sizeof(size_t) * p);
+    for (int r = 0; r < pr->p; r++)
+      sm.slot_at[r] = sm.nslot_free, sm.nslot_free += (size_t)pr->v * (size_t)(pr->nslots[r] + pr->naslots[r]);
+    sm.slot_free = core_calloc(sm.nslot_free ? sm.nslot_free : 1, sizeof(double));
     for (int r = 0; r < pr->p; r++) {
       size_t o = (size_t)r * pr->v * pr->m;
       sched_pair_ranges(pr, r, sm.first + o, sm.last + o, sm.alast + o);
@@ -825,6 +852,7 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
   free(sm.lane), free(sm.gtime), free(sm.gbytes), free(sm.pgbytes), free(sm.gmoved), free(sm.gready), free(sm.ngath), free(sm.pgath);
   free(sm.counted), free(sm.arrived), free(sm.barrier_at), free(sm.step_end);
   free(sm.d2h), free(sm.h2d), free(sm.ctime), free(sm.off_end), free(sm.rl_ready), free(sm.mev);
+  free(sm.slot_free), free(sm.slot_at);
   free(sm.first), free(sm.last), free(sm.alast), free(sm.cost);
   return rc;
 }

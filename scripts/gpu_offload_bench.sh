@@ -8,7 +8,8 @@
 # offloaded); and "auto" with memory_limit 3 (rank 0 holds 4 slots; 1F1B on 4 ranks cannot go
 # under 3: a reload is issued between instructions, so the pair due after the fourth forward
 # is back on the device while it runs) at the first run's costs. OFFLOAD_BENCH_RUNS picks
-# the runs after "none" (default "full all auto"), OFFLOAD_BENCH_GBPS sets offload_gbps (40).
+# the runs after "none" (default "full all auto"), OFFLOAD_BENCH_GBPS sets offload_gbps (40);
+# OFFLOAD_BENCH_TRACE=DIR writes each run's measured timeline of step 2 to DIR/NAME.json (+ .svg).
 # Prints each run's offload line, activation memory report (measured peak, the simulator's
 # prediction, allocated) and the mean step time of steps 2..4, and compares the losses.
 #     sh scripts/gpu_offload_bench.sh "MPIRUN COMMAND"     (from the repository's root)
@@ -42,10 +43,12 @@ model = {
 EOF
 run() { # NAME SETS...
   n=$1; shift
-  $MPIRUN -np 4 build/brigade train "$D/wide.cfg" "$@" ${OFFLOAD_BENCH_SETS:-} \
+  tr=
+  [ -n "${OFFLOAD_BENCH_TRACE:-}" ] && tr="trace.path=\"$OFFLOAD_BENCH_TRACE/$n.json\""
+  $MPIRUN -np 4 build/brigade train "$D/wide.cfg" "$@" ${OFFLOAD_BENCH_SETS:-} ${tr:+--set "$tr"} \
     --log-json "$D/$n.jsonl" > "$D/$n.out" 2>&1 || { echo "---- $n failed:"; tail -20 "$D/$n.out"; return 1; }
   echo "---- $n"
-  grep -E "activation offload|activation memory per rank|^brigade: \[rank 0\]   rank|layout:" "$D/$n.out"
+  grep -E "activation offload|activation memory per rank|^brigade: \[rank 0\]   rank|layout:|measured timeline|predicted from" "$D/$n.out"
   awk -F'"step_ms":' 'NF > 1 { split($2, a, ","); n++; if (n > 1) { s += a[1]; k++ } }
     END { if (k) printf "mean step (steps 2..%d): %.1f ms\n", n, s / k }' "$D/$n.jsonl" | sed "s/^/$n: /"
   sed 's/.*"loss":\([^,]*\),.*/\1/' "$D/$n.jsonl" > "$D/$n.loss"

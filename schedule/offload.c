@@ -296,6 +296,13 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
     if (mode == SCHED_OFFLOAD_FULL) {
       for (int i = 0; i < n; i++) cs[i].chosen = cs[i].t_need - cs[i].t_off >= 2 * cs[i].c;
       settle(cs, n, tmp, ts[r]);
+      for (int dropped = 1; dropped;) { /* a pair back on the device as soon as it left frees nothing */
+        dropped = 0;
+        for (int i = 0; i < n; i++)
+          if (cs[i].chosen && !(cs[i].rl_hold > cs[i].off_end + 1e-9 * (1 + fabs(cs[i].off_end))))
+            cs[i].chosen = 0, cs[i].bad = 1, dropped = 1;
+        if (dropped) settle(cs, n, tmp, ts[r]);
+      }
     } else {
       sched_pair_ranges(pr, r, first, last, alast);
       for (;;) { /* one pair more each time, each time the whole plan again: quadratic in the rank's pairs */

@@ -50,11 +50,14 @@ typedef struct kernels_ops {
    * (the last). copy_out: dst_host = src, after every op issued so far. copy_in: dst = src_host,
    * after every op issued so far and, when `after` >= 0, after the copies of ticket `after`.
    * copy_wait: ops issued from now on wait for the copies of `ticket` (the host does not).
+   * copy_sync: the host waits for the copies of `ticket` (a traced step times them so).
    * host_alloc / host_free: host memory for them (page-locked on a GPU, so that copies overlap
-   * compute; zeroed; NULL when out of memory). Host tables copy at once; copy_wait does nothing. */
+   * compute; zeroed; NULL when out of memory). Host tables copy at once; copy_wait and copy_sync
+   * do nothing. */
   void (*copy_out)(void *dst_host, const void *src, size_t bytes, int ticket);
   void (*copy_in)(void *dst, const void *src_host, size_t bytes, int ticket, int after);
   void (*copy_wait)(int ticket);
+  void (*copy_sync)(int ticket);
   void *(*host_alloc)(size_t bytes);
   void (*host_free)(void *p);
 

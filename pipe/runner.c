@@ -697,6 +697,7 @@ static int copy_pair(pipe_runner *rn, const sched_instr *in) {
     rn->off_wait = core_malloc(sizeof(int) * km);
     for (size_t q = 0; q < km; q++) rn->off_wait[q] = -1;
     rn->off_ops = ops;
+    rn->last_copy = -1;
     const char *e = getenv("BRIGADE_OFFLOAD_POISON");
     rn->offload_poison = strcmp(ops->name, "fakedev") == 0 || (e && strcmp(e, "1") == 0);
     rn->slot_wait = core_calloc((size_t)rn->v, sizeof(int *));
@@ -726,6 +727,7 @@ static int copy_pair(pipe_runner *rn, const sched_instr *in) {
     if (aside) ops->copy_out(h + ch->home_floats, aside, sizeof(float) * ch->aside_floats, t);
     rn->off_aside[k] = aside != NULL;
     rn->slot_wait[in->chunk][in->slot] = t; /* the next user of these buffers waits for the copy */
+    rn->last_copy = t;
     if (aside) rn->aside_wait[in->chunk][b] = t;
     if (rn->offload_poison) {
       ops->copy_wait(t);
@@ -748,6 +750,7 @@ static int copy_pair(pipe_runner *rn, const sched_instr *in) {
   if (rn->off_aside[k]) ops->copy_in(ch->aside + (size_t)b * ch->aside_floats, h + ch->home_floats,
                                      sizeof(float) * ch->aside_floats, t, 2 * k);
   rn->off_wait[k] = t; /* the pair's next instruction waits for it */
+  rn->last_copy = t;
   rn->act_live += rn->off_aside[k] ? sb : sb - ab;
   if (rn->pr == rn->act_pr && rn->act_live > rn->act_peak) rn->act_peak = rn->act_live;
   return CORE_OK;
@@ -864,10 +867,12 @@ static void received(void *ctx, const sched_instr *in) {
 }
 
 /* A traced step's wait for the device (the compute queue: on the device path the worker first
- * makes it wait for the instruction's transfer). */
+ * makes it wait for the instruction's transfer), and for an OFFLOAD's or RELOAD's copy, so that
+ * its event spans the copy rather than its issue. */
 static void sync_device(void *ctx) {
   pipe_runner *rn = ctx;
   if (rn->chunks && !pipe_host_memory(rn->chunks[0].ops)) rn->chunks[0].ops->sync();
+  if (rn->off_ops && rn->last_copy >= 0) rn->off_ops->copy_sync(rn->last_copy), rn->last_copy = -1;
 }
 
 /* The worker's hooks for post-validation: a step begins (what a start again returns to); a

@@ -105,6 +105,7 @@ typedef struct {
   int **slot_wait, **aside_wait; /* [v][slots], [v][aside parts]: the offload ticket still reading it, -1 none */
   const kernels_ops *off_ops; /* the table the copies and host buffers belong to */
   int offload_poison;         /* fill offloaded parts with NaN (fakedev, BRIGADE_OFFLOAD_POISON=1) */
+  int last_copy;              /* the ticket of the last copy issued, -1 once a traced step waited for it */
   double timeout_s;  /* the device path's waits for collectives (train.timeout) */
   /* host memory for what crosses to and from the backend's (pipe_runner_free releases it) */
   int32_t *htok, *htgt;   /* [B*T] a micro-batch's tokens and targets */

@@ -36,6 +36,7 @@ static void copy_in(void *dst, const void *src_host, size_t bytes, int ticket, i
   mem_to_device(dst, src_host, bytes);
 }
 static void copy_wait(int ticket) { (void)ticket; } /* every copy is done when it returns */
+static void copy_sync(int ticket) { (void)ticket; }
 static void *host_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
 static void host_free(void *p) { free(p); }
 
@@ -531,6 +532,7 @@ static const kernels_ops cpu_ops = {
     .copy_out = copy_out,
     .copy_in = copy_in,
     .copy_wait = copy_wait,
+    .copy_sync = copy_sync,
     .host_alloc = host_alloc,
     .host_free = host_free,
     .gemm = kernels_cpu_gemm,

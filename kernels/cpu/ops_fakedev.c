@@ -97,6 +97,7 @@ static void copy_in(void *dst, const void *src_host, size_t bytes, int ticket, i
   mem_to_device(dst, src_host, bytes);
 }
 static void copy_wait(int ticket) { (void)ticket; }
+static void copy_sync(int ticket) { (void)ticket; }
 static void *host_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
 static void host_free(void *p) {
   if (p && ((uintptr_t)p & TAG)) misuse("host_free", "p", p, "is fakedev memory, not host memory from host_alloc");
@@ -251,6 +252,7 @@ static kernels_ops fakedev_ops = { /* not const: tests may give it a coll table 
     .copy_out = copy_out,
     .copy_in = copy_in,
     .copy_wait = copy_wait,
+    .copy_sync = copy_sync,
     .host_alloc = host_alloc,
     .host_free = host_free,
     .gemm = gemm,

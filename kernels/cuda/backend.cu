@@ -233,6 +233,7 @@ static void copy_in(void *dst, const void *src_host, size_t bytes, int ticket, i
 }
 
 static void copy_wait(int ticket) { CUDA_CHECK(cudaStreamWaitEvent(st.stream, ticket_event(ticket), 0)); }
+static void copy_sync(int ticket) { CUDA_CHECK_OP("copy_sync", cudaEventSynchronize(ticket_event(ticket))); }
 
 static void *host_alloc(size_t bytes) {
   void *p = nullptr;
@@ -261,6 +262,7 @@ static void fill_table(void) {
   table.copy_out = copy_out;
   table.copy_in = copy_in;
   table.copy_wait = copy_wait;
+  table.copy_sync = copy_sync;
   table.host_alloc = host_alloc;
   table.host_free = host_free;
   table.gemm = cuda_gemm;

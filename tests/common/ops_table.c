@@ -11,6 +11,12 @@ const char *test_ops_missing(const kernels_ops *t) {
   HAS(to_device);
   HAS(to_host);
   HAS(sync);
+  HAS(copy_out);
+  HAS(copy_in);
+  HAS(copy_wait);
+  HAS(copy_sync);
+  HAS(host_alloc);
+  HAS(host_free);
   HAS(gemm);
   HAS(matmul_half);
   HAS(gemm_batched);

@@ -227,9 +227,10 @@ static int by_fe(const void *a, const void *b) {
 
 /* Rank r's stream with the chosen candidates' OFFLOADs and RELOADs in it: before instruction j
  * the reloads planned there, earliest planned start first; after it the offloads of the pairs
- * whose forward work it ends, in candidate order. *at and *free_at: the new stream's planned
- * times for sched_assign_slots_at (NULL when nothing was chosen). Both lists sorted once and merged in one pass
- * (looking through every candidate at every instruction was quadratic in the micro-batches). */
+ * whose forward work it ends, in candidate order. Both lists sorted once and merged in one pass
+ * (looking through every candidate at every instruction was quadratic in the micro-batches).
+ * *at and *free_at: the new stream's planned times for sched_assign_slots_at (a RELOAD's, its
+ * issue; an OFFLOAD's copy's end), NULL when nothing was chosen. */
 static void insert(sched_program *pr, int r, cand *cs, int n, const double *ts, double **at, double **free_at) {
   sched_stream *st = &pr->streams[r];
   int q = 0;

@@ -327,7 +327,7 @@ static void print_json(const sched_program *pr, const sched_sim_result *res, dou
   printf("]}\n");
 }
 
-static void print_table(const sched_program *pr, const sched_sim_result *res, double cap, int sync) {
+static void print_table(const sched_program *pr, const sched_sim_result *res, double cap, int sync, int offload) {
   printf("%s  p=%d v=%d m=%d  makespan %.6g  bubble rate %.2f%%  idle fraction %.2f%%\n",
          sched_family_name(pr->family), pr->p, pr->v, pr->m, res->makespan,
          100 * res->bubble_rate, 100 * res->idle_fraction);
@@ -341,6 +341,8 @@ static void print_table(const sched_program *pr, const sched_sim_result *res, do
   int off = offloads(res) > 0;
   if (off) printf("activation offload: peak_mem counts a pair from its RELOAD's start, not from its OFFLOAD's end; "
                   "offl = pairs offloaded, kept = pairs kept on the device, copy = time on the copy streams\n");
+  else if (offload) printf("activation offload: no pair offloaded: on no rank do copies that hide free a buffer in "
+                           "time to allocate fewer (make the copies faster)\n");
   printf("%6s %12s %12s %12s %8s %9s", "rank", "busy", "span", "idle", "peak_act", "peak_mem");
   if (g) printf(" %9s %12s", "gathered", "gather");
   if (off) printf(" %6s %6s %10s", "offl", "kept", "copy");
@@ -403,7 +405,7 @@ int cli_sim(int argc, char **argv) {
   if (!rc) {
     double cap = o.config || pr.mem_cap <= 0 ? -1 : pr.mem_cap; /* the compiler's promise; none for files */
     if (o.json) print_json(&pr, &res, cap, sync);
-    else print_table(&pr, &res, cap, sync);
+    else print_table(&pr, &res, cap, sync, o.config ? plan.offload : o.shape.offload);
     if (o.ascii) viz_write_ascii(&tl, o.json ? stderr : stdout, 100);
     if (o.trace) rc = viz_write_trace(&tl, o.trace);
     if (!rc && o.svg) rc = viz_write_svg(&tl, o.svg);

@@ -337,7 +337,7 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
     train_stage_costs(&t, &m, bounds, gflops, out->f, out->b, out->w);
     t.d = hw && hw->d > 1 ? hw->d : 1; /* the replicas the run would have (where post-validation checks) */
     rc = train_compile(&t, &m, bounds, &out->prog);
-    if (!rc) out->step_sync = train_step_sync(&t, &out->prog);
+    if (!rc) out->step_sync = train_step_sync(&t, &out->prog), out->offload = train_shape(&t, &m).offload;
   }
   if (!rc) {
     int shared = shares_backward(&t, &out->prog);

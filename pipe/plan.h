@@ -25,6 +25,7 @@ typedef struct {
   double *gather, *param_bytes; /* [stages * v]: ZeRO-3's all-gather time of each chunk and its bytes
                                  * gathered (costs.stage_gather, stage_param_bytes); 0 otherwise */
   sched_step_sync step_sync; /* how the run's steps meet at the optimizer (its post-validation) */
+  int offload; /* the sched_offload_mode the program was compiled with (none on the CPU backend) */
 } pipe_plan;
 
 /* What the tuner varies, instead of the config's pipeline.* and batch keys: the family, chunks

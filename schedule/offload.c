@@ -269,6 +269,19 @@ static void insert(sched_program *pr, int r, cand *cs, int n, const double *ts, 
   *st = out;
 }
 
+/* Rank r's activation memory allocated with ns slots and na aside parts, in stages'
+ * activations: each chunk's slot holds what a pending W keeps (it lives to the pair's last
+ * instruction), its aside part the rest (given back after the I). */
+static double allocated(const sched_program *pr, int r, const sched_costs *c, int ns, int na) {
+  double m = 0;
+  for (int k = 0; k < pr->v; k++) {
+    int s = pr->stage_of[r * pr->v + k];
+    double ws = c->stage_w_stash ? c->stage_w_stash[s] : sched_w_stash(c);
+    m += (ns * ws + na * (1 - ws)) / pr->v;
+  }
+  return m;
+}
+
 int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_mode mode, double limit) {
   if (mode == SCHED_OFFLOAD_NONE) return CORE_OK;
   if (pr->forward_only) return CORE_OK; /* no backward: nothing to bring back */
@@ -327,11 +340,26 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
       }
     }
     if (!rc) { /* a pair's buffers serve others while it is on the host, once its offload has read them */
+      sched_stream before = pr->streams[r];
+      int ns = pr->nslots[r], na = pr->naslots[r];
+      before.cap = before.len ? before.len : 1;
+      before.ins = core_malloc(sizeof(sched_instr) * (size_t)before.cap);
+      memcpy(before.ins, pr->streams[r].ins, sizeof(sched_instr) * (size_t)before.len);
       double *at, *free_at;
       insert(pr, r, cs, n, ts[r], &at, &free_at);
-      if (at) sched_assign_slots_at(pr, r, at, free_at);
+      int placed = at != NULL;
+      if (placed) sched_assign_slots_at(pr, r, at, free_at);
       else sched_assign_slots(pr, r);
       free(at), free(free_at);
+      if (mode == SCHED_OFFLOAD_FULL && placed && !(allocated(pr, r, c, pr->nslots[r], pr->naslots[r]) <
+                                                    allocated(pr, r, c, ns, na) - 1e-12)) {
+        /* copies slower than the forwards that follow: the buffers come free too late for the
+         * rank to allocate fewer; the copies would cost and save nothing */
+        free(pr->streams[r].ins);
+        pr->streams[r] = before, pr->nslots[r] = ns, pr->naslots[r] = na;
+      } else {
+        free(before.ins);
+      }
     }
   }
   for (int r = 0; r < pr->p; r++) free(ts[r]), free(te[r]);

@@ -38,13 +38,12 @@ Test(cli, sim_json_has_the_documented_keys) {
 
 /* pipeline.offload = "full" weighs each copy against compute at pipeline.offload_gflops, whose
  * default follows the backend: a GPU's rate on "cuda" (the tiny GPT's copies do not hide: none
- * offloaded), a CPU's (50) when set so (7 of rank 0's 8 micro-batches offloaded: the first one's
- * reload would be issued as its offload ends, the instruction after that ending too late, which
- * frees nothing). */
+ * offloaded), a CPU's (50) when set so (on 4 stages all 8 of rank 0's micro-batches offloaded:
+ * it allocates 3 slots instead of 4). */
 static double rank0_offloaded(const char *extra) {
   char args[512], *out;
   snprintf(args, sizeof args, "sim configs/tiny.cfg --set backend=cuda --set 'pipeline.offload=\"full\"' "
-           "--set pipeline.stages=2 --set gradient_accumulation_steps=8 %s --json", extra);
+           "--set pipeline.stages=4 --set gradient_accumulation_steps=8 %s --json", extra);
   cr_assert_eq(brigade(args, &out), 0, "%s", out);
   core_json *j;
   cr_assert_eq(core_json_parse(out, strlen(out), "stdout", &j), 0, "%s", out);
@@ -54,9 +53,24 @@ static double rank0_offloaded(const char *extra) {
   free(out);
   return n;
 }
+/* Copies too slow to free any buffer in time (1F1B p = 4, a copy three forwards long): full
+ * offloads nothing, and sim says so rather than printing no offload at all. */
+Test(cli, sim_says_when_full_offload_places_nothing) {
+  char *out;
+  cr_assert_eq(brigade("sim --schedule 1f1b --stages 4 --microbatches 8 --cost-offload 3 --offload full", &out), 0,
+               "%s", out);
+  cr_assert(strstr(out, "activation offload: no pair offloaded: on no rank do copies that hide free a buffer in time"),
+            "%s", out);
+  free(out);
+  cr_assert_eq(brigade("sim --schedule 1f1b --stages 4 --microbatches 8 --cost-offload 0.5 --offload full", &out), 0,
+               "%s", out);
+  cr_assert(!strstr(out, "no pair offloaded") && strstr(out, "offl = pairs offloaded"), "%s", out);
+  free(out);
+}
+
 Test(cli, offload_costs_default_to_the_backends_rate) {
   cr_assert_eq(rank0_offloaded(""), 0);
-  cr_assert_eq(rank0_offloaded("--set pipeline.offload_gflops=50"), 7);
+  cr_assert_eq(rank0_offloaded("--set pipeline.offload_gflops=50"), 8);
 }
 
 /* Two sim --json outputs describe the same run: the same figures from "makespan" to the rank

@@ -181,24 +181,24 @@ Test(train_emu, offload_zero3_follows_the_cpu, .timeout = 300) {
                        "ZeRO collectives: MPI through host copies");
 }
 
-/* Activation offload on the emulated GPU, 3 ranks, 6 micro-batches: the program's OFFLOADs copy
+/* Activation offload on the emulated GPU, 4 ranks, 8 micro-batches: the program's OFFLOADs copy
  * activations to page-locked host buffers on the copy streams (events, no host waits), poisoned
  * with NaN on the device until their RELOAD, and their buffers serve other micro-batches
  * meanwhile: the losses equal the emulated run without offload bit for bit (which the tests
  * above hold to the CPU's). */
 Test(train_emu, activation_offload_follows_the_cpu, .timeout = 600) {
-  const char *sets = "--set pipeline.stages=3 --set gradient_accumulation_steps=6";
+  const char *sets = "--set pipeline.stages=4 --set gradient_accumulation_steps=8"; /* rank 0: 3 slots, not 4 */
   double plain[STEPS], off[STEPS];
   char *text, with[512];
   snprintf(with, sizeof with, "%s --set backend=cuda", sets);
-  run("emu/brigade", 3, with, plain, &text);
+  run("emu/brigade", 4, with, plain, &text);
   free(text);
   setenv("BRIGADE_OFFLOAD_POISON", "1", 1); /* offloaded activations read as NaN until reloaded */
   /* offload_gflops 50: the CPU's rate, at which the tiny GPT's copies hide (at the default on
    * "cuda", a GPU's rate, none would) */
   snprintf(with, sizeof with, "%s --set backend=cuda --set 'pipeline.offload=\"full\"' --set pipeline.offload_gflops=50",
            sets);
-  run("emu/brigade", 3, with, off, &text);
+  run("emu/brigade", 4, with, off, &text);
   unsetenv("BRIGADE_OFFLOAD_POISON");
   const char *say = strstr(text, "rank 0 offloads ");
   cr_assert(say && atoi(say + 16) > 0, "the offloaded run did not offload:\n%s", text);

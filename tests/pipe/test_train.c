@@ -881,11 +881,12 @@ Test(train, activation_offload_keeps_the_losses, .timeout = 300) {
                    "%s: rank %d measured %g, predicted %g", layouts[k], q, first_record(log, "activation_peak_bytes", q),
                    first_record(log, "activation_predicted_bytes", q));
     cr_assert_lt(first_record(log, "activation_peak_bytes", 0), before, "%s: rank 0 holds as much as without", layouts[k]);
-    char cmd[1024], *js = NULL; /* the very program offloads on every rank but the last */
+    char cmd[1024], *js = NULL; /* the very program offloads on rank 0 */
     snprintf(cmd, sizeof cmd, "%s/brigade sim configs/tiny.cfg %s --set backend=fakedev --set 'pipeline.offload=\"full\"' "
              "--steps 1 --json", test_build_dir(), layouts[k]);
     cr_assert_eq(test_capture(cmd, &js), 0, "%s", js);
-    cr_assert(strstr(js, "\"rank\":0,") && strstr(js, "\"offloaded\":4,"), "%s: %s", layouts[k], js);
+    const char *r0 = strstr(js, "{\"rank\":0,"), *o0 = r0 ? strstr(r0, "\"offloaded\":") : NULL;
+    cr_assert(o0 && atoi(o0 + 12) > 0, "%s: %s", layouts[k], js);
     free(js);
   }
   char *out = NULL;

@@ -91,17 +91,40 @@ Test(offload, every_family_verifies_with_offload) {
   }
 }
 
-/* Copies slower than the gaps: full offloads only the slots whose copies hide and says how many
- * it kept; the makespan does not grow. */
+/* Copies slower than the gaps: full offloads only the pairs whose copies hide and let the rank
+ * allocate fewer slots, and says how many it kept; the makespan does not grow. 1F1B p = 8 with
+ * copies three forwards long: rank 0's buffers come free too late (its warm-up forwards run back
+ * to back), so it offloads nothing; rank 1 saves a slot. At p = 4 no rank can: nothing offloaded. */
 Test(offload, slow_copies_keep_what_cannot_hide) {
-  sched_shape sh = {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 8, .offload = SCHED_OFFLOAD_FULL};
+  sched_shape sh = {.family = SCHED_1F1B, .p = 8, .v = 1, .m = 16, .offload = SCHED_OFFLOAD_FULL};
   double mn, mo, pn, po;
   sched_sim_result res;
   both(sh, 3, &mn, &mo, &pn, &po, &res);
   cr_assert(mo <= mn + 1e-9, "makespan %g vs %g", mo, mn);
   int kept = 0, off = 0;
   for (int r = 0; r < res.p; r++) kept += res.ranks[r].kept, off += res.ranks[r].offloaded;
-  cr_assert(kept > 0 && off > 0 && kept + off == 4 * 8, "offloaded %d, kept %d", off, kept);
+  cr_assert(kept > 0 && off > 0 && kept + off == 8 * 16, "offloaded %d, kept %d", off, kept);
+  cr_assert(res.ranks[0].offloaded == 0 && res.ranks[1].offloaded > 0, "rank 0 offloaded %d, rank 1 %d",
+            res.ranks[0].offloaded, res.ranks[1].offloaded);
+  sched_sim_result_free(&res);
+  /* each rank that offloads allocates fewer slots than without */
+  sched_costs c = sched_costs_unit();
+  c.offload = 3;
+  sched_program with, without;
+  cr_assert_eq(sched_compile(&sh, &c, &with), CORE_OK, "%s", core_error_msg());
+  sh.offload = SCHED_OFFLOAD_NONE;
+  cr_assert_eq(sched_compile(&sh, &c, &without), CORE_OK, "%s", core_error_msg());
+  for (int r = 0; r < sh.p; r++) {
+    int n = 0;
+    for (int i = 0; i < with.streams[r].len; i++) n += with.streams[r].ins[i].op == SCHED_OFFLOAD;
+    cr_assert(n == 0 ? with.nslots[r] == without.nslots[r] : with.nslots[r] < without.nslots[r],
+              "rank %d: %d offloads, %d slots against %d without", r, n, with.nslots[r], without.nslots[r]);
+  }
+  sched_program_free(&with), sched_program_free(&without);
+  sh.p = 4, sh.m = 8, sh.offload = SCHED_OFFLOAD_FULL;
+  both(sh, 3, &mn, &mo, &pn, &po, &res);
+  cr_assert(mo <= mn + 1e-9 && po == pn, "p=4: makespan %g vs %g, peak %g vs %g", mo, mn, po, pn);
+  for (int r = 0; r < res.p; r++) cr_assert_eq(res.ranks[r].offloaded, 0, "p=4: rank %d offloaded", r);
   sched_sim_result_free(&res);
 }
 
@@ -137,9 +160,9 @@ Test(offload, auto_meets_a_limit_or_says_it_cannot) {
 /* The verifier: a reload without an offload, a use of activations on the host, an offload left
  * on the host, an offload before the forward. */
 Test(offload, verifier_rules) {
-  sched_shape sh = {.family = SCHED_1F1B, .p = 2, .v = 1, .m = 2, .offload = SCHED_OFFLOAD_FULL};
+  sched_shape sh = {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 8, .offload = SCHED_OFFLOAD_FULL};
   sched_costs c = sched_costs_unit();
-  c.offload = 0.1;
+  c.offload = 0.5;
   sched_program pr;
   cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
   sched_stream *st = &pr.streams[0];
@@ -176,18 +199,18 @@ Test(offload, verifier_rules) {
 
 /* An offload's buffers go to another pair only once its copy has read them: the runner makes the
  * next user of such a buffer wait for the copy, and so does the simulator. Copies slower than a
- * forward (1F1B p = 4, copy 3): the placement's slots keep the makespan of the program without
+ * forward (1F1B p = 8, copy 2): the placement's slots keep the makespan of the program without
  * offload; the same program with its slots given out in stream order (each offload's buffers to
  * the next forward at once) simulates longer, and its next forwards wait. */
 Test(offload, a_buffer_is_reused_only_once_its_offload_has_read_it) {
-  sched_shape sh = {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 8, .offload = SCHED_OFFLOAD_FULL};
+  sched_shape sh = {.family = SCHED_1F1B, .p = 8, .v = 1, .m = 16, .offload = SCHED_OFFLOAD_FULL};
   double mn, mo, pn, po;
   sched_sim_result res;
-  both(sh, 3, &mn, &mo, &pn, &po, &res);
+  both(sh, 2, &mn, &mo, &pn, &po, &res);
   sched_sim_result_free(&res);
   cr_assert(mo <= mn + 1e-9, "makespan %g with offload, %g without", mo, mn);
   sched_costs c = sched_costs_unit();
-  c.offload = 3;
+  c.offload = 2;
   sched_program pr;
   cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
   int slots = 0;

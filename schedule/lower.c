@@ -749,8 +749,7 @@ static int build_run(build *bd) {
  * micro-batch 1 starts; gradient first, the rank before it receives that gradient before it sends
  * micro-batch 1's activation, which then arrives late.
  * Otherwise (latencies longer than the ops around them, receives that hold a lane too long, key
- * orders no placement meets) the build places the transfers. Returns 1 when it placed the
- * program, 0 when it leaves it to the build (nothing pushed). */
+ * orders no placement meets) the build places the transfers. */
 
 /* Rank r's compute order's memory at each of its ops and its bounds: the larger of its peak and
  * the family's promise (direct's second try and the build's mem_fits). */
@@ -779,9 +778,10 @@ static inline int xless(const double *key, const xfer *x, int i, int j, int fo, 
   return i < j;
 }
 
-/* act_first: the second try (above), the bound the larger of the compute order's peak and the
- * family's promise, as the build's mem_fits has it. *exact: every on-time check held with no
- * tolerance. */
+/* The direct placement (above). act_first: the second try, the bound the larger of the compute
+ * order's peak and the family's promise, as the build's mem_fits has it. *exact: every on-time
+ * check held with no tolerance. Returns 1 when it placed the program, 0 when it leaves it to the
+ * build (nothing pushed). */
 static int direct(build *bd, int act_first, int *exact) {
   const sched_program *pr = bd->fl->pr;
   const xfer *X = bd->x;

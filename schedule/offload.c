@@ -229,14 +229,10 @@ static int by_fe(const void *a, const void *b) {
  * the reloads planned there, earliest planned start first; after it the offloads of the pairs
  * whose forward work it ends, in candidate order. Both lists sorted once and merged in one pass
  * (looking through every candidate at every instruction was quadratic in the micro-batches).
- * *at and *free_at: the new stream's planned times for sched_assign_slots_at (a RELOAD's, its
- * issue; an OFFLOAD's copy's end), NULL when nothing was chosen. */
-static void insert(sched_program *pr, int r, cand *cs, int n, const double *ts, double **at, double **free_at) {
+ * q: how many are chosen (at least one). *at and *free_at: the new stream's planned times for
+ * sched_assign_slots_at (a RELOAD's, its issue; an OFFLOAD's copy's end). */
+static void insert(sched_program *pr, int r, cand *cs, int n, int q, const double *ts, double **at, double **free_at) {
   sched_stream *st = &pr->streams[r];
-  int q = 0;
-  for (int i = 0; i < n; i++) q += cs[i].chosen;
-  *at = *free_at = NULL;
-  if (!q) return;
   int *rl = core_malloc(sizeof(int) * (size_t)q), *of = core_malloc(sizeof(int) * (size_t)q);
   for (int i = 0, k = 0; i < n; i++)
     if (cs[i].chosen) rl[k] = of[k] = i, k++;
@@ -339,25 +335,26 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
         if (w) cs[best].chosen = 0, cs[best].bad = 1, plan_lanes(cs, n, tmp, ts[r]);
       }
     }
-    if (!rc) { /* a pair's buffers serve others while it is on the host, once its offload has read them */
+    int q = 0;
+    for (int i = 0; i < n; i++) q += cs[i].chosen;
+    if (!rc && q) { /* a pair's buffers serve others while it is on the host, once its offload has read them */
+      int undo = mode == SCHED_OFFLOAD_FULL, ns = pr->nslots[r], na = pr->naslots[r];
       sched_stream before = pr->streams[r];
-      int ns = pr->nslots[r], na = pr->naslots[r];
-      before.cap = before.len ? before.len : 1;
-      before.ins = core_malloc(sizeof(sched_instr) * (size_t)before.cap);
-      memcpy(before.ins, pr->streams[r].ins, sizeof(sched_instr) * (size_t)before.len);
+      if (undo) { /* the stream without copies, kept in case they save nothing */
+        before.cap = before.len ? before.len : 1;
+        before.ins = core_malloc(sizeof(sched_instr) * (size_t)before.cap);
+        memcpy(before.ins, pr->streams[r].ins, sizeof(sched_instr) * (size_t)before.len);
+      }
       double *at, *free_at;
-      insert(pr, r, cs, n, ts[r], &at, &free_at);
-      int placed = at != NULL;
-      if (placed) sched_assign_slots_at(pr, r, at, free_at);
-      else sched_assign_slots(pr, r);
+      insert(pr, r, cs, n, q, ts[r], &at, &free_at);
+      sched_assign_slots_at(pr, r, at, free_at);
       free(at), free(free_at);
-      if (mode == SCHED_OFFLOAD_FULL && placed && !(allocated(pr, r, c, pr->nslots[r], pr->naslots[r]) <
-                                                    allocated(pr, r, c, ns, na) - 1e-12)) {
+      if (undo && !(allocated(pr, r, c, pr->nslots[r], pr->naslots[r]) < allocated(pr, r, c, ns, na) - 1e-12)) {
         /* copies slower than the forwards that follow: the buffers come free too late for the
          * rank to allocate fewer; the copies would cost and save nothing */
         free(pr->streams[r].ins);
         pr->streams[r] = before, pr->nslots[r] = ns, pr->naslots[r] = na;
-      } else {
+      } else if (undo) {
         free(before.ins);
       }
     }

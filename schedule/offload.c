@@ -188,8 +188,11 @@ static int candidates(const sched_program *pr, int r, const sched_costs *c, doub
   for (int k = 0; k < km; k++) {
     if (fe[k] < 0 || bf[k] < 0 || fe[k] >= bf[k]) continue;
     int s = pr->stage_of[r * pr->v + k / pr->m];
+    /* backward work that opens with the gradient's receive needs the pair back only when the
+     * gradient has arrived: the receive is posted after the reload, and no later for it */
+    double need = st->ins[bf[k]].op == SCHED_RECV_GRAD ? te[r][bf[k]] : ts[r][bf[k]];
     cs[n++] = (cand){.k = k, .s = s, .fe = fe[k], .bf = bf[k], .slot = slot[k], .aslot = aslot[k], .part = 1,
-                     .t_off = te[r][fe[k]], .t_need = ts[r][bf[k]], .c = sched_offload_cost(c, s)};
+                     .t_off = te[r][fe[k]], .t_need = need, .c = sched_offload_cost(c, s)};
   }
   /* a gradient received long before its backward runs (a rank busy with its other chunk, as
    * interleaved's last rank in the cool-down): the pair, back for the receive, may go again until

@@ -1,15 +1,16 @@
 #!/bin/sh
 # POSIX sh. Activation offload's cost on a GPU (backend = "cuda"), timed: a wide GPT (d_model
 # 4096, 64 heads, 8 blocks, T = 1024, micro-batches of 2, byte-level data/kjv.txt) on 4
-# pipeline ranks sharing the GPU, 1f1b, 8 micro-batches, bf16, fused attention, 4 steps; the
-# same run four times: pipeline.offload = "none"; "full" at a rank's share of the GPU's rate
-# (pipeline.offload_gflops 45000, OFFLOAD_BENCH_GFLOPS, offload_gbps 40: only the copies those
-# costs hide, and only where a rank then allocates fewer slots: none at these sizes); "full" at
-# costs that call every copy hidden (offload_gflops 1000: rank 0's 8 micro-batches offloaded, the
-# only rank whose copies save a slot); and "auto" with memory_limit 3 at those costs (rank 0 holds
-# 4 slots; 1F1B on 4 ranks cannot go under 3: a reload is issued between instructions, so the
-# pair due after the fourth forward is back on the device while it runs). OFFLOAD_BENCH_RUNS picks
-# the runs after "none" (default "full all auto"), OFFLOAD_BENCH_GBPS sets offload_gbps (40);
+# pipeline ranks sharing the GPU, 1f1b, 8 micro-batches, bf16, fused attention, 4 steps; first
+# with pipeline.offload = "none", then the runs OFFLOAD_BENCH_RUNS names (default "full all auto"):
+#   full  "full" at a rank's share of the GPU's rate (pipeline.offload_gflops 45000,
+#         OFFLOAD_BENCH_GFLOPS) and offload_gbps 40 (OFFLOAD_BENCH_GBPS): the copies those costs
+#         hide where a rank then allocates fewer slots (at the defaults rank 0's 8 micro-batches,
+#         3 slots instead of 4);
+#   all   "full" at costs that call every copy hidden (offload_gflops 1000);
+#   auto  "auto" with memory_limit 3 at the same costs as full (rank 0 holds 4 slots without);
+#   none  "none" again, for the spread of the runs without offload in one command.
+# OFFLOAD_BENCH_MODEL="D_MODEL N_HEADS BLOCKS" changes the model (default "4096 64 8").
 # OFFLOAD_BENCH_TRACE=DIR writes each run's measured timeline of step 2 to DIR/NAME.json (+ .svg).
 # Prints each run's offload line, activation memory report (measured peak, the simulator's
 # prediction, allocated) and the mean step time of steps 2..4, and compares the losses.
@@ -21,8 +22,12 @@ MPIRUN=${1:-mpirun}
 # TFLOP/s measured on an H200, 250 on an H100) shared by the 4 ranks
 GFLOPS=${OFFLOAD_BENCH_GFLOPS:-45000}
 GBPS=${OFFLOAD_BENCH_GBPS:-40}
+# the model's width, heads and blocks (OFFLOAD_BENCH_MODEL="D_MODEL N_HEADS BLOCKS", default
+# "4096 64 8"; "8192 128 4" has twice the compute per byte of activations and needs about 75 GB)
+set -- ${OFFLOAD_BENCH_MODEL:-4096 64 8}
+DM=$1 NH=$2 NB=$3
 D=$(mktemp -d)
-cat > "$D/wide.cfg" <<'EOF'
+cat > "$D/wide.cfg" <<EOF
 backend = "cuda";
 train_micro_batch_size_per_gpu = 2;
 gradient_accumulation_steps = 8;
@@ -32,10 +37,10 @@ bf16 = { enabled = true; };
 optimizer = { type = "AdamW"; params = { lr = 3e-4; weight_decay = 0.1; }; };
 pipeline = { stages = 4; schedule = "1f1b"; };
 model = {
-  seq_len = 1024; d_model = 4096; n_heads = 64;
+  seq_len = 1024; d_model = $DM; n_heads = $NH;
   layers = (
     { type = "embedding"; name = "wte"; },
-    { type = "transformer_block"; name = "h"; repeat = 8; },
+    { type = "transformer_block"; name = "h"; repeat = $NB; },
     { type = "layernorm"; name = "ln_f"; },
     { type = "lm_head"; name = "lm_head"; tie = "wte"; },
     { type = "cross_entropy"; }
@@ -61,9 +66,10 @@ for n in $runs; do
   case $n in
     full) run full --set 'pipeline.offload="full"' --set pipeline.offload_gflops=$GFLOPS --set pipeline.offload_gbps=$GBPS || rc=1;;
     all) run all --set 'pipeline.offload="full"' --set pipeline.offload_gflops=1000 --set pipeline.offload_gbps=$GBPS || rc=1;;
-    auto) run auto --set 'pipeline.offload="auto"' --set pipeline.memory_limit=3 --set pipeline.offload_gflops=1000 \
+    auto) run auto --set 'pipeline.offload="auto"' --set pipeline.memory_limit=3 --set pipeline.offload_gflops=$GFLOPS \
       --set pipeline.offload_gbps=$GBPS || rc=1;;
-    *) echo "offload-bench: no run named $n (full all auto)"; rc=1;;
+    none) run none2 || rc=1;; # again: the spread of the runs without offload in one command
+    *) echo "offload-bench: no run named $n (full all auto none)"; rc=1;;
   esac
 done
 for n in $runs; do

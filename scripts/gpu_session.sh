@@ -14,7 +14,8 @@
 # 540), GPU_PREFIX (default /tmp/brigade-prefix), GPU_USE_PREFIX=auto|yes|no, CUDA (default 1
 # when nvcc is found), GPU_STEPS (default "build test-gpu bench-gpu offload-bench torch-sdpa
 # torch-math zb_exec offload pipeline"; also flash-ab, the fused attention's kernels against each
-# other), ZB_ARGS (extra arguments for zb_exec), TORCH_ARGS (extra for torch_gpt2.py).
+# other), ZB_ARGS (extra arguments for zb_exec), TORCH_ARGS (extra for torch_gpt2.py),
+# OFFLOAD_BENCH_LIMIT (seconds for offload-bench, default 200; its own OFFLOAD_BENCH_* pass through).
 # At most 8 files land in $OUT: env.log, 1-build.log, 2-test-gpu.log, 3-bench-gpu.log,
 # 4-torch.log, 5-zb_exec.log, 6-offload.log (scripts/gpu_offload_bench.sh,
 # scripts/gpu_offload_check.sh and scripts/gpu_pipeline_check.sh), summary.txt.
@@ -221,7 +222,7 @@ step flash-ab 3-bench-gpu.log 150 sh -c 'BRIGADE_TEST_BACKEND=cuda BRIGADE_REQUI
 # the Makefile's mpirun line (root, shared memory, the probed single-copy mechanism)
 MPIRUN_CMD=$(make -s CUDA="$CUDA" --eval 'print-mpirun: ; @echo $(MPIRUN)' print-mpirun 2>/dev/null | tail -1)
 [ -n "$MPIRUN_CMD" ] || MPIRUN_CMD="env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun"
-step offload-bench 6-offload.log 200 sh scripts/gpu_offload_bench.sh "$MPIRUN_CMD"
+step offload-bench 6-offload.log ${OFFLOAD_BENCH_LIMIT:-200} sh scripts/gpu_offload_bench.sh "$MPIRUN_CMD"
 # PyTorch under the machine's own environment (not the prefix's libraries)
 step torch-sdpa 4-torch.log 100 env PATH="$ORIG_PATH" LD_LIBRARY_PATH="$ORIG_LD_LIBRARY_PATH" PYTHONUNBUFFERED=1 \
   python3 bench/torch_gpt2.py --dtype bf16 --attention sdpa ${TORCH_ARGS:-}

@@ -5,7 +5,7 @@
 # copies on the CUDA table's two copy streams; BRIGADE_OFFLOAD_POISON=1 fills an offloaded
 # micro-batch's device buffers with NaN until its reload). Prints both runs' activation memory
 # report and compares their losses bit for bit; exit 0 when they are equal and rank 0 offloaded
-# (4 ranks: its copies let it allocate 3 slots rather than 4; on 2, none would).
+# (4 ranks: ranks 0 and 1 offload and allocate 2 slots rather than 4 and 3; on 2, none would).
 #     sh scripts/gpu_offload_check.sh "MPIRUN COMMAND"     (from the repository's root)
 # OFFLOAD_CHECK_BACKEND=fakedev runs it without a GPU (the CPU's kernels behind device pointers).
 MPIRUN=${1:-mpirun}

@@ -187,7 +187,7 @@ Test(train_emu, offload_zero3_follows_the_cpu, .timeout = 300) {
  * meanwhile: the losses equal the emulated run without offload bit for bit (which the tests
  * above hold to the CPU's). */
 Test(train_emu, activation_offload_follows_the_cpu, .timeout = 600) {
-  const char *sets = "--set pipeline.stages=4 --set gradient_accumulation_steps=8"; /* rank 0: 3 slots, not 4 */
+  const char *sets = "--set pipeline.stages=4 --set gradient_accumulation_steps=8"; /* ranks 0, 1: 2 slots, not 4, 3 */
   double plain[STEPS], off[STEPS];
   char *text, with[512];
   snprintf(with, sizeof with, "%s --set backend=cuda", sets);

@@ -41,7 +41,10 @@ static block_params block_layout(const layer *l, int full) {
  * only backward_input reads (the I stash: q, k, v, the attention probabilities, the MLP's
  * pre-activation), which a split backward frees at I; apart, what backward_input keeps for
  * backward_weight (the W stash: output gradients of the inner matmuls and norms). Offsets of
- * qkv, att and fch are into the I stash, the others into the stash. */
+ * qkv and att are into the I stash, the others into the stash; fch too, unless recompute_gelu
+ * is off. With recompute_gelu the block keeps no GELU output (fchg): the weight gradient of the
+ * MLP's projection runs the GELU again from the pre-activation (fch, which then stays in the
+ * stash until that W), into scratch, with the same op: the same bits. */
 typedef struct {
   size_t ln1, mean1, rstd1, atty, res2, ln2, mean2, rstd2, fchg;
   size_t total;
@@ -64,11 +67,13 @@ static block_stash stash_layout(const layer *l, int B, int T, int full) {
   s.ln2 = at, at += full ? N * C : 0;
   s.mean2 = at, at += full ? N : 0;
   s.rstd2 = at, at += full ? N : 0;
-  s.fchg = at, at += full ? N * H : 0;
+  int rg = full && l->recompute_gelu;
+  s.fchg = at, at += full && !rg ? N * H : 0;
+  if (rg) s.fch = at, at += N * H;
   s.total = at, at = 0;
   s.qkv = at, at += N * 3 * C;
   s.att = at, at += l->att_floats ? l->att_floats : (size_t)B * l->NH * T * T;
-  s.fch = at, at += full ? N * H : 0;
+  if (!rg) s.fch = at, at += full ? N * H : 0;
   s.itotal = at;
   return s;
 }
@@ -184,7 +189,8 @@ static int block_configure(layer *l, const core_config *c, int i) {
   if (rc) return rc;
   l->hidden = (int)ratio * l->C;
   l->eps = 1e-5;
-  return dims_check(l, c);
+  rc = core_config_elem_bool(c, "model.layers", i, "recompute_gelu", 0, &l->recompute_gelu);
+  return rc ? rc : dims_check(l, c);
 }
 static size_t block_params_n(const layer *l) { return block_layout(l, 1).total; }
 static double block_flops(const layer *l) {
@@ -207,9 +213,10 @@ static void block_forward(const layer *l, const kernels_ops *ops, const layer_io
   ops->layernorm_forward(st + s.ln1, st + s.mean1, st + s.rstd1, io->in, p + o.ln1w, p + o.ln1b, N, C, (float)l->eps);
   attn_core_forward(l, ops, st + s.res2, st + s.ln1, io->in, st, ist, s, o, p, B, T); /* res2 = attn(ln1) + x */
   ops->layernorm_forward(st + s.ln2, st + s.mean2, st + s.rstd2, st + s.res2, p + o.ln2w, p + o.ln2b, N, C, (float)l->eps);
-  layers_linear_forward(ops, ist + s.fch, st + s.ln2, p + o.wfc, p + o.bfc, N, C, H);
-  ops->gelu_forward(st + s.fchg, ist + s.fch, (size_t)N * H);
-  ops->linear_forward(io->out, st + s.fchg, p + o.wfp, p + o.bfp, st + s.res2, N, H, C); /* + res2 */
+  float *fch = (l->recompute_gelu ? st : ist) + s.fch, *fchg = l->recompute_gelu ? io->scratch : st + s.fchg;
+  layers_linear_forward(ops, fch, st + s.ln2, p + o.wfc, p + o.bfc, N, C, H);
+  ops->gelu_forward(fchg, fch, (size_t)N * H);
+  ops->linear_forward(io->out, fchg, p + o.wfp, p + o.bfp, st + s.res2, N, H, C); /* + res2 */
 }
 
 static void block_backward_input(const layer *l, const kernels_ops *ops, const layer_io *io) {
@@ -221,7 +228,7 @@ static void block_backward_input(const layer *l, const kernels_ops *ops, const l
   float *st = io->stash, *ist = io->istash, *ws = io->wstash, *tmp = io->scratch; /* tmp: N*H, then N*C + 2T for the attention core */
   size_t NC = (size_t)N * C;
   layers_linear_backward_input(ops, tmp, io->dout, p + o.wfp, N, H, C);      /* d gelu out */
-  ops->gelu_backward(ws + w.g_fch, ist + s.fch, tmp, (size_t)N * H);         /* d fc out */
+  ops->gelu_backward(ws + w.g_fch, (l->recompute_gelu ? st : ist) + s.fch, tmp, (size_t)N * H); /* d fc out */
   layers_linear_backward_input(ops, ws + w.g_ln2, ws + w.g_fch, p + o.wfc, N, C, H);
   ops->layernorm_backward_input(ws + w.g_res2, ws + w.g_ln2, st + s.res2, p + o.ln2w, st + s.mean2, st + s.rstd2, N, C);
   ops->axpy(ws + w.g_res2, 1.0f, io->dout, NC);                              /* residual */
@@ -235,8 +242,9 @@ static void block_backward_weight(const layer *l, const kernels_ops *ops, const 
   block_stash s = stash_layout(l, B, T, 1);
   block_wstash w = wstash_layout(l, B, T, 1);
   block_params o = block_layout(l, 1);
-  float *g = l->grads, *st = io->stash, *ws = io->wstash;
-  layers_linear_backward_weight(ops, g + o.wfp, g + o.bfp, io->dout, st + s.fchg, N, H, C);
+  float *g = l->grads, *st = io->stash, *ws = io->wstash, *fchg = st + s.fchg;
+  if (l->recompute_gelu) ops->gelu_forward(fchg = io->scratch, st + s.fch, (size_t)N * H); /* as forward ran it */
+  layers_linear_backward_weight(ops, g + o.wfp, g + o.bfp, io->dout, fchg, N, H, C);
   layers_linear_backward_weight(ops, g + o.wfc, g + o.bfc, ws + w.g_fch, st + s.ln2, N, C, H);
   ops->layernorm_backward_weight(g + o.ln2w, g + o.ln2b, ws + w.g_ln2, st + s.res2, st + s.mean2, st + s.rstd2, N, C);
   attn_core_backward_weight(l, ops, ws + w.g_res2, st + s.ln1, st, ws, s, w, o, g, B, T);

@@ -39,6 +39,8 @@ typedef struct {
   /* dimensions */
   int T, C, V, NH; /* sequence length, width, vocabulary, heads */
   int hidden;      /* MLP width of a transformer block */
+  int recompute_gelu; /* transformer block: keeps the MLP's pre-activation only; its GELU runs
+                       * again where the backward needs the output (N*hidden floats a slot less) */
   int bias;        /* linear: has a bias */
   int in_width, out_width;
   int tied_to;       /* lm_head: index of the embedding whose weight it shares, or -1 */

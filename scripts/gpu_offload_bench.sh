@@ -9,7 +9,9 @@
 #         3 slots instead of 4);
 #   all   "full" at costs that call every copy hidden (offload_gflops 1000);
 #   auto  "auto" with memory_limit 3 at the same costs as full (rank 0 holds 4 slots without);
-#   none  "none" again, for the spread of the runs without offload in one command.
+#   none  "none" again, for the spread of the runs without offload in one command;
+#   NAME+rg  that run with recompute_gelu on the blocks (the same losses, slots N x 4C smaller).
+# Each run's losses are compared with the first run's.
 # OFFLOAD_BENCH_MODEL="D_MODEL N_HEADS BLOCKS" changes the model (default "4096 64 8").
 # OFFLOAD_BENCH_TRACE=DIR writes each run's measured timeline of step 2 to DIR/NAME.json (+ .svg).
 # Prints each run's offload line, activation memory report (measured peak, the simulator's
@@ -63,16 +65,20 @@ rc=0
 run none || rc=1
 runs=${OFFLOAD_BENCH_RUNS:-full all auto} # after "none", always run first
 for n in $runs; do
-  case $n in
-    full) run full --set 'pipeline.offload="full"' --set pipeline.offload_gflops=$GFLOPS --set pipeline.offload_gbps=$GBPS || rc=1;;
-    all) run all --set 'pipeline.offload="full"' --set pipeline.offload_gflops=1000 --set pipeline.offload_gbps=$GBPS || rc=1;;
-    auto) run auto --set 'pipeline.offload="auto"' --set pipeline.memory_limit=3 --set pipeline.offload_gflops=$GFLOPS \
+  rg= # NAME+rg: that run with recompute_gelu on the blocks (the same losses, smaller slots)
+  case $n in *+rg) rg="--set model.layers.[1].recompute_gelu=true";; esac
+  case ${n%+rg} in
+    full) run $n $rg --set 'pipeline.offload="full"' --set pipeline.offload_gflops=$GFLOPS --set pipeline.offload_gbps=$GBPS || rc=1;;
+    all) run $n $rg --set 'pipeline.offload="full"' --set pipeline.offload_gflops=1000 --set pipeline.offload_gbps=$GBPS || rc=1;;
+    auto) run $n $rg --set 'pipeline.offload="auto"' --set pipeline.memory_limit=3 --set pipeline.offload_gflops=$GFLOPS \
       --set pipeline.offload_gbps=$GBPS || rc=1;;
-    none) run none2 || rc=1;; # again: the spread of the runs without offload in one command
+    none) [ "$n" = none ] && n=none2 # again: the spread of the runs without offload in one command
+      run $n $rg || rc=1;;
     *) echo "offload-bench: no run named $n (full all auto none)"; rc=1;;
   esac
 done
 for n in $runs; do
+  [ "$n" = none ] && n=none2
   if [ -s "$D/none.loss" ] && cmp -s "$D/none.loss" "$D/$n.loss"; then echo "offload-bench: $n gives none's losses bit for bit"
   else echo "offload-bench: $n's losses differ from none's"; rc=1; fi
 done

@@ -857,6 +857,32 @@ Test(train, post_validation_matches_the_synchronous_step, .timeout = 300) {
   unlink(log);
 }
 
+/* recompute_gelu on the blocks (the MLP's GELU runs again for its weight gradient): the same
+ * losses bit for bit, with the zero-bubble split (W apart from I) and with offload, and every
+ * rank's activation peak smaller, as measured and as the simulator predicts it. */
+Test(train, recompute_gelu_keeps_the_losses, .timeout = 300) {
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  const char *layouts[] = {"--set pipeline.stages=4 --set pipeline.schedule=zb-h1",
+                           "--set pipeline.stages=4 --set 'pipeline.offload=\"full\"'"};
+  for (int k = 0; k < 2; k++) {
+    run_log ref, rg;
+    double before[4], after[4];
+    train_read(4, log, &ref, "%s --set train.steps=4 --set backend=fakedev", layouts[k]);
+    for (int q = 0; q < 4; q++) before[q] = first_record(log, "activation_peak_bytes", q);
+    train_read(4, log, &rg, "%s --set train.steps=4 --set backend=fakedev --set 'model.layers.[1].recompute_gelu=true'",
+               layouts[k]);
+    same_bits(&ref, &rg, layouts[k]);
+    for (int q = 0; q < 4; q++) {
+      after[q] = first_record(log, "activation_peak_bytes", q);
+      cr_assert_eq(after[q], first_record(log, "activation_predicted_bytes", q), "%s: rank %d measured %g, predicted %g",
+                   layouts[k], q, after[q], first_record(log, "activation_predicted_bytes", q));
+    }
+    cr_assert_lt(after[0], before[0], "%s: rank 0 holds %g with recompute_gelu, %g without", layouts[k], after[0], before[0]);
+  }
+  unlink(log);
+}
+
 /* Activation offload in training (pipeline.offload): on fakedev the program's OFFLOADs copy each
  * micro-batch's activations to host memory and fill them with NaN on the device until the RELOAD
  * brings them back, so the losses equal the run without offload bit for bit only if no

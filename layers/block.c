@@ -41,10 +41,10 @@ static block_params block_layout(const layer *l, int full) {
  * only backward_input reads (the I stash: q, k, v, the attention probabilities, the MLP's
  * pre-activation), which a split backward frees at I; apart, what backward_input keeps for
  * backward_weight (the W stash: output gradients of the inner matmuls and norms). Offsets of
- * qkv and att are into the I stash, the others into the stash; fch too, unless recompute_gelu
- * is off. With recompute_gelu the block keeps no GELU output (fchg): the weight gradient of the
- * MLP's projection runs the GELU again from the pre-activation (fch, which then stays in the
- * stash until that W), into scratch, with the same op: the same bits. */
+ * qkv, att and (without recompute_gelu) fch are into the I stash, the others into the stash.
+ * With recompute_gelu the block keeps no GELU output (fchg): the weight gradient of the MLP's
+ * projection runs the GELU again from the pre-activation (fch, which then stays in the stash
+ * until that W), into scratch, with the same op: the same bits. */
 typedef struct {
   size_t ln1, mean1, rstd1, atty, res2, ln2, mean2, rstd2, fchg;
   size_t total;

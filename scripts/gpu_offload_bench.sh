@@ -74,7 +74,7 @@ for n in $runs; do
       --set pipeline.offload_gbps=$GBPS || rc=1;;
     none) [ "$n" = none ] && n=none2 # again: the spread of the runs without offload in one command
       run $n $rg || rc=1;;
-    *) echo "offload-bench: no run named $n (full all auto none)"; rc=1;;
+    *) echo "offload-bench: no run named $n (full all auto none, each also as NAME+rg)"; rc=1;;
   esac
 done
 for n in $runs; do

@@ -44,7 +44,11 @@ static block_params block_layout(const layer *l, int full) {
  * qkv, att and (without recompute_gelu) fch are into the I stash, the others into the stash.
  * With recompute_gelu the block keeps no GELU output (fchg): the weight gradient of the MLP's
  * projection runs the GELU again from the pre-activation (fch, which then stays in the stash
- * until that W), into scratch, with the same op: the same bits. */
+ * until that W), into scratch, with the same op: the same bits. With recompute_layernorm it keeps
+ * no LayerNorm output (ln1, ln2; their means and reciprocal deviations stay, which the input
+ * gradient reads): the weight gradients of the qkv and fc projections run the LayerNorm again
+ * from the block's input and res2, into scratch. A W runs on gathered parameters under ZeRO-3
+ * too, so the LayerNorm's weights are there. */
 typedef struct {
   size_t ln1, mean1, rstd1, atty, res2, ln2, mean2, rstd2, fchg;
   size_t total;
@@ -59,12 +63,13 @@ typedef struct {
 static block_stash stash_layout(const layer *l, int B, int T, int full) {
   size_t N = (size_t)B * T, C = (size_t)l->C, H = (size_t)l->hidden, at = 0;
   block_stash s;
-  s.ln1 = at, at += full ? N * C : 0;
+  int rl = full && l->recompute_layernorm;
+  s.ln1 = at, at += full && !rl ? N * C : 0;
   s.mean1 = at, at += full ? N : 0;
   s.rstd1 = at, at += full ? N : 0;
   s.atty = at, at += N * C;
   s.res2 = at, at += full ? N * C : 0;
-  s.ln2 = at, at += full ? N * C : 0;
+  s.ln2 = at, at += full && !rl ? N * C : 0;
   s.mean2 = at, at += full ? N : 0;
   s.rstd2 = at, at += full ? N : 0;
   int rg = full && l->recompute_gelu;
@@ -190,6 +195,7 @@ static int block_configure(layer *l, const core_config *c, int i) {
   l->hidden = (int)ratio * l->C;
   l->eps = 1e-5;
   rc = core_config_elem_bool(c, "model.layers", i, "recompute_gelu", 0, &l->recompute_gelu);
+  if (!rc) rc = core_config_elem_bool(c, "model.layers", i, "recompute_layernorm", 0, &l->recompute_layernorm);
   return rc ? rc : dims_check(l, c);
 }
 static size_t block_params_n(const layer *l) { return block_layout(l, 1).total; }
@@ -210,11 +216,13 @@ static void block_forward(const layer *l, const kernels_ops *ops, const layer_io
   block_params o = block_layout(l, 1);
   const float *p = l->params;
   float *st = io->stash, *ist = io->istash;
-  ops->layernorm_forward(st + s.ln1, st + s.mean1, st + s.rstd1, io->in, p + o.ln1w, p + o.ln1b, N, C, (float)l->eps);
-  attn_core_forward(l, ops, st + s.res2, st + s.ln1, io->in, st, ist, s, o, p, B, T); /* res2 = attn(ln1) + x */
-  ops->layernorm_forward(st + s.ln2, st + s.mean2, st + s.rstd2, st + s.res2, p + o.ln2w, p + o.ln2b, N, C, (float)l->eps);
+  /* the LayerNorm outputs in scratch under recompute_layernorm: each is dead once its projection has run */
+  float *ln1 = l->recompute_layernorm ? io->scratch : st + s.ln1, *ln2 = l->recompute_layernorm ? io->scratch : st + s.ln2;
+  ops->layernorm_forward(ln1, st + s.mean1, st + s.rstd1, io->in, p + o.ln1w, p + o.ln1b, N, C, (float)l->eps);
+  attn_core_forward(l, ops, st + s.res2, ln1, io->in, st, ist, s, o, p, B, T); /* res2 = attn(ln1) + x */
+  ops->layernorm_forward(ln2, st + s.mean2, st + s.rstd2, st + s.res2, p + o.ln2w, p + o.ln2b, N, C, (float)l->eps);
   float *fch = (l->recompute_gelu ? st : ist) + s.fch, *fchg = l->recompute_gelu ? io->scratch : st + s.fchg;
-  layers_linear_forward(ops, fch, st + s.ln2, p + o.wfc, p + o.bfc, N, C, H);
+  layers_linear_forward(ops, fch, ln2, p + o.wfc, p + o.bfc, N, C, H);
   ops->gelu_forward(fchg, fch, (size_t)N * H);
   ops->linear_forward(io->out, fchg, p + o.wfp, p + o.bfp, st + s.res2, N, H, C); /* + res2 */
 }
@@ -242,12 +250,20 @@ static void block_backward_weight(const layer *l, const kernels_ops *ops, const 
   block_stash s = stash_layout(l, B, T, 1);
   block_wstash w = wstash_layout(l, B, T, 1);
   block_params o = block_layout(l, 1);
-  float *g = l->grads, *st = io->stash, *ws = io->wstash, *fchg = st + s.fchg;
-  if (l->recompute_gelu) ops->gelu_forward(fchg = io->scratch, st + s.fch, (size_t)N * H); /* as forward ran it */
+  const float *p = l->params;
+  float *g = l->grads, *st = io->stash, *ws = io->wstash, *fchg = st + s.fchg, *ln1 = st + s.ln1, *ln2 = st + s.ln2;
+  /* what recompute_* left out, again as forward ran it, into scratch (one at a time: [N*C] and
+   * a mean and rstd [2N] that equal the stash's) */
+  float *sc = io->scratch, *ms = io->scratch + (size_t)N * C;
+  if (l->recompute_gelu) ops->gelu_forward(fchg = sc, st + s.fch, (size_t)N * H);
   layers_linear_backward_weight(ops, g + o.wfp, g + o.bfp, io->dout, fchg, N, H, C);
-  layers_linear_backward_weight(ops, g + o.wfc, g + o.bfc, ws + w.g_fch, st + s.ln2, N, C, H);
+  if (l->recompute_layernorm)
+    ops->layernorm_forward(ln2 = sc, ms, ms + N, st + s.res2, p + o.ln2w, p + o.ln2b, N, C, (float)l->eps);
+  layers_linear_backward_weight(ops, g + o.wfc, g + o.bfc, ws + w.g_fch, ln2, N, C, H);
   ops->layernorm_backward_weight(g + o.ln2w, g + o.ln2b, ws + w.g_ln2, st + s.res2, st + s.mean2, st + s.rstd2, N, C);
-  attn_core_backward_weight(l, ops, ws + w.g_res2, st + s.ln1, st, ws, s, w, o, g, B, T);
+  if (l->recompute_layernorm)
+    ops->layernorm_forward(ln1 = sc, ms, ms + N, io->in, p + o.ln1w, p + o.ln1b, N, C, (float)l->eps);
+  attn_core_backward_weight(l, ops, ws + w.g_res2, ln1, st, ws, s, w, o, g, B, T);
   ops->layernorm_backward_weight(g + o.ln1w, g + o.ln1b, ws + w.g_ln1, io->in, st + s.mean1, st + s.rstd1, N, C);
 }
 const layer_type layers_block = {"transformer_block", LAYER_IN_HIDDEN, block_configure, block_params_n, block_flops, block_stash_n, block_scratch, block_init, block_forward, block_backward_input, block_backward_weight, 0, block_wstash_n, block_istash_n};

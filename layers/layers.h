@@ -41,6 +41,8 @@ typedef struct {
   int hidden;      /* MLP width of a transformer block */
   int recompute_gelu; /* transformer block: keeps the MLP's pre-activation only; its GELU runs
                        * again where the backward needs the output (N*hidden floats a slot less) */
+  int recompute_layernorm; /* transformer block: keeps no LayerNorm output; the weight gradients
+                            * run the two LayerNorms again (2*N*C floats a slot less) */
   int bias;        /* linear: has a bias */
   int in_width, out_width;
   int tied_to;       /* lm_head: index of the embedding whose weight it shares, or -1 */

@@ -67,7 +67,8 @@ static int expand(layers_model *m, const core_config *c, int **elem_out) {
                           "cross_entropy", i, type, w);
     /* a member only another type reads would be ignored without a word: an error, as an unknown key is */
     static const char *const own[][2] = {{"out", "linear"}, {"bias", "linear"}, {"eps", "layernorm"},
-                                         {"mlp_ratio", "transformer_block"}, {"recompute_gelu", "transformer_block"}};
+                                         {"mlp_ratio", "transformer_block"}, {"recompute_gelu", "transformer_block"},
+                                         {"recompute_layernorm", "transformer_block"}};
     for (size_t k = 0; t && !rc && k < sizeof own / sizeof own[0]; k++) {
       char path[128], kw[256];
       snprintf(path, sizeof path, "model.layers.[%d].%s", i, own[k][0]);

@@ -34,7 +34,7 @@ static const core_config_key keys[] = {
     {"model.layers.[].name", CORE_CFG_STRING}, {"model.layers.[].tie", CORE_CFG_STRING},
     {"model.layers.[].repeat", CORE_CFG_INT}, {"model.layers.[].out", CORE_CFG_INT},
     {"model.layers.[].mlp_ratio", CORE_CFG_INT}, {"model.layers.[].bias", CORE_CFG_BOOL},
-    {"model.layers.[].recompute_gelu", CORE_CFG_BOOL},
+    {"model.layers.[].recompute_gelu", CORE_CFG_BOOL}, {"model.layers.[].recompute_layernorm", CORE_CFG_BOOL},
     {"model.layers.[].eps", CORE_CFG_FLOAT},
     {"pipeline", CORE_CFG_GROUP}, {"pipeline.stages", CORE_CFG_INT}, {"pipeline.schedule", CORE_CFG_STRING},
     {"pipeline.virtual_stages", CORE_CFG_INT}, {"pipeline.partition_method", CORE_CFG_STRING},

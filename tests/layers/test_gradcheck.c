@@ -371,62 +371,72 @@ Test(gradcheck, weight_gradient_never_reads_the_aside_part) {
   layers_model_free(&m);
 }
 
-/* recompute_gelu: a block that keeps its MLP's pre-activation only and runs the GELU again for
- * the projection's weight gradient gives the same bits (weight gradients, input gradients) as one
- * that keeps the GELU's output, in the zero-bubble order (F0 F1 I0 I1 W0 W1) with the aside parts
- * given back at I (where a plain block keeps the pre-activation: W must not need it there), and
- * each slot is N x hidden floats smaller. */
-Test(gradcheck, recompute_gelu_same_bits_smaller_slots) {
-  layers_model m = build(), mr = {0};
-  const char *plain_blk = "{ type = \"transformer_block\"; }";
-  const char *at = strstr(model_cfg, plain_blk);
-  cr_assert(at);
-  char text[2048];
-  snprintf(text, sizeof text, "%.*s{ type = \"transformer_block\"; recompute_gelu = true; }%s", (int)(at - model_cfg),
-           model_cfg, at + strlen(plain_blk));
-  core_config *c;
-  cr_assert_eq(core_config_load_string(&c, text, "recompute.cfg"), CORE_OK, "%s", core_error_msg());
-  cr_assert_eq(layers_model_build(&mr, c, 16), CORE_OK, "%s", core_error_msg());
-  core_config_free(c);
-  cr_assert(mr.layers[1].recompute_gelu && !m.layers[1].recompute_gelu);
-  for (int lo = 0; lo <= 1; lo++) {
-    layers_chunk a, b;
-    cr_assert_eq(layers_chunk_init(&a, &m, lo, m.n, kernels_cpu_ops(), B, T, 2), CORE_OK);
-    cr_assert_eq(layers_chunk_init(&b, &mr, lo, mr.n, kernels_cpu_ops(), B, T, 2), CORE_OK);
-    cr_assert_eq(layers_chunk_aside_pool(&a, 2), CORE_OK);
-    cr_assert_eq(layers_chunk_aside_pool(&b, 2), CORE_OK);
-    cr_assert_eq(layers_chunk_slot_bytes(&a) - layers_chunk_slot_bytes(&b), sizeof(float) * B * T * m.layers[1].hidden,
-                 "slots of %zu and %zu bytes", layers_chunk_slot_bytes(&a), layers_chunk_slot_bytes(&b));
-    layers_chunk *both[2] = {&a, &b};
-    size_t nin = layers_chunk_io_floats(&a);
-    float *din[2][2];
-    for (int k = 0; k < 2; k++) {
-      core_rng r = core_rng_keyed(11, (uint64_t)lo, 0, 0);
-      for (int s = 0; s < 2; s++) {
-        for (int i = 0; i < B * T; i++) {
-          layers_chunk_tokens(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
-          layers_chunk_targets(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
+/* recompute_gelu and recompute_layernorm: a block that keeps its MLP's pre-activation only, or no
+ * LayerNorm output, or both, and runs them again for the weight gradients gives the same bits
+ * (weight gradients, input gradients) as one that keeps them, in the zero-bubble order (F0 F1 I0
+ * I1 W0 W1) with the aside parts given back at I (where a plain block keeps the pre-activation: W
+ * must not need it there), and each slot is smaller by what it leaves out: N x hidden floats, 2 N
+ * x C, or both. */
+Test(gradcheck, recompute_same_bits_smaller_slots) {
+  static const char *const keys[] = {"recompute_gelu = true;", "recompute_layernorm = true;",
+                                     "recompute_gelu = true; recompute_layernorm = true;"};
+  layers_model m = build();
+  const size_t N = B * T, C = (size_t)m.layers[1].C, H = (size_t)m.layers[1].hidden;
+  const size_t less[] = {N * H, 2 * N * C, N * H + 2 * N * C};
+  for (int v = 0; v < 3; v++) {
+    layers_model mr = {0};
+    const char *plain_blk = "{ type = \"transformer_block\"; }";
+    const char *at = strstr(model_cfg, plain_blk);
+    cr_assert(at);
+    char text[2048];
+    snprintf(text, sizeof text, "%.*s{ type = \"transformer_block\"; %s }%s", (int)(at - model_cfg), model_cfg, keys[v],
+             at + strlen(plain_blk));
+    core_config *c;
+    cr_assert_eq(core_config_load_string(&c, text, "recompute.cfg"), CORE_OK, "%s", core_error_msg());
+    cr_assert_eq(layers_model_build(&mr, c, 16), CORE_OK, "%s", core_error_msg());
+    core_config_free(c);
+    for (int lo = 0; lo <= 1; lo++) {
+      layers_chunk a, b;
+      cr_assert_eq(layers_chunk_init(&a, &m, lo, m.n, kernels_cpu_ops(), B, T, 2), CORE_OK);
+      cr_assert_eq(layers_chunk_init(&b, &mr, lo, mr.n, kernels_cpu_ops(), B, T, 2), CORE_OK);
+      cr_assert_eq(layers_chunk_aside_pool(&a, 2), CORE_OK);
+      cr_assert_eq(layers_chunk_aside_pool(&b, 2), CORE_OK);
+      cr_assert_eq(layers_chunk_slot_bytes(&a) - layers_chunk_slot_bytes(&b), sizeof(float) * less[v],
+                   "%s: slots of %zu and %zu bytes", keys[v], layers_chunk_slot_bytes(&a), layers_chunk_slot_bytes(&b));
+      layers_chunk *both[2] = {&a, &b};
+      size_t nin = layers_chunk_io_floats(&a);
+      float *din[2][2];
+      for (int k = 0; k < 2; k++) {
+        core_rng r = core_rng_keyed(11, (uint64_t)lo, 0, 0);
+        for (int s = 0; s < 2; s++) {
+          for (size_t i = 0; i < N; i++) {
+            layers_chunk_tokens(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
+            layers_chunk_targets(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
+          }
+          float *in = layers_chunk_input(both[k], s);
+          for (size_t i = 0; i < nin; i++) in[i] = core_rng_normal(&r);
         }
-        float *in = layers_chunk_input(both[k], s);
-        for (size_t i = 0; i < nin; i++) in[i] = core_rng_normal(&r);
+        for (int s = 0; s < 2; s++) layers_chunk_bind(both[k], s, s), layers_chunk_forward(both[k], s);
+        for (int s = 0; s < 2; s++) {
+          layers_chunk_backward_input(both[k], s, 0.1f);
+          din[k][s] = malloc(sizeof(float) * (nin ? nin : 1));
+          if (nin) memcpy(din[k][s], layers_chunk_grad_input(both[k], s), sizeof(float) * nin);
+          layers_chunk_bind(both[k], s, -1); /* given back at I */
+        }
+        for (int s = 0; s < 2; s++) layers_chunk_backward_weight(both[k], s);
       }
-      for (int s = 0; s < 2; s++) layers_chunk_bind(both[k], s, s), layers_chunk_forward(both[k], s);
+      cr_assert(memcmp(a.grads, b.grads, sizeof(float) * a.nparams) == 0, "%s: weight gradients differ (layers %d..)",
+                keys[v], lo);
       for (int s = 0; s < 2; s++) {
-        layers_chunk_backward_input(both[k], s, 0.1f);
-        din[k][s] = malloc(sizeof(float) * (nin ? nin : 1));
-        if (nin) memcpy(din[k][s], layers_chunk_grad_input(both[k], s), sizeof(float) * nin);
-        layers_chunk_bind(both[k], s, -1); /* given back at I */
+        cr_assert(memcmp(din[0][s], din[1][s], sizeof(float) * nin) == 0, "%s: input gradient %d differs (layers %d..)",
+                  keys[v], s, lo);
+        free(din[0][s]), free(din[1][s]);
       }
-      for (int s = 0; s < 2; s++) layers_chunk_backward_weight(both[k], s);
+      layers_chunk_free(&a), layers_chunk_free(&b);
     }
-    cr_assert(memcmp(a.grads, b.grads, sizeof(float) * a.nparams) == 0, "weight gradients differ (layers %d..)", lo);
-    for (int s = 0; s < 2; s++) {
-      cr_assert(memcmp(din[0][s], din[1][s], sizeof(float) * nin) == 0, "input gradient %d differs (layers %d..)", s, lo);
-      free(din[0][s]), free(din[1][s]);
-    }
-    layers_chunk_free(&a), layers_chunk_free(&b);
+    layers_model_free(&mr);
   }
-  layers_model_free(&m), layers_model_free(&mr);
+  layers_model_free(&m);
 }
 
 /* ZeRO-3 draws only its shard: every window of a chunk's initial parameters (across layer

@@ -253,6 +253,11 @@ void train_announce(trainer *tr, const char *resume) {
   core_log(CORE_LOG_INFO, "model: %d layers, %.3f M parameters (a tied weight counted once; %.3f M counting it twice), vocabulary %d, "
            "T=%d, d_model=%d", tr->model.n, (layers_model_params(&tr->model) - tied) / 1e6,
            layers_model_params(&tr->model) / 1e6, tr->model.V, tr->model.T, tr->model.C);
+  int rg = 0, rl = 0; /* blocks that run their GELU / LayerNorms again rather than keep the outputs */
+  for (int i = 0; i < tr->model.n; i++) rg += tr->model.layers[i].recompute_gelu, rl += tr->model.layers[i].recompute_layernorm;
+  if (rg || rl)
+    core_log(CORE_LOG_INFO, "recompute: %d block(s) run the MLP's GELU again and %d block(s) their LayerNorms again for the "
+             "weight gradients, rather than keep the outputs (the same results, smaller activation slots)", rg, rl);
   if (tr->rn.pv_eager) {
     core_log(CORE_LOG_INFO, "optimizer post-validation, eager: no gradient clipping and no fp16 loss scaling, so the "
              "global norm decides nothing; each rank updates as soon as its step's gradients are done and never waits "

@@ -883,6 +883,11 @@ Test(train, recompute_keeps_the_losses, .timeout = 300) {
     }
     cr_assert_lt(after[0], before[0], "%s: rank 0 holds %g with recompute_gelu, %g without", layouts[k], after[0], before[0]);
   }
+  char *out = NULL; /* the log says what runs again */
+  int rc = train_capture(&out, "--set train.steps=1 --set 'model.layers.[1].recompute_layernorm=true'");
+  cr_assert(rc == 0 && strstr(out, "recompute: 0 block(s) run the MLP's GELU again and 6 block(s) their LayerNorms again"),
+            "exit %d: %s", rc, out);
+  free(out);
   unlink(log);
 }
 

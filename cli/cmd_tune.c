@@ -88,6 +88,10 @@ int cli_tune(int argc, char **argv) {
   if (res.too_large)
     printf("%d shapes not simulated, from m = %d on: their programs are over --max-instructions %.0f (or %s, the memory "
            "limit); raise it to try them\n", res.too_large, res.skipped_m, max_instructions, mlim.what);
+  if (res.recomputed)
+    printf("%d candidates over the limit tried again with every transformer_block recomputing (+rc: "
+           "recompute_gelu = true; recompute_layernorm = true;, whose extra GELU and LayerNorm passes the "
+           "predicted times leave out)\n", res.recomputed);
   if (hw.d > 1)
     printf("%d replicas of every stage, ZeRO's collectives at %.4g GB/s per rank (--dp, --dp-gbps): each candidate "
            "at ZeRO stages 0 to 3 (3: resharding, prefetching the next chunk or not, or kept gathered)\n", hw.d, hw.dp_gbps);
@@ -118,8 +122,9 @@ int cli_tune(int argc, char **argv) {
     rc = viz_write_svg(&tl, svg);
   }
   if (!rc)
-    printf("wrote %s (%s v=%d m=%d B=%d %s%s%s)\n", svg, sched_family_name(win.shape.family), win.shape.v,
-           win.shape.m, win.B, pipe_part_name(win.shape.part), hw.d > 1 ? ", ZeRO " : "", hw.d > 1 ? zero_of(&win.shape) : "");
+    printf("wrote %s (%s%s v=%d m=%d B=%d %s%s%s)\n", svg, sched_family_name(win.shape.family),
+           win.shape.recompute ? "+rc" : "", win.shape.v, win.shape.m, win.B, pipe_part_name(win.shape.part),
+           hw.d > 1 ? ", ZeRO " : "", hw.d > 1 ? zero_of(&win.shape) : "");
   sched_timeline_free(&tl);
   pipe_plan_free(&plan);
   return rc ? fail() : 0;

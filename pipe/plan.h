@@ -40,6 +40,9 @@ typedef struct {
   /* set_zero: the ZeRO stage (zero_optimization.stage) and, at stage 3, keep_gathered
    * (!zero_optimization.reshard_after_forward) and prefetch instead of the config's */
   int set_zero, zero_stage, keep_gathered, prefetch;
+  /* recompute: every transformer_block runs its GELU and LayerNorms again for the weight
+   * gradients (recompute_gelu and recompute_layernorm on) rather than keep their outputs */
+  int recompute;
 } pipe_plan_shape;
 
 /* The machine a plan is priced for: compute speed of a rank, data-parallel replicas of each

@@ -12,8 +12,9 @@
 #include "core/progress.h"
 
 void pipe_shape_name(const pipe_plan_shape *sh, char *buf, size_t n) {
-  if (sh->family == SCHED_ZB_AUTO && sh->mem_limit > 0) snprintf(buf, n, "zb-auto@%g", sh->mem_limit);
-  else snprintf(buf, n, "%s", sched_family_name(sh->family));
+  if (sh->family == SCHED_ZB_AUTO && sh->mem_limit > 0)
+    snprintf(buf, n, "zb-auto@%g%s", sh->mem_limit, sh->recompute ? "+rc" : "");
+  else snprintf(buf, n, "%s%s", sched_family_name(sh->family), sh->recompute ? "+rc" : "");
 }
 
 void pipe_zero_name(const pipe_plan_shape *sh, char *buf, size_t n) {
@@ -31,6 +32,11 @@ const char *pipe_part_name(sched_part_method part) {
   default: return "explicit";
   }
 }
+
+/* A candidate over the memory limit is tried once more with every transformer block recomputing
+ * its GELU and LayerNorms (pipe_plan_shape.recompute, "+rc" after the family): the same FLOPs in
+ * the cost model (the passes it adds are elementwise), a smaller slot. Within the limit it is not
+ * tried: it would tie on time and win on memory, and its extra passes are not free. */
 
 /* Family and chunk counts searched: one chunk for gpipe, 1f1b, zb-h1, zb-h2 and zb-auto, 2..4
  * for interleaved, 2 (the V) for zb-v, v-half, v-min and dualpipev (m >= 2p only: smaller m
@@ -92,7 +98,8 @@ static int same_as_before(const pipe_tune_result *res, const pipe_tune_cand *c) 
     if (o->shape.m != c->shape.m) return 0; /* candidates come grouped by m */
     if (o->shape.family == c->shape.family && o->shape.v == c->shape.v && rounded(o->time) == rounded(c->time) &&
         o->peak_bytes == c->peak_bytes && o->shape.zero_stage == c->shape.zero_stage &&
-        o->shape.keep_gathered == c->shape.keep_gathered && o->shape.prefetch == c->shape.prefetch)
+        o->shape.keep_gathered == c->shape.keep_gathered && o->shape.prefetch == c->shape.prefetch &&
+        o->shape.recompute == c->shape.recompute)
       return 1;
   }
   return 0;
@@ -197,7 +204,22 @@ int pipe_tune_hw(const char *config, const char **sets, int nsets, const pipe_pl
             return rc;
           }
           if (!res->tried++ || c.peak_bytes < res->smallest.peak_bytes) res->smallest = c;
-          if (c.peak_bytes > memory) continue;
+          if (c.peak_bytes > memory) { /* over the limit: again with the blocks recomputing, where that is less */
+            pipe_tune_cand rc_c;
+            sh.recompute = 1;
+            rc = try_one(config, sets, nsets, hw, &sh, &rc_c);
+            if (rc && rc != CORE_EINPUT) {
+              core_progress_stop();
+              free(ms);
+              pipe_tune_result_free(res);
+              return rc;
+            }
+            if (rc || !(rc_c.peak_bytes < c.peak_bytes)) continue; /* no block, or nothing saved */
+            res->tried++, res->recomputed++;
+            if (rc_c.peak_bytes < res->smallest.peak_bytes) res->smallest = rc_c;
+            if (rc_c.peak_bytes > memory) continue;
+            c = rc_c;
+          }
           res->fitting++;
           if (same_as_before(res, &c)) continue;
           if (res->nfits == cap) res->fits = core_realloc(res->fits, sizeof(pipe_tune_cand) * (size_t)(cap = cap ? 2 * cap : 64));
@@ -216,11 +238,14 @@ int pipe_tune_hw(const char *config, const char **sets, int nsets, const pipe_pl
     rc = core_error_set(CORE_EINPUT, "%s: no schedule could be built for %d stages: %.511s", config, res->stages, first_err);
   else if (!res->nfits) {
     const pipe_tune_cand *s = &res->smallest;
+    char fam[48];
+    pipe_shape_name(&s->shape, fam, sizeof fam);
     rc = core_error_set(CORE_EINPUT,
                         "no candidate fits in --memory %.0f bytes: the smallest peak found is %.0f bytes "
-                        "(%s v=%d m=%d B=%d %s, rank %d) of %d tried",
-                        memory, s->peak_bytes, sched_family_name(s->shape.family), s->shape.v, s->shape.m, s->B,
-                        pipe_part_name(s->shape.part), s->worst_rank, res->tried);
+                        "(%s v=%d m=%d B=%d %s, rank %d) of %d tried%s",
+                        memory, s->peak_bytes, fam, s->shape.v, s->shape.m, s->B, pipe_part_name(s->shape.part),
+                        s->worst_rank, res->tried,
+                        s->shape.recompute ? " (+rc: its blocks recomputing their GELU and LayerNorms)" : "");
   }
   if (rc) {
     pipe_tune_result_free(res);

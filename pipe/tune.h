@@ -26,6 +26,7 @@ typedef struct {
   int too_large;        /* shapes skipped as over the limits (hw->limits), estimated before building */
   int skipped_m;        /* the least micro-batch count among them (0: none skipped) */
   double least_skipped; /* the fewest instructions among them */
+  int recomputed;       /* candidates over the limit tried again with the blocks recomputing (in tried) */
   int fitting;          /* candidates within the limit, before merging equal partitions */
   pipe_tune_cand *fits; /* those within the limit, fastest first (then least memory); a
                            partition giving the same predictions as an earlier one is left out */

@@ -100,6 +100,42 @@ Test(tune, act_bytes_counts_the_fused_attention_cache) {
   pipe_plan_free(&pc), pipe_plan_free(&pg), pipe_plan_free(&p32);
 }
 
+/* Below the smallest peak of every plain candidate, only candidates whose blocks recompute their
+ * GELU and LayerNorms fit ("+rc"): each one's peak is within the limit and below the same shape's
+ * plain peak; with room for the plain ones, none is tried. */
+Test(tune, recompute_when_nothing_else_fits) {
+  const char *sets[] = {"pipeline.stages=2"};
+  pipe_tune_result all, tight;
+  cr_assert_eq(pipe_tune(cfg, sets, 1, 50, 1e12, &all), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(all.recomputed, 0);
+  for (int i = 0; i < all.nfits; i++) cr_assert(!all.fits[i].shape.recompute);
+  double least = all.smallest.peak_bytes;
+  cr_assert_eq(pipe_tune(cfg, sets, 1, 50, least - 1, &tight), CORE_OK, "%s", core_error_msg());
+  cr_assert(tight.recomputed > 0 && tight.nfits > 0, "%d recomputed, %d fit", tight.recomputed, tight.nfits);
+  for (int i = 0; i < tight.nfits; i++) {
+    const pipe_tune_cand *c = &tight.fits[i];
+    cr_assert(c->shape.recompute && c->peak_bytes <= least - 1, "%s m=%d: recompute %d, peak %g",
+              sched_family_name(c->shape.family), c->shape.m, c->shape.recompute, c->peak_bytes);
+    pipe_plan_shape plain = c->shape;
+    plain.recompute = 0;
+    pipe_plan pl;
+    cr_assert_eq(pipe_plan_build_shape(cfg, sets, 1, 50, &plain, &pl), CORE_OK, "%s", core_error_msg());
+    pipe_plan pr;
+    cr_assert_eq(pipe_plan_build_shape(cfg, sets, 1, 50, &c->shape, &pr), CORE_OK, "%s", core_error_msg());
+    double a = 0, b = 0; /* every chunk's slot no larger (a chunk of the head and loss alone: the same), the sum smaller */
+    for (int s = 0; s < pl.stages * pl.v; s++) {
+      cr_assert_leq(pr.slot_bytes[s], pl.slot_bytes[s]);
+      a += pr.slot_bytes[s], b += pl.slot_bytes[s];
+    }
+    cr_assert_lt(a, b);
+    pipe_plan_free(&pl), pipe_plan_free(&pr);
+  }
+  char fam[48];
+  pipe_shape_name(&tight.fits[0].shape, fam, sizeof fam);
+  cr_assert(strstr(fam, "+rc"), "%s", fam);
+  pipe_tune_result_free(&all), pipe_tune_result_free(&tight);
+}
+
 Test(tune, nothing_fits_names_the_smallest_peak) {
   const char *sets[] = {"pipeline.stages=4"};
   pipe_tune_result res;
@@ -333,7 +369,7 @@ static void zero_plan(int stage, int keep, const pipe_plan_hw *hw, double *time,
 /* With replicas the tuner also chooses the ZeRO stage and the reshard policy: ZeRO-3 needs
  * less memory than ZeRO-2, which needs less than ZeRO-0; with no limit the winner is never slower than any
  * policy's interleaved (v = 4, m = 4); under a limit just below that shape's ZeRO-2 peak, the
- * shape is listed at ZeRO-3 only. (One chunk per rank gains nothing from ZeRO-3: the chunk is
+ * shape is listed at ZeRO-3 only (as it is; recomputing, at whatever stage fits). (One chunk per rank gains nothing from ZeRO-3: the chunk is
  * gathered the whole step, beside its shard.) */
 Test(tune, chooses_the_zero_stage_within_the_limit) {
   pipe_plan_hw hw = {.gflops = 10, .d = 4, .dp_gbps = 1};
@@ -355,7 +391,9 @@ Test(tune, chooses_the_zero_stage_within_the_limit) {
   for (int i = 0; i < res.nfits; i++) {
     const pipe_plan_shape *sh = &res.fits[i].shape;
     cr_assert(res.fits[i].peak_bytes < peak[2]);
-    if (sh->family == SCHED_INTERLEAVED && sh->v == 4 && sh->m == 4 && sh->part == SCHED_PART_PARAMETERS) {
+    /* (with its blocks recomputing, "+rc", a lower ZeRO stage may fit too: another way under the limit) */
+    if (sh->family == SCHED_INTERLEAVED && sh->v == 4 && sh->m == 4 && sh->part == SCHED_PART_PARAMETERS &&
+        !sh->recompute) {
       cr_assert(sh->set_zero && sh->zero_stage == 3, "interleaved v=4 m=4 listed at ZeRO-%d", sh->zero_stage);
       found3 += !sh->keep_gathered && sh->prefetch == 1;
     }

@@ -326,9 +326,9 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
   layers_model m = {0};
   int *bounds = NULL;
   rc = layers_model_build(&m, t.cfg, (int)vocab);
+  const layer_type *block = layers_find_type("transformer_block");
   for (int i = 0; !rc && shape && shape->recompute && i < m.n; i++)
-    if (m.layers[i].type == layers_find_type("transformer_block"))
-      m.layers[i].recompute_gelu = m.layers[i].recompute_layernorm = 1;
+    if (m.layers[i].type == block) m.layers[i].recompute_gelu = m.layers[i].recompute_layernorm = 1;
   if (!rc) layers_model_size_attention(&m, t.backend, t.precision, t.B); /* slots as the trainer's */
   if (!rc) rc = train_cut_model(&t, &m, &bounds);
   int S = t.stages * t.v, tied = 0;

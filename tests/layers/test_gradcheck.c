@@ -36,14 +36,19 @@ static layers_model build(void) {
 
 enum { B = 2, T = 5 };
 
+/* Slot s's token ids, targets and input activations, drawn from r in that order. */
+static void fill_slot(layers_chunk *ch, int s, core_rng *r) {
+  for (int i = 0; i < B * T; i++) {
+    layers_chunk_tokens(ch, s)[i] = (int32_t)core_rng_below(r, 16);
+    layers_chunk_targets(ch, s)[i] = (int32_t)core_rng_below(r, 16);
+  }
+  float *in = layers_chunk_input(ch, s);
+  for (size_t i = 0; i < layers_chunk_io_floats(ch); i++) in[i] = core_rng_normal(r);
+}
+
 static void fill_batch(layers_chunk *ch) {
   core_rng r = core_rng_keyed(1, 2, 3, 4);
-  for (int i = 0; i < B * T; i++) {
-    layers_chunk_tokens(ch, 0)[i] = (int32_t)core_rng_below(&r, 16);
-    layers_chunk_targets(ch, 0)[i] = (int32_t)core_rng_below(&r, 16);
-  }
-  float *in = layers_chunk_input(ch, 0);
-  for (size_t i = 0; i < layers_chunk_io_floats(ch); i++) in[i] = core_rng_normal(&r);
+  fill_slot(ch, 0, &r);
 }
 
 /* mean loss of the chunk's slot 0 (the chunk ends in the loss) */
@@ -259,14 +264,7 @@ Test(gradcheck, shared_backward_buffers_same_bits) {
     layers_chunk *both[2] = {&a, &b};
     for (int k = 0; k < 2; k++) {
       core_rng r = core_rng_keyed(7, (uint64_t)lo, 0, 0);
-      for (int s = 0; s < 3; s++) {
-        for (int i = 0; i < B * T; i++) {
-          layers_chunk_tokens(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
-          layers_chunk_targets(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
-        }
-        float *in = layers_chunk_input(both[k], s);
-        for (size_t i = 0; i < layers_chunk_io_floats(both[k]); i++) in[i] = core_rng_normal(&r);
-      }
+      for (int s = 0; s < 3; s++) fill_slot(both[k], s, &r);
       for (int s = 0; s < 3; s++) layers_chunk_forward(both[k], s);
       for (int s = 0; s < 3; s++) layers_chunk_backward_input(both[k], s, 0.1f), layers_chunk_backward_weight(both[k], s);
     }
@@ -347,12 +345,7 @@ Test(gradcheck, weight_gradient_never_reads_the_aside_part) {
       core_rng r = core_rng_keyed(9, (uint64_t)lo, 0, 0);
       for (int s = 0; s < 2; s++) {
         if (k == 1) layers_chunk_bind(&b, s, 0);
-        for (int i = 0; i < B * T; i++) {
-          layers_chunk_tokens(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
-          layers_chunk_targets(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
-        }
-        float *in = layers_chunk_input(both[k], s);
-        for (size_t i = 0; i < nin; i++) in[i] = core_rng_normal(&r);
+        fill_slot(both[k], s, &r);
         layers_chunk_forward(both[k], s);
         layers_chunk_backward_input(both[k], s, 0.1f);
         din[k][s] = malloc(sizeof(float) * (nin ? nin : 1));
@@ -408,14 +401,7 @@ Test(gradcheck, recompute_same_bits_smaller_slots) {
       float *din[2][2];
       for (int k = 0; k < 2; k++) {
         core_rng r = core_rng_keyed(11, (uint64_t)lo, 0, 0);
-        for (int s = 0; s < 2; s++) {
-          for (size_t i = 0; i < N; i++) {
-            layers_chunk_tokens(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
-            layers_chunk_targets(both[k], s)[i] = (int32_t)core_rng_below(&r, 16);
-          }
-          float *in = layers_chunk_input(both[k], s);
-          for (size_t i = 0; i < nin; i++) in[i] = core_rng_normal(&r);
-        }
+        for (int s = 0; s < 2; s++) fill_slot(both[k], s, &r);
         for (int s = 0; s < 2; s++) layers_chunk_bind(both[k], s, s), layers_chunk_forward(both[k], s);
         for (int s = 0; s < 2; s++) {
           layers_chunk_backward_input(both[k], s, 0.1f);

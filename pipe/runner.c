@@ -589,7 +589,7 @@ static int optimizer_step(pipe_runner *rn) {
   rn->grad_norm = sqrt(total) / rn->loss_scale; /* of the unscaled gradients */
   if (!isfinite(rn->grad_norm))
     return core_error_set(CORE_ERUNTIME, "step %ld: the gradient norm is not finite (loss diverged); "
-                          "nothing was updated", rn->step);
+                          "nothing was updated", rn->step + 1);
   float gscale = rn->opt.clip > 0 && rn->grad_norm > rn->opt.clip ? (float)(rn->opt.clip / rn->grad_norm) : 1.0f;
   gscale = (float)(gscale / rn->loss_scale);
   adjust_scale(rn, 0);

@@ -118,7 +118,6 @@ static void checkpoints_load(const char *dir, int killed) {
       cr_assert(strncmp(slurp(latest, buf, sizeof buf), e->d_name, strlen(e->d_name)) != 0, "latest names %s", sub);
       continue;
     }
-    cr_assert(files > 0, "%s is empty", sub);
     steps++;
   }
   closedir(d);

@@ -96,6 +96,7 @@ Test(pool, ops_give_the_same_bits_at_every_thread_count) {
 
 Test(pool, gemms_split_over_the_workers_agree) {
   kernels_cpu_init(4);
+  cr_assert_geq(kernels_cpu_pool_threads(), 2, "no pool workers started: nothing would be split");
   const kernels_ops *o = kernels_cpu_ops();
   const int shapes[][5] = {{64, 1000, 96, 0, 0}, {1000, 48, 96, 0, 1}, {129, 257, 63, 1, 0}, {300, 301, 17, 1, 1}};
   for (int s = 0; s < 4; s++) {

@@ -95,10 +95,7 @@ Test(vec, exp_ends_as_expf) {
  * exp (unshifted and shifted) and GELU forward and backward: AVX2's bits are SSE's. */
 Test(vec, avx2_gives_the_bits_of_sse, .timeout = 120) {
   const kernels_cpu_vec *t[2];
-  if (tables(t) < 2) {
-    cr_log_warn("this CPU has no AVX2: only the SSE table runs here, nothing to compare");
-    return;
-  }
+  if (tables(t) < 2) cr_skip_test("this CPU has no AVX2: only the SSE table runs here, nothing to compare");
   enum { STRIDE = 61 }; /* odd and prime: every residue of the low bits comes up */
   float *x = malloc(CHUNK * sizeof(float)), *dy = malloc(CHUNK * sizeof(float));
   float *a = malloc(CHUNK * sizeof(float)), *b = malloc(CHUNK * sizeof(float));
@@ -167,10 +164,7 @@ static float *layernorm_and_adamw(const kernels_cpu_vec *t, int N, int C, uint64
 /* Row lengths around the 8 partial sums (1..17), GPT-2 widths, and a long odd one. */
 Test(vec, avx2_layernorm_and_adamw_give_the_bits_of_sse) {
   const kernels_cpu_vec *t[2];
-  if (tables(t) < 2) {
-    cr_log_warn("this CPU has no AVX2: only the SSE table runs here, nothing to compare");
-    return;
-  }
+  if (tables(t) < 2) cr_skip_test("this CPU has no AVX2: only the SSE table runs here, nothing to compare");
   const int widths[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 64, 128, 768, 1001};
   for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
     size_t na, nb;

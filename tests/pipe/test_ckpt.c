@@ -42,10 +42,13 @@ Test(ckpt, round_trip) {
   cr_assert_eq(pipe_ckpt_open(&r, path), CORE_OK, "%s", core_error_msg());
   float a[100];
   cr_assert_eq(pipe_ckpt_get(&r, "layer.0.w", PIPE_CKPT_F32, a, 100), CORE_OK);
-  cr_assert_eq(a[99], 49.5f);
+  for (int i = 0; i < 100; i++) cr_assert_eq(a[i], i * 0.5f, "layer.0.w[%d] = %g", i, a[i]);
   int64_t step;
   cr_assert_eq(pipe_ckpt_get(&r, "step", PIPE_CKPT_I64, &step, 1), CORE_OK);
   cr_assert_eq(step, 42);
+  char cfg[7] = {0};
+  cr_assert_eq(pipe_ckpt_get(&r, "config", PIPE_CKPT_BYTES, cfg, 6), CORE_OK, "%s", core_error_msg());
+  cr_assert_str_eq(cfg, "x = 1;");
   cr_assert_eq(pipe_ckpt_get(&r, "step", PIPE_CKPT_F32, a, 1), CORE_EINPUT);
   /* a record of another size is refused, not copied short or long (a model with other shapes) */
   core_error_clear();

@@ -54,7 +54,13 @@ Test(data, token_file) {
   cr_assert_eq(d.n, ntok);
   int32_t in[8], tg[8];
   pipe_data_batch(&d, PIPE_VAL, 1, 0, 0, 0, 1, 8, in, tg);
-  cr_assert(in[0] < 50257);
+  /* token i of the file is 97 i: the batch is 8 consecutive tokens of the validation split (the
+   * last fifth, tokens 240..299), each target the token after its input */
+  int o = in[0] / 97;
+  cr_assert(in[0] % 97 == 0 && o >= 240 && o + 8 < 300, "the first input %d is not a validation token", in[0]);
+  for (int i = 0; i < 8; i++)
+    cr_assert(in[i] == 97 * (o + i) && tg[i] == 97 * (o + i + 1), "position %d: input %d target %d, from token %d",
+              i, in[i], tg[i], o);
   pipe_data_free(&d);
   unlink(path), free(path);
   /* truncated: header claims more tokens than present */

@@ -92,13 +92,17 @@ Test(fault, diverging_loss_stops_with_a_message, .timeout = 60) {
            test_build_dir(), dir, dir);
   int rc = test_sh(cmd);
   cr_assert_neq(rc, 0);
-  snprintf(cmd, sizeof cmd, "grep -q 'not finite' %s/out", dir);
-  cr_assert_eq(test_sh(cmd), 0, "no message about the non-finite gradient");
+  /* step 1's gradient is finite (the first weights), its update with lr 1e30 is not: step 2 stops */
+  snprintf(cmd, sizeof cmd, "grep -q 'step 2: the gradient norm is not finite' %s/out", dir);
+  cr_assert_eq(test_sh(cmd), 0, "no message about step 2's non-finite gradient");
+  /* step 1's checkpoint was written, and is what latest names */
+  snprintf(cmd, sizeof cmd, "grep -qx step_00000001 %s/latest && [ -f %s/step_00000001/rank_00000.ckpt ]", dir, dir);
+  cr_assert_eq(test_sh(cmd), 0, "step 1's checkpoint is missing, or latest does not name it");
   /* what was saved is complete and loads: sampling from it either works or, its weights having
-   * diverged (lr 1e30), stops on the NaN logits of the loaded model */
+   * diverged (lr 1e30), stops on the NaN logits of the loaded model, saying so */
   snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s --prompt x --tokens 3 > %s/sample 2>&1 || "
-           "grep -q 'weights have diverged' %s/sample || [ ! -f %s/latest ]", test_build_dir(), dir, dir, dir, dir);
-  cr_assert_eq(test_sh(cmd), 0);
+           "grep -q 'weights have diverged' %s/sample", test_build_dir(), dir, dir, dir);
+  cr_assert_eq(test_sh(cmd), 0, "sampling from step 1's checkpoint failed without the divergence message");
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   test_sh(cmd);
 }

@@ -416,10 +416,13 @@ Test(train, mixed_precision, .timeout = 300) {
   close(mkstemp(log));
   cr_assert_eq(train(0, "", log), 0);
   read_log(log, &f32);
+  cr_assert(f32.n == 20 && f32.loss[19] < f32.loss[0], "fp32: %d steps, loss %g -> %g", f32.n, f32.loss[0], f32.loss[19]);
   const char *modes[] = {"--set bf16.enabled=true", "--set fp16.enabled=true"};
   for (int k = 0; k < 2; k++) {
     cr_assert_eq(train(0, modes[k], log), 0);
     read_log(log, &got);
+    cr_assert(got.n == 20 && got.loss[19] < got.loss[0], "%s: %d steps, loss %g -> %g", modes[k], got.n, got.loss[0],
+              got.loss[19]);
     cr_assert(fabs(got.loss[19] - f32.loss[19]) < 0.01 * f32.loss[19], "%s: %g vs fp32 %g", modes[k], got.loss[19], f32.loss[19]);
     char sets[256];
     snprintf(sets, sizeof sets, "%s --set pipeline.stages=2 --set pipeline.schedule=interleaved", modes[k]);

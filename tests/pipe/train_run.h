@@ -105,7 +105,9 @@ static inline core_json *first_step(const char *log) {
   return j;
 }
 
+/* Both logs hold the same steps (at least one: two empty logs prove nothing), bit for bit. */
 static inline void same_bits(const run_log *a, const run_log *b, const char *what) {
+  cr_assert_gt(a->n, 0, "%s: no step in the log", what);
   cr_assert_eq(a->n, b->n, "%s: %d steps vs %d", what, a->n, b->n);
   cr_assert(a->val0 == b->val0, "%s: step 0 val loss %.9g vs %.9g", what, a->val0, b->val0);
   for (int i = 0; i < a->n; i++) {
@@ -115,8 +117,11 @@ static inline void same_bits(const run_log *a, const run_log *b, const char *wha
 }
 
 /* Losses within 1e-5 relative of ref's from step from + 1 on, and the validation losses too: an
- * evaluation is the same eval_batches global micro-batches whatever the layout. */
+ * evaluation is the same eval_batches global micro-batches whatever the layout. got holds ref's
+ * steps after the first `from`, at least one. */
 static inline void close_to(const run_log *ref, const run_log *got, int from, const char *what) {
+  cr_assert_gt(got->n, 0, "%s: no step in the log", what);
+  cr_assert_eq(from + got->n, ref->n, "%s: %d steps after step %d, the reference ran %d", what, got->n, from, ref->n);
   if (from == 0 && ref->val0 >= 0 && got->val0 >= 0)
     cr_assert(fabs(got->val0 - ref->val0) <= 1e-5 * ref->val0, "%s: step 0 val loss %.9g vs %.9g", what, got->val0, ref->val0);
   for (int i = 0; i < got->n; i++) {

@@ -99,19 +99,27 @@ Test(zb, zb_v_in_a_v_within_p_stages) {
 }
 
 /* Latencies used to stall the list scheduler of zb-v (every rank at its memory limit, waiting
- * on another's forward); the limits now give way when nothing else can move. */
-Test(zb, every_family_compiles_with_latency_and_uneven_costs) {
-  double comms[] = {0.1, 0.2, 0.5, 1.5};
-  for (int f = SCHED_ZB_H1; f <= SCHED_ZB_V; f++)
-    for (int ci = 0; ci < 4; ci++)
+ * on another's forward); the limits now give way when nothing else can move. Every zero-bubble
+ * and V family, under latencies and under per-stage costs that differ from stage to stage
+ * (forwards 0.6..1.4, backwards 0.8..1.6, W's 0.3..1.1), compiles and verifies. */
+Test(zb, every_family_compiles_with_latency_and_uneven_costs, .timeout = 120) {
+  const sched_family fams[] = {SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_AUTO, SCHED_ZB_V, SCHED_V_ZB, SCHED_V_HALF, SCHED_V_MIN};
+  double comms[] = {0.1, 0.2, 0.5, 1.5}, sf[24], sb[24], sw[24];
+  for (int s = 0; s < 24; s++)
+    sf[s] = 0.6 + 0.2 * (s * 7 % 5), sb[s] = 0.8 + 0.2 * (s * 3 % 5), sw[s] = 0.3 + 0.2 * (s * 11 % 5);
+  for (int fi = 0; fi < 7; fi++)
+    for (int ci = 0; ci < 5; ci++)
       for (int p = 1; p <= 12; p++)
         for (int m = 1; m <= 40; m += 3) {
+          sched_family f = fams[fi];
           sched_costs c = sched_costs_unit();
-          c.comm = comms[ci], c.w = ci == 3 ? 0.5 : 1;
-          sched_shape sh = {.family = (sched_family)f, .p = p, .v = f == SCHED_ZB_V ? 2 : 1, .m = m};
+          if (ci < 4) c.comm = comms[ci], c.w = ci == 3 ? 0.5 : 1;
+          else c.comm = 0.3, c.stage_f = sf, c.stage_b = sb, c.stage_w = sw; /* uneven stages */
+          sched_shape sh = {.family = f, .p = p, .v = sched_family_is_v(f) ? 2 : 1, .m = m,
+                            .mem_limit = f == SCHED_ZB_AUTO ? (p + 1) / 2 : 0};
           sched_program pr;
-          cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s p=%d m=%d comm=%g: %s",
-                       sched_family_name((sched_family)f), p, m, c.comm, core_error_msg());
+          cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s p=%d m=%d comm=%g%s: %s", sched_family_name(f), p, m,
+                       c.comm, c.stage_f ? ", uneven stages" : "", core_error_msg());
           sched_program_free(&pr);
         }
 }

@@ -866,17 +866,6 @@ Test(viz, rows_follow_the_events_not_the_rank_count) {
   sched_timeline_free(&tl);
 }
 
-/* Not a check: VIZ_DEMO=path writes the hand-made 4-rank 1F1B chart there, for a person. */
-Test(viz, demo_svg) {
-  const char *path = getenv("VIZ_DEMO");
-  if (!path) return;
-  sched_timeline tl;
-  make_1f1b(&tl, 4, 8, 1, 2, 0.15, 0.8);
-  cr_assert_eq(viz_write_svg(&tl, path), CORE_OK, "%s", core_error_msg());
-  viz_write_ascii(&tl, stdout, 100);
-  sched_timeline_free(&tl);
-}
-
 /* ---- terminal chart ---- */
 
 static char *ascii_of(const sched_timeline *tl, int width) {

@@ -6,7 +6,7 @@
 #   make test-cuda-emu  the CUDA op table against the CPU's with no GPU: kernels/cuda on an emulator
 #   make SANITIZE=1 test   the same under ASan + UBSan (objects go to build-san/)
 #   make run        the main job (see README.md)
-#   make pictures   make run, then its two timelines into docs/img (the README's pictures)
+#   make pictures   make run, then its two timelines and two simulated ones into docs/img (the README's pictures)
 #   make bench      benchmarks that print figures
 #   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS (60) each
 #   make faults     the fault suite in full (tests/faults: FAULT_TRIALS (30) concurrent-writer trials), then tests/pipe/test_fault
@@ -271,7 +271,8 @@ run: $(BIN) data/kjv.txt
 	@echo "          out/trace.json.svg (the measured timeline of step 5; out/trace.json for Perfetto),"
 	@echo "          out/simulated.svg (the simulator's prediction of the same step), out/train.jsonl"
 
-# The README's pictures (docs/img/): the default run's measured and simulated timelines.
+# The README's pictures (docs/img/): the default run's measured and simulated timelines, and the
+# simulated step boundary (post-validation) and offload pictures.
 pictures: run
 	@mkdir -p docs/img
 	cp out/trace.json.svg docs/img/measured.svg

@@ -1,4 +1,4 @@
-/* cli/cmd_sample.c: `brigade sample --checkpoint DIR --prompt TEXT --tokens N
+/* cli/cmd_sample.c: `brigade sample --checkpoint DIR [--prompt TEXT] [--tokens N]
  * [--temperature T] [--seed S] [--vocab vocab.json --merges merges.txt]`. */
 #include <stdio.h>
 #include <string.h>
@@ -27,7 +27,7 @@ int cli_sample(int argc, char **argv) {
       if (!(rc = cli_take(argc, argv, &i, &v))) rc = cli_parse_int("--seed", v, 0, 1 << 30, &seed);
     } else rc = core_error_set(CORE_EINPUT, "sample: unknown option '%s'", argv[i]);
   }
-  if (!rc && !o.checkpoint) rc = core_error_set(CORE_EINPUT, "usage: brigade sample --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T] [--seed S] [--vocab vocab.json --merges merges.txt] [--tokenizer gpt2_tokenizer.bin]");
+  if (!rc && !o.checkpoint) rc = core_error_set(CORE_EINPUT, "usage: brigade sample --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature T] [--seed S] [--vocab vocab.json --merges merges.txt] [--tokenizer gpt2_tokenizer.bin]");
   o.seed = (uint64_t)seed;
   kernels_cpu_init(1);
   if (!rc) rc = pipe_sample(&o, stdout);

@@ -20,9 +20,6 @@ int cli_train(int argc, char **argv) {
       rc = cli_take(argc, argv, &i, &v);
       if (!rc && o.nsets == 256) rc = core_error_set(CORE_EINPUT, "too many --set options");
       if (!rc) sets[o.nsets++] = v;
-    } else if (strncmp(argv[i], "--set=", 6) == 0) {
-      if (o.nsets == 256) rc = core_error_set(CORE_EINPUT, "too many --set options");
-      else sets[o.nsets++] = argv[i] + 6;
     } else if (strcmp(argv[i], "--log-json") == 0) {
       rc = cli_take(argc, argv, &i, &o.log_json);
     } else if (strcmp(argv[i], "--resume") == 0) {

@@ -1,6 +1,7 @@
 /* cli/main.c: the brigade program: one binary, subcommands. */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
@@ -85,9 +86,10 @@ static const struct command commands[] = {
      "  -o FILE.svg        an SVG Gantt chart, one row per rank, bubbles shown\n"
      "  --ascii            a chart in the terminal\n"},
     {"sample", cli_sample, "generate text from a checkpoint",
-     "usage: brigade sample --checkpoint DIR --prompt TEXT [--tokens N] [--temperature T]\n"
+     "usage: brigade sample --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature T]\n"
      "                     [--seed S] [--vocab vocab.json --merges merges.txt |\n"
      "                      --tokenizer gpt2_tokenizer.bin]\n"
+     "  --prompt TEXT      the text to continue (default: none)\n"
      "  byte-level models read and print bytes; GPT-2 vocabularies need the tokenizer files\n"},
     {"tokenize", cli_tokenize, "a text as an llm.c token file with GPT-2's BPE",
      "usage: brigade tokenize --vocab vocab.json --merges merges.txt TEXT OUT\n"
@@ -104,7 +106,7 @@ static void print_overview(FILE *f) {
   fputs("usage: brigade <command> [options]\n\ncommands:\n", f);
   for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
   fputs("  help      this text; `brigade help COMMAND` or `brigade COMMAND --help` for one\n"
-        "            command's options\n",
+        "            command's options (each as --name value or --name=value)\n",
         f);
 }
 
@@ -150,5 +152,25 @@ int main(int argc, char **argv) {
       fputs(c->usage, stdout);
       return 0;
     }
-  return c->run(argc - 1, argv + 1);
+  /* every option also takes the form --name=value: split into the two arguments the commands'
+   * parsers read (the names copied, the values pointing into argv) */
+  char **av = malloc(sizeof(char *) * (2 * (size_t)argc + 1)), **names = malloc(sizeof(char *) * (size_t)argc);
+  if (!av || !names) {
+    fprintf(stderr, "brigade: error: out of memory\n");
+    return 1;
+  }
+  int n = 0, nn = 0;
+  for (int i = 1; i < argc; i++) {
+    char *eq = strncmp(argv[i], "--", 2) == 0 ? strchr(argv[i], '=') : NULL;
+    if (eq && eq > argv[i] + 2 && (names[nn] = strndup(argv[i], (size_t)(eq - argv[i])))) {
+      av[n++] = names[nn++], av[n++] = eq + 1;
+    } else {
+      av[n++] = argv[i];
+    }
+  }
+  av[n] = NULL;
+  int rc = c->run(n, av);
+  while (nn > 0) free(names[--nn]);
+  free(names), free(av);
+  return rc;
 }

@@ -287,6 +287,23 @@ Test(cli, train_too_many_set_equals_options) {
   free(out), free(cmd);
 }
 
+/* Every command's options take --name=value as well as --name value: the same run either way,
+ * and an unknown one named without its value. */
+Test(cli, options_take_name_equals_value) {
+  char *a, *b;
+  cr_assert_eq(brigade("sim configs/tiny.cfg --set pipeline.stages=2 --steps 2 --gflops 20 --json", &a), 0, "%s", a);
+  cr_assert_eq(brigade("sim configs/tiny.cfg --set=pipeline.stages=2 --steps=2 --gflops=20 --json", &b), 0, "%s", b);
+  cr_assert(same_run(a, b) && strstr(b, "\"stages\":2,"), "%s\n%s", a, b);
+  free(a), free(b);
+  cr_assert_eq(brigade("compile --schedule zb-h2 --stages 4 --microbatches 8 --format csv", &a), 0, "%s", a);
+  cr_assert_eq(brigade("compile --schedule=zb-h2 --stages=4 --microbatches=8 --format=csv", &b), 0, "%s", b);
+  cr_assert_str_eq(a, b);
+  free(a), free(b);
+  cr_assert_eq(brigade("sim --schedule=1f1b --stages=2 --microbatches=4 --bogus=3", &a), 2);
+  cr_assert(strstr(a, "unknown option '--bogus'"), "%s", a);
+  free(a);
+}
+
 Test(cli, sim_a_training_config) {
   char *out;
   cr_assert_eq(brigade("sim configs/tiny.cfg --set pipeline.stages=4 --set pipeline.schedule=zb-h1 --gflops 10 --json", &out), 0, "%s", out);

@@ -162,17 +162,19 @@ static void free_states(const pipe_runner *rn, float **m, float **v) {
 }
 
 /* Host copies of each chunk's parameters: mixed precision saves the fp32 master weights
- * (gathered), not the rounded working copy. */
-static float **gather_params(const pipe_runner *rn) {
-  float **p = core_calloc((size_t)rn->v, sizeof(float *));
+ * (gathered), not the rounded working copy. (*p is allocated whole even when a gather fails.) */
+static int gather_params(const pipe_runner *rn, float ***p) {
+  *p = core_calloc((size_t)rn->v, sizeof(float *));
+  int rc = CORE_OK;
   for (int c = 0; c < rn->v; c++) {
     const layers_chunk *ch = &rn->chunks[c];
-    p[c] = core_calloc(ch->nparams + 1, sizeof(float));
-    if (rn->master) zero_gather_state(&rn->zb[c], rn->master[c], p[c]);
-    else if (rn->zb[c].stage == 3) zero_gather_state(&rn->zb[c], rn->zb[c].pshard, p[c]);
-    else ch->ops->to_host(p[c], ch->params, sizeof(float) * ch->nparams);
+    (*p)[c] = core_calloc(ch->nparams + 1, sizeof(float));
+    if (rc) continue;
+    if (rn->master) rc = zero_gather_state(&rn->zb[c], rn->master[c], (*p)[c]);
+    else if (rn->zb[c].stage == 3) rc = zero_gather_state(&rn->zb[c], rn->zb[c].pshard, (*p)[c]);
+    else ch->ops->to_host((*p)[c], ch->params, sizeof(float) * ch->nparams);
   }
-  return p;
+  return rc;
 }
 
 static int put_layers(pipe_ckpt_writer *w, const pipe_runner *rn, float **full_m, float **full_v, float **full_p) {
@@ -235,8 +237,10 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
                          const core_config *cfg, const char *desc) {
   char sub[1024], path[1100];
   snprintf(sub, sizeof sub, "%s/step_%08ld", dir, step);
-  float **full_m, **full_v, **full_p = gather_params(rn);
-  int rc = gather_states(rn, &full_m, &full_v), made = 0, wrote = 0;
+  float **full_m, **full_v, **full_p;
+  int rc = gather_params(rn, &full_p), made = 0, wrote = 0;
+  int rs = gather_states(rn, &full_m, &full_v); /* (a collective every rank makes, whatever rc) */
+  if (!rc) rc = rs;
   if (!rc && topo->data == 0) { /* replicas hold the same state: one copy per stage */
     made = mkdir(sub, 0755) == 0; /* this run's own: removed again if the save fails */
     if (!made && pipe_ckpt_mkdirs(sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
@@ -264,9 +268,13 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
         char *text = NULL;
         size_t n = 0;
         FILE *f = open_memstream(&text, &n);
-        core_config_write(cfg, f);
-        fclose(f);
-        rc = pipe_ckpt_put(&w, "config", PIPE_CKPT_BYTES, text, n);
+        if (!f) {
+          rc = core_error_set(CORE_ERUNTIME, "out of memory for the checkpoint's config record");
+        } else {
+          core_config_write(cfg, f);
+          fclose(f);
+          rc = pipe_ckpt_put(&w, "config", PIPE_CKPT_BYTES, text, n);
+        }
         free(text);
       }
       if (!rc) {

@@ -282,6 +282,10 @@ int pipe_hfst_write(const char *path, const layers_model *m, float *const *param
   char *hdr = NULL;
   size_t hn = 0, off = 0;
   FILE *mf = open_memstream(&hdr, &hn);
+  if (!mf) {
+    free(t);
+    return core_error_set(CORE_ERUNTIME, "%s: out of memory for the safetensors header", path);
+  }
   fprintf(mf, "{\"__metadata__\":{\"format\":\"pt\"}");
   for (int i = 0; i < nt; i++) {
     if (t[i].conv) fprintf(mf, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu,%zu]", t[i].name, t[i].cols, t[i].rows);

@@ -2,6 +2,7 @@
  * do to the chunks of one rank. */
 #include "pipe/runner.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +147,8 @@ static int reduce_tied(pipe_runner *rn, const sched_instr *in) {
     ops->copy(hl->grads, mine, n);
     return CORE_OK;
   }
+  if (n > INT_MAX)
+    return core_error_set(CORE_ERUNTIME, "the tied weight's %zu gradients are more than an MPI count holds (2^31 - 1)", n);
   float *host = core_malloc(sizeof(float) * n), *other = core_malloc(sizeof(float) * n);
   ops->to_host(host, mine, sizeof(float) * n);
   /* the tag right after the transfers' (pipe_tag of micro-batch m): within the bound the worker
@@ -772,7 +775,10 @@ static void pair_at(pipe_runner *rn, const sched_instr *in) {
   int b = rn->chunks[in->chunk].bound[in->slot];
   if (b >= 0 && rn->aside_wait[in->chunk][b] >= 0 && in->op != SCHED_OFFLOAD)
     ops->copy_wait(rn->aside_wait[in->chunk][b]), rn->aside_wait[in->chunk][b] = -1;
-  if (rn->off_wait[k] >= 0 && in->op != SCHED_RELOAD) ops->copy_wait(rn->off_wait[k]), rn->off_wait[k] = -1;
+  /* a pair on its way back: the training program's alone (off_wait is indexed by its micro-batches;
+   * an evaluation has no copies, and every reload of a step is waited for within it) */
+  if (rn->pr == rn->act_pr && rn->off_wait[k] >= 0 && in->op != SCHED_RELOAD)
+    ops->copy_wait(rn->off_wait[k]), rn->off_wait[k] = -1;
 }
 
 /* After instruction i: the pair's memory comes into use at its first instruction; its aside part

@@ -50,6 +50,9 @@ static int llmc_tok_load(llmc_tok *t, const char *path) {
   int rc = CORE_OK;
   if (fread(h, sizeof h, 1, f) != 1 || h[0] != 20240328 || (h[1] != 1 && h[1] != 2) || h[2] < 1 || h[2] > (1u << 24))
     rc = core_error_set(CORE_EINPUT, "%s: not an llm.c tokenizer file (magic 20240328, version 1 or 2)", path);
+  if (!rc && (h[1] == 2 ? h[3] >= h[2] : h[2] <= 50256)) /* sampling starts from it: one of the tokens */
+    rc = core_error_set(CORE_EINPUT, "%s: its end-of-text id %u is not one of its %u tokens", path, h[1] == 2 ? h[3] : 50256u,
+                        h[2]);
   if (!rc) {
     t->n = (int)h[2], t->eot = h[1] == 2 ? (int)h[3] : 50256;
     t->tok = core_calloc((size_t)t->n, sizeof(char *)), t->len = core_calloc((size_t)t->n, 1);

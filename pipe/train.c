@@ -622,7 +622,7 @@ int pipe_train(const pipe_train_opts *o) {
     int later = tr.rn.pv_pending; /* an eager update whose check (or norm) comes in the next step */
     int check = later && (ev || save || stopped || step + 1 == tr.cfg.steps);
     if (!rc && check) rc = pipe_runner_validate(&tr.rn);
-    if (ev) rc = evaluate(&tr, &val);
+    if (!rc && ev) rc = evaluate(&tr, &val); /* (never over a failed check: its error stands) */
     step_record sr = {.step = step + 1, .loss = loss, .lr = tr.rn.lr, .ms = ms, .val = val, .has_val = ev,
                       .norm = tr.rn.grad_norm, .scale = tr.rn.loss_scale, .skipped = tr.rn.skipped};
     if (!rc && later && !check) held = sr, held.held = 1;

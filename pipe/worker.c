@@ -1,5 +1,6 @@
 #include "pipe/worker.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,7 @@ static int op_send(pipe_worker *w, int i, const sched_instr *in) {
   w->slot_peer[2 * in->aslot + grad] = in->peer;
   size_t n = 0;
   float *buf = w->ex.buffer(w->ex.ctx, in, &n);
+  if (n > INT_MAX) return fail(w, i, in, "the message is more floats than an MPI count holds (2^31 - 1)");
   int err = w->synchronous ? MPI_Issend(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, r)
                            : MPI_Isend(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, r);
   return err == MPI_SUCCESS ? CORE_OK : fail(w, i, in, "MPI_Isend failed");
@@ -240,6 +242,7 @@ static int op_recv(pipe_worker *w, int i, const sched_instr *in) {
   if (rc) return rc;
   size_t n = 0;
   float *buf = w->ex.buffer(w->ex.ctx, in, &n);
+  if (n > INT_MAX) return fail(w, i, in, "the message is more floats than an MPI count holds (2^31 - 1)");
   int tag = pipe_tag(w->pr, stage_of(w, in), in->mb, grad);
   if (MPI_Irecv(buf, (int)n, MPI_FLOAT, in->peer, tag, w->comm, &w->recv_req[k]) != MPI_SUCCESS)
     return fail(w, i, in, "MPI_Irecv failed");

@@ -117,6 +117,7 @@ typedef struct {
   double compute;      /* compute instructions */
   double instructions; /* all instructions of the lowered program, all ranks */
   double bytes;        /* peak bytes compiling and simulating it */
+  double events;       /* timeline events the simulation records (instructions x steps; 0 without) */
 } sched_size;
 
 void sched_size_estimate(const sched_shape *sh, int steps, int events, sched_size *out);

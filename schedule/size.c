@@ -89,6 +89,7 @@ void sched_size_estimate(const sched_shape *sh, int steps, int events, sched_siz
   double sim = B_INSTR * I + 16 * P + 12 * v * m + (copies > 0 ? 28 * P + 64 * (3 * P + copies) * k : 0) +
                (events ? (double)B_EVENT * I * k : 0);
   out->bytes = maxd(maxd(maxd(zb, lower), offload), maxd(maxd(gather, verify), sim));
+  out->events = events ? I * k : 0;
 }
 
 /* "--stages 4096" or "pipeline.stages = 4096" */
@@ -101,6 +102,10 @@ int sched_size_check(const sched_shape *sh, const sched_size *sz, const sched_li
   double most = lim->max_instructions > 0 && lim->max_instructions < 2147483647.0 ? lim->max_instructions : 2147483647.0;
   int over_i = sz->instructions > most;
   int over_b = lim->max_bytes > 0 && sz->bytes > lim->max_bytes;
+  if (!over_i && !over_b && sz->events > 2147483647.0) /* a timeline's count is an int too */
+    return core_error_set(CORE_EINPUT, "schedule %s: about %.3g instructions for each of %.0f steps is %.3g timeline events, "
+                          "more than the 2147483647 a timeline can hold: fewer steps, or no chart or trace",
+                          sched_family_name(sh->family), sz->instructions, sz->events / sz->instructions, sz->events);
   if (!over_i && !over_b) return CORE_OK;
   char p[64], v[64] = "", m[64], bytes[32], limit[32];
   named(p, sizeof p, names[0], sh->p);

@@ -1,5 +1,6 @@
 #include "zero/zero.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,7 @@ int zero_init(zero_buffer *z, int stage, MPI_Comm comm, float *params, float *gr
   z->lo = (size_t)z->r * z->shard;
   if (z->lo > n) z->lo = n;
   z->hi = z->lo + z->shard > n ? n : z->lo + z->shard;
-  if (z->shard * (size_t)z->d > (size_t)1 << 31)
+  if (z->shard * (size_t)z->d > (size_t)INT_MAX) /* MPI counts are ints */
     return core_error_set(CORE_EINPUT, "a chunk of %zu parameters is too large for one MPI collective", n);
   z->req[0] = z->req[1] = MPI_REQUEST_NULL;
   if (z->device && z->d > 1) {

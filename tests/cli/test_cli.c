@@ -232,6 +232,8 @@ Test(cli, bad_input_is_one_line_and_exit_2) {
       "compile --schedule zb-v --stages 2 --microbatches 4 --cost-w 1e308",
       "plot /nonexistent.json -o /tmp/x.svg",
       "frobnicate",
+      /* 2.2e6 instructions x 1000 steps of timeline events: more than an int counts (it aborted) */
+      "sim --schedule 1f1b --stages 4 --microbatches 100000 --steps 1000 --ascii --max-memory 1T",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char *out;

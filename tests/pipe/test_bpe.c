@@ -118,9 +118,24 @@ Test(bpe, bad_files_name_the_line) {
   unlink(vocab), unlink(merges);
 }
 
+/* An llm.c tokenizer file: 256 uint32 (magic, version, n tokens, version 2's end-of-text id),
+ * then n tokens (256 bytes, then "xxx"s), each a length byte and its bytes. */
+static void write_tokbin(const char *path, uint32_t version, uint32_t n, uint32_t eot) {
+  FILE *tf = fopen(path, "wb");
+  cr_assert(tf);
+  uint32_t th[256] = {20240328, version, n, eot};
+  fwrite(th, sizeof th, 1, tf);
+  for (uint32_t t = 0; t < n; t++) {
+    unsigned char l = t < 256 ? 1 : 3, c = t < 256 ? (unsigned char)t : 'x';
+    fwrite(&l, 1, 1, tf);
+    for (int k = 0; k < l; k++) fwrite(&c, 1, 1, tf);
+  }
+  fclose(tf);
+}
+
 /* `sample` with GPT-2's tokenizer files: the prompt encoded, the continuation decoded; with
- * llm.c's gpt2_tokenizer.bin, decoding from the end-of-text token; a tokenizer larger than the
- * model is refused. */
+ * llm.c's gpt2_tokenizer.bin, decoding from the end-of-text token, which must be one of the
+ * file's tokens (it is the first input); a tokenizer larger than the model is refused. */
 Test(bpe, sample_speaks_bpe, .timeout = 60) {
   char vocab[] = "/tmp/brigade_vocab_XXXXXX", merges[] = "/tmp/brigade_merges_XXXXXX", dir[] = "/tmp/brigade_bpe_XXXXXX";
   close(mkstemp(vocab)), close(mkstemp(merges));
@@ -138,15 +153,7 @@ Test(bpe, sample_speaks_bpe, .timeout = 60) {
   /* llm.c's gpt2_tokenizer.bin (version 2): decoding only, from the end-of-text token */
   char tokp[] = "/tmp/brigade_tokbin_XXXXXX";
   close(mkstemp(tokp));
-  FILE *tf = fopen(tokp, "wb");
-  uint32_t th[256] = {20240328, 2, 260, 259};
-  fwrite(th, sizeof th, 1, tf);
-  for (int t = 0; t < 260; t++) {
-    unsigned char l = t < 256 ? 1 : 3, c = t < 256 ? (unsigned char)t : 'x';
-    fwrite(&l, 1, 1, tf);
-    for (int k = 0; k < l; k++) fwrite(&c, 1, 1, tf);
-  }
-  fclose(tf);
+  write_tokbin(tokp, 2, 260, 259);
   snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s --tokens 6 --temperature 0 "
            "--tokenizer %s", test_build_dir(), dir, tokp);
   rc = test_capture(cmd, &out); /* the tokens may be any bytes, NUL too: the exit status says it ran */
@@ -157,6 +164,17 @@ Test(bpe, sample_speaks_bpe, .timeout = 60) {
   rc = test_capture(cmd, &out);
   cr_assert(rc == 2 && strstr(out, "llm.c's tokenizer file only decodes"), "exit %d: %s", rc, out);
   free(out);
+  const uint32_t bad[2][2] = {{2, 0x7fffffffu}, {1, 0}}; /* version 2's id past the tokens; version 1's 50256 of 260 */
+  const char *want[2] = {"its end-of-text id 2147483647 is not one of its 260 tokens",
+                         "its end-of-text id 50256 is not one of its 260 tokens"};
+  for (int k = 0; k < 2; k++) {
+    write_tokbin(tokp, bad[k][0], 260, bad[k][1]);
+    snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s --tokens 2 --tokenizer %s 2>&1",
+             test_build_dir(), dir, tokp);
+    rc = test_capture(cmd, &out);
+    cr_assert(rc == 2 && strstr(out, want[k]), "exit %d: %s", rc, out);
+    free(out);
+  }
   unlink(tokp);
   snprintf(cmd, sizeof cmd, "rm -rf %s && ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=1 "
            "--set checkpoint.dir=%s 1>&2", dir, test_build_dir(), dir);

@@ -103,6 +103,15 @@ Test(fault, diverging_loss_stops_with_a_message, .timeout = 60) {
   snprintf(cmd, sizeof cmd, "ASAN_OPTIONS=detect_leaks=0 %s/brigade sample --checkpoint %s --prompt x --tokens 3 > %s/sample 2>&1 || "
            "grep -q 'weights have diverged' %s/sample", test_build_dir(), dir, dir, dir);
   cr_assert_eq(test_sh(cmd), 0, "sampling from step 1's checkpoint failed without the divergence message");
+  /* the same with an eager update (zb-h1, no clipping: the norm's check comes after the update)
+   * and the last step evaluated: the failed check stops the run, the evaluation does not hide it
+   * (it did: exit 0, a NaN checkpoint of step 2) */
+  snprintf(cmd, sizeof cmd, "rm -rf %s/e && ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set "
+           "pipeline.schedule=zb-h1 --set optimizer.params.lr=1e30 --set gradient_clipping=0.0 --set train.steps=2 "
+           "--set train.eval_interval=100 --set 'checkpoint.dir=\"%s/e\"' > %s/out 2>&1", dir, test_build_dir(), dir, dir);
+  cr_assert_neq(test_sh(cmd), 0, "a diverged eager update exited 0");
+  snprintf(cmd, sizeof cmd, "grep -q 'step 2: the gradient norm is not finite' %s/out && [ ! -e %s/e/step_00000002 ]", dir, dir);
+  cr_assert_eq(test_sh(cmd), 0, "no message about step 2, or its checkpoint was written");
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   test_sh(cmd);
 }

@@ -898,8 +898,9 @@ Test(train, recompute_keeps_the_losses, .timeout = 300) {
  * micro-batch's activations to host memory and fill them with NaN on the device until the RELOAD
  * brings them back, so the losses equal the run without offload bit for bit only if no
  * instruction touches activations while they are away; 1f1b, zb-h1 (its W parts offloaded too)
- * and interleaved on 4 ranks. On the CPU the copies do nothing and the log says so. Bad keys are
- * refused naming them. */
+ * and interleaved on 4 ranks, each evaluating on more micro-batches than a step has (an
+ * evaluation has no copies; its micro-batches once read the training program's reload table past
+ * its end). On the CPU the copies do nothing and the log says so. Bad keys are refused naming them. */
 Test(train, activation_offload_keeps_the_losses, .timeout = 300) {
   char log[] = "/tmp/brigade_train_XXXXXX";
   close(mkstemp(log));
@@ -908,10 +909,13 @@ Test(train, activation_offload_keeps_the_losses, .timeout = 300) {
   const int np[] = {4, 4, 2};
   for (int k = 0; k < 3; k++) {
     run_log ref, off;
-    train_read(np[k], log, &ref, "%s --set train.steps=6 --set backend=fakedev", layouts[k]);
+    const char *ev = "--set train.eval_interval=3 --set train.eval_batches=32";
+    train_read(np[k], log, &ref, "%s %s --set train.steps=6 --set backend=fakedev", layouts[k], ev);
     double before = first_record(log, "activation_peak_bytes", 0);
-    train_read(np[k], log, &off, "%s --set train.steps=6 --set backend=fakedev --set 'pipeline.offload=\"full\"'", layouts[k]);
+    train_read(np[k], log, &off, "%s %s --set train.steps=6 --set backend=fakedev --set 'pipeline.offload=\"full\"'", layouts[k],
+               ev);
     same_bits(&ref, &off, layouts[k]);
+    cr_assert(off.val[2] > 0 && off.val[5] > 0, "%s: steps 3 and 6 were not evaluated", layouts[k]);
     /* the device holds less, as measured, and exactly what the simulator predicts for the program */
     for (int q = 0; q < np[k]; q++)
       cr_assert_eq(first_record(log, "activation_peak_bytes", q), first_record(log, "activation_predicted_bytes", q),

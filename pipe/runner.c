@@ -542,12 +542,14 @@ static int validate(pipe_runner *rn, int *changed) {
     if (!isfinite(rn->grad_norm))
       rc = core_error_set(CORE_ERUNTIME, "step %ld: the gradient norm is not finite (loss diverged); "
                           "the step's update was made before the norm was known (optimizer.post_validation)", rn->step + 1);
+    double scale = rn->loss_scale; /* the update's: the gradients were scaled by it (the step's own
+                                     * adjust_scale may grow it for the next step, as below) */
     if (!rc) adjust_scale(rn, 0);
     if (!rc && rn->opt.clip > 0 && rn->grad_norm > rn->opt.clip) { /* clipping should have applied: redo with it */
       rc = pv_restore(rn);
       if (!rc) {
         float gscale = (float)(rn->opt.clip / rn->grad_norm);
-        update_all(rn, (float)(gscale / rn->loss_scale), pv_swaps(rn));
+        update_all(rn, (float)(gscale / scale), pv_swaps(rn));
         rn->rollbacks++, *changed = 1, rn->pv_sync_left = PIPE_PV_BACKOFF;
       }
     }
@@ -779,6 +781,9 @@ static void pair_at(pipe_runner *rn, const sched_instr *in) {
    * an evaluation has no copies, and every reload of a step is waited for within it) */
   if (rn->pr == rn->act_pr && rn->off_wait[k] >= 0 && in->op != SCHED_RELOAD)
     ops->copy_wait(rn->off_wait[k]), rn->off_wait[k] = -1;
+  /* and the pair a local backward hands its gradient to (local_handoff writes into its buffers) */
+  int kg = rn->pr == rn->act_pr ? sched_local_grad(rn->pr, rn->topo->stage, in) : -1;
+  if (kg >= 0 && rn->off_wait[kg] >= 0) ops->copy_wait(rn->off_wait[kg]), rn->off_wait[kg] = -1;
 }
 
 /* After instruction i: the pair's memory comes into use at its first instruction; its aside part

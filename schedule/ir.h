@@ -164,6 +164,18 @@ static inline int sched_local_input(const sched_program *pr, int r, const sched_
   if (s == 0 || pr->rank_of[s - 1] != r) return -1;
   return pr->chunk_of[s - 1] * pr->m + in->mb;
 }
+/* The pair whose output gradient instruction `in` of rank r writes without a transfer: a
+ * BACKWARD or BACKWARD_INPUT whose previous virtual stage is on rank r hands its input gradient
+ * to that stage's pair (into its buffers, as a RECV_GRAD would); -1 otherwise. That pair must be
+ * on the device then: an offload window of it ends there. */
+static inline int sched_local_grad(const sched_program *pr, int r, const sched_instr *in) {
+  if ((in->op != SCHED_BACKWARD && in->op != SCHED_BACKWARD_INPUT) || in->chunk < 0 || in->chunk >= pr->v ||
+      in->mb < 0 || in->mb >= pr->m)
+    return -1;
+  int s = pr->stage_of[r * pr->v + in->chunk];
+  if (s == 0 || pr->rank_of[s - 1] != r) return -1;
+  return pr->chunk_of[s - 1] * pr->m + in->mb;
+}
 
 /* "0F3" style action text of a compute instruction on rank r (stage index is virtual). */
 void sched_action_str(const sched_program *pr, int rank, const sched_instr *in, char *buf, size_t n);

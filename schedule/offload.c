@@ -159,8 +159,10 @@ static double planned_peak(const sched_program *pr, int r, const sched_costs *c,
 }
 
 /* Rank r's candidates: pairs with backward work, from their forward work's end to their backward
- * work's start by the simulated times; and pairs whose backward is split, the part their W keeps,
- * from their last instruction but the W (the I, or the SEND_GRAD after it) to the W. */
+ * work's start by the simulated times (that work opens with the gradient's arrival: its
+ * RECV_GRAD, or the next stage's backward on this rank handing it over, sched_local_grad); and
+ * pairs whose backward is split, the part their W keeps, from their last instruction but the W
+ * (the I, or the SEND_GRAD after it) to the W. */
 static int candidates(const sched_program *pr, int r, const sched_costs *c, double *const *ts, double *const *te,
                       cand *cs) {
   const sched_stream *st = &pr->streams[r];
@@ -173,7 +175,7 @@ static int candidates(const sched_program *pr, int r, const sched_costs *c, doub
   for (int i = 0; i < st->len; i++) {
     const sched_instr *in = &st->ins[i];
     if (in->chunk < 0 || in->mb < 0 || in->chunk >= pr->v || in->mb >= pr->m) continue;
-    int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+    int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in), kg = sched_local_grad(pr, r, in);
     if (slot[k] < 0) slot[k] = in->slot, aslot[k] = in->aslot;
     int bwd = in->op == SCHED_RECV_GRAD || in->op == SCHED_BACKWARD || in->op == SCHED_BACKWARD_INPUT ||
               in->op == SCHED_BACKWARD_WEIGHT || in->op == SCHED_SEND_GRAD;
@@ -184,6 +186,7 @@ static int candidates(const sched_program *pr, int r, const sched_costs *c, doub
     if (bwd && bf[k] < 0) bf[k] = i;
     else if (!bwd && bf[k] < 0) fe[k] = i;
     if (kp >= 0 && bf[kp] < 0) fe[kp] = i;
+    if (kg >= 0 && bf[kg] < 0) bf[kg] = rg[kg] = i; /* its gradient lands here, as from a RECV_GRAD */
   }
   for (int k = 0; k < km; k++) {
     if (fe[k] < 0 || bf[k] < 0 || fe[k] >= bf[k]) continue;

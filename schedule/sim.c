@@ -206,6 +206,9 @@ static int step(simstate *sm, int r, const sched_instr *in) {
                   : (size_t)-1; /* the pair an offloaded program's instruction names */
   if (pk != (size_t)-1 && in->op != SCHED_OFFLOAD && in->op != SCHED_RELOAD && sm->rl_ready[pk] > t)
     t = sm->rl_ready[pk]; /* its activations are coming back: wait for them */
+  int kg = sm->offload ? sched_local_grad(sm->pr, r, in) : -1; /* the pair a local backward hands its gradient */
+  if (kg >= 0 && sm->rl_ready[(size_t)r * sm->pr->v * sm->pr->m + (size_t)kg] > t)
+    t = sm->rl_ready[(size_t)r * sm->pr->v * sm->pr->m + (size_t)kg]; /* it must be back first */
   double *fs = NULL, *fa = NULL; /* the buffers it names, when an offload may still read them */
   if (pk != (size_t)-1) buffers_at(sm, r, in, &fs, &fa);
   if (in->op != SCHED_OFFLOAD) { /* a buffer an offload still reads: its next user waits for it */
@@ -777,6 +780,9 @@ static int simulate(const sched_program *pr, const sched_costs *c, int steps, sc
                     int memory, sched_sim_result *res, sched_timeline *tl, double **ts, double **te) {
   memset(res, 0, sizeof *res);
   if (steps < 1) return core_error_set(CORE_EINPUT, "steps to simulate must be at least 1 (got %d)", steps);
+  if (steps > 1 && pr->forward_only) /* no OPTIMIZER_STEP: nothing for the steps to meet at */
+    return core_error_set(CORE_EINPUT, "a forward-only program has no optimizer step for consecutive steps to meet at: "
+                          "simulate one step (--steps 1)");
   simstate sm = {.pr = pr, .c = c, .tl = tl, .S = pr->p * pr->v, .m = pr->m, .steps = steps, .sync = sync, .repeat = repeat && steps > 1,
                  .ts = ts, .te = te};
   size_t p = (size_t)pr->p;

@@ -517,8 +517,8 @@ static int check_gathers(const sched_program *pr) {
 }
 
 /* Activation offload: a pair is offloaded only after its forward ran and while its activations
- * are on the device; no instruction uses it (nor a local FORWARD takes its output) between its
- * OFFLOAD and its RELOAD; a RELOAD follows its OFFLOAD; nothing is left on the host at the end.
+ * are on the device; no instruction uses it (nor a local FORWARD takes its output, nor a local
+ * backward hands it its gradient: sched_local_grad) between its OFFLOAD and its RELOAD; a RELOAD follows its OFFLOAD; nothing is left on the host at the end.
  * (Each copy stream runs its copies one at a time in issue order: the runtime has one stream
  * per direction, the simulator one lane per direction.) */
 static int check_offloads(const sched_program *pr) {
@@ -532,6 +532,7 @@ static int check_offloads(const sched_program *pr) {
       const sched_instr *in = &st->ins[i];
       if (in->chunk < 0 || in->mb < 0 || in->chunk >= pr->v || in->mb >= pr->m) continue;
       int k = in->chunk * pr->m + in->mb, kp = sched_local_input(pr, r, in);
+      if (kp < 0) kp = sched_local_grad(pr, r, in); /* (an instruction has one or the other) */
       if (in->op == SCHED_OFFLOAD) {
         if (state[k] != 1) rc = fail_at(pr, r, i, state[k] ? "offloads activations that are on the host already"
                                                             : "offloads a pair before its forward made its activations");

@@ -234,6 +234,9 @@ Test(cli, bad_input_is_one_line_and_exit_2) {
       "frobnicate",
       /* 2.2e6 instructions x 1000 steps of timeline events: more than an int counts (it aborted) */
       "sim --schedule 1f1b --stages 4 --microbatches 100000 --steps 1000 --ascii --max-memory 1T",
+      /* forward only: no optimizer step for steps to meet at (it printed a NaN, or stuck) */
+      "sim --schedule inference --stages 2 --microbatches 2 --steps 2",
+      "sim --schedule inference --stages 2 --microbatches 2 --steps 2 --step-sync post-validation",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char *out;

@@ -810,8 +810,9 @@ static long last_rollbacks(const char *log) { return last_count(log, "rollbacks"
  * with clipping at 0.01 (fires every step: a rollback, then PIPE_PV_BACKOFF = 10 synchronous
  * steps before the next eager try, so 2 rollbacks and restarts in 14 steps) and with none (eager:
  * nothing to check, no VALIDATE, no restarts; ZeRO-2 across replicas too), and on 2 stages x 2 ZeRO-2
- * replicas, 2 x 2 ZeRO-3 (the shard swaps with its second copy) and bf16 (the fp32 master does);
- * under fp16 an overflow injected into one rank's gradient still skips the step on every rank
+ * replicas, 2 x 2 ZeRO-3 (the shard swaps with its second copy), bf16 (the fp32 master does) and
+ * fp16 with a loss scale that doubles every 2 steps (a redone update divides by the scale its
+ * gradients had, not the one the check has just grown for the next step); under fp16 an overflow injected into one rank's gradient still skips the step on every rank
  * (undone there, counted as a rollback). On 1f1b and zb-h2 the check is the next
  * step's VALIDATE, after the forwards each rank can redo: a redone update starts that step again
  * (steps 2 and 13 when clipping fires every step), and the losses, norms and rates are still the
@@ -825,10 +826,12 @@ Test(train, post_validation_matches_the_synchronous_step, .timeout = 300) {
                            "--set pipeline.stages=2 --set zero_optimization.stage=2 --set gradient_accumulation_steps=2",
                            "--set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set zero_optimization.stage=3 "
                            "--set gradient_accumulation_steps=2",
-                           "--set pipeline.stages=2 --set pipeline.schedule=zb-v --set bf16.enabled=true"};
-  const int np[] = {2, 4, 4, 4, 2};
+                           "--set pipeline.stages=2 --set pipeline.schedule=zb-v --set bf16.enabled=true",
+                           "--set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set fp16.enabled=true "
+                           "--set fp16.initial_scale_power=12 --set fp16.loss_scale_window=2"};
+  const int np[] = {2, 4, 4, 4, 2, 2};
   const char *clips[] = {"--set gradient_clipping=1e9", "--set gradient_clipping=0.01", "--set gradient_clipping=0"};
-  for (int l = 0; l < 5; l++)
+  for (int l = 0; l < 6; l++)
     for (int k = 0; k < 3; k++) {
       if (l >= 2 && k == 0) continue;
       if (l >= 3 && k == 2) continue;
@@ -898,16 +901,18 @@ Test(train, recompute_keeps_the_losses, .timeout = 300) {
  * micro-batch's activations to host memory and fill them with NaN on the device until the RELOAD
  * brings them back, so the losses equal the run without offload bit for bit only if no
  * instruction touches activations while they are away; 1f1b, zb-h1 (its W parts offloaded too)
- * and interleaved on 4 ranks, each evaluating on more micro-batches than a step has (an
+ * and interleaved on 4 ranks, dualpipev on 2 (rank 1's backward of stage 2 hands its gradient to
+ * stage 1's pair, which must be back by then), each evaluating on more micro-batches than a step has (an
  * evaluation has no copies; its micro-batches once read the training program's reload table past
  * its end). On the CPU the copies do nothing and the log says so. Bad keys are refused naming them. */
 Test(train, activation_offload_keeps_the_losses, .timeout = 300) {
   char log[] = "/tmp/brigade_train_XXXXXX";
   close(mkstemp(log));
   const char *layouts[] = {"--set pipeline.stages=4", "--set pipeline.stages=4 --set pipeline.schedule=zb-h1",
-                           "--set pipeline.stages=2 --set pipeline.schedule=interleaved --set gradient_accumulation_steps=4"};
-  const int np[] = {4, 4, 2};
-  for (int k = 0; k < 3; k++) {
+                           "--set pipeline.stages=2 --set pipeline.schedule=interleaved --set gradient_accumulation_steps=4",
+                           "--set pipeline.stages=2 --set pipeline.schedule=dualpipev --set gradient_accumulation_steps=4"};
+  const int np[] = {4, 4, 2, 2};
+  for (int k = 0; k < 4; k++) {
     run_log ref, off;
     const char *ev = "--set train.eval_interval=3 --set train.eval_batches=32";
     train_read(np[k], log, &ref, "%s %s --set train.steps=6 --set backend=fakedev", layouts[k], ev);

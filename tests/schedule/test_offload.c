@@ -200,6 +200,45 @@ Test(offload, verifier_rules) {
   sched_program_free(&pr);
 }
 
+/* A backward whose previous virtual stage is on its own rank (dualpipev's and the V's turn) hands
+ * its input gradient to that stage's pair, in that pair's buffers: the pair must be on the device
+ * then. (The placement offloaded across it: the backward wrote into buffers given to another
+ * pair, and the reload brought back a copy without the gradient; train/activation_offload_keeps_
+ * the_losses runs dualpipev.) The verifier refuses an OFFLOAD / RELOAD around that backward and
+ * accepts the two before it. */
+static void insert_at(sched_stream *st, int pos, sched_instr in) {
+  st->ins = realloc(st->ins, sizeof(sched_instr) * (size_t)(st->len + 1));
+  cr_assert(st->ins);
+  st->cap = st->len + 1;
+  memmove(&st->ins[pos + 1], &st->ins[pos], sizeof(sched_instr) * (size_t)(st->len - pos));
+  st->ins[pos] = in, st->len++;
+}
+
+Test(offload, a_local_backward_needs_the_pair_it_hands_its_gradient_to) {
+  sched_shape sh = {.family = SCHED_DUALPIPE_V, .p = 2, .v = 2, .m = 4};
+  sched_costs c = sched_costs_unit();
+  sched_program pr;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  sched_stream *st = &pr.streams[1]; /* rank 1 holds stages 1 and 2 */
+  int i = 0;
+  while (i < st->len && sched_local_grad(&pr, 1, &st->ins[i]) < 0) i++;
+  cr_assert(i < st->len, "rank 1 has no backward handing its gradient over locally");
+  int kg = sched_local_grad(&pr, 1, &st->ins[i]), u = 0;
+  while (!(st->ins[u].chunk * pr.m + st->ins[u].mb == kg)) u++; /* the pair's first instruction: its slots */
+  sched_instr off = {.op = SCHED_OFFLOAD, .mb = kg % pr.m, .chunk = kg / pr.m, .peer = -1, .slot = st->ins[u].slot,
+                     .aslot = st->ins[u].aslot};
+  sched_instr rl = off;
+  rl.op = SCHED_RELOAD;
+  insert_at(st, i + 1, rl);
+  insert_at(st, i, off); /* OFFLOAD, the backward, RELOAD */
+  cr_assert_eq(sched_verify(&pr), CORE_EINPUT, "the backward at rank 1 instruction %d is accepted", i + 1);
+  cr_assert(strstr(core_error_msg(), "uses activations that are on the host (a RELOAD of chunk"), "%s", core_error_msg());
+  sched_instr b = st->ins[i + 1];
+  st->ins[i + 1] = st->ins[i + 2], st->ins[i + 2] = b; /* OFFLOAD, RELOAD, the backward */
+  cr_assert_eq(sched_verify(&pr), CORE_OK, "%s", core_error_msg());
+  sched_program_free(&pr);
+}
+
 /* An offload's buffers go to another pair only once its copy has read them: the runner makes the
  * next user of such a buffer wait for the copy, and so does the simulator. Copies slower than a
  * forward (1F1B p = 8, copy 2): the placement's slots keep the makespan of the program without

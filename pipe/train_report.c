@@ -176,27 +176,38 @@ void train_report_memory(trainer *tr) {
   mine[3] = z3 ? shards : whole;
   mine[4] = z3 ? rn->param_peak : whole;
   mine[6] = z3 ? shards + 4.0 * (double)rn->ngbuf * (double)rn->gbuf_floats : whole;
-  double *all = core_malloc(sizeof(double) * NREPORT * (size_t)p);
-  MPI_Gather(mine, NREPORT, MPI_DOUBLE, all, NREPORT, MPI_DOUBLE, 0, tr->topo.pipe);
+  /* every rank's figures to rank 0 (world rank = stage x d + replica); printed and logged per
+   * stage as its replica 0 has them, every replica of a stage running the same program, and any
+   * other replica whose measured peak is not its prediction printed too */
+  int d = tr->topo.d, world = p * d;
+  double *allw = core_malloc(sizeof(double) * NREPORT * (size_t)world), *all = core_malloc(sizeof(double) * NREPORT * (size_t)p);
+  MPI_Gather(mine, NREPORT, MPI_DOUBLE, allw, NREPORT, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (tr->topo.world_rank == 0) {
-    core_log(CORE_LOG_INFO, "activation memory per rank: peak in use (measured) | the simulator's prediction for "
-             "this program | allocated in slots");
+    for (int q = 0; q < p; q++) memcpy(all + NREPORT * q, allw + NREPORT * (size_t)q * d, sizeof(double) * NREPORT);
+    core_log(CORE_LOG_INFO, "activation memory per %s: peak in use (measured) | the simulator's prediction for "
+             "this program | allocated in slots", d > 1 ? "stage (its replicas alike unless listed)" : "rank");
     for (int q = 0; q < p; q++)
-      core_log(CORE_LOG_INFO, "  rank %d: %.0f bytes | %.0f bytes | %.0f bytes", q, all[NREPORT * q],
+      core_log(CORE_LOG_INFO, "  %s %d: %.0f bytes | %.0f bytes | %.0f bytes", d > 1 ? "stage" : "rank", q, all[NREPORT * q],
                all[NREPORT * q + 1], all[NREPORT * q + 2]);
+    for (int w = 0; w < world; w++) {
+      const double *f = allw + NREPORT * (size_t)w, *s0 = all + NREPORT * (size_t)(w / d);
+      if (w % d && (f[0] != f[1] || f[0] != s0[0] || f[2] != s0[2]))
+        core_log(CORE_LOG_WARN, "  rank %d (stage %d, replica %d): %.0f bytes | %.0f bytes | %.0f bytes", w, w / d, w % d,
+                 f[0], f[1], f[2]);
+    }
     if (z3) {
-      core_log(CORE_LOG_INFO, "parameter memory per rank (ZeRO-3): at start-up (the shards) | peak in the step "
+      core_log(CORE_LOG_INFO, "parameter memory per %s (ZeRO-3): at start-up (the shards) | peak in the step "
                "(measured: shards + chunks gathered) | the memory model's | allocated (shards + %d gather buffers)",
-               rn->ngbuf);
+               d > 1 ? "stage (replica 0's shards; the others' alike)" : "rank", rn->ngbuf);
       for (int q = 0; q < p; q++)
-        core_log(CORE_LOG_INFO, "  rank %d: %.0f | %.0f | %.0f | %.0f bytes; its all-gathers brought in %.0f bytes "
-                 "(the simulator: %.0f)", q, all[NREPORT * q + 3], all[NREPORT * q + 4], all[NREPORT * q + 5],
+        core_log(CORE_LOG_INFO, "  %s %d: %.0f | %.0f | %.0f | %.0f bytes; its all-gathers brought in %.0f bytes "
+                 "(the simulator: %.0f)", d > 1 ? "stage" : "rank", q, all[NREPORT * q + 3], all[NREPORT * q + 4], all[NREPORT * q + 5],
                  all[NREPORT * q + 6], all[NREPORT * q + 7], all[NREPORT * q + 8]);
     }
     free(tr->act_report);
     tr->act_report = all, all = NULL;
   }
-  free(bytes), free(ws), free(pbytes), free(gbytes), free(all);
+  free(bytes), free(ws), free(pbytes), free(gbytes), free(all), free(allw);
 }
 
 /* Every rank's place, gathered to rank 0 and printed there: host, local rank and device, so

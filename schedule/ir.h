@@ -109,7 +109,10 @@ char sched_op_letter(sched_op op);             /* 'F', 'B', 'I', 'W' for compute
 static inline int sched_op_is_compute(sched_op op) { return op >= SCHED_FORWARD && op <= SCHED_BACKWARD_WEIGHT; } /* F, B, I, W */
 /* SEND_ACT, RECV_ACT, SEND_GRAD, RECV_GRAD: point-to-point transfers. A run of them, consecutive
  * in a rank's stream, is posted together (sends first) and completes as a whole: what the
- * verifier's replay, the simulator and the workers all take as the transfers' meaning. */
+ * simulator and the workers take as the transfers' meaning. The verifier's replay proves a
+ * program under stricter semantics (blocking, unbuffered, one transfer at a time), which these
+ * only relax: it may refuse an order they would run (two ranks each sending before receiving),
+ * never accept one they cannot. */
 static inline int sched_is_p2p(sched_op op) { return op >= SCHED_SEND_ACT && op <= SCHED_RECV_GRAD; }
 const char *sched_family_name(sched_family f); /* "gpipe", "1f1b", "interleaved", "custom" */
 /* zb-v, dualpipev, v-min, v-half, v-zb: two chunks per rank, chunk 1 of rank r is stage 2p-1-r */

@@ -185,24 +185,29 @@ Test(train_emu, offload_zero3_follows_the_cpu, .timeout = 300) {
  * activations to page-locked host buffers on the copy streams (events, no host waits), poisoned
  * with NaN on the device until their RELOAD, and their buffers serve other micro-batches
  * meanwhile: the losses equal the emulated run without offload bit for bit (which the tests
- * above hold to the CPU's). */
-Test(train_emu, activation_offload_follows_the_cpu, .timeout = 600) {
-  const char *sets = "--set pipeline.stages=4 --set gradient_accumulation_steps=8"; /* ranks 0, 1: 2 slots, not 4, 3 */
-  double plain[STEPS], off[STEPS];
-  char *text, with[512];
-  snprintf(with, sizeof with, "%s --set backend=cuda", sets);
-  run("emu/brigade", 4, with, plain, &text);
-  free(text);
-  setenv("BRIGADE_OFFLOAD_POISON", "1", 1); /* offloaded activations read as NaN until reloaded */
-  /* offload_gflops 50: the CPU's rate, at which the tiny GPT's copies hide (at the default on
-   * "cuda", a GPU's rate, none would) */
-  snprintf(with, sizeof with, "%s --set backend=cuda --set 'pipeline.offload=\"full\"' --set pipeline.offload_gflops=50",
-           sets);
-  run("emu/brigade", 4, with, off, &text);
-  unsetenv("BRIGADE_OFFLOAD_POISON");
-  const char *say = strstr(text, "rank 0 offloads ");
-  cr_assert(say && atoi(say + 16) > 0, "the offloaded run did not offload:\n%s", text);
-  free(text);
-  for (int i = 0; i < STEPS; i++)
-    cr_assert(off[i] == plain[i], "step %d: %.9g with offload, %.9g without", i + 1, off[i], plain[i]);
+ * above hold to the CPU's). Also dualpipev on 2 ranks, where rank 1's backward of stage 2 hands
+ * its gradient to stage 1's pair, which must be back (its reload landed) first. */
+Test(train_emu, activation_offload_follows_the_cpu, .timeout = 900) {
+  const char *layouts[] = {"--set pipeline.stages=4 --set gradient_accumulation_steps=8", /* ranks 0, 1: 2 slots, not 4, 3 */
+                           "--set pipeline.stages=2 --set pipeline.schedule=dualpipev --set gradient_accumulation_steps=4"};
+  const int np[] = {4, 2};
+  for (int k = 0; k < 2; k++) {
+    double plain[STEPS], off[STEPS];
+    char *text, with[512];
+    snprintf(with, sizeof with, "%s --set backend=cuda", layouts[k]);
+    run("emu/brigade", np[k], with, plain, &text);
+    free(text);
+    setenv("BRIGADE_OFFLOAD_POISON", "1", 1); /* offloaded activations read as NaN until reloaded */
+    /* offload_gflops 50: the CPU's rate, at which the tiny GPT's copies hide (at the default on
+     * "cuda", a GPU's rate, none would) */
+    snprintf(with, sizeof with, "%s --set backend=cuda --set 'pipeline.offload=\"full\"' --set pipeline.offload_gflops=50",
+             layouts[k]);
+    run("emu/brigade", np[k], with, off, &text);
+    unsetenv("BRIGADE_OFFLOAD_POISON");
+    const char *say = strstr(text, "rank 0 offloads ");
+    cr_assert(say && atoi(say + 16) > 0, "%s: the offloaded run did not offload:\n%s", layouts[k], text);
+    free(text);
+    for (int i = 0; i < STEPS; i++)
+      cr_assert(off[i] == plain[i], "%s step %d: %.9g with offload, %.9g without", layouts[k], i + 1, off[i], plain[i]);
+  }
 }

@@ -311,6 +311,10 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
       rc = core_error_set(CORE_EINPUT, "%d micro-batches do not divide the per-replica batch of %d sequences",
                           shape->m, batch);
     t.family = shape->family, t.v = shape->v, t.part = shape->part;
+    /* the family's own post-validation default, unless the config sets it (train_cfg took the
+     * config's family's) */
+    if (!core_config_has(t.cfg, "optimizer.post_validation"))
+      t.post_validation = sched_default_step_sync(t.family) == SCHED_STEP_POST_VALIDATION;
     if (!sched_family_is_zb(t.family)) t.max_pending_w = 0;
     if (t.family != SCHED_ZB_AUTO) t.mem_limit = 0;
     else if (shape->mem_limit > 0) t.mem_limit = shape->mem_limit;

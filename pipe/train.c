@@ -422,8 +422,10 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
   if (tracing) {
     sched_timeline_init(&tl, "", "s", tr->topo.p, tr->cfg.v, tr->cfg.m);
     tr->worker.tl = &tl;
-    tr->worker.t0 = 0;
     MPI_Barrier(MPI_COMM_WORLD);
+    /* every rank's clock from the barrier's end: MPI_Wtime counts from each process's own
+     * origin (Open MPI's differ by tens of ms), so raw times put the ranks' events out of order */
+    tr->worker.t0 = MPI_Wtime();
   }
   /* a long step says how far it is: rank 0's micro-batch, every few seconds (core/progress.h) */
   if (tr->topo.world_rank == 0) {

@@ -309,6 +309,43 @@ Test(cli, options_take_name_equals_value) {
   free(a);
 }
 
+/* tune prices each candidate as `sim CONFIG` predicts that shape: its step sync too (the
+ * zero-bubble and V families post-validate by default; tune took the config's family's, 1f1b's
+ * barrier, for all of them). Every listed candidate of the tiny GPT on 4 stages, against sim with
+ * the same keys, to the printed digits. */
+Test(cli, tune_prices_as_sim_config_does, .timeout = 120) {
+  char *out;
+  cr_assert_eq(brigade("tune configs/tiny.cfg --set pipeline.stages=4 --memory 1G --gflops 10 --top 5 --svg /dev/null", &out),
+               0, "%s", out);
+  char *row = strstr(out, "\n  1  ");
+  cr_assert(row, "%s", out);
+  int checked = 0, zb = 0;
+  for (int k = 0; k < 5 && row; k++, row = strchr(row + 1, '\n')) {
+    int idx, v, m, B;
+    char fam[32], part[32];
+    double ms;
+    if (sscanf(row, " %d %31s %d %d %d %31s %lf", &idx, fam, &v, &m, &B, part, &ms) != 7) break;
+    if (strstr(fam, "+rc")) continue; /* (the recompute keys: another config) */
+    char lim[64] = "", *at = strchr(fam, '@');
+    if (at) *at = 0, snprintf(lim, sizeof lim, "--set pipeline.mem_limit=%s", at + 1);
+    char args[512], *sim;
+    snprintf(args, sizeof args, "sim configs/tiny.cfg --set pipeline.stages=4 --set 'pipeline.schedule=\"%s\"' "
+             "--set pipeline.virtual_stages=%d --set gradient_accumulation_steps=%d --set train_micro_batch_size_per_gpu=%d "
+             "--set 'pipeline.partition_method=\"%s\"' %s --gflops 10", fam, v, m, B, part, lim);
+    cr_assert_eq(brigade(args, &sim), 0, "%s", sim);
+    const char *st = strstr(sim, "steady step time ");
+    cr_assert(st, "%s", sim);
+    char want[32], got[32];
+    snprintf(want, sizeof want, "%.6g", ms), snprintf(got, sizeof got, "%.6g", 1e3 * atof(st + 17));
+    cr_assert_str_eq(got, want, "%s: sim %s ms, tune %s ms", fam, got, want);
+    zb += strncmp(fam, "zb-", 3) == 0 || strncmp(fam, "v-", 2) == 0;
+    free(sim);
+    checked++;
+  }
+  cr_assert(checked >= 3 && zb >= 1, "%d candidates checked (%d zero-bubble):\n%s", checked, zb, out);
+  free(out);
+}
+
 Test(cli, sim_a_training_config) {
   char *out;
   cr_assert_eq(brigade("sim configs/tiny.cfg --set pipeline.stages=4 --set pipeline.schedule=zb-h1 --gflops 10 --json", &out), 0, "%s", out);

@@ -411,6 +411,41 @@ static int evaluate(trainer *tr, double *val) {
   return rc;
 }
 
+/* The traced step's origin in this rank's MPI_Wtime: stage 0's clock when the pipeline leaves a
+ * barrier, carried over by the offset between stage 0's clock and this rank's. MPI_Wtime counts
+ * from each process's own origin (Open MPI's differ by tens of ms), so raw times put the ranks'
+ * events out of order. The offset: of 8 round trips to stage 0, the shortest's midpoint against
+ * the time stage 0 sent (Cristian's method: off by at most half that trip, microseconds on one
+ * machine). On a communicator of its own, so that nothing the worker posts can match. */
+static double trace_origin(const trainer *tr) {
+  MPI_Comm c;
+  MPI_Comm_dup(tr->topo.pipe, &c);
+  int me = tr->topo.stage;
+  double offset = 0; /* stage 0's clock minus this rank's */
+  for (int q = 1; q < tr->topo.p; q++) {
+    char ping = 0;
+    double theirs = 0, best = 1e300;
+    for (int k = 0; k < 8; k++) {
+      if (me == 0) {
+        MPI_Recv(&ping, 1, MPI_CHAR, q, k, c, MPI_STATUS_IGNORE);
+        double now = MPI_Wtime();
+        MPI_Send(&now, 1, MPI_DOUBLE, q, k, c);
+      } else if (me == q) {
+        double t1 = MPI_Wtime();
+        MPI_Send(&ping, 1, MPI_CHAR, 0, k, c);
+        MPI_Recv(&theirs, 1, MPI_DOUBLE, 0, k, c, MPI_STATUS_IGNORE);
+        double t2 = MPI_Wtime();
+        if (t2 - t1 < best) best = t2 - t1, offset = theirs - (t1 + t2) / 2;
+      }
+    }
+  }
+  MPI_Barrier(c);
+  double base = MPI_Wtime(); /* stage 0's is the one kept */
+  MPI_Bcast(&base, 1, MPI_DOUBLE, 0, c);
+  MPI_Comm_free(&c);
+  return base - offset;
+}
+
 static int train_step(trainer *tr, long step, double *loss, double *ms) {
   pipe_runner *rn = &tr->rn;
   /* the schedule follows the updates made, as DeepSpeed's: a step skipped for an fp16 overflow
@@ -422,10 +457,8 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
   if (tracing) {
     sched_timeline_init(&tl, "", "s", tr->topo.p, tr->cfg.v, tr->cfg.m);
     tr->worker.tl = &tl;
+    tr->worker.t0 = trace_origin(tr); /* one clock for the pipeline's ranks */
     MPI_Barrier(MPI_COMM_WORLD);
-    /* every rank's clock from the barrier's end: MPI_Wtime counts from each process's own
-     * origin (Open MPI's differ by tens of ms), so raw times put the ranks' events out of order */
-    tr->worker.t0 = MPI_Wtime();
   }
   /* a long step says how far it is: rank 0's micro-batch, every few seconds (core/progress.h) */
   if (tr->topo.world_rank == 0) {

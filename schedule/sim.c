@@ -730,6 +730,7 @@ static void compute_stats(simstate *sm, sched_sim_result *res, int memory) {
     rs->end = sm->lo[r] <= sm->hi[r] ? sm->hi[r] : 0;
     rs->span = rs->end - rs->start;
     rs->idle = rs->span - rs->busy;
+    if (rs->idle < 0 && rs->idle > -1e-12 * rs->span) rs->idle = 0; /* rounding of the sums: no idle */
     if (memory) rank_memory(pr, sm->c, r, rs);
     rs->peak_gathered = sm->pgath[r], rs->peak_gather_bytes = sm->pgbytes[r], rs->gather_time = sm->gtime[r];
     rs->gather_bytes = sm->gmoved[r];

@@ -116,7 +116,8 @@ int cli_convert(int argc, char **argv) {
   int from_dir = !rc && S_ISDIR(sb.st_mode);
   if (!rc && !from_dir) { /* a weights file into a checkpoint directory */
     if (to && strcmp(to, "brigade") != 0)
-      rc = core_error_set(CORE_EINPUT, "convert: %s is a weights file; it converts into a checkpoint directory (no --to)", in);
+      rc = core_error_set(CORE_EINPUT, "convert: %s is not a checkpoint directory: --to converts a checkpoint directory "
+                          "(a weights file converts into one, with no --to)", in);
     if (!rc) rc = refuse_existing(out, 1);
     if (!rc) rc = import(in, out, heads);
     return rc ? fail() : 0;

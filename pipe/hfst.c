@@ -148,7 +148,13 @@ int pipe_hfst_check_model(const pipe_hfst *h, const layers_model *m) {
       !is(&m->layers[m->n - 2], "lm_head") || !is(&m->layers[m->n - 1], "cross_entropy") || m->layers[m->n - 2].tied_to != 0)
     return core_error_set(CORE_EINPUT, "%s: GPT-2 needs model.layers = embedding, transformer_block x L, layernorm, "
                           "lm_head tied to the embedding, cross_entropy", h->path);
-  if (L != h->L) return core_error_set(CORE_EINPUT, "%s: the file holds %d blocks (h.0 .. h.%d), the model %d", h->path, h->L, h->L - 1, L);
+  for (int i = 1; i <= L; i++) /* each layer between the embedding and ln_f a block, before counting them */
+    if (!is(&m->layers[i], "transformer_block"))
+      return core_error_set(CORE_EINPUT, "%s: layer %d ('%s') is a %s, GPT-2 has a transformer_block there (model.layers)",
+                            h->path, i, m->layers[i].name, m->layers[i].type->name);
+  if (L != h->L)
+    return core_error_set(CORE_EINPUT, "%s: the file holds %d blocks (h.0 .. h.%d), the model %d (model.layers)", h->path,
+                          h->L, h->L - 1, L);
   const layer *e = &m->layers[0];
   if (e->V != h->V || e->C != h->C)
     return core_error_set(CORE_EINPUT, "%s: wte.weight: the file holds [%d, %d], the model [%d, %d] (model.vocab_size, "
@@ -157,9 +163,10 @@ int pipe_hfst_check_model(const pipe_hfst *h, const layers_model *m) {
     return core_error_set(CORE_EINPUT, "%s: wpe.weight: the file holds [%d, %d], the model [%d, %d] (model.seq_len must be %d)",
                           h->path, h->maxT, h->C, e->T, e->C, h->maxT);
   for (int i = 1; i <= L; i++)
-    if (!is(&m->layers[i], "transformer_block") || m->layers[i].hidden != 4 * h->C)
-      return core_error_set(CORE_EINPUT, "%s: layer %d ('%s') must be a transformer_block with an MLP of %d", h->path, i,
-                            m->layers[i].name, 4 * h->C);
+    if (m->layers[i].hidden != 4 * h->C)
+      return core_error_set(CORE_EINPUT, "%s: h.%d.mlp.c_fc.weight: the file holds [%d, %d], the model [%d, %d] (layer %d "
+                            "'%s': mlp_ratio must be 4)", h->path, i - 1, h->C, 4 * h->C, h->C, m->layers[i].hidden, i,
+                            m->layers[i].name);
   return CORE_OK;
 }
 

@@ -119,6 +119,9 @@ int pipe_gpt2_check_shape(const layers_model *m, const char *name) {
     if (i == n - 2 && l->tied_to != 0)
       return core_error_set(CORE_EINPUT, "%s: the model is not GPT-2-shaped (%s): its lm_head '%s' is not tied to the "
                             "embedding '%s'", name, want, l->name, m->layers[0].name);
+    if (i == n - 3 && l->eps != 1e-5) /* neither file records it: a converted model would normalize otherwise */
+      return core_error_set(CORE_EINPUT, "%s: the model is not GPT-2-shaped (%s): its final layernorm '%s' has eps %g, "
+                            "GPT-2's is 1e-5 (neither llm.c's file nor safetensors records it)", name, want, l->name, l->eps);
     if (i > 0 && i < n - 3 && l->hidden != 4 * l->C)
       return core_error_set(CORE_EINPUT, "%s: the model is not GPT-2-shaped (%s): block '%s' (layer %d) has an MLP of "
                             "%d, GPT-2's is 4 x d_model = %d", name, want, l->name, i, l->hidden, 4 * l->C);

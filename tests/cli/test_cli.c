@@ -544,6 +544,16 @@ Test(cli, convert_heads_and_init_from_a_directory, .timeout = 120) {
       {"convert %s/ck %s/c.bin --to llmc --heads 4", "--heads applies to a model.safetensors file"},
       {"train configs/tiny.cfg --set train.steps=1 --init-from %s/ck%s", "Is a directory"},
       {"convert %s/none %s/e.bin --to llmc", "convert: cannot open "}, /* was "is a weights file" */
+      {"convert %s/ck/latest %s/f.bin --to llmc", "/ck/latest is not a checkpoint directory"}, /* (called a weights file) */
+      /* safetensors against another model: the key named, the tensor and both shapes */
+      {"train configs/tiny.cfg --set train.steps=1 --init-from %s/w.st --set model.layers.[1].repeat=4",
+       "the file holds 6 blocks (h.0 .. h.5), the model 4 (model.layers)"},
+      {"train configs/tiny.cfg --set train.steps=1 --init-from %s/w.st --set model.layers.[1].mlp_ratio=2",
+       "h.0.mlp.c_fc.weight: the file holds [32, 128], the model [32, 64] (layer 1 'block.0': mlp_ratio must be 4)"},
+      {"train configs/tiny.cfg --set train.steps=1 --init-from %s/w.st --set 'model.layers=({type=\"embedding\"; "
+       "name=\"wte\";}, {type=\"transformer_block\"; name=\"h\"; repeat=6;}, {type=\"linear\"; name=\"proj\"; out=32;}, "
+       "{type=\"layernorm\"; name=\"ln_f\";}, {type=\"lm_head\"; name=\"head\"; tie=\"wte\";}, {type=\"cross_entropy\"; "
+       "name=\"loss\";})'", "layer 7 ('proj') is a linear, GPT-2 has a transformer_block there (model.layers)"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char args[1024];
@@ -767,7 +777,11 @@ Test(cli, convert_of_a_model_not_gpt2_names_the_checkpoint, .timeout = 120) {
            "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=0 --set checkpoint.dir=%s/untied "
            "--set 'model.layers=({type=\"embedding\"; name=\"wte\";}, {type=\"transformer_block\"; name=\"h\"; repeat=2;}, "
            "{type=\"layernorm\"; name=\"ln_f\";}, {type=\"lm_head\"; name=\"head\";}, {type=\"cross_entropy\"; "
-           "name=\"loss\";})' 1>&2", b, dir, b, dir);
+           "name=\"loss\";})' 1>&2 && "
+           "ASAN_OPTIONS=detect_leaks=0 %s/brigade train configs/tiny.cfg --set train.steps=0 --set checkpoint.dir=%s/eps "
+           "--set 'model.layers=({type=\"embedding\"; name=\"wte\";}, {type=\"transformer_block\"; name=\"h\"; repeat=2;}, "
+           "{type=\"layernorm\"; name=\"ln_f\"; eps=0.01;}, {type=\"lm_head\"; name=\"head\"; tie=\"wte\";}, "
+           "{type=\"cross_entropy\"; name=\"loss\";})' 1>&2", b, dir, b, dir, b, dir);
   cr_assert_eq(test_sh(cmd), 0, "%s", cmd);
   const char *cases[][2] = {
       {"convert %s/lin %s/out.bin --to llmc", "lin: the model is not GPT-2-shaped (embedding, transformer_block x L, "
@@ -775,6 +789,9 @@ Test(cli, convert_of_a_model_not_gpt2_names_the_checkpoint, .timeout = 120) {
       {"convert %s/lin %s/out.st --to safetensors", "lin: the model is not GPT-2-shaped"},
       {"convert %s/untied %s/out.bin --to llmc", "untied: the model is not GPT-2-shaped (embedding, transformer_block x L, "
        "layernorm, lm_head tied to the embedding, cross_entropy): its lm_head 'head' is not tied to the embedding 'wte'"},
+      /* an eps neither format records: it converted silently, and came back as 1e-5 */
+      {"convert %s/eps %s/out.bin --to llmc", "its final layernorm 'ln_f' has eps 0.01, GPT-2's is 1e-5"},
+      {"convert %s/eps %s/out.st --to safetensors", "its final layernorm 'ln_f' has eps 0.01, GPT-2's is 1e-5"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char args[1024];

@@ -253,12 +253,8 @@ static int build_program(const sched_opts *o, int steps, int events, sched_progr
     return rc ? rc : sched_compile(&o->shape, &o->costs, pr);
   }
   int rc = sched_csv_read_program(o->schedule_file, o->shape.tied, &o->costs, pr);
-  double nev = !rc && events ? (double)sched_program_count(pr) * (steps > 1 ? steps : 1) : 0;
-  if (nev > 2147483647.0) { /* as sched_size_check refuses a shape's */
-    rc = core_error_set(CORE_EINPUT, "%s: %zu instructions for each of %d steps is %.3g timeline events, more than the "
-                        "2147483647 a timeline can hold: fewer --steps, or no --svg, --trace or --ascii",
-                        o->schedule_file, sched_program_count(pr), steps, nev);
-    sched_program_free(pr);
+  if (!rc && events && (rc = sched_events_check((double)sched_program_count(pr), steps, o->schedule_file))) {
+    sched_program_free(pr); /* as sched_size_check refuses a shape's */
     return rc;
   }
   if (!rc && (o->shape.offload || o->shape.post_validation)) { /* a file's program as a compiled one */

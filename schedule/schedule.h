@@ -136,6 +136,10 @@ typedef struct {
  * (names[0..2]: how p, v and m were given, flags such as "--stages" or keys such as
  * "pipeline.stages"; v only when it is not 1), the estimate and the limit it passes. */
 int sched_size_check(const sched_shape *sh, const sched_size *sz, const sched_limits *lim, const char *const names[3]);
+/* CORE_EINPUT, naming `what`, when a simulation of `steps` steps recording one timeline event per
+ * instruction and step would count more events than an int holds (sched_size_check asks it of a
+ * shape's estimate; a schedule file's program asks it of its own count). */
+int sched_events_check(double instructions, int steps, const char *what);
 
 /* CORE_EINPUT when family cannot run v chunks per rank (1 for gpipe, 1f1b and zb-h1/h2/auto, 2
  * for the V families, 2 or more for interleaved). The message names v as the user gave it: name

@@ -207,8 +207,10 @@ static int step(simstate *sm, int r, const sched_instr *in) {
   if (pk != (size_t)-1 && in->op != SCHED_OFFLOAD && in->op != SCHED_RELOAD && sm->rl_ready[pk] > t)
     t = sm->rl_ready[pk]; /* its activations are coming back: wait for them */
   int kg = sm->offload ? sched_local_grad(sm->pr, r, in) : -1; /* the pair a local backward hands its gradient */
-  if (kg >= 0 && sm->rl_ready[(size_t)r * sm->pr->v * sm->pr->m + (size_t)kg] > t)
-    t = sm->rl_ready[(size_t)r * sm->pr->v * sm->pr->m + (size_t)kg]; /* it must be back first */
+  if (kg >= 0) { /* it must be back first */
+    double back = sm->rl_ready[(size_t)r * sm->pr->v * sm->pr->m + (size_t)kg];
+    if (back > t) t = back;
+  }
   double *fs = NULL, *fa = NULL; /* the buffers it names, when an offload may still read them */
   if (pk != (size_t)-1) buffers_at(sm, r, in, &fs, &fa);
   if (in->op != SCHED_OFFLOAD) { /* a buffer an offload still reads: its next user waits for it */

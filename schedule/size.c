@@ -92,6 +92,14 @@ void sched_size_estimate(const sched_shape *sh, int steps, int events, sched_siz
   out->events = events ? I * k : 0;
 }
 
+int sched_events_check(double instructions, int steps, const char *what) {
+  double events = instructions * (steps > 1 ? steps : 1);
+  if (events <= 2147483647.0) return CORE_OK;
+  return core_error_set(CORE_EINPUT, "%s: about %.3g instructions for each of %d steps is %.3g timeline events, more than "
+                        "the 2147483647 a timeline can hold: fewer steps, or no chart or trace", what, instructions, steps,
+                        events);
+}
+
 /* "--stages 4096" or "pipeline.stages = 4096" */
 static void named(char *buf, size_t n, const char *name, int value) {
   snprintf(buf, n, "%s%s%d", name, strncmp(name, "--", 2) == 0 ? " " : " = ", value);
@@ -102,10 +110,11 @@ int sched_size_check(const sched_shape *sh, const sched_size *sz, const sched_li
   double most = lim->max_instructions > 0 && lim->max_instructions < 2147483647.0 ? lim->max_instructions : 2147483647.0;
   int over_i = sz->instructions > most;
   int over_b = lim->max_bytes > 0 && sz->bytes > lim->max_bytes;
-  if (!over_i && !over_b && sz->events > 2147483647.0) /* a timeline's count is an int too */
-    return core_error_set(CORE_EINPUT, "schedule %s: about %.3g instructions for each of %.0f steps is %.3g timeline events, "
-                          "more than the 2147483647 a timeline can hold: fewer steps, or no chart or trace",
-                          sched_family_name(sh->family), sz->instructions, sz->events / sz->instructions, sz->events);
+  if (!over_i && !over_b && sz->events > 0) { /* a timeline's count is an int too */
+    char what[48];
+    snprintf(what, sizeof what, "schedule %s", sched_family_name(sh->family));
+    return sched_events_check(sz->instructions, (int)(sz->events / sz->instructions + 0.5), what);
+  }
   if (!over_i && !over_b) return CORE_OK;
   char p[64], v[64] = "", m[64], bytes[32], limit[32];
   named(p, sizeof p, names[0], sh->p);

@@ -518,7 +518,8 @@ static int check_gathers(const sched_program *pr) {
 
 /* Activation offload: a pair is offloaded only after its forward ran and while its activations
  * are on the device; no instruction uses it (nor a local FORWARD takes its output, nor a local
- * backward hands it its gradient: sched_local_grad) between its OFFLOAD and its RELOAD; a RELOAD follows its OFFLOAD; nothing is left on the host at the end.
+ * backward hands it its gradient: sched_local_grad) between its OFFLOAD and its RELOAD; a RELOAD
+ * follows its OFFLOAD; nothing is left on the host at the end.
  * (Each copy stream runs its copies one at a time in issue order: the runtime has one stream
  * per direction, the simulator one lane per direction.) */
 static int check_offloads(const sched_program *pr) {

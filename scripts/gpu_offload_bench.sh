@@ -10,7 +10,10 @@
 #   all   "full" at costs that call every copy hidden (offload_gflops 1000);
 #   auto  "auto" with memory_limit 3 at the same costs as full (rank 0 holds 4 slots without);
 #   none  "none" again, for the spread of the runs without offload in one command;
-#   NAME+rg  that run with recompute_gelu on the blocks (the same losses, slots N x 4C smaller).
+#   NAME+rg  that run with recompute_gelu on the blocks (the same losses, slots N x 4C smaller);
+#   NAME+mps that run under CUDA's multi-process service (nvidia-cuda-mps-control -d, started
+#            before the first such run and stopped before a run without; the 4 ranks' kernels and
+#            copies then share one device context instead of taking turns); last in a name.
 # Each run's losses are compared with the first run's.
 # OFFLOAD_BENCH_MODEL="D_MODEL N_HEADS BLOCKS" changes the model (default "4096 64 8").
 # OFFLOAD_BENCH_TRACE=DIR writes each run's measured timeline of step 2 to DIR/NAME.json (+ .svg).
@@ -62,21 +65,34 @@ run() { # NAME SETS...
   sed 's/.*"loss":\([^,]*\),.*/\1/' "$D/$n.jsonl" > "$D/$n.loss"
 }
 rc=0
+MPS=0 # whether this script's MPS daemon runs
+mps() { # on|off
+  if [ "$1" = on ] && [ $MPS = 0 ]; then
+    command -v nvidia-cuda-mps-control >/dev/null 2>&1 || { echo "offload-bench: no nvidia-cuda-mps-control here"; return 1; }
+    nvidia-cuda-mps-control -d || { echo "offload-bench: nvidia-cuda-mps-control -d failed"; return 1; }
+    MPS=1; echo "offload-bench: MPS daemon started"
+  elif [ "$1" = off ] && [ $MPS = 1 ]; then
+    echo quit | nvidia-cuda-mps-control; MPS=0; sleep 1; echo "offload-bench: MPS daemon stopped"
+  fi
+}
 run none || rc=1
 runs=${OFFLOAD_BENCH_RUNS:-full all auto} # after "none", always run first
 for n in $runs; do
+  case $n in *+mps) mps on || { rc=1; continue; };; *) mps off;; esac
   rg= # NAME+rg: that run with recompute_gelu on the blocks (the same losses, smaller slots)
-  case $n in *+rg) rg="--set model.layers.[1].recompute_gelu=true";; esac
-  case ${n%+rg} in
+  case ${n%+mps} in *+rg) rg="--set model.layers.[1].recompute_gelu=true";; esac
+  b=${n%+mps}
+  case ${b%+rg} in
     full) run $n $rg --set 'pipeline.offload="full"' --set pipeline.offload_gflops=$GFLOPS --set pipeline.offload_gbps=$GBPS || rc=1;;
     all) run $n $rg --set 'pipeline.offload="full"' --set pipeline.offload_gflops=1000 --set pipeline.offload_gbps=$GBPS || rc=1;;
     auto) run $n $rg --set 'pipeline.offload="auto"' --set pipeline.memory_limit=3 --set pipeline.offload_gflops=$GFLOPS \
       --set pipeline.offload_gbps=$GBPS || rc=1;;
     none) [ "$n" = none ] && n=none2 # again: the spread of the runs without offload in one command
       run $n $rg || rc=1;;
-    *) echo "offload-bench: no run named $n (full all auto none, each also as NAME+rg)"; rc=1;;
+    *) echo "offload-bench: no run named $n (full all auto none, each also as NAME+rg, NAME+mps)"; rc=1;;
   esac
 done
+mps off
 for n in $runs; do
   [ "$n" = none ] && n=none2
   if [ -s "$D/none.loss" ] && cmp -s "$D/none.loss" "$D/$n.loss"; then echo "offload-bench: $n gives none's losses bit for bit"

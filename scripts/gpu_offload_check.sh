@@ -8,8 +8,10 @@
 # (4 ranks: ranks 0 and 1 offload and allocate 2 slots rather than 4 and 3; on 2, none would).
 #     sh scripts/gpu_offload_check.sh "MPIRUN COMMAND"     (from the repository's root)
 # OFFLOAD_CHECK_BACKEND=fakedev runs it without a GPU (the CPU's kernels behind device pointers).
+# OFFLOAD_CHECK_SETS: more --set arguments for both runs (words without spaces), e.g.
+# '--set pipeline.schedule="dualpipev"' (a backward handing its input gradient to its own rank).
 MPIRUN=${1:-mpirun}
-SETS="--set backend=${OFFLOAD_CHECK_BACKEND:-cuda} --set pipeline.stages=4 --set gradient_accumulation_steps=8 --set train.steps=6 --set train.eval_interval=0"
+SETS="--set backend=${OFFLOAD_CHECK_BACKEND:-cuda} --set pipeline.stages=4 --set gradient_accumulation_steps=8 --set train.steps=6 --set train.eval_interval=0 ${OFFLOAD_CHECK_SETS:-}"
 D=$(mktemp -d)
 $MPIRUN -np 4 build/brigade train configs/tiny.cfg $SETS --log-json "$D/plain.jsonl" > "$D/plain.out" 2>&1 || { cat "$D/plain.out"; exit 1; }
 BRIGADE_OFFLOAD_POISON=1 $MPIRUN -x BRIGADE_OFFLOAD_POISON -np 4 build/brigade train configs/tiny.cfg $SETS \

@@ -333,7 +333,7 @@ static int chunk_init(layers_chunk *ch, const layers_model *m, int lo, int hi, c
   ch->nslots = nslots > 0 ? nslots : 1;
   ch->layers = core_malloc(sizeof(layer) * (size_t)ch->n);
   memcpy(ch->layers, m->layers + lo, sizeof(layer) * (size_t)ch->n);
-  for (int i = 0; i < ch->n; i++) { /* the attention cache this table keeps (smaller when fused) */
+  for (int i = 0; i < ch->n; i++) { /* the attention cache this table keeps (its size depends on the path) */
     layer *l = &ch->layers[i];
     if ((l->type == &layers_attention || l->type == &layers_block) && ops && ops->attention_cache_floats)
       l->att_floats = ops->attention_cache_floats(B, T, l->C, l->NH);

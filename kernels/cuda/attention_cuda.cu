@@ -127,7 +127,10 @@ static void shape_check(const char *op, int C, int NH) {
 
 // the fused kernels: asked for, bf16 mixed precision, and a shape they take (forward and
 // backward decide alike, so backward reads the cache its forward wrote)
-static int flash_sized; // attention_cache_floats has sized a cache for the fused path
+// The path attention_cache_floats last sized a cache for, for a shape the fused kernels take: -1
+// none yet, 0 the GEMM path (B*NH*T*T floats), 1 the fused one (smaller than that for T >= 173,
+// larger for T from 65 to 172 at head size 64). Neither cache holds the other path's data.
+static int sized_path = -1;
 
 static int use_flash_for(const char *op, int T, int C, int NH) {
   const char *e = getenv("BRIGADE_CUDA_ATTENTION");
@@ -136,19 +139,23 @@ static int use_flash_for(const char *op, int T, int C, int NH) {
               "is neither \"flash\" (the default) nor \"gemm\"");
   int usable = cuda_flash_usable(T, C, NH);
   int on = !(e && !strcmp(e, "gemm")) && cuda_matmul_half_kind() == 1 && usable;
-  if (!on && usable && flash_sized && op)
+  if (op && usable && sized_path >= 0 && on != sized_path)
     cuda_fail(op, __FILE__, __LINE__, "the attention cache",
-              "was sized for the fused path (the default under bf16), which this call would "
-              "not take: the precision or the environment changed after the model's buffers were made");
+              on ? "was sized for the GEMM path (fp32, or BRIGADE_CUDA_ATTENTION=gemm), and this call "
+                   "would take the fused one: the precision or the environment changed after the "
+                   "model's buffers were made"
+                 : "was sized for the fused path (the default under bf16), which this call would "
+                   "not take: the precision or the environment changed after the model's buffers were made");
   return on;
 }
 static int use_flash(int T, int C, int NH) { return use_flash_for(nullptr, T, C, NH); }
 
 size_t cuda_attention_cache_floats(int B, int T, int C, int NH) {
   if (NH > 0 && C % NH == 0 && use_flash(T, C, NH)) {
-    flash_sized = 1;
+    sized_path = 1;
     return cuda_flash_cache_floats(B, T, C, NH); // L, O, then bf16 q, k, v (flash_mma.cu)
   }
+  if (cuda_flash_usable(T, C, NH)) sized_path = 0;
   return (size_t)B * NH * T * T;
 }
 

@@ -252,7 +252,8 @@ enum { ROWS_PER_BLOCK = CUDA_THREADS / 32 };
 static unsigned row_blocks(int N) { return (unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK); }
 
 // vec (C a multiple of 4, every pointer 16-byte aligned): each lane takes float4 groups of its
-// row, with the same arithmetic per element as the single-element loops.
+// row, with the same arithmetic per element as the single-element loops, and the sums over the
+// row in the same order (a lane's groups of 4 in turn): the same bits either way.
 __global__ void k_layernorm_forward(float *out, float *mean, float *rstd, const float *in,
                                     const float *w, const float *b, int N, int C, float eps, int vec) {
   int row = blockIdx.x * ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -281,13 +282,17 @@ __global__ void k_layernorm_forward(float *out, float *mean, float *rstd, const 
     if (lane == 0) mean[row] = m, rstd[row] = rs;
     return;
   }
+  // the sums in the vec path's order (a lane takes groups of 4 in turn), so that a row's mean and
+  // rstd do not depend on whether its pointers are 16-byte aligned
   float s = 0.0f;
-  for (int c = lane; c < C; c += 32)
-    s += x[c];
+  for (int g = lane; 4 * g < C; g += 32)
+    for (int c = 4 * g; c < 4 * g + 4 && c < C; c++)
+      s += x[c];
   float m = warp_sum(s) / (float)C;
   float v = 0.0f;
-  for (int c = lane; c < C; c += 32)
-    v += (x[c] - m) * (x[c] - m); // two passes, as the CPU
+  for (int g = lane; 4 * g < C; g += 32)
+    for (int c = 4 * g; c < 4 * g + 4 && c < C; c++)
+      v += (x[c] - m) * (x[c] - m); // two passes, as the CPU
   v = warp_sum(v) / (float)C;
   float rs = 1.0f / sqrtf(v + eps);
   for (int c = lane; c < C; c += 32)
@@ -329,11 +334,12 @@ __global__ void k_layernorm_backward_input(float *din, const float *dout, const 
     }
     return;
   }
-  for (int c = lane; c < C; c += 32) {
-    float g = __fmul_rn(w[c], dy[c]);
-    gm += g;
-    gxm += g * (x[c] - m) * s;
-  }
+  for (int q = lane; 4 * q < C; q += 32) // the vec path's order of the sums, as in the forward
+    for (int c = 4 * q; c < 4 * q + 4 && c < C; c++) {
+      float g = __fmul_rn(w[c], dy[c]);
+      gm += g;
+      gxm += g * (x[c] - m) * s;
+    }
   gm = warp_sum(gm) / (float)C;
   gxm = warp_sum(gxm) / (float)C;
   // __fmul_rn: no FMA here, so w*dy - mean(g) cancels as on the CPU (exactly 0 when C = 1)

@@ -777,17 +777,18 @@ Test(OPS_HARNESS_SUITE, attention_bf16) {
   G->matmul_half(0);
 }
 
-/* A cache sized for the fused path, then a mode in which the call would take the GEMM path
- * (which writes B*NH*T*T floats): the call must stop, naming the cause, rather than overrun. In a
- * child process (its stderr read back), which stops before any CUDA call. */
-Test(OPS_HARNESS_SUITE, attention_cache_mode_change_stops) {
+/* A cache sized for one path, then a mode in which the call would take the other: the call must
+ * stop, naming the cause, rather than overrun (the GEMM path writes B*NH*T*T floats; the fused
+ * one more than that for T from 65 to 172). In a child process (its stderr read back), which
+ * stops before any CUDA call. */
+static void mode_change_stops(int sized_half, int T, const char *cause) {
   need_backend();
   if (strcmp(G->name, "cuda") != 0) cr_skip_test("%s has one attention cache size", G->name);
-  G->matmul_half(1);
+  G->matmul_half(sized_half);
   setenv("BRIGADE_CUDA_ATTENTION", "flash", 1);
-  int B = 1, T = 512, C = 64, NH = 1;
-  size_t n = G->attention_cache_floats(B, T, C, NH);
-  cr_assert_lt(n, (size_t)B * NH * T * T, "flash under bf16 asked for %zu floats", n);
+  int B = 1, C = 64, NH = 1;
+  size_t n = G->attention_cache_floats(B, T, C, NH), nf = kernels_fused_attention_floats(B, T, NH, C / NH);
+  cr_assert_eq(n, sized_half ? nf : (size_t)B * NH * T * T, "the cache asked for %zu floats", n);
   float *qkv = dev_poisoned((size_t)B * T * 3 * C), *out = dev_poisoned((size_t)B * T * C), *att = dev_poisoned(n);
   G->fill(qkv, 0.5f, (size_t)B * T * 3 * C);
   G->sync();
@@ -797,7 +798,7 @@ Test(OPS_HARNESS_SUITE, attention_cache_mode_change_stops) {
   cr_assert(pid >= 0);
   if (pid == 0) {
     dup2(fd[1], 2), close(fd[0]);
-    G->matmul_half(0); /* fp32: the fused path no longer applies */
+    G->matmul_half(!sized_half); /* the other path applies now */
     G->attention_forward(out, att, qkv, B, T, C, NH);
     _exit(0);
   }
@@ -811,10 +812,18 @@ Test(OPS_HARNESS_SUITE, attention_cache_mode_change_stops) {
   int st = 0;
   waitpid(pid, &st, 0);
   cr_expect(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "the call did not stop (status %d)", st);
-  cr_expect(strstr(msg, "op attention_forward") && strstr(msg, "was sized for the fused path"),
-            "the message does not name the op and the cause: %s", msg);
+  cr_expect(strstr(msg, "op attention_forward") && strstr(msg, cause), "the message does not name the op and the cause: %s",
+            msg);
   unsetenv("BRIGADE_CUDA_ATTENTION");
   G->matmul_half(0);
+}
+
+Test(OPS_HARNESS_SUITE, attention_cache_mode_change_stops) {
+  mode_change_stops(1, 512, "was sized for the fused path"); /* a smaller cache than the GEMM path's */
+}
+
+Test(OPS_HARNESS_SUITE, attention_cache_mode_change_to_fused_stops) {
+  mode_change_stops(0, 128, "was sized for the GEMM path"); /* fused: 20608 floats, GEMM 16384 */
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1060,6 +1069,14 @@ Test(OPS_HARNESS_SUITE, float4_and_single_paths_agree) {
   float *gdx = devf_shifted(ldx, ln, 3);
   G->layernorm_backward_input(gdx, devf(ldy, ln), gx, devf(lwt, LC), devf(lm, LN), devf(lr, LN), LN, LC);
   expect_close("layernorm_backward_input (shifted)", ldx, gdx, ln, TOL_MATH);
+  /* and the aligned run (the float4 path) gives the shifted run's bits: the row sums in one order */
+  float *ay = dev_poisoned(ln), *am = dev_poisoned(LN), *ar = dev_poisoned(LN), *adx = dev_poisoned(ln);
+  G->layernorm_forward(ay, am, ar, devf(lx, ln), devf(lwt, LC), devf(lb, LC), LN, LC, 1e-5f);
+  expect_same_floats("layernorm_forward mean", 1, am, gm, LN);
+  expect_same_floats("layernorm_forward rstd", 1, ar, gr, LN);
+  expect_same_floats("layernorm_forward", 1, ay, gy, ln);
+  G->layernorm_backward_input(adx, devf(ldy, ln), devf(lx, ln), devf(lwt, LC), devf(lm, LN), devf(lr, LN), LN, LC);
+  expect_same_floats("layernorm_backward_input", 1, adx, gdx, ln);
 }
 
 Test(OPS_HARNESS_SUITE, sumsq_and_nonfinite) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 
@@ -79,14 +80,34 @@ static int number_fits(const char *s, const char *e) {
   return errno != ERANGE && m <= lim;
 }
 
-/* Scans libconfig text (already parsed, so well formed) for a number that does not fit:
- * skips comments, strings and names, whose digits are not numbers. Returns 1 if found. */
-static int find_bad_number(const char *t, bad_number *bad) {
-  int line = 1;
-  for (const char *p = t; *p;) {
+/* An @include directive's file, as scan_text finds it. */
+typedef struct {
+  int line;
+  char path[1024];
+} include_ref;
+
+/* Scans libconfig text for a number that does not fit (bad, when non-NULL) and for the first
+ * @include (inc, when non-NULL), skipping comments, strings and names, whose digits are not
+ * numbers; from offset *pos (the scan resumes there after an include, *line its line). Returns
+ * 1 when it stops at one of them, 0 at the end. */
+static int scan_text(const char *t, size_t *pos, int *line_io, bad_number *bad, include_ref *inc) {
+  int line = *line_io;
+  for (const char *p = t + *pos; *p;) {
     unsigned char ch = (unsigned char)*p;
     if (ch == '\n') {
       line++, p++;
+    } else if (inc && strncmp(p, "@include", 8) == 0) {
+      const char *q = p + 8, *e;
+      while (*q == ' ' || *q == '\t')
+        q++;
+      if (*q != '"' || !(e = strchr(q + 1, '"')) || memchr(q + 1, '\n', (size_t)(e - q - 1))) {
+        p += 8; /* not a directive libconfig takes: its parser says so */
+        continue;
+      }
+      inc->line = line;
+      snprintf(inc->path, sizeof inc->path, "%.*s", (int)(e - q - 1), q + 1);
+      *pos = (size_t)(e + 1 - t), *line_io = line;
+      return 1;
     } else if (ch == '#' || (p[0] == '/' && p[1] == '/')) {
       while (*p && *p != '\n')
         p++;
@@ -107,7 +128,7 @@ static int find_bad_number(const char *t, bad_number *bad) {
                ((ch == '+' || ch == '-' || ch == '.') && isdigit((unsigned char)p[1])) ||
                ((ch == '+' || ch == '-') && p[1] == '.' && isdigit((unsigned char)p[2]))) {
       const char *e = number_end(p);
-      if (!number_fits(p, e)) {
+      if (bad && !number_fits(p, e)) {
         bad->line = line;
         bad->is_float = is_float_literal(p, e);
         bad->wide = e[-1] == 'L';
@@ -156,15 +177,56 @@ static int read_text(const char *path, char **out) {
   return CORE_OK;
 }
 
+/* The files text (named `from`) @includes, before libconfig reads them: each must be a regular
+ * file (libconfig's scanner ends the process on a directory), and its numbers are checked as the
+ * top-level file's are (libconfig would load an out-of-range one as something else). Paths are
+ * as libconfig 1.5 opens them (no include directory is set): relative to the working directory.
+ * libconfig's own limit of 10 nested includes applies. */
+static int check_includes(const char *text, const char *from, int depth) {
+  size_t pos = 0;
+  int line = 1;
+  include_ref inc;
+  while (scan_text(text, &pos, &line, NULL, &inc)) {
+    struct stat sb;
+    if (depth >= 10)
+      return core_error_set(CORE_EINPUT, "%s:%d: @include \"%s\": includes nested more than 10 deep", from, inc.line,
+                            inc.path);
+    if (stat(inc.path, &sb) != 0)
+      return core_error_set(CORE_EINPUT, "%s:%d: @include \"%s\": %s (a relative path is from the working "
+                            "directory)", from, inc.line, inc.path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+      return core_error_set(CORE_EINPUT, "%s:%d: @include \"%s\" is not a regular file", from, inc.line, inc.path);
+    char *sub = NULL;
+    int rc = read_text(inc.path, &sub);
+    if (rc) return core_error_prefix("%s:%d: @include", from, inc.line);
+    bad_number bad;
+    size_t p0 = 0;
+    int l0 = 1;
+    if (scan_text(sub, &p0, &l0, &bad, NULL)) {
+      char where[1100];
+      snprintf(where, sizeof where, "%s:%d", inc.path, bad.line);
+      rc = number_error(where, &bad);
+    }
+    if (!rc) rc = check_includes(sub, inc.path, depth + 1);
+    free(sub);
+    if (rc) return rc;
+  }
+  return CORE_OK;
+}
+
 static int parse_text(core_config *c, const char *text) {
   if (strncmp(text, "\xef\xbb\xbf", 3) == 0) text += 3; /* UTF-8 byte order mark: libconfig refuses it */
+  int rc = check_includes(text, c->name, 0);
+  if (rc) return rc;
   if (!config_read_string(&c->cfg, text)) {
     const char *file = config_error_file(&c->cfg); /* set inside an @include only */
     return core_error_set(CORE_EINPUT, "%s:%d: %s", file ? file : c->name,
                           config_error_line(&c->cfg), config_error_text(&c->cfg));
   }
   bad_number bad;
-  if (!find_bad_number(text, &bad)) return CORE_OK;
+  size_t pos = 0;
+  int line = 1;
+  if (!scan_text(text, &pos, &line, &bad, NULL)) return CORE_OK;
   char where[600];
   snprintf(where, sizeof where, "%s:%d", c->name, bad.line);
   return number_error(where, &bad);
@@ -459,10 +521,13 @@ static int parse_compound(config_t *tmp, const char *key, const char *val,
   bad_number bad;
   char where[600];
   snprintf(where, sizeof where, "--set %s", key);
-  int rc = CORE_OK;
-  if (!config_read_string(tmp, text))
+  size_t pos = 0;
+  int line = 1, rc = check_includes(text, where, 0);
+  if (rc)
+    ;
+  else if (!config_read_string(tmp, text))
     rc = core_error_set(CORE_EINPUT, "--set %s: %s in the value", key, config_error_text(tmp));
-  else if (find_bad_number(text, &bad))
+  else if (scan_text(text, &pos, &line, &bad, NULL))
     rc = number_error(where, &bad);
   free(text);
   *out = rc ? NULL : config_lookup(tmp, "v");
@@ -544,6 +609,9 @@ static int assign_scalar(config_setting_t *parent, config_setting_t *leaf, const
   /* the file said lr = 1 and the user sets lr=0.5: the key is a number, so it becomes a float */
   int widen = (t == CONFIG_TYPE_INT || t == CONFIG_TYPE_INT64) && want == CONFIG_TYPE_FLOAT &&
               last->index < 0;
+  if ((t == CONFIG_TYPE_INT || t == CONFIG_TYPE_INT64) && want == CONFIG_TYPE_FLOAT && last->index >= 0)
+    return core_error_set(CORE_EINPUT, "--set %s=%s: the list holds integers, and a libconfig list holds one type: "
+                          "give the whole list (--set KEY=[...]) to make it numbers", key, val);
   if (leaf && !widen) return set_typed(leaf, key, val);
   if (widen) config_setting_remove(parent, last->name);
   config_setting_t *s = config_setting_add(parent, last->name, want);

@@ -490,7 +490,13 @@ static int load_layers(const char *sub, pipe_runner *rn, const window *win, floa
                         total - found, total);
   if (!rc && nfiles > 0) { /* checked above: within [0, PIPE_MAX_STEPS] and int's range */
     info->step = first.step, rn->opt_t = first.opt_t;
-    if (first.scaler) rn->loss_scale = first.scale, rn->good_steps = (int)first.good, rn->hyst_left = (int)first.hyst;
+    /* the fp16 scaler goes on where it was when this run scales dynamically; a static
+     * fp16.loss_scale in the config is this run's, whatever the checkpoint's */
+    if (first.scaler && rn->dynamic_scale)
+      rn->loss_scale = first.scale, rn->good_steps = (int)first.good, rn->hyst_left = (int)first.hyst;
+    else if (first.scaler && rn->precision == 2 && first.scale != rn->loss_scale && rn->topo->world_rank == 0)
+      core_log(CORE_LOG_WARN, "checkpoint %s was saved at fp16 loss scale %g; this run's static fp16.loss_scale = %g "
+               "applies", sub, first.scale, rn->loss_scale);
   }
   return rc;
 }

@@ -334,8 +334,9 @@ static void update_range(pipe_runner *rn, int c, size_t lo, size_t hi, size_t ba
 }
 
 /* Mixed precision: did any gradient overflow on any rank? Then every rank skips the step and
- * the fp16 scale backs off (DeepSpeed's dynamic scaler: halve after `hysteresis` overflows,
- * double after `loss_scale_window` clean steps). */
+ * the fp16 scale backs off (DeepSpeed's dynamic scaler: the first `hysteresis` - 1 overflows
+ * leave the scale, each later one halves it, until the scale doubles after `loss_scale_window`
+ * clean steps and the count starts again). */
 static int overflowed(pipe_runner *rn, int *any) {
   int mine = 0;
   for (int c = 0; c < rn->v && !mine; c++) {
@@ -352,10 +353,10 @@ static void adjust_scale(pipe_runner *rn, int overflow) {
   if (rn->precision != 2 || !rn->dynamic_scale) return;
   if (overflow) {
     rn->good_steps = 0;
-    if (--rn->hyst_left <= 0) {
+    if (rn->hyst_left <= 1) /* as DeepSpeed's (consecutive_hysteresis false): no new count here */
       rn->loss_scale = rn->loss_scale / 2 > rn->min_scale ? rn->loss_scale / 2 : rn->min_scale;
-      rn->hyst_left = rn->hysteresis;
-    }
+    else
+      rn->hyst_left--;
   } else if (++rn->good_steps % rn->scale_window == 0) {
     rn->loss_scale *= 2;
     rn->hyst_left = rn->hysteresis;
@@ -370,6 +371,7 @@ static int skip_step(pipe_runner *rn) {
     return core_error_set(CORE_ERUNTIME, "step %ld: the gradients overflow at the minimum loss scale "
                           "(fp16.min_loss_scale = %g): the loss diverged; nothing was updated", rn->step + 1, rn->min_scale);
   rn->skipped = 1;
+  rn->grad_norm = INFINITY; /* the step's gradients overflowed: no norm to report */
   adjust_scale(rn, 1);
   if (rn->topo->world_rank == 0)
     core_log(CORE_LOG_WARN, "step %ld: gradient overflow at loss scale %g; the step is skipped on every rank, "

@@ -637,7 +637,11 @@ int pipe_train(const pipe_train_opts *o) {
     tr.rn.param_peak = tr.rn.param_live;
     if (!rc && tr.topo.world_rank == 0) {
       core_log(CORE_LOG_INFO, "step     0 | val loss %.6f (before the first update)", val);
-      if (tr.log_json) fprintf(tr.log_json, "{\"step\":0,\"val_loss\":%.9g}\n", val), fflush(tr.log_json);
+      if (tr.log_json) { /* JSON has no NaN: a model that starts there logs null */
+        if (isfinite(val)) fprintf(tr.log_json, "{\"step\":0,\"val_loss\":%.9g}\n", val);
+        else fprintf(tr.log_json, "{\"step\":0,\"val_loss\":null}\n");
+        fflush(tr.log_json);
+      }
     }
   }
   step_record held = {0};

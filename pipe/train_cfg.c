@@ -158,12 +158,15 @@ static int read_optimizer(train_cfg *t) {
     int positive; /* > 0, else >= 0 */
   } chk[] = {{"optimizer.params.lr", o->lr, 1}, {"optimizer.params.eps", o->eps, 1},
              {"optimizer.params.weight_decay", o->weight_decay, 0}, {"gradient_clipping", o->clip, 0}};
-  for (size_t i = 0; !rc && i < sizeof chk / sizeof chk[0]; i++)
-    if (!(chk[i].positive ? chk[i].v > 0 : chk[i].v >= 0)) {
-      char w[256];
-      core_config_where(c, chk[i].key, -1, w, sizeof w);
+  for (size_t i = 0; !rc && i < sizeof chk / sizeof chk[0]; i++) {
+    char w[256];
+    core_config_where(c, chk[i].key, -1, w, sizeof w);
+    if (!(chk[i].positive ? chk[i].v > 0 : chk[i].v >= 0))
       rc = core_error_set(CORE_EINPUT, "%s = %g must be %s (%s)", chk[i].key, chk[i].v, chk[i].positive ? "> 0" : ">= 0", w);
-    }
+    else if (!isfinite((float)chk[i].v) || (chk[i].positive && (float)chk[i].v == 0)) /* the kernels take floats */
+      rc = core_error_set(CORE_EINPUT, "%s = %g is %s a float's range, as the optimizer uses it (%s)", chk[i].key,
+                          chk[i].v, (float)chk[i].v == 0 ? "below" : "beyond", w);
+  }
   if (!rc && !(o->momentum >= 0 && o->momentum < 1)) { /* 1 or more: the velocity never decays */
     char w[256];
     core_config_where(c, "optimizer.params.momentum", -1, w, sizeof w);
@@ -174,7 +177,7 @@ static int read_optimizer(train_cfg *t) {
 
 static int read_betas(train_cfg *t) {
   int n = core_config_list_len(t->cfg, "optimizer.params.betas");
-  if (n == 0) return CORE_OK;
+  if (n == 0 && !core_config_has(t->cfg, "optimizer.params.betas")) return CORE_OK;
   char w[256];
   core_config_where(t->cfg, "optimizer.params.betas", -1, w, sizeof w);
   if (n != 2) return core_error_set(CORE_EINPUT, "optimizer.params.betas must hold two numbers (%s)", w);
@@ -238,9 +241,24 @@ void train_cfg_warn(const train_cfg *t) {
   else if (s->kind == ZERO_LR_WARMUP_COSINE && s->total < steps && s->total > s->warmup)
     core_log(CORE_LOG_WARN, "scheduler.params.total_num_steps = %ld is shorter than the run (train.steps = %ld): the "
              "last %ld steps run at scheduler.params.min_lr = %g", s->total, steps, steps - s->total, s->min_lr);
+  else if (s->kind == ZERO_LR_WARMUP_COSINE && steps > 0 && s->warmup > 0 && s->warmup >= s->total)
+    core_log(CORE_LOG_WARN, "scheduler.params.warmup_num_steps = %ld is the whole run (train.steps = %ld): the "
+             "cosine never decays to scheduler.params.min_lr", s->warmup, steps);
   if (s->kind == ZERO_LR_CONSTANT && core_config_has(t->cfg, "scheduler.params.warmup_num_steps"))
     core_log(CORE_LOG_WARN, "scheduler.params.warmup_num_steps is set, but scheduler.type is constant: there is no "
              "warm-up (WarmupLR or WarmupCosineLR have one)");
+  for (int k = 0; k < 2; k++) { /* the decay's keys, under a schedule without a decay */
+    const char *key = k ? "scheduler.params.total_num_steps" : "scheduler.params.min_lr";
+    if (s->kind != ZERO_LR_WARMUP_COSINE && core_config_has(t->cfg, key))
+      core_log(CORE_LOG_WARN, "%s is set, but scheduler.type %s has no decay: it has no effect (WarmupCosineLR "
+               "decays)", key, s->kind == ZERO_LR_CONSTANT ? "constant" : "WarmupLR");
+  }
+  /* the other optimizer's keys */
+  int sgd = strcmp(t->opt.type, "sgd") == 0;
+  const char *other[] = {"optimizer.params.momentum", "optimizer.params.betas", "optimizer.params.eps"};
+  for (int k = 0; k < 3; k++)
+    if ((k == 0) != sgd && core_config_has(t->cfg, other[k]))
+      core_log(CORE_LOG_WARN, "%s is set, but optimizer.type is %s: it has no effect", other[k], sgd ? "SGD" : "AdamW");
   if (!t->trace_path && core_config_has(t->cfg, "trace.step")) { /* as checkpoint.interval without checkpoint.dir */
     char w[256];
     core_config_where(t->cfg, "trace.step", -1, w, sizeof w);
@@ -261,16 +279,25 @@ static int read_precision(train_cfg *t) {
   if (!rc) rc = get_i(c, "fp16.loss_scale_window", 1000, 1, 1 << 30, &t->scale_window);
   if (!rc) rc = get_i(c, "fp16.hysteresis", 2, 1, PIPE_MAX_HYSTERESIS, &t->hysteresis);
   if (!rc) rc = core_config_get_float(c, "fp16.min_loss_scale", 1, &t->min_scale);
+  /* a static scale whose inverse a float holds (2^-24: gradients that underflow to 0 otherwise
+   * become 0 x inf) and that fp16's range leaves a use for */
+  const double lo = 0x1p-24, hi = 0x1p64;
   for (int k = 0; k < 2 && !rc; k++) {
     const char *key = k ? "fp16.min_loss_scale" : "fp16.loss_scale";
     double v = k ? t->min_scale : t->loss_scale;
-    if (k ? v > 0 : v >= 0) continue;
+    if (k ? v >= lo && v <= hi : v == 0 || (v >= lo && v <= hi)) continue;
     char w[256];
     core_config_where(c, key, -1, w, sizeof w);
-    rc = core_error_set(CORE_EINPUT, "%s = %g must be %s (%s)", key, v, k ? "> 0" : ">= 0 (0: dynamic)", w);
+    rc = core_error_set(CORE_EINPUT, "%s = %g must be %sin [2^-24, 2^64] (%s)", key, v, k ? "" : "0 (dynamic) or ", w);
   }
   t->dynamic_scale = t->loss_scale == 0;
   if (t->dynamic_scale) t->loss_scale = (double)(1ull << (power > 62 ? 62 : power)) * (power > 62 ? (double)(1ull << (power - 62)) : 1.0);
+  if (!rc && t->precision == 2 && t->dynamic_scale && t->min_scale > t->loss_scale) {
+    char w[256];
+    core_config_where(c, "fp16.min_loss_scale", -1, w, sizeof w);
+    rc = core_error_set(CORE_EINPUT, "fp16.min_loss_scale = %g (%s) is above the initial scale 2^%d (fp16.initial_scale_power)",
+                        t->min_scale, w, power);
+  }
   if (t->precision != 2) t->loss_scale = 1, t->dynamic_scale = 0;
   return rc;
 }

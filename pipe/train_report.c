@@ -13,6 +13,12 @@
 #include "core/log.h"
 #include "viz/viz.h"
 
+/* A number in a --log-json record: JSON has no inf or NaN, so those are null. */
+static void json_num(FILE *f, const char *key, double v) {
+  if (isfinite(v)) fprintf(f, ",\"%s\":%.9g", key, v);
+  else fprintf(f, ",\"%s\":null", key);
+}
+
 void train_log_step(trainer *tr, const step_record *sr) {
   long step = sr->step;
   double loss = sr->loss, ms = sr->ms, val = sr->val, lr = sr->lr;
@@ -22,13 +28,17 @@ void train_log_step(trainer *tr, const step_record *sr) {
   if (step % tr->cfg.print_every == 0 || step == tr->cfg.steps || has_val) {
     char vs[64] = "";
     if (has_val) snprintf(vs, sizeof vs, " | val loss %.6f", val);
-    core_log(CORE_LOG_INFO, "step %5ld | loss %.9g | lr %.3e | grad norm %.4f | %.1f ms | %.0f tok/s%s",
-             step, loss, lr, sr->norm, ms, toks, vs);
+    char ns[32]; /* a skipped step's gradients overflowed: no norm */
+    if (isfinite(sr->norm)) snprintf(ns, sizeof ns, "%.4f", sr->norm);
+    else snprintf(ns, sizeof ns, "%s", sr->skipped ? "overflow (skipped)" : "not finite");
+    core_log(CORE_LOG_INFO, "step %5ld | loss %.9g | lr %.3e | grad norm %s | %.1f ms | %.0f tok/s%s",
+             step, loss, lr, ns, ms, toks, vs);
   }
   if (tr->log_json) {
-    fprintf(tr->log_json, "{\"step\":%ld,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"step_ms\":%.3f,\"tokens_per_s\":%.1f",
-            step, loss, lr, sr->norm, ms, toks);
-    if (has_val) fprintf(tr->log_json, ",\"val_loss\":%.9g", val);
+    fprintf(tr->log_json, "{\"step\":%ld", step);
+    json_num(tr->log_json, "loss", loss), json_num(tr->log_json, "lr", lr), json_num(tr->log_json, "grad_norm", sr->norm);
+    fprintf(tr->log_json, ",\"step_ms\":%.3f,\"tokens_per_s\":%.1f", ms, toks);
+    if (has_val) json_num(tr->log_json, "val_loss", val);
     if (tr->act_report) { /* once: the memory of every rank (report_memory) */
       static const char *const keys[NREPORT] = {"activation_peak_bytes", "activation_predicted_bytes",
                                                 "activation_allocated_bytes", "param_startup_bytes", "param_peak_bytes",

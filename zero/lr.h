@@ -4,7 +4,8 @@
 
 typedef enum {
   ZERO_LR_CONSTANT = 0,
-  ZERO_LR_WARMUP,        /* DeepSpeed WarmupLR: linear warm-up, then constant */
+  ZERO_LR_WARMUP,        /* DeepSpeed's name (whose default warm-up is logarithmic from 0): linear
+                          * warm-up from lr / warmup at the first step, then constant */
   ZERO_LR_WARMUP_COSINE, /* linear warm-up, then cosine decay to min_lr at total_steps */
 } zero_lr_kind;
 

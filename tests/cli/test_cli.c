@@ -599,14 +599,62 @@ Test(cli, range_errors_name_the_key_and_its_place) {
       {"--set pipeline.offload_gflops=-3", "pipeline.offload_gflops = -3 must be > 0 (--set pipeline.offload_gflops)"},
       {"--set train.timeout=0", "train.timeout = 0 must be > 0 seconds (--set train.timeout)"},
       {"--set train.timeout=-1.5", "train.timeout = -1.5 must be > 0 seconds (--set train.timeout)"},
-      {"--set fp16.loss_scale=-1", "fp16.loss_scale = -1 must be >= 0 (0: dynamic) (--set fp16.loss_scale)"},
-      {"--set fp16.min_loss_scale=0", "fp16.min_loss_scale = 0 must be > 0 (--set fp16.min_loss_scale)"},
+      {"--set fp16.loss_scale=-1", "fp16.loss_scale = -1 must be 0 (dynamic) or in [2^-24, 2^64] (--set fp16.loss_scale)"},
+      {"--set fp16.min_loss_scale=0", "fp16.min_loss_scale = 0 must be in [2^-24, 2^64] (--set fp16.min_loss_scale)"},
+      /* values a double holds and the float kernels do not: the weights went NaN with exit 0
+       * (a static scale of 1e-39: 0 x inf), or AdamW stopped updating (eps 1e300: inf) */
+      {"--set fp16.enabled=true --set fp16.loss_scale=1e-39",
+       "fp16.loss_scale = 1e-39 must be 0 (dynamic) or in [2^-24, 2^64] (--set fp16.loss_scale)"},
+      {"--set fp16.enabled=true --set fp16.loss_scale=1e39",
+       "fp16.loss_scale = 1e+39 must be 0 (dynamic) or in [2^-24, 2^64] (--set fp16.loss_scale)"},
+      {"--set optimizer.params.eps=1e300",
+       "optimizer.params.eps = 1e+300 is beyond a float's range, as the optimizer uses it (--set optimizer.params.eps)"},
+      {"--set optimizer.params.lr=1e39",
+       "optimizer.params.lr = 1e+39 is beyond a float's range, as the optimizer uses it (--set optimizer.params.lr)"},
+      {"--set optimizer.params.eps=1e-50",
+       "optimizer.params.eps = 1e-50 is below a float's range, as the optimizer uses it (--set optimizer.params.eps)"},
+      /* a minimum above the start: the run stopped at step 2 "at the minimum loss scale (4.19e6)" at 1.05e6 */
+      {"--set fp16.enabled=true --set fp16.initial_scale_power=20 --set fp16.min_loss_scale=4194304",
+       "fp16.min_loss_scale = 4.1943e+06 (--set fp16.min_loss_scale) is above the initial scale 2^20 "
+       "(fp16.initial_scale_power)"},
+      {"--set optimizer.params.betas=[]", "optimizer.params.betas must hold two numbers (--set optimizer.params.betas)"},
       {"--set scheduler.type=foo", "scheduler.type (--set scheduler.type): unknown scheduler.type 'foo'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const char *const w[] = {cases[i][1], NULL};
     train_refuses(cases[i][0], w);
   }
+}
+
+/* Keys that change nothing under the config's choices were taken without a word: the decay's
+ * keys under WarmupLR or constant, the other optimizer's (momentum with AdamW, betas and eps
+ * with SGD), and a cosine whose warm-up is the whole run (total_num_steps left to default). Each
+ * is now a warning at start-up, and the run goes on; tiny.cfg's own keys give none. */
+Test(cli, keys_without_effect_warn, .timeout = 60) {
+  const char *cases[][2] = {
+      {"--set scheduler.type=WarmupLR --set scheduler.params.total_num_steps=9",
+       "brigade: warning: scheduler.params.total_num_steps is set, but scheduler.type WarmupLR has no decay: it has no "
+       "effect (WarmupCosineLR decays)"},
+      {"--set optimizer.params.momentum=0.9",
+       "brigade: warning: optimizer.params.momentum is set, but optimizer.type is AdamW: it has no effect"},
+      {"--set optimizer.type=SGD", "brigade: warning: optimizer.params.betas is set, but optimizer.type is SGD: it has no effect"},
+      {"--set train.steps=5",
+       "brigade: warning: scheduler.params.warmup_num_steps = 5 is the whole run (train.steps = 5): the cosine never "
+       "decays to scheduler.params.min_lr"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char cmd[512], *out;
+    snprintf(cmd, sizeof cmd, "train configs/tiny.cfg --set train.steps=1 --set train.eval_interval=0 %s", cases[i][0]);
+    int rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", cmd, &out);
+    cr_assert_eq(rc, 0, "'%s' exited %d: %s", cmd, rc, out);
+    cr_assert(strstr(out, cases[i][1]), "'%s': wanted '%s', got %s", cmd, cases[i][1], out);
+    free(out);
+  }
+  char *out;
+  int rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", "train configs/tiny.cfg --set train.steps=6 --set train.eval_interval=0", &out);
+  cr_assert_eq(rc, 0, "%s", out);
+  cr_assert(!strstr(out, "warning"), "tiny.cfg warns: %s", out);
+  free(out);
 }
 
 /* trace.step without trace.path was ignored without a word; now a warning at start-up, as

@@ -309,6 +309,35 @@ Test(config, parse_errors_name_file_and_line) {
   cr_assert_null(c);
 }
 
+/* @include: the included file's numbers are checked as the top-level file's are (libconfig
+ * would wrap 4294967297 to 1 without a word), a directory or a missing file is an error naming the
+ * directive's line (libconfig's scanner ended the process on a directory, printing only "input in
+ * flex scanner failed"), and one in a comment or a string is not a directive. */
+Test(config, includes_are_checked_as_the_file_is) {
+  char inc[32], body[256], want[128];
+  core_config *c = NULL;
+  temp_file(inc, "n = 4294967297;\n");
+  snprintf(body, sizeof body, "a = 1;\n@include \"%s\"\n", inc);
+  cr_assert_eq(core_config_load_string(&c, body, "top.cfg"), CORE_EINPUT);
+  snprintf(want, sizeof want, "%s:1: integer 4294967297 does not fit in 32 bits", inc);
+  assert_msg(want);
+  cr_assert_eq(core_config_load_string(&c, "a = 1;\n\n@include \"/tmp\"\n", "top.cfg"), CORE_EINPUT);
+  assert_msg("top.cfg:3: @include \"/tmp\" is not a regular file");
+  cr_assert_eq(core_config_load_string(&c, "@include \"/nonexistent/x.cfg\"\n", "top.cfg"), CORE_EINPUT);
+  assert_msg("top.cfg:1: @include \"/nonexistent/x.cfg\": No such file or directory");
+  cr_assert_null(c);
+  FILE *f = fopen(inc, "w");
+  fputs("n = 7;\n", f);
+  fclose(f);
+  snprintf(body, sizeof body, "# @include \"/tmp\"\ns = \"@include \\\"/tmp\\\"\"; /* @include \"/tmp\" */\n@include \"%s\"\n", inc);
+  cr_assert_eq(core_config_load_string(&c, body, "top.cfg"), CORE_OK, "%s", core_error_msg());
+  int64_t n = 0;
+  cr_assert_eq(core_config_get_int(c, "n", 0, &n), CORE_OK);
+  cr_assert_eq(n, 7);
+  core_config_free(c);
+  unlink(inc);
+}
+
 Test(config, load_from_a_file) {
   char path[32], want[64];
   temp_file(path, "# a comment\ntrain = {\n  steps = 12;\n};\n");
@@ -476,7 +505,7 @@ Test(config, overrides_with_bad_values_are_errors) {
       {"train.[0]=3", "[0] indexes something that is not a list"},
       {"model.layers.[0]=3", "a whole list element cannot be replaced; set its members"},
       {"model.layers.[0]={ out = 3; }", "a whole list element cannot be replaced"},
-      {"pipeline.boundaries.[0]=0.5", "expected an integer"},
+      {"pipeline.boundaries.[0]=0.5", "the list holds integers"},
       {"train.steps=[1, 2]", "expected a single value, not a list or group"},
       {"pipeline.boundaries=[1, 2", "--set pipeline.boundaries: syntax error in the value"},
       {"pipeline.boundaries=[1, 99999999999]",
@@ -576,6 +605,11 @@ Test(config, overrides_of_list_elements_and_whole_lists) {
   cr_assert_eq(i, 32);
   core_config_array_int(c, "pipeline.boundaries", 1, &i);
   cr_assert_eq(i, 5);
+  /* a number into a list of integers: libconfig's lists hold one type (it said "expected an
+   * integer", as if the key took integers only) */
+  cr_assert_eq(core_config_set(c, "pipeline.boundaries.[1]=0.5"), CORE_EINPUT);
+  assert_msg("--set pipeline.boundaries.[1]=0.5: the list holds integers, and a libconfig list holds one type: give "
+             "the whole list (--set KEY=[...]) to make it numbers");
   cr_assert_eq(core_config_check(c, schema, NS), CORE_OK, "%s", core_error_msg());
   char w[64];
   core_config_where(c, "model.layers.[1].type", -1, w, sizeof w);

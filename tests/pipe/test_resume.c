@@ -87,6 +87,36 @@ Test(train, fp16_resume_is_bit_identical, .timeout = 120) {
   unlink(log);
 }
 
+/* A static fp16.loss_scale is the resumed run's own: a checkpoint saved at 128 resumed with 1024
+ * runs at 1024 (it ran at 128 before, silently), saying that the checkpoint's differs; a
+ * dynamic run resumed with a static scale runs at that scale, not the checkpoint's 2^16. */
+Test(train, resume_keeps_a_static_fp16_loss_scale, .timeout = 60) {
+  char dir[] = "/tmp/brigade_ckpt_XXXXXX";
+  cr_assert(mkdtemp(dir));
+  const char *saved[2] = {"--set fp16.loss_scale=128", ""};
+  for (int k = 0; k < 2; k++) {
+    char *out = NULL;
+    int rc = train_capture(&out, "--set train.steps=2 --set train.eval_interval=0 --set fp16.enabled=true %s "
+                           "--set checkpoint.dir=%s/%d", saved[k], dir, k);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    rc = train_capture(&out, "--set train.steps=3 --set train.eval_interval=0 --set fp16.enabled=true "
+                       "--set fp16.loss_scale=1024 --resume %s/%d --log-json %s/log%d", dir, k, dir, k);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, k ? "was saved at fp16 loss scale 65536; this run's static fp16.loss_scale = 1024 applies"
+                            : "was saved at fp16 loss scale 128; this run's static fp16.loss_scale = 1024 applies"),
+              "no word of the checkpoint's scale: %s", out);
+    free(out);
+    char path[1100], line[1 << 14];
+    snprintf(path, sizeof path, "%s/log%d", dir, k);
+    FILE *f = fopen(path, "r");
+    cr_assert(f && fgets(line, sizeof line, f));
+    fclose(f);
+    cr_assert(strstr(line, "\"step\":3,") && strstr(line, "\"loss_scale\":1024,"), "%s", line);
+  }
+  remove_tree(dir);
+}
+
 /* checkpoint.dir reused by a run on fewer stages (a layout change, then training from scratch
  * into the same directory): the step directory the earlier run wrote on 4 stages, with another
  * model (d_model 16), gets the new run's 2 rank files; resuming must read only those, not the

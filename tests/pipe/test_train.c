@@ -457,6 +457,52 @@ Test(train, mixed_precision, .timeout = 300) {
   unlink(log);
 }
 
+/* The fp16 dynamic scaler is DeepSpeed's (DynamicLossScaler, consecutive_hysteresis false): given
+ * the run's own overflows, every step's logged scale (after the step) is the one DeepSpeed's
+ * update_scale gives: the first hysteresis - 1 overflows leave the scale, each later one halves
+ * it, and only a growth after loss_scale_window clean steps starts the count again. Scales of
+ * 2^19 overflow the tiny GPT's fp16 gradients at once; a window of 1 or 2 grows the scale back
+ * into overflows, so hysteresis is exercised after growth too. */
+Test(train, fp16_scaler_follows_deepspeed, .timeout = 120) {
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  const int cases[][2] = {{2, 1000}, {3, 1000}, {2, 1}, {3, 2}}; /* hysteresis, window */
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    int h = cases[k][0], window = cases[k][1];
+    char sets[256];
+    snprintf(sets, sizeof sets, "--set fp16.enabled=true --set fp16.initial_scale_power=19 --set fp16.hysteresis=%d "
+             "--set fp16.loss_scale_window=%d --set train.eval_interval=0", h, window);
+    cr_assert_eq(train(0, sets, log), 0, "%s failed", sets);
+    FILE *f = fopen(log, "r");
+    cr_assert(f);
+    char line[1 << 14];
+    double cur = 524288; /* DeepSpeed's state */
+    int hyst = h, iter = 0, last_overflow = -1, overflows = 0, grown_then_overflow = 0, grown = 0;
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, "{\"step\":0,", 10) == 0) continue;
+      char *sk = strstr(line, "\"skipped\":"), *sc = strstr(line, "\"loss_scale\":");
+      cr_assert(sk && sc, "no loss_scale/skipped in %s", line);
+      int overflow = sk[10] == '1';
+      cr_assert(!overflow || strstr(line, "\"grad_norm\":null"), "%s: a skipped step logs a norm: %.200s", sets, line);
+      if (overflow) {
+        overflows++, grown_then_overflow |= grown;
+        if (h == 1 || hyst == 1) cur = cur / 2 > 1 ? cur / 2 : 1;
+        else hyst--;
+        last_overflow = iter;
+      } else if ((iter - last_overflow) % window == 0) {
+        hyst = h, cur *= 2, grown = 1;
+      }
+      iter++;
+      cr_assert_eq(atof(sc + 13), cur, "%s, step %d: scale %s, DeepSpeed's %g", sets, iter, sc + 13, cur);
+    }
+    fclose(f);
+    cr_assert_eq(iter, 20, "%s: %d steps logged", sets, iter);
+    cr_assert_geq(overflows, h + 1, "%s: %d overflows, too few to test the hysteresis", sets, overflows);
+    if (window <= 2) cr_assert(grown_then_overflow, "%s: no overflow after a growth", sets);
+  }
+  unlink(log);
+}
+
 /* bf16 on the CPU over 50 steps of the tiny GPT: on a CPU with AVX512-BF16 the GEMMs run on bf16
  * operands (kernels/cpu/bgemm.c), elsewhere in fp32 (the log says which; the tolerance holds for
  * both). The stated tolerance against fp32: every step's loss within 5% (bf16's rounding moves a

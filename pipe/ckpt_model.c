@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
@@ -198,23 +199,43 @@ static int put_layers(pipe_ckpt_writer *w, const pipe_runner *rn, float **full_m
   return rc;
 }
 
-/* The rank files of an earlier run on more stages that saved the same step into the same
- * directory: the loader reads every rank file, so they go before `latest` names the step. */
-static int remove_stale(const char *sub, int p) {
+/* Removes a directory of rank files (and their temporary files) and the directory itself; one
+ * that does not exist is not an error. */
+static int remove_rank_dir(const char *sub) {
   DIR *d = opendir(sub);
-  if (!d) return core_error_set(CORE_ERUNTIME, "cannot open %s: %s", sub, strerror(errno));
+  if (!d) return errno == ENOENT ? CORE_OK : core_error_set(CORE_ERUNTIME, "cannot open %s: %s", sub, strerror(errno));
   struct dirent *e;
-  int rc = CORE_OK, r, end;
+  int rc = CORE_OK;
   while (!rc && (e = readdir(d))) {
-    end = 0;
-    if (sscanf(e->d_name, "rank_%d.ckpt%n", &r, &end) == 1 && end && !e->d_name[end] && r >= p) {
-      char path[2048];
-      snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
-      if (unlink(path) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot remove the stale %s: %s", path, strerror(errno));
-    }
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", sub, e->d_name);
+    if (unlink(path) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot remove %s: %s", path, strerror(errno));
   }
   closedir(d);
+  if (!rc && rmdir(sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot remove %s: %s", sub, strerror(errno));
   return rc;
+}
+
+/* Puts the complete staging directory in place of step_N: by one atomic exchange where step_N
+ * exists (an earlier run's save of the same step, which `latest` may name), so that a crash
+ * leaves one whole checkpoint or the other, never a mix; the old one's files then go. Where the
+ * file system cannot exchange, the old directory is moved aside first. */
+static int install_step(const char *staging, const char *sub) {
+  struct stat st;
+  if (stat(sub, &st) != 0) {
+    if (rename(staging, sub) != 0) return core_error_set(CORE_ERUNTIME, "cannot rename %s to %s: %s", staging, sub, strerror(errno));
+    return CORE_OK;
+  }
+  if (renameat2(AT_FDCWD, staging, AT_FDCWD, sub, RENAME_EXCHANGE) == 0) return remove_rank_dir(staging);
+  if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+    return core_error_set(CORE_ERUNTIME, "cannot exchange %s with %s: %s", staging, sub, strerror(errno));
+  char old[1200];
+  snprintf(old, sizeof old, "%s.old", sub);
+  int rc = remove_rank_dir(old);
+  if (!rc && rename(sub, old) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot rename %s: %s", sub, strerror(errno));
+  if (!rc && rename(staging, sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot rename %s to %s: %s", staging, sub, strerror(errno));
+  return rc ? rc : remove_rank_dir(old);
 }
 
 /* DIR/latest -> step_N, replaced by rename (the writer's own temporary name) and the directory
@@ -235,16 +256,22 @@ static int write_latest(const char *dir, long step) {
 
 int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo *topo, long step,
                          const core_config *cfg, const char *desc) {
-  char sub[1024], path[1100];
+  /* the rank files go into a staging directory of their own, which becomes step_N only once
+   * every rank has written its file: a save that fails, or a crash, never touches a step
+   * directory `latest` may name, nor mixes two runs' rank files in one */
+  char sub[1024], staging[1100], path[1200];
   snprintf(sub, sizeof sub, "%s/step_%08ld", dir, step);
+  snprintf(staging, sizeof staging, "%s.saving", sub);
   float **full_m, **full_v, **full_p;
-  int rc = gather_params(rn, &full_p), made = 0, wrote = 0;
+  int rc = gather_params(rn, &full_p), wrote = 0;
   int rs = gather_states(rn, &full_m, &full_v); /* (a collective every rank makes, whatever rc) */
   if (!rc) rc = rs;
+  int rs0 = topo->world_rank == 0 ? remove_rank_dir(staging) : CORE_OK; /* a crashed save's */
+  MPI_Bcast(&rs0, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!rc && rs0) rc = topo->world_rank == 0 ? rs0 : core_error_set(CORE_ERUNTIME, "rank 0 could not clear %s", staging);
   if (!rc && topo->data == 0) { /* replicas hold the same state: one copy per stage */
-    made = mkdir(sub, 0755) == 0; /* this run's own: removed again if the save fails */
-    if (!made && pipe_ckpt_mkdirs(sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
-    snprintf(path, sizeof path, "%s/rank_%05d.ckpt", sub, topo->stage);
+    if (pipe_ckpt_mkdirs(staging) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", staging, strerror(errno));
+    snprintf(path, sizeof path, "%s/rank_%05d.ckpt", staging, topo->stage);
     pipe_ckpt_writer w;
     if (!rc) rc = pipe_ckpt_create(&w, path);
     if (!rc) {
@@ -292,13 +319,13 @@ int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo
   /* `latest` moves only when every rank has written its file */
   int bad = rc != CORE_OK, any = 0;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (any) { /* the step directory this run made goes again, with its rank files: latest never names it */
+  if (any) { /* the staging directory goes again, with its rank files; step_N and latest stay */
     if (wrote) unlink(path);
     MPI_Barrier(MPI_COMM_WORLD);
-    if (made) rmdir(sub); /* only if empty: a file of an earlier run stays */
+    if (topo->world_rank == 0) rmdir(staging);
     return rc ? rc : core_error_set(CORE_ERUNTIME, "another rank failed to save step %ld", step);
   }
-  if (topo->world_rank == 0) rc = remove_stale(sub, topo->p);
+  if (topo->world_rank == 0) rc = install_step(staging, sub);
   if (!rc && topo->world_rank == 0) rc = write_latest(dir, step);
   return rc;
 }

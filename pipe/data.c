@@ -33,9 +33,10 @@ static int load_tokens(const char *path, uint16_t **tok, size_t *ntok, int *is_t
   if (hdr[0] == TOKEN_MAGIC) {
     if (n < hbytes) rc = core_error_set(CORE_EINPUT, "token file %s: truncated header", path);
     else if (hdr[1] != 1) rc = core_error_set(CORE_EINPUT, "token file %s: unsupported version %d (expected 1)", path, hdr[1]);
-    else if (hdr[2] < 0 || (size_t)hdr[2] > (n - hbytes) / 2)
-      rc = core_error_set(CORE_EINPUT, "token file %s: header says %d tokens but the file holds %zu",
-                          path, hdr[2], (n - hbytes) / 2);
+    else if (hdr[2] < 0 || (size_t)hdr[2] != (n - hbytes) / 2 || (n - hbytes) % 2) /* as llm.c's loader: exactly */
+      rc = core_error_set(CORE_EINPUT, "token file %s: header says %d tokens but the file holds %zu%s (files joined "
+                          "together keep only the first header: give each its own)", path, hdr[2], (n - hbytes) / 2,
+                          (n - hbytes) % 2 ? " and an odd byte" : "");
     *ntok = rc ? 0 : (size_t)hdr[2];
     *tok = rc ? NULL : core_malloc(sizeof(uint16_t) * (*ntok + 1));
     if (!rc && (fseek(f, (long)hbytes, SEEK_SET) != 0 || fread(*tok, sizeof(uint16_t), *ntok, f) != *ntok)) {

@@ -1,10 +1,10 @@
 /* pipe/data.h: training data. Two formats, detected from the file:
- *   - llm.c / nanoGPT token files: a header of 256 int32 (magic 20240520, version 1, token
- *     count), then uint16 tokens;
+ *   - llm.c token files: a header of 256 int32 (magic 20240520, version 1, token count), then
+ *     exactly that many uint16 tokens (nanoGPT's header-less .bin files read as bytes);
  *   - anything else is byte-level text: each byte is a token (vocabulary 256).
  * The last `val_fraction` of the tokens is the validation split (or a separate file).
- * Batches are a pure function of (seed, step, data rank, micro-batch): any layout of a run
- * draws the same samples. */
+ * Batches are a pure function of (seed, step, global micro-batch): any layout of a run draws
+ * the same samples. */
 #ifndef BRIGADE_PIPE_DATA_H
 #define BRIGADE_PIPE_DATA_H
 

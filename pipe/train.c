@@ -352,6 +352,17 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
     core_error_prefix("%s (%s)", key, w);
   }
   if (!rc) tr->data.sequential = tr->cfg.sequential, tr->data.per_step = (long)tr->cfg.m * tr->cfg.d;
+  for (int sp = 0; !rc && tr->cfg.sequential && sp < 2; sp++) { /* in order, a micro-batch is B x T tokens in a row */
+    size_t n = sp ? tr->data.n_val : tr->data.n_train, bt = (size_t)tr->cfg.B * (size_t)tr->cfg.T;
+    char w[256];
+    core_config_where(tr->cfg.cfg, "data.order", -1, w, sizeof w);
+    if ((sp == 0 || (n > 0 && tr->cfg.eval_interval > 0)) && n < bt + 1)
+      rc = core_error_set(CORE_EINPUT, "data.order = \"sequential\" (%s) reads each micro-batch as %zu tokens in a row "
+                          "(train_micro_batch_size_per_gpu %d x model.seq_len %d), but the %s split of %s holds %zu, "
+                          "fewer than that plus the last target (a batch would wrap around the file's end inside itself)",
+                          w, bt, tr->cfg.B, tr->cfg.T, sp ? "validation" : "training",
+                          sp && tr->cfg.val_path && *tr->cfg.val_path ? tr->cfg.val_path : tr->cfg.data_path, n);
+  }
   if (!rc && tr->cfg.eval_interval > 0 && tr->data.n_val == 0)
     rc = core_error_set(CORE_EINPUT, "train.eval_interval is set but the data has no validation split (data.val_fraction "
                         "= %g leaves it no token of the %zu, and there is no data.val_path)", tr->cfg.val_fraction, tr->data.n);

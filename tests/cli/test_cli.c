@@ -1,5 +1,6 @@
 /* The brigade program as a user runs it: subcommands, outputs, and clear errors (exit 2). */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -655,6 +656,33 @@ Test(cli, keys_without_effect_warn, .timeout = 60) {
   cr_assert_eq(rc, 0, "%s", out);
   cr_assert(!strstr(out, "warning"), "tiny.cfg warns: %s", out);
   free(out);
+}
+
+/* data.order = "sequential" on a split shorter than one micro-batch plus its target (B x T + 1
+ * tokens) was accepted, each batch wrapping around the file's end inside itself (a target pair
+ * end -> start the data never holds, and overlapping rows); it is refused naming the split. */
+Test(cli, sequential_order_needs_a_micro_batch_of_tokens, .timeout = 60) {
+  char path[] = "/tmp/brigade_seq_XXXXXX", cmd[512], *out;
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  char text[200];
+  memset(text, 'a', 128);
+  cr_assert_eq(write(fd, text, 128), 128); /* tiny.cfg: 4 x 32 = 128 tokens a micro-batch, 129 needed */
+  close(fd);
+  snprintf(cmd, sizeof cmd, "train configs/tiny.cfg --set train.steps=1 --set data.order=\"sequential\" "
+           "--set data.path=\"%s\" --set data.val_fraction=0 --set train.eval_interval=0", path);
+  int rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "data.order = \"sequential\" (--set data.order) reads each micro-batch as 128 tokens "
+                              "in a row (train_micro_batch_size_per_gpu 4 x model.seq_len 32), but the training split") &&
+            strstr(out, "holds 128, fewer than that plus the last target"), "exit %d: %s", rc, out);
+  free(out);
+  fd = open(path, O_WRONLY | O_APPEND);
+  cr_assert_eq(write(fd, "a", 1), 1); /* 129: one micro-batch and its target */
+  close(fd);
+  rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", cmd, &out);
+  cr_assert_eq(rc, 0, "exit %d: %s", rc, out);
+  free(out);
+  unlink(path);
 }
 
 /* trace.step without trace.path was ignored without a word; now a warning at start-up, as

@@ -400,7 +400,7 @@ Test(faults, save_past_the_file_size_limit, .timeout = 120) {
   rc = run(&out, "ulimit -f 10000; %s/brigade train " TINY "%s --set train.steps=3 --set checkpoint.dir=%s --resume %s",
            b, big, dir, dir);
   char want[700];
-  snprintf(want, sizeof want, "brigade: error: saving the checkpoint of step 3: writing %s/step_00000003/rank_00000.ckpt.",
+  snprintf(want, sizeof want, "brigade: error: saving the checkpoint of step 3: writing %s/step_00000003.saving/rank_00000.ckpt.",
            dir);
   cr_assert(rc == 1 && strstr(out, want) && strstr(out, ".tmp: File too large"), "exit %d:\n%s", rc, out);
   free(out);
@@ -412,6 +412,46 @@ Test(faults, save_past_the_file_size_limit, .timeout = 120) {
   rc = run(&out, "%s/brigade train " TINY "%s --set train.steps=3 --set checkpoint.dir=%s --resume %s", b, big, dir, dir);
   cr_assert(rc == 0 && strstr(out, "step     3"), "exit %d:\n%s", rc, out);
   free(out);
+  rm_tree(dir);
+}
+
+/* A run saving a step that the directory already holds (the same command run twice, or a resume
+ * from an earlier step into the same directory), its save failing on one rank only (rank 0 past
+ * its file-size limit): the step directory latest names keeps both of the first run's rank files
+ * unchanged and resumes. Before, rank 1 renamed its new file over the first run's and then removed
+ * it when rank 0 failed: "lacks rank_00001.ckpt". A save that succeeds replaces the step whole,
+ * leaving no staging directory. (TCP between the ranks: the limit would stop shared memory.) */
+Test(faults, failed_save_of_an_existing_step_keeps_it, .timeout = 180) {
+  char dir[] = "/tmp/brigade_faults_XXXXXX", path[600], buf[256], *out;
+  cr_assert(mkdtemp(dir));
+  const char *b = test_build_dir();
+  const char *mpi = "export " TEST_MPI_ENV "; mpirun --mca btl tcp,self -np 2";
+  const char *sets = "--set pipeline.stages=2 --set train.steps=2";
+  int rc = run(&out, "%s %s/brigade train " TINY "%s --set checkpoint.dir=%s", mpi, b, sets, dir);
+  cr_assert_eq(rc, 0, "%s", out);
+  free(out);
+  rc = run(&out, "cd %s && md5sum step_00000002/rank_0000?.ckpt > %s.md5", dir, dir);
+  free(out);
+  rc = run(&out, "%s sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then ulimit -f 100; fi; exec %s/brigade train " TINY
+           "%s --set checkpoint.dir=%s'", mpi, b, sets, dir);
+  cr_assert(rc != 0 && strstr(out, "File too large"), "exit %d:\n%s", rc, out);
+  free(out);
+  rc = run(&out, "cd %s && md5sum -c --quiet %s.md5 && ls", dir, dir);
+  cr_assert(rc == 0 && !strstr(out, ".saving"), "the first run's checkpoint changed, or a staging directory stayed:\n%s", out);
+  free(out);
+  snprintf(path, sizeof path, "%s/latest", dir);
+  cr_assert_str_eq(slurp(path, buf, sizeof buf), "step_00000002\n");
+  every_checkpoint_loads(dir);
+  rc = run(&out, "%s %s/brigade train " TINY "%s --set checkpoint.dir=%s --set train.seed=7", mpi, b, sets, dir);
+  cr_assert_eq(rc, 0, "%s", out);
+  free(out);
+  rc = run(&out, "cd %s && ls && md5sum -c --quiet %s.md5", dir, dir);
+  cr_assert(rc != 0 && !strstr(out, ".saving") && !strstr(out, ".old"), "the second save did not replace the step "
+            "whole:\n%s", out);
+  free(out);
+  every_checkpoint_loads(dir);
+  snprintf(path, sizeof path, "%s.md5", dir);
+  unlink(path);
   rm_tree(dir);
 }
 

@@ -124,7 +124,7 @@ Test(malformed, data_files, .timeout = 600) {
   static unsigned char buf[4096];
   char path[600], cfg[600], text[2048], cmd[2048];
   /* each case: its bytes into DIR/name, a config pointing at it, brigade train */
-  for (int i = 0; i < 7; i++) {
+  for (int i = 0; i < 9; i++) {
     size_t n = 0;
     const char *name = "", *want = "";
     switch (i) {
@@ -135,6 +135,9 @@ Test(malformed, data_files, .timeout = 600) {
     case 4: name = "zero_count.bin", want = "fewer than one sequence", n = token_file(buf, 20240520, 1, 0, 0); break;
     case 5: name = "empty.bin", want = "fewer than one sequence", n = 0; break;
     case 6: name = "a_directory", want = "is not a regular file", n = 0; break;
+    /* more tokens than the header counts (two files joined: the second was dropped silently) */
+    case 7: name = "count_too_small.bin", want = "header says 100 tokens but the file holds 300", n = token_file(buf, 20240520, 1, 100, 300); break;
+    case 8: name = "odd_byte.bin", want = "header says 100 tokens but the file holds 100 and an odd byte", n = token_file(buf, 20240520, 1, 100, 100) + 1; break;
     }
     snprintf(path, sizeof path, "%s/%s", dir, name);
     if (i == 6) cr_assert_eq(mkdir(path, 0755), 0);

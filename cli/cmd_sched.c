@@ -380,9 +380,13 @@ int cli_sim(int argc, char **argv) {
     if (pipe_plan_build(o.config, o.sets, o.nsets, &hw, &plan)) return fail();
     pr = plan.prog;
     o.costs = plan.costs;
-    if (!o.json)
-      printf("%s: %.3f M parameters; stage costs from FLOPs at %.4g GFLOP/s (--gflops)%s\n", o.config,
-             plan.params / 1e6, o.gflops, o.dp > 1 ? "" : "; one replica (--dp)");
+    if (!o.json) {
+      char twice[96] = "";
+      if (plan.params_twice != plan.params)
+        snprintf(twice, sizeof twice, " (a tied weight counted once; %.3f M counting it twice)", plan.params_twice / 1e6);
+      printf("%s: %.3f M parameters%s; stage costs from FLOPs at %.4g GFLOP/s (--gflops)%s\n", o.config,
+             plan.params / 1e6, twice, o.gflops, o.dp > 1 ? "" : "; one replica (--dp)");
+    }
     if (!o.json && o.dp > 1) {
       double peak = 0;
       for (int r = 0; r < plan.stages; r++) peak = plan.state_bytes[r] > peak ? plan.state_bytes[r] : peak;

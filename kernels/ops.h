@@ -189,7 +189,8 @@ typedef struct kernels_ops {
   void (*fill)(float *x, float v, size_t n);                 /* x = v */
   void (*zero)(float *x, size_t n);                          /* x = +0.0 */
   void (*copy)(float *dst, const float *src, size_t n);      /* dst = src; may overlap */
-  double (*sumsq)(const float *x, size_t n);     /* sum of x^2, in double, in index order */
+  double (*sumsq)(const float *x, size_t n);     /* sum of x^2, in double: in index order within blocks of
+                                                  * 65536, then the blocks' sums in order */
   size_t (*nonfinite)(const float *x, size_t n); /* how many elements are NaN or +-Inf */
 
   /* ---- low precision: round to nearest, ties to even; NaN stays a (quiet) NaN ---- */

@@ -205,8 +205,10 @@ static double block_flops(const layer *l) {
 static size_t block_stash_n(const layer *l, int B, int T) { return stash_layout(l, B, T, 1).total; }
 static size_t block_istash_n(const layer *l, int B, int T) { return stash_layout(l, B, T, 1).itotal; }
 static size_t block_wstash_n(const layer *l, int B, int T) { return wstash_layout(l, B, T, 1).total; }
+/* block_backward_weight's recompute needs N*hidden (GELU) or N*C and a mean and rstd (2N) */
 static size_t block_scratch(const layer *l, int B, int T) {
-  return (size_t)B * T * (l->hidden + l->C) + kernels_attention_scratch_floats(T);
+  size_t N = (size_t)B * T, mlp = N * ((size_t)l->hidden + l->C), ln = N * ((size_t)l->C + 2);
+  return (mlp > ln ? mlp : ln) + kernels_attention_scratch_floats(T);
 }
 static void block_init(const layer *l, const layers_window *w, uint64_t seed) { init_common(l, w, seed, block_layout(l, 1)); }
 

@@ -77,6 +77,13 @@ static int expand(layers_model *m, const core_config *c, int **elem_out) {
       rc = core_error_set(CORE_EINPUT, "model.layers.[%d].%s is a key of %s layers; this layer is a %s (%s)", i,
                           own[k][0], own[k][1], t->name, kw);
     }
+    if (!rc && name && strlen(name) + (rep > 1 ? 11 : 0) >= sizeof m->layers[0].name) { /* kept whole: a tie names it */
+      char wn[256];
+      core_config_elem_where(c, "model.layers", i, "name", wn, sizeof wn);
+      rc = core_error_set(CORE_EINPUT, "model.layers.[%d].name is %zu characters; a name may have at most %zu%s (%s)", i,
+                          strlen(name), sizeof m->layers[0].name - 1 - (rep > 1 ? 11 : 0),
+                          rep > 1 ? " with its repeat's .N" : "", wn);
+    }
     for (int r = 0; r < rep && !rc; r++) {
       layer *l = &m->layers[m->n];
       l->type = t, l->index = m->n, l->tied_to = -1;

@@ -364,7 +364,9 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
   if (!rc) {
     out->stages = t.stages, out->v = t.v, out->m = t.m, out->B = t.B;
     out->family = t.family, out->part = t.part, out->zero_stage = t.zero_stage;
-    out->params = layers_model_params(&m);
+    out->params = out->params_twice = layers_model_params(&m);
+    for (int i = 0; i < m.n; i++) /* a tied head's weight is its embedding's (held twice only across ranks) */
+      if (m.layers[i].tied_to >= 0) out->params -= m.layers[i].nparams;
     plan_ranks(&t, &m, bounds, tied, hw, out);
   }
   free(bounds);

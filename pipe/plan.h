@@ -15,7 +15,7 @@ typedef struct {
   sched_family family;
   sched_part_method part;
   int zero_stage; /* the config's zero_optimization.stage (or the shape's) */
-  size_t params;
+  size_t params, params_twice; /* the model's parameters, a tied weight counted once; and twice */
   double act_bytes;    /* bytes of one activation slot of the largest chunk (as layers_chunk_slot_bytes) */
   double *slot_bytes, *w_stash; /* [stages * v]: each chunk's slot bytes, and the part a pending W keeps
                                  * (costs.stage_act_bytes, stage_w_stash: the memory model) */

@@ -323,7 +323,10 @@ static int check_outputs(trainer *tr) {
 static int setup(trainer *tr, const pipe_train_opts *o) {
   int world;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  int rc = agreed(train_read_config(&tr->cfg, o, world), 1); /* pipe_topo_init is collective */
+  int rc = train_read_config(&tr->cfg, o, world);
+  if (!rc && !tr->cfg.data_path) /* training's own: sim and tune read no data */
+    rc = core_error_set(CORE_EINPUT, "%s: data.path is missing (a text or token file)", core_config_name(tr->cfg.cfg));
+  rc = agreed(rc, 1); /* pipe_topo_init is collective */
   if (!rc) rc = pipe_topo_init(&tr->topo, MPI_COMM_WORLD, tr->cfg.stages);
   if (!rc) rc = core_mem_limit_get(o->max_memory, &tr->mem);
   if (rc) return rc;

@@ -433,7 +433,6 @@ int train_read_config(train_cfg *t, const pipe_train_opts *o, int world) {
   }
   if (!rc) rc = core_config_get_int(c, "train.seed", 1337, &seed);
   if (!rc) rc = core_config_get_string(c, "data.path", NULL, &t->data_path);
-  if (!rc && !t->data_path) rc = core_error_set(CORE_EINPUT, "%s: data.path is missing (a text or token file)", core_config_name(c));
   if (!rc) rc = core_config_get_string(c, "data.val_path", NULL, &t->val_path);
   const char *order = NULL;
   if (!rc) rc = core_config_get_string(c, "data.order", "random", &order);

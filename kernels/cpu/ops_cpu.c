@@ -129,12 +129,14 @@ static void gelu_backward(float *din, const float *in, const float *dout, size_t
   kernels_cpu_parallel(n, GRAIN, ALIGN, gelu_backward_part, &j);
 }
 
+/* NaN passes through both ways (as IEEE max and PyTorch have it), so that the loss, the
+ * gradient norm and the overflow check see it rather than a 0 */
 static void relu_forward(float *out, const float *in, size_t n) {
-  for (size_t i = 0; i < n; i++) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+  for (size_t i = 0; i < n; i++) out[i] = in[i] > 0.0f || isnan(in[i]) ? in[i] : 0.0f;
 }
 
 static void relu_backward(float *din, const float *in, const float *dout, size_t n) {
-  for (size_t i = 0; i < n; i++) din[i] = in[i] > 0.0f ? dout[i] : 0.0f;
+  for (size_t i = 0; i < n; i++) din[i] = in[i] > 0.0f ? dout[i] : isnan(in[i]) ? in[i] : 0.0f;
 }
 
 /* ---- layernorm (vector loops: vec_body.h) ---- */

@@ -1,7 +1,7 @@
 /* kernels/cpu/pool.c: the CPU table's workers for the ops that are not GEMMs.
  *
- * `threads` (the config key) sets OpenBLAS's thread count for GEMMs and, here, the number of
- * workers the element-wise, row-wise and column-wise ops split their work over: the calling
+ * `threads` (the config key, at most 256 here) is the number of workers every op splits its work
+ * over, GEMMs included (blas_cpu.c then runs OpenBLAS on one thread and splits C itself): the calling
  * thread and threads - 1 workers started once (kernels_cpu_init), never inside a step. GEMMs and
  * these ops never run at the same time (each op returns when its work is done), so the cores
  * are shared, not oversubscribed. Every op splits its work so that each output element is
@@ -76,11 +76,12 @@ void kernels_cpu_pool_use(int threads) {
 }
 
 void kernels_cpu_parallel(size_t n, size_t grain, size_t align, kernels_cpu_task fn, void *ctx) {
+  if (!n) return;
   if (!align) align = 1;
   int t = P.nthreads;
   if (t > 1 && grain && n / grain < (size_t)t) t = (int)(n / grain);
   if (t <= 1) {
-    if (n) fn(ctx, 0, n);
+    fn(ctx, 0, n);
     return;
   }
   size_t step = (n + (size_t)t - 1) / (size_t)t;

@@ -206,8 +206,9 @@ __device__ inline float gelu_b(float x, float dy) {
   float s = gelu_s(x), du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
   return (s + 2.0f * x * s * (1.0f - s) * du) * dy;
 }
-__device__ inline float relu_f(float x) { return x > 0.0f ? x : 0.0f; }
-__device__ inline float relu_b(float x, float dy) { return x > 0.0f ? dy : 0.0f; }
+// NaN passes through both ways, as on the CPU
+__device__ inline float relu_f(float x) { return x > 0.0f || isnan(x) ? x : 0.0f; }
+__device__ inline float relu_b(float x, float dy) { return x > 0.0f ? dy : isnan(x) ? x : 0.0f; }
 
 // out = f(in), element-wise (out may be in)
 #define UNARY_KERNEL(name, f)                                                                      \

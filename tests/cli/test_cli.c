@@ -685,6 +685,32 @@ Test(cli, sequential_order_needs_a_micro_batch_of_tokens, .timeout = 60) {
   unlink(path);
 }
 
+/* sim and tune read no data, so a config without data.path is theirs to price (it was refused:
+ * "data.path is missing"); train still needs it. sim counts a tied head's weight once, as train
+ * does (GPT-2-124M's shape: 123.703 M, where it printed 162.300 M). */
+Test(cli, sim_needs_no_data_and_counts_a_tie_once, .timeout = 60) {
+  char path[] = "/tmp/brigade_nodata_XXXXXX", cmd[256], *out;
+  int fd = mkstemp(path);
+  cr_assert(fd >= 0);
+  const char *text = "model = { layers = ( { type = \"embedding\"; }, { type = \"lm_head\"; },\n"
+                     "  { type = \"cross_entropy\"; } ); };\n";
+  cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  snprintf(cmd, sizeof cmd, "sim %s", path);
+  int rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", cmd, &out);
+  cr_assert(rc == 0 && strstr(out, ": 0.037 M parameters; stage costs"), "exit %d: %s", rc, out);
+  free(out);
+  snprintf(cmd, sizeof cmd, "train %s", path);
+  rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", cmd, &out);
+  cr_assert(rc == 2 && strstr(out, "data.path is missing"), "exit %d: %s", rc, out);
+  free(out);
+  unlink(path);
+  rc = brigade_env("ASAN_OPTIONS=detect_leaks=0", "sim configs/gpt2-124m.cfg", &out);
+  cr_assert(rc == 0 && strstr(out, "123.703 M parameters (a tied weight counted once; 162.300 M counting it twice)"),
+            "exit %d: %s", rc, out);
+  free(out);
+}
+
 /* trace.step without trace.path was ignored without a word; now a warning at start-up, as
  * checkpoint.interval without checkpoint.dir gets (the path may come from a --set of another
  * run), and the run goes on. */

@@ -460,6 +460,14 @@ Test(ops, relu_forward_and_backward) {
   float z = 0.0f, one = 1.0f, out = NAN;
   cpu()->relu_backward(&out, &z, &one, 1);
   cr_assert_eq(out, 0.0f, "the subgradient at 0 is 0");
+  /* NaN passes through both ways (it was 0: a NaN before a relu vanished from the loss, the norm
+   * and the overflow check) */
+  float nan = NAN, got = 0.0f;
+  cpu()->relu_forward(&got, &nan, 1);
+  cr_assert(isnan(got), "relu(NaN) = %g", got);
+  got = 0.0f;
+  cpu()->relu_backward(&got, &nan, &one, 1);
+  cr_assert(isnan(got), "relu'(NaN) dy = %g", got);
 }
 
 /* ------------------------------------------------------------------------------------------ */

@@ -113,3 +113,20 @@ Test(pool, gemms_split_over_the_workers_agree) {
     free(a), free(b), free(c1), free(c4);
   }
 }
+
+/* A split of nothing runs nothing, whatever the grain: with grain 0 and a pool running, n = 0
+ * divided by a step of 0 (SIGFPE) where cpu.h promises "none when n is 0". */
+static void count_calls(void *ctx, size_t lo, size_t hi) {
+  (void)lo, (void)hi;
+  __atomic_add_fetch((int *)ctx, 1, __ATOMIC_RELAXED);
+}
+
+Test(pool, nothing_to_split_runs_nothing) {
+  kernels_cpu_init(4);
+  int calls = 0;
+  kernels_cpu_parallel(0, 0, 1, count_calls, &calls);
+  kernels_cpu_parallel(0, 8, 4, count_calls, &calls);
+  cr_assert_eq(calls, 0, "%d calls for n = 0", calls);
+  kernels_cpu_parallel(10, 0, 1, count_calls, &calls);
+  cr_assert_geq(calls, 1);
+}

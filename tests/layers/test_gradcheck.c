@@ -364,6 +364,45 @@ Test(gradcheck, weight_gradient_never_reads_the_aside_part) {
   layers_model_free(&m);
 }
 
+/* The block's scratch holds what its weight gradient runs again: N x hidden for the GELU, or a
+ * LayerNorm's N x C output and its mean and rstd (2N). With hidden < 2 (d_model 1, mlp_ratio 1)
+ * the second is the larger, and the scratch was sized by the first: ASan saw layernorm_forward
+ * write past it at B = 8, T = 1. */
+Test(gradcheck, block_scratch_holds_a_recomputed_layernorm) {
+  const char *text = "model = { vocab_size = 5; seq_len = 1; d_model = 1; n_heads = 1; layers = (\n"
+                     "  { type = \"embedding\"; },\n"
+                     "  { type = \"transformer_block\"; mlp_ratio = 1; recompute_layernorm = true; },\n"
+                     "  { type = \"lm_head\"; }, { type = \"cross_entropy\"; } ); };\n";
+  core_config *c;
+  cr_assert_eq(core_config_load_string(&c, text, "d1.cfg"), CORE_OK, "%s", core_error_msg());
+  layers_model m = {0};
+  cr_assert_eq(layers_model_build(&m, c, 5), CORE_OK, "%s", core_error_msg());
+  core_config_free(c);
+  const layer *l = &m.layers[1];
+  cr_assert_eq(l->hidden, 1);
+  for (int b = 1; b <= 16; b *= 2)
+    cr_assert_geq(l->type->scratch_floats(l, b, 1), (size_t)b * (l->C + 2), "B=%d: scratch %zu floats", b,
+                  l->type->scratch_floats(l, b, 1));
+  layers_model_free(&m);
+}
+
+/* A layer name longer than the 63 characters a layer keeps was cut short, and a tie naming it
+ * whole then "names no embedding layer"; such a name is refused, naming its place. */
+Test(gradcheck, long_layer_names_are_refused) {
+  char name[80], text[512];
+  memset(name, 'e', 70), name[70] = 0;
+  snprintf(text, sizeof text, "model = { vocab_size = 5; seq_len = 4; d_model = 8; n_heads = 2; layers = (\n"
+           "  { type = \"embedding\"; name = \"%s\"; },\n  { type = \"lm_head\"; tie = \"%s\"; },\n"
+           "  { type = \"cross_entropy\"; } ); };\n", name, name);
+  core_config *c;
+  cr_assert_eq(core_config_load_string(&c, text, "long.cfg"), CORE_OK, "%s", core_error_msg());
+  layers_model m = {0};
+  cr_assert_eq(layers_model_build(&m, c, 5), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "model.layers.[0].name is 70 characters; a name may have at most 63 (long.cfg:2)"),
+            "%s", core_error_msg());
+  core_config_free(c);
+}
+
 /* recompute_gelu and recompute_layernorm: a block that keeps its MLP's pre-activation only, or no
  * LayerNorm output, or both, and runs them again for the weight gradients gives the same bits
  * (weight gradients, input gradients) as one that keeps them, in the zero-bubble order (F0 F1 I0

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/watch.h"
 
 static int stage_at(const pipe_runner *rn, int chunk) {
   return rn->pr->stage_of[rn->topo->stage * rn->pr->v + chunk];
@@ -344,8 +345,10 @@ static int overflowed(pipe_runner *rn, int *any) {
     zero_range(&rn->zb[c], &lo, &hi);
     mine = rn->chunks[c].ops->nonfinite(zero_grad(&rn->zb[c]), hi - lo) > 0;
   }
-  if (MPI_Allreduce(&mine, any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
-    return core_error_set(CORE_ERUNTIME, "overflow check failed");
+  core_watch_begin("the overflow check's all-reduce (fp16)");
+  int err = MPI_Allreduce(&mine, any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS;
+  core_watch_end();
+  if (err) return core_error_set(CORE_ERUNTIME, "overflow check failed");
   return CORE_OK;
 }
 
@@ -516,8 +519,10 @@ static int validate(pipe_runner *rn, int *changed) {
   *changed = 0;
   if (!rn->pv_pending) return CORE_OK;
   rn->pv_pending = 0, rn->skipped = 0;
-  if (MPI_Waitall(2, rn->pv_req, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-    return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce (post-validation) failed");
+  core_watch_begin("the gradient norm's all-reduce (post-validation)");
+  int err = MPI_Waitall(2, rn->pv_req, MPI_STATUSES_IGNORE) != MPI_SUCCESS;
+  core_watch_end();
+  if (err) return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce (post-validation) failed");
   if (rn->pv_zeroed) { /* eager: the norm for the log; a diverged loss is still an error */
     rn->pv_zeroed = 0;
     rn->grad_norm = rn->pv_norm = sqrt(rn->pv_sum[0]) / rn->loss_scale;
@@ -591,8 +596,10 @@ static int optimizer_step(pipe_runner *rn) {
    * spans every rank */
   MPI_Comm all = rn->zb[0].stage == 0 ? rn->topo->pipe : MPI_COMM_WORLD;
   double s = local_sumsq(rn), total = 0;
-  if (MPI_Allreduce(&s, &total, 1, MPI_DOUBLE, MPI_SUM, all) != MPI_SUCCESS)
-    return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce failed");
+  core_watch_begin("the gradient norm's all-reduce");
+  int err = MPI_Allreduce(&s, &total, 1, MPI_DOUBLE, MPI_SUM, all) != MPI_SUCCESS;
+  core_watch_end();
+  if (err) return core_error_set(CORE_ERUNTIME, "gradient-norm all-reduce failed");
   rn->grad_norm = sqrt(total) / rn->loss_scale; /* of the unscaled gradients */
   if (!isfinite(rn->grad_norm))
     return core_error_set(CORE_ERUNTIME, "step %ld: the gradient norm is not finite (loss diverged); "
@@ -636,9 +643,10 @@ int pipe_runner_gather_pool(pipe_runner *rn, int limit) {
 static int gathered(pipe_runner *rn, int c) {
   int k = rn->ngbuf ? rn->gbuf_of[c] : -1;
   if (k < 0 || rn->gbuf_req[k] == MPI_REQUEST_NULL) return CORE_OK;
-  return MPI_Wait(&rn->gbuf_req[k], MPI_STATUS_IGNORE) == MPI_SUCCESS
-             ? CORE_OK
-             : core_error_set(CORE_ERUNTIME, "parameter all-gather (ZeRO-3) of chunk %d failed", c);
+  core_watch_begin("the parameters' all-gather (ZeRO-3)");
+  int ok = MPI_Wait(&rn->gbuf_req[k], MPI_STATUS_IGNORE) == MPI_SUCCESS;
+  core_watch_end();
+  return ok ? CORE_OK : core_error_set(CORE_ERUNTIME, "parameter all-gather (ZeRO-3) of chunk %d failed", c);
 }
 
 static int gather(pipe_runner *rn, const sched_instr *in) {

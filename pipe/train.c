@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/mem.h"
 #include "core/progress.h"
+#include "core/watch.h"
 #include "pipe/ckpt.h"
 #include "pipe/ckpt_model.h"
 #include "pipe/hfst.h"
@@ -401,7 +402,9 @@ static int setup(trainer *tr, const pipe_train_opts *o) {
  * replica; evaluation: eval_batches in all), known on every rank. */
 static double mean_loss(trainer *tr, long global_mb) {
   double s = pipe_runner_loss_sum(&tr->rn), total = 0;
+  core_watch_begin("the loss's all-reduce");
   MPI_Allreduce(&s, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  core_watch_end();
   return total / ((double)global_mb * tr->cfg.B * tr->model.T);
 }
 
@@ -576,7 +579,9 @@ static const char *stop_name(int sig) {
 /* The signal any rank has received (the largest number), agreed by all at a step's end. */
 static int agreed_stop(void) {
   int mine = stop_signal, any = 0;
+  core_watch_begin("the step's end (every rank's stop signal, all-reduced)");
   MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  core_watch_end();
   return any;
 }
 
@@ -626,6 +631,12 @@ int pipe_train(const pipe_train_opts *o) {
   if (!rc) train_announce(&tr, o->resume);
   if (!rc && tr.topo.world_rank == 0) train_cfg_warn(&tr.cfg);
   if (!rc) catch_stops(); /* set-up is over */
+  /* from here a collective that waits past train.timeout for a rank that stopped answering ends
+   * the job (the pipeline's messages poll against the same limit) */
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (!rc && world > 1 && core_watch_start(tr.cfg.timeout, tr.topo.world_rank) != 0 && tr.topo.world_rank == 0)
+    core_log(CORE_LOG_WARN, "could not start the watchdog thread: a collective waiting on a stopped rank will not time out");
   /* No step to take: with a checkpoint.dir, the state as loaded is written in this run's layout
    * (the initial or imported weights at step 0; a resumed checkpoint reshaped to these stages,
    * replicas and ZeRO stage) unless it would be the very checkpoint it came from. */
@@ -691,6 +702,7 @@ int pipe_train(const pipe_train_opts *o) {
   if (!rc && tr.rn.post_validation && tr.topo.world_rank == 0 && tr.rn.rollbacks > 0)
     core_log(CORE_LOG_INFO, "post-validation: %ld update(s) redone after the global norm or overflow check (clipping "
              "fired or a step was skipped)", tr.rn.rollbacks);
+  core_watch_stop();
   teardown(&tr);
   restore_stops(old);
   if (o->stopped_by) *o->stopped_by = stopped;

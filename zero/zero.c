@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/watch.h"
 #include "zero/devcomm.h"
 
 /* ---- the path of the collectives: ops->coll (NCCL) or MPI through host copies ---- */
@@ -136,9 +137,10 @@ static int scatter(zero_buffer *z) {
   memset(z->send + z->n, 0, sizeof(float) * (z->shard * (size_t)z->d - z->n));
   z->bytes_reduce += (double)sizeof(float) * (double)z->shard * (z->d - 1);
   z->reduce_scatters++;
-  if (MPI_Reduce_scatter_block(z->send, z->recv, (int)z->shard, MPI_FLOAT, MPI_SUM, z->comm) != MPI_SUCCESS)
-    return core_error_set(CORE_ERUNTIME, "gradient reduce-scatter failed");
-  return CORE_OK;
+  core_watch_begin("the gradients' reduce-scatter (ZeRO)");
+  int err = MPI_Reduce_scatter_block(z->send, z->recv, (int)z->shard, MPI_FLOAT, MPI_SUM, z->comm) != MPI_SUCCESS;
+  core_watch_end();
+  return err ? core_error_set(CORE_ERUNTIME, "gradient reduce-scatter failed") : CORE_OK;
 }
 
 /* [a, b) intersected with replica r's shard */
@@ -167,8 +169,10 @@ static int bucket_wait(zero_buffer *z, int k) {
     if (rc) return core_error_prefix("gradient reduce-scatter (bucket)");
   }
   if (z->req[k] == MPI_REQUEST_NULL) return CORE_OK;
-  if (MPI_Wait(&z->req[k], MPI_STATUS_IGNORE) != MPI_SUCCESS)
-    return core_error_set(CORE_ERUNTIME, "gradient reduce-scatter (bucket) failed");
+  core_watch_begin("a gradient bucket's reduce-scatter (ZeRO-2/3)");
+  int err = MPI_Wait(&z->req[k], MPI_STATUS_IGNORE) != MPI_SUCCESS;
+  core_watch_end();
+  if (err) return core_error_set(CORE_ERUNTIME, "gradient reduce-scatter (bucket) failed");
   bucket_landed(z, k);
   return CORE_OK;
 }
@@ -219,8 +223,10 @@ static int bucket_flush(zero_buffer *z) {
     z->pend_dst[k] = acc, z->pend_n[k] = mine;
   }
   if (!z->overlap) {
-    if (MPI_Reduce_scatter(send, recv, z->counts, MPI_FLOAT, MPI_SUM, z->comm) != MPI_SUCCESS)
-      return core_error_set(CORE_ERUNTIME, "gradient reduce-scatter (bucket) failed");
+    core_watch_begin("a gradient bucket's reduce-scatter (ZeRO-2/3)");
+    int err = MPI_Reduce_scatter(send, recv, z->counts, MPI_FLOAT, MPI_SUM, z->comm) != MPI_SUCCESS;
+    core_watch_end();
+    if (err) return core_error_set(CORE_ERUNTIME, "gradient reduce-scatter (bucket) failed");
     bucket_landed(z, k);
     return CORE_OK;
   }
@@ -268,10 +274,12 @@ static float *host_buf(zero_buffer *z, size_t n) {
  * coll error, whose message is set). */
 static int allreduce(zero_buffer *z, float *x, size_t n) {
   if (z->nccl) return z->ops->coll->all_reduce(z->cc, x, n) != CORE_OK;
-  if (!z->device) return MPI_Allreduce(MPI_IN_PLACE, x, (int)n, MPI_FLOAT, MPI_SUM, z->comm) != MPI_SUCCESS;
-  float *h = host_buf(z, n);
-  z->ops->to_host(h, x, sizeof(float) * n);
+  float *h = z->device ? host_buf(z, n) : x;
+  if (z->device) z->ops->to_host(h, x, sizeof(float) * n);
+  core_watch_begin("the gradients' all-reduce (data parallel)");
   int err = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, MPI_FLOAT, MPI_SUM, z->comm) != MPI_SUCCESS;
+  core_watch_end();
+  if (!z->device) return err;
   if (!err) z->ops->to_device(x, h, sizeof(float) * n);
   return err;
 }
@@ -339,7 +347,9 @@ static int gather_in_place(zero_buffer *z) {
     p = host_buf(z, z->n);
     z->ops->to_host(p + z->lo, z->params + z->lo, sizeof(float) * (z->hi - z->lo));
   }
+  core_watch_begin("the parameters' all-gather (ZeRO)");
   int ok = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, p, z->counts, displs, MPI_FLOAT, z->comm) == MPI_SUCCESS;
+  core_watch_end();
   if (ok && z->device) z->ops->to_device(z->params, p, sizeof(float) * z->n);
   free(displs);
   return ok ? CORE_OK : core_error_set(CORE_ERUNTIME, "parameter all-gather failed");
@@ -386,7 +396,9 @@ int zero_gather_params(zero_buffer *z, float *dst, MPI_Request *req) {
     p = host_buf(z, z->n);
     z->ops->to_host(p + z->lo, z->pshard, sizeof(float) * mine);
   }
+  core_watch_begin("the parameters' all-gather (ZeRO-3)");
   int ok = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, p, z->gcounts, z->gdispls, MPI_FLOAT, z->comm) == MPI_SUCCESS;
+  core_watch_end();
   if (ok && z->device) z->ops->to_device(dst, p, sizeof(float) * z->n);
   return ok ? CORE_OK : core_error_set(CORE_ERUNTIME, "parameter all-gather (ZeRO-3) failed");
 }
@@ -410,8 +422,10 @@ int zero_finish(zero_buffer *z) {
   memset(z->recv, 0, sizeof(float) * z->shard);
   z->ops->to_host(z->recv, z->params + z->lo, sizeof(float) * (z->hi - z->lo));
   z->bytes_gather += (double)sizeof(float) * (double)z->shard * (z->d - 1);
-  if (MPI_Allgather(z->recv, (int)z->shard, MPI_FLOAT, z->send, (int)z->shard, MPI_FLOAT, z->comm) != MPI_SUCCESS)
-    return core_error_set(CORE_ERUNTIME, "parameter all-gather failed");
+  core_watch_begin("the parameters' all-gather (ZeRO)");
+  int err = MPI_Allgather(z->recv, (int)z->shard, MPI_FLOAT, z->send, (int)z->shard, MPI_FLOAT, z->comm) != MPI_SUCCESS;
+  core_watch_end();
+  if (err) return core_error_set(CORE_ERUNTIME, "parameter all-gather failed");
   z->ops->to_device(z->params, z->send, sizeof(float) * z->n);
   return CORE_OK;
 }

@@ -261,6 +261,36 @@ Test(fault, killed_rank_in_a_hostfile_run_ends_the_job, .timeout = 120) {
   test_sh(cmd);
 }
 
+/* A data-parallel replica that stops answering (SIGSTOP: alive, so mpirun sees nothing) left the
+ * other waiting in the gradients' all-reduce for ever: train.timeout bounded the pipeline's
+ * messages only. A watchdog now ends a collective that waits past it: the job ends within
+ * seconds, non-zero, naming the wait. */
+Test(fault, stopped_replica_ends_the_job, .timeout = 120) {
+  char dir[] = "/tmp/brigade_stopped_XXXXXX", cmd[4096];
+  cr_assert(mkdtemp(dir));
+  const char *b = test_build_dir();
+  snprintf(cmd, sizeof cmd,
+           "export " TEST_MPI_ENV "; D=%s; "
+           "mpirun -np 2 %s/brigade train configs/tiny.cfg --set train.steps=100000 --set train.eval_interval=0 "
+           "--set train.timeout=3 --log-json $D/log >$D/out 2>&1 & pid=$!; "
+           "for i in $(seq 1 1000); do [ -s $D/log ] && break; sleep 0.02; done; "
+           "victim=$(pgrep -f \"^%s/brigade train configs/tiny.cfg.*$D/log\" | sed -n 2p); "
+           "[ -n \"$victim\" ] && kill -STOP $victim; t0=$(date +%%s); "
+           "for i in $(seq 1 600); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done; "
+           "echo $(( $(date +%%s) - t0 )) > $D/secs; [ -n \"$victim\" ] && kill -KILL $victim 2>/dev/null; "
+           "wait $pid; echo $? > $D/rc",
+           dir, b, b);
+  test_sh(cmd);
+  int rc = read_int(dir, "rc"), secs = read_int(dir, "secs");
+  cr_assert_neq(rc, 0, "the job with a stopped rank exited 0");
+  cr_assert(secs <= 20, "the job took %d s to end after a rank stopped (train.timeout = 3)", secs);
+  snprintf(cmd, sizeof cmd, "grep -q 'timed out after 3 s in the .* (train.timeout): a rank it waits for stopped answering' %s/out",
+           dir);
+  cr_assert_eq(test_sh(cmd), 0, "no message naming the wait (%s/out)", dir);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+}
+
 /* Under fp16 a diverged loss overflows every step: the dynamic scale backs off to
  * fp16.min_loss_scale, and an overflow there stops the run with a message (as DeepSpeed's
  * scaler does), rather than skipping every remaining step and exiting 0. A one-process run

@@ -262,7 +262,7 @@ data/kjv.txt:
 # prediction of the same run (costs from the config's FLOPs) next to it.
 run: $(BIN) data/kjv.txt
 	@mkdir -p out
-	@echo "make run: training configs/default.cfg (a 0.9M-parameter GPT on data/kjv.txt) across 4 pipeline"
+	@echo "make run: training configs/default.cfg (a 0.83M-parameter GPT on data/kjv.txt) across 4 pipeline"
 	@echo "          stages, 300 steps: about a minute on a 2-core machine; progress every 25 steps"
 	$(MPIRUN) -np 4 $(BIN) train configs/default.cfg --log-json out/train.jsonl
 	$(BIN) sample --checkpoint out/checkpoint --prompt "And God said" --tokens 200

@@ -338,7 +338,7 @@ void train_announce(trainer *tr, const char *resume) {
                      : "reduce-scatters of gradient buckets in each micro-batch's backward + the schedule's parameter "
                        "all-gathers");
   for (int s = 0; s < tr->cfg.stages * tr->cfg.v; s++)
-    core_log(CORE_LOG_INFO, "  virtual stage %d (rank %d): layers %d..%d (%s .. %s)", s, tr->prog.rank_of[s],
+    core_log(CORE_LOG_INFO, "  virtual stage %d (pipeline rank %d): layers %d..%d (%s .. %s)", s, tr->prog.rank_of[s],
              tr->bounds[s], tr->bounds[s + 1] - 1, tr->model.layers[tr->bounds[s]].name,
              tr->model.layers[tr->bounds[s + 1] - 1].name);
 }

@@ -17,7 +17,7 @@
 // are checked. Launch limits (grid y/z <= 65535, 1024 threads, dynamic shared memory above
 // 48 KiB only after cudaFuncSetAttribute, at most 227 KiB) are checked. Shared memory, dynamic
 // and static, starts every block as 0xFF bytes (NaN); the dynamic array ends at an unmapped page.
-// Device memory starts as 0xA5 bytes.
+// Device memory starts as 0xFF bytes (NaN as floats).
 // Built with ASan, out-of-bounds global accesses abort.
 //
 // Streams: work given the legacy default stream (0) aborts: it is not ordered with the
@@ -100,7 +100,7 @@ cudaError_t cudaGetLastError(void) {
 cudaError_t cudaMalloc(void **p, size_t bytes) {
   void *q = nullptr;
   if (posix_memalign(&q, 256, bytes ? bytes : 1)) return cudaErrorMemoryAllocation;
-  memset(q, 0xA5, bytes); // cudaMalloc's memory holds garbage
+  memset(q, 0xFF, bytes); // cudaMalloc's memory holds garbage: NaN, which no tolerance absorbs
   allocs[(uintptr_t)q] = bytes;
   *p = q;
   return cudaSuccess;
@@ -288,8 +288,12 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   deliver(s, LONG_MAX, true);
   return cudaSuccess;
 }
-cudaError_t cudaStreamQuery(cudaStream_t s) { // nothing is ever left to run
+// Every other query says the stream is still running (and delivers nothing): a caller that takes
+// one poll for a synchronisation, or never polls again, shows.
+cudaError_t cudaStreamQuery(cudaStream_t s) {
   check_stream(s, "cudaStreamQuery");
+  static std::map<cudaStream_t, unsigned long> polls; // each stream's queries alternate
+  if (++polls[s] % 2) return cudaErrorNotReady;
   deliver(s, LONG_MAX, true);
   return cudaSuccess;
 }

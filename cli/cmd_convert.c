@@ -41,7 +41,8 @@ static int refuse_existing(const char *out, int want_dir) {
     if (!d) return CORE_OK; /* unreadable: writing into it reports why */
     struct dirent *e;
     int used = 0;
-    while (!used && (e = readdir(d))) used = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    while (!used && (e = readdir(d))) /* a lock a failed run left is no content */
+      used = strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 && strcmp(e->d_name, ".lock") != 0;
     closedir(d);
     if (used)
       return core_error_set(CORE_EINPUT, "convert: %s is not empty, and converting into it would write over what it "

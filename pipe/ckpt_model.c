@@ -234,7 +234,11 @@ static int install_step(const char *staging, const char *sub) {
   snprintf(old, sizeof old, "%s.old", sub);
   int rc = remove_rank_dir(old);
   if (!rc && rename(sub, old) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot rename %s: %s", sub, strerror(errno));
-  if (!rc && rename(staging, sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot rename %s to %s: %s", staging, sub, strerror(errno));
+  /* from here until the next rename, step_N is missing: the loader takes step_N.old then */
+  if (!rc && rename(staging, sub) != 0) {
+    rc = core_error_set(CORE_ERUNTIME, "cannot rename %s to %s: %s", staging, sub, strerror(errno));
+    rename(old, sub); /* the old one back where latest names it */
+  }
   return rc ? rc : remove_rank_dir(old);
 }
 
@@ -546,6 +550,14 @@ static int latest_dir(const char *dir, char *sub, size_t n) {
   fclose(f);
   if (!ok) return core_error_set(CORE_EINPUT, "checkpoint directory %s: %s is malformed", dir, latest);
   snprintf(sub, n, "%s/%s", dir, name);
+  /* a save that replaced step_N where the file system cannot exchange directories moves the old
+   * one to step_N.old first: stopped between its two renames, step_N.old is the complete one */
+  char old[1400];
+  snprintf(old, sizeof old, "%s.old", sub);
+  if (stat(sub, &st) != 0 && errno == ENOENT && stat(old, &st) == 0 && S_ISDIR(st.st_mode)) {
+    core_log(CORE_LOG_WARN, "%s names %s, which is missing (a save stopped while replacing it): using %s", latest, name, old);
+    snprintf(sub, n, "%s", old);
+  }
   return CORE_OK;
 }
 
@@ -639,7 +651,12 @@ int pipe_ckpt_model_params(const char *dir, const layers_model *m, float **param
     for (int i = 0; i < m->n && !rc; i++) {
       char name[64];
       snprintf(name, sizeof name, "layer.%d.params", i);
-      if (!m->layers[i].nparams || params[i] || !pipe_ckpt_find(&r, name)) continue;
+      if (!m->layers[i].nparams || !pipe_ckpt_find(&r, name)) continue;
+      if (params[i]) { /* two runs' rank files in one step directory, as the trainer's loader refuses */
+        rc = core_error_set(CORE_EINPUT, "checkpoint %s holds layer %d ('%s') in more than one rank file (%s is one): "
+                            "rank files of two runs?", sub, i, m->layers[i].name, e->d_name);
+        break;
+      }
       params[i] = core_malloc(sizeof(float) * m->layers[i].nparams);
       rc = pipe_ckpt_get(&r, name, PIPE_CKPT_F32, params[i], m->layers[i].nparams);
     }
@@ -653,14 +670,19 @@ int pipe_ckpt_model_params(const char *dir, const layers_model *m, float **param
 }
 
 int pipe_ckpt_model_write_weights(const char *dir, const layers_model *m, const char *config_text, float *const *params) {
-  char sub[1024], path[1100], note[1400];
+  char sub[1024], path[1200], note[1400];
   pipe_ckpt_lock lock; /* one writer per checkpoint directory, a conversion too */
   int rc = pipe_ckpt_lock_take(&lock, dir, note, sizeof note);
   if (rc) return rc;
   if (note[0]) core_log(CORE_LOG_WARN, "%s: %s", dir, note);
+  /* staged and installed as a training run's save is: whatever step_00000000 a run wrote in the
+   * meantime is replaced whole, never mixed with this file */
+  char staging[1100];
   snprintf(sub, sizeof sub, "%s/step_00000000", dir);
-  if (pipe_ckpt_mkdirs(sub) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", sub, strerror(errno));
-  snprintf(path, sizeof path, "%s/rank_00000.ckpt", sub);
+  snprintf(staging, sizeof staging, "%s.saving", sub);
+  rc = remove_rank_dir(staging);
+  if (!rc && pipe_ckpt_mkdirs(staging) != 0) rc = core_error_set(CORE_ERUNTIME, "cannot create %s: %s", staging, strerror(errno));
+  snprintf(path, sizeof path, "%s/rank_00000.ckpt", staging);
   pipe_ckpt_writer w;
   if (!rc) rc = pipe_ckpt_create(&w, path);
   if (rc) {
@@ -695,6 +717,8 @@ int pipe_ckpt_model_write_weights(const char *dir, const layers_model *m, const 
   if (!rc) rc = pipe_ckpt_put(&w, "config", PIPE_CKPT_BYTES, config_text, strlen(config_text));
   if (!rc) rc = pipe_ckpt_commit(&w);
   else pipe_ckpt_abort(&w);
+  if (!rc) rc = install_step(staging, sub);
+  else remove_rank_dir(staging);
   if (!rc) rc = write_latest(dir, 0);
   pipe_ckpt_lock_release(&lock);
   return rc;

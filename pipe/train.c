@@ -302,6 +302,15 @@ static int writable(const char *path, const char *key, const core_config *cfg) {
 static int check_outputs(trainer *tr) {
   const train_cfg *c = &tr->cfg;
   int rc = CORE_OK;
+  /* the longest path a save writes (pipe_ckpt_writer's 1024 bytes, its temporary name's 1040):
+   * refused now, not at the first save after hours of training */
+  size_t most = c->ckpt_dir ? strlen(c->ckpt_dir) + sizeof "/step_0000000000.saving/rank_00000.ckpt.2147483647.tmp" : 0;
+  if (most > 1040) {
+    char w[256];
+    core_config_where(c->cfg, "checkpoint.dir", -1, w, sizeof w);
+    return core_error_set(CORE_EINPUT, "checkpoint.dir is %zu characters; a save's file names need at most %zu (%s)",
+                          strlen(c->ckpt_dir), 1040 - (most - strlen(c->ckpt_dir)), w);
+  }
   if (c->trace_path && tr->topo.world_rank == 0) {
     char svg[1100];
     snprintf(svg, sizeof svg, "%s.svg", c->trace_path);

@@ -455,6 +455,46 @@ Test(faults, failed_save_of_an_existing_step_keeps_it, .timeout = 180) {
   rm_tree(dir);
 }
 
+/* What a save stopped between its two renames leaves where the file system cannot exchange
+ * directories (NFS): latest names step_N, which is missing, and the complete old one is
+ * step_N.old; resuming, sampling and converting take step_N.old, saying so (they failed: "cannot
+ * open checkpoint"). convert of a step directory holding one layer in two rank files (two runs'
+ * files) is refused, as resuming refuses it (it took whichever file came first); a directory
+ * holding only the .lock a failed run left is empty to convert; a checkpoint.dir too long for
+ * the save's file names is refused at start-up (it failed at the first save). */
+Test(faults, save_leftovers_and_path_limits, .timeout = 120) {
+  char dir[] = "/tmp/brigade_faults_XXXXXX", *out;
+  cr_assert(mkdtemp(dir));
+  const char *b = test_build_dir();
+  int rc = run(&out, "%s/brigade train " TINY "--set train.steps=2 --set checkpoint.dir=%s/ck", b, dir);
+  cr_assert_eq(rc, 0, "%s", out);
+  free(out);
+  rc = run(&out, "mv %s/ck/step_00000002 %s/ck/step_00000002.old && %s/brigade train " TINY "--set train.steps=3 --resume %s/ck",
+           dir, dir, b, dir);
+  cr_assert(rc == 0 && strstr(out, "which is missing (a save stopped while replacing it): using") && strstr(out, "step     3"),
+            "exit %d:\n%s", rc, out);
+  free(out);
+  rc = run(&out, "%s/brigade convert %s/ck %s/w.bin --to llmc", b, dir, dir);
+  cr_assert_eq(rc, 0, "%s", out);
+  free(out);
+  /* one layer in two rank files: a 2-stage run's rank_00000 beside a one-process run's */
+  rc = run(&out, "export " TEST_MPI_ENV "; mpirun -np 2 %s/brigade train " TINY "--set pipeline.stages=2 --set train.steps=1 "
+           "--set checkpoint.dir=%s/two && cp %s/two/step_00000001/rank_00000.ckpt %s/ck/step_00000002.old/rank_00001.ckpt && "
+           "%s/brigade convert %s/ck %s/mixed.bin --to llmc", b, dir, dir, dir, b, dir, dir);
+  cr_assert(rc == 2 && strstr(out, "in more than one rank file"), "exit %d:\n%s", rc, out);
+  free(out);
+  rc = run(&out, "mkdir %s/locked && touch %s/locked/.lock && %s/brigade convert %s/w.bin %s/locked", dir, dir, b, dir, dir);
+  cr_assert_eq(rc, 0, "a directory holding only .lock: %s", out);
+  free(out);
+  char longdir[1200];
+  int k = snprintf(longdir, sizeof longdir, "%s", dir);
+  while (k < 1000) k += snprintf(longdir + k, sizeof longdir - (size_t)k, "/%0100d", 0);
+  rc = run(&out, "mkdir -p %s && %s/brigade train " TINY "--set train.steps=1 --set checkpoint.dir=%s/ck", longdir, b, longdir);
+  cr_assert(rc == 2 && strstr(out, "a save's file names need at most"), "exit %d:\n%s", rc, out);
+  free(out);
+  rm_tree(dir);
+}
+
 /* ---- settings ---- */
 
 /* Checked at start-up, before a step (exit 2, naming the keys): min_lr above lr, a warm-up not

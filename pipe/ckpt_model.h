@@ -21,8 +21,10 @@
  * which any optimizer and precision may take). Never the layout. */
 char *pipe_ckpt_model_describe(const core_config *cfg, const layers_model *m);
 
-/* Saves step `step` (collective); desc: pipe_ckpt_model_describe of the run. A failed save
- * removes what it wrote (its temporary files, the step directory it made) and leaves latest. */
+/* Saves step `step` (collective); desc: pipe_ckpt_model_describe of the run. The rank files go
+ * into DIR/step_N.saving, which replaces DIR/step_N whole once every rank has written; a failed
+ * save removes what it wrote (its temporary files, the staging directory) and leaves step_N and
+ * latest as they were. */
 int pipe_ckpt_model_save(const char *dir, const pipe_runner *rn, const pipe_topo *topo, long step,
                          const core_config *cfg, const char *desc);
 

@@ -37,7 +37,11 @@ static int model_dims(layers_model *m, const core_config *c, int vocab_from_data
 /* Expands model.layers (with `repeat`) into m->layers; returns the config element of each. */
 static int expand(layers_model *m, const core_config *c, int **elem_out) {
   int n = core_config_list_len(c, "model.layers"), total = 0, rc = CORE_OK;
-  if (n == 0) return core_error_set(CORE_EINPUT, "%s: model.layers is missing or empty", core_config_name(c));
+  if (n == 0) {
+    char w[256];
+    if (core_config_where(c, "model.layers", -1, w, sizeof w) != CORE_OK) snprintf(w, sizeof w, "%s", core_config_name(c));
+    return core_error_set(CORE_EINPUT, "model.layers is missing or empty (%s)", w);
+  }
   for (int i = 0; i < n && !rc; i++) {
     int64_t rep;
     rc = core_config_elem_int(c, "model.layers", i, "repeat", 1, &rep);
@@ -57,8 +61,8 @@ static int expand(layers_model *m, const core_config *c, int **elem_out) {
     core_config_elem_int(c, "model.layers", i, "repeat", 1, &rep);
     rc = core_config_elem_string(c, "model.layers", i, "type", NULL, &type);
     if (!rc) rc = core_config_elem_string(c, "model.layers", i, "name", NULL, &name);
-    char w[96];
-    core_config_where(c, "model.layers", i, w, sizeof w);
+    char w[96]; /* the layer's place: its type's (a --set of the type makes it another layer) */
+    core_config_elem_where(c, "model.layers", i, "type", w, sizeof w);
     if (!rc && !type) rc = core_error_set(CORE_EINPUT, "model.layers.[%d] has no type (%s)", i, w);
     const layer_type *t = rc ? NULL : layers_find_type(type);
     if (!rc && !t)

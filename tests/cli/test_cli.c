@@ -619,6 +619,9 @@ Test(cli, range_errors_name_the_key_and_its_place) {
        "fp16.min_loss_scale = 4.1943e+06 (--set fp16.min_loss_scale) is above the initial scale 2^20 "
        "(fp16.initial_scale_power)"},
       {"--set optimizer.params.betas=[]", "optimizer.params.betas must hold two numbers (--set optimizer.params.betas)"},
+      /* the layer list's errors named the config file when a --set made them */
+      {"--set 'model.layers=()'", "model.layers is missing or empty (--set model.layers)"},
+      {"--set 'model.layers.[4].type=\"relu\"'", "layer 'loss' (--set model.layers.[4].type) follows the lm_head 'head'"},
       {"--set scheduler.type=foo", "scheduler.type (--set scheduler.type): unknown scheduler.type 'foo'"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

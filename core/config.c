@@ -144,6 +144,13 @@ static int scan_text(const char *t, size_t *pos, int *line_io, bad_number *bad, 
   return 0;
 }
 
+/* The first number of the whole text that does not fit; 1 if found. */
+static int find_bad_number(const char *t, bad_number *bad) {
+  size_t pos = 0;
+  int line = 1;
+  return scan_text(t, &pos, &line, bad, NULL);
+}
+
 static int number_error(const char *where, const bad_number *b) {
   if (b->is_float)
     return core_error_set(CORE_EINPUT, "%s: number %s is out of range", where, b->text);
@@ -152,6 +159,15 @@ static int number_error(const char *where, const bad_number *b) {
   return core_error_set(CORE_EINPUT,
                         "%s: integer %s does not fit in 32 bits (write %sL for a 64-bit integer)",
                         where, b->text, b->text);
+}
+
+/* The numbers of a file's text (named name in the message, with the line). */
+static int check_numbers(const char *text, const char *name) {
+  bad_number bad;
+  if (!find_bad_number(text, &bad)) return CORE_OK;
+  char where[1100];
+  snprintf(where, sizeof where, "%s:%d", name, bad.line);
+  return number_error(where, &bad);
 }
 
 /* Reads the whole file: libconfig is then given the same text that was checked for numbers. */
@@ -199,14 +215,7 @@ static int check_includes(const char *text, const char *from, int depth) {
     char *sub = NULL;
     int rc = read_text(inc.path, &sub);
     if (rc) return core_error_prefix("%s:%d: @include", from, inc.line);
-    bad_number bad;
-    size_t p0 = 0;
-    int l0 = 1;
-    if (scan_text(sub, &p0, &l0, &bad, NULL)) {
-      char where[1100];
-      snprintf(where, sizeof where, "%s:%d", inc.path, bad.line);
-      rc = number_error(where, &bad);
-    }
+    rc = check_numbers(sub, inc.path);
     if (!rc) rc = check_includes(sub, inc.path, depth + 1);
     free(sub);
     if (rc) return rc;
@@ -223,13 +232,7 @@ static int parse_text(core_config *c, const char *text) {
     return core_error_set(CORE_EINPUT, "%s:%d: %s", file ? file : c->name,
                           config_error_line(&c->cfg), config_error_text(&c->cfg));
   }
-  bad_number bad;
-  size_t pos = 0;
-  int line = 1;
-  if (!scan_text(text, &pos, &line, &bad, NULL)) return CORE_OK;
-  char where[600];
-  snprintf(where, sizeof where, "%s:%d", c->name, bad.line);
-  return number_error(where, &bad);
+  return check_numbers(text, c->name);
 }
 
 int core_config_load_string(core_config **out, const char *text, const char *name) {
@@ -521,13 +524,10 @@ static int parse_compound(config_t *tmp, const char *key, const char *val,
   bad_number bad;
   char where[600];
   snprintf(where, sizeof where, "--set %s", key);
-  size_t pos = 0;
-  int line = 1, rc = check_includes(text, where, 0);
-  if (rc)
-    ;
-  else if (!config_read_string(tmp, text))
+  int rc = check_includes(text, where, 0);
+  if (!rc && !config_read_string(tmp, text))
     rc = core_error_set(CORE_EINPUT, "--set %s: %s in the value", key, config_error_text(tmp));
-  else if (scan_text(text, &pos, &line, &bad, NULL))
+  else if (!rc && find_bad_number(text, &bad))
     rc = number_error(where, &bad);
   free(text);
   *out = rc ? NULL : config_lookup(tmp, "v");

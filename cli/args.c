@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/error.h"
 
@@ -42,4 +43,13 @@ int cli_take(int argc, char **argv, int *i, const char **out) {
   if (*i + 1 >= argc) return core_error_set(CORE_EINPUT, "%s needs a value", argv[*i]);
   *out = argv[++*i];
   return CORE_OK;
+}
+
+void cli_arg(int *argc, char **argv, int i) {
+  char *eq = strncmp(argv[i], "--", 2) == 0 ? strchr(argv[i], '=') : NULL;
+  if (!eq || eq == argv[i] + 2) return; /* "--=x" stays one (unknown) argument */
+  memmove(argv + i + 2, argv + i + 1, sizeof(char *) * (size_t)(*argc - i)); /* the NULL after the last too */
+  *eq = '\0';
+  argv[i + 1] = eq + 1;
+  ++*argc;
 }

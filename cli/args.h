@@ -14,5 +14,9 @@ int cli_parse_count(const char *flag, const char *text, double *out);
 int cli_parse_double(const char *flag, const char *text, double lo, double *out);
 /* For "--flag VALUE": the value after argv[*i], advancing *i; an error if there is none. */
 int cli_take(int argc, char **argv, int *i, const char **out);
+/* Called first at each place of a command's option loop, so at options only, never at a value a
+ * flag took (a prompt may be "--x=1"): "--name=value" there becomes the two arguments "--name",
+ * "value", in place, *argc one more (main gives every command room for that: 2 argc + 1 slots). */
+void cli_arg(int *argc, char **argv, int i);
 
 #endif

@@ -102,6 +102,7 @@ int cli_convert(int argc, char **argv) {
   const char *in = NULL, *out = NULL, *to = NULL, *hv = NULL;
   int rc = CORE_OK, heads = 0;
   for (int i = 1; i < argc && !rc; i++) {
+    cli_arg(&argc, argv, i);
     if (strcmp(argv[i], "--to") == 0) rc = cli_take(argc, argv, &i, &to);
     else if (strcmp(argv[i], "--heads") == 0) {
       if (!(rc = cli_take(argc, argv, &i, &hv))) rc = cli_parse_int("--heads", hv, 1, 4096, &heads);

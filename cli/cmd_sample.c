@@ -13,6 +13,7 @@ int cli_sample(int argc, char **argv) {
   pipe_sample_opts o = {.prompt = "", .tokens = 200, .temperature = 0.8, .seed = 1};
   int rc = CORE_OK, seed = 1;
   for (int i = 1; i < argc && !rc; i++) {
+    cli_arg(&argc, argv, i);
     const char *v = NULL;
     if (strcmp(argv[i], "--checkpoint") == 0) rc = cli_take(argc, argv, &i, &o.checkpoint);
     else if (strcmp(argv[i], "--prompt") == 0) rc = cli_take(argc, argv, &i, &o.prompt);

@@ -61,6 +61,7 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
   o->gflops = 50, o->dp = 1, o->dp_gbps = 10, o->step_sync = -1;
   o->max_instructions = CLI_MAX_INSTRUCTIONS;
   for (int i = 1; i < argc; i++) {
+    cli_arg(&argc, argv, i);
     const char *a = argv[i], *val = NULL;
     int rc = CORE_OK;
 #define VALUE() (rc = cli_take(argc, argv, &i, &val))
@@ -202,23 +203,26 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
   if (o->config_flag)
     return core_error_set(CORE_EINPUT, "%s applies to sim CONFIG (a training config), not to shape flags "
                                        "or a schedule file", o->config_flag);
+  /* --mem-limit is what auto offload brings each rank under, of a compiled shape or a file's */
+  int auto_limit = o->shape.offload == SCHED_OFFLOAD_AUTO;
   if (o->schedule_file) {
-    if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit || o->have_virtual || o->have_mem)
+    if (o->have_schedule || o->have_stages || o->have_mb || o->have_wlimit || o->have_virtual || (o->have_mem && !auto_limit))
       return core_error_set(CORE_EINPUT, "give either --schedule-file or the shape flags (--schedule, "
-                                         "--stages, --virtual, --microbatches, --max-pending-w, --mem-limit), not both");
+                                         "--stages, --virtual, --microbatches, --max-pending-w, --mem-limit but for "
+                                         "--offload auto's), not both");
     if (o->shape.zero3 || o->shape.keep_gathered || o->have_prefetch)
       return core_error_set(CORE_EINPUT, "--zero3, --keep-gathered and --prefetch apply to a compiled shape, not "
                                          "to --schedule-file");
-    return CORE_OK;
   }
   if (o->shape.zero3 && !o->have_prefetch) o->shape.prefetch = 1; /* ZeRO-3's default: one run ahead */
-  if (o->shape.offload == SCHED_OFFLOAD_AUTO) { /* --mem-limit is what auto offload brings each rank under */
+  if (auto_limit) {
     if (!o->have_mem)
       return core_error_set(CORE_EINPUT, "--offload auto needs --mem-limit X: the memory per rank, in stages' "
                                          "activations, to bring every rank under");
     o->shape.offload_limit = o->shape.mem_limit;
     if (o->shape.family != SCHED_ZB_AUTO) o->shape.mem_limit = 0;
   }
+  if (o->schedule_file) return CORE_OK;
   /* a V has two chunks; interleaved needs at least two: default to 2 unless --virtual says */
   if ((sched_family_is_v(o->shape.family) || o->shape.family == SCHED_INTERLEAVED) && !o->have_virtual)
     o->shape.v = 2;
@@ -432,6 +436,7 @@ int cli_plot(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
   int ascii = 0, rc = CORE_OK;
   for (int i = 1; i < argc && !rc; i++) {
+    cli_arg(&argc, argv, i);
     if (strcmp(argv[i], "-o") == 0) rc = cli_take(argc, argv, &i, &out);
     else if (strcmp(argv[i], "--ascii") == 0) ascii = 1;
     else if (argv[i][0] == '-' && argv[i][1]) rc = core_error_set(CORE_EINPUT, "plot: unknown option '%s'", argv[i]);

@@ -26,6 +26,7 @@ int cli_tokenize(int argc, char **argv) {
   const char *vocab = NULL, *merges = NULL, *in = NULL, *out = NULL;
   int rc = CORE_OK;
   for (int i = 1; i < argc && !rc; i++) {
+    cli_arg(&argc, argv, i);
     if (strcmp(argv[i], "--vocab") == 0) rc = cli_take(argc, argv, &i, &vocab);
     else if (strcmp(argv[i], "--merges") == 0) rc = cli_take(argc, argv, &i, &merges);
     else if (argv[i][0] != '-' && !in) in = argv[i];
@@ -48,8 +49,7 @@ int cli_tokenize(int argc, char **argv) {
     core_error_set(CORE_EINPUT, "cannot open %s: %s", in, strerror(errno));
     return fail();
   }
-  char tmp[1100];
-  snprintf(tmp, sizeof tmp, "%s.tmp", out);
+  char *tmp = core_str_join(out, ".tmp");
   FILE *o = fopen(tmp, "wb");
   if (!o) rc = core_error_set(CORE_ERUNTIME, "cannot write %s: %s", tmp, strerror(errno));
   int32_t hdr[256] = {20240520, 1, 0}; /* the count filled in at the end */
@@ -96,6 +96,7 @@ int cli_tokenize(int argc, char **argv) {
       if (!rc) rc = core_error_set(CORE_ERUNTIME, "writing %s failed", out);
     }
   }
+  free(tmp);
   if (!rc) printf("wrote %s: %zu tokens of %s (GPT-2 BPE, vocabulary %s)\n", out, count, in, vocab);
   return rc ? fail() : 0;
 }

@@ -15,6 +15,7 @@ int cli_train(int argc, char **argv) {
   const char *sets[256];
   int rc = CORE_OK;
   for (int i = 1; i < argc && !rc; i++) {
+    cli_arg(&argc, argv, i);
     const char *v;
     if (strcmp(argv[i], "--set") == 0) {
       rc = cli_take(argc, argv, &i, &v);

@@ -33,6 +33,7 @@ int cli_tune(int argc, char **argv) {
   pipe_plan_hw hw = {.d = 1, .dp_gbps = 10};
   core_mem_keep_freed(); /* one schedule compiled and simulated after another */
   for (int i = 1; i < argc && !rc; i++) {
+    cli_arg(&argc, argv, i);
     const char *a = argv[i], *val = NULL;
     if (strcmp(a, "--memory") == 0) {
       if (!(rc = cli_take(argc, argv, &i, &val))) rc = core_mem_parse(a, val, &memory);

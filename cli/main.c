@@ -145,32 +145,24 @@ int main(int argc, char **argv) {
     fprintf(stderr, "brigade: error: unknown command '%s' (see 'brigade help')\n", argv[1]);
     return 2;
   }
-  /* `--help` anywhere among a command's arguments prints its usage (a flag's value is never
-   * "--help" or "-h"); everything else goes to the command's own parser. */
+  /* `--help` anywhere among a command's arguments prints its usage, even as a flag's value (a
+   * prompt "-h" is given as --prompt=-h); everything else goes to the command's own parser. */
   for (int i = 2; i < argc; i++)
     if (is_help(argv[i])) {
       fputs(c->usage, stdout);
       return 0;
     }
-  /* every option also takes the form --name=value: split into the two arguments the commands'
-   * parsers read (the names copied, the values pointing into argv) */
-  char **av = malloc(sizeof(char *) * (2 * (size_t)argc + 1)), **names = malloc(sizeof(char *) * (size_t)argc);
-  if (!av || !names) {
+  /* every option also takes the form --name=value: the commands' option loops split it
+   * (cli_arg) where an option stands, into room given here */
+  char **av = malloc(sizeof(char *) * (2 * (size_t)argc + 1));
+  if (!av) {
     fprintf(stderr, "brigade: error: out of memory\n");
     return 1;
   }
-  int n = 0, nn = 0;
-  for (int i = 1; i < argc; i++) {
-    char *eq = strncmp(argv[i], "--", 2) == 0 ? strchr(argv[i], '=') : NULL;
-    if (eq && eq > argv[i] + 2 && (names[nn] = strndup(argv[i], (size_t)(eq - argv[i])))) {
-      av[n++] = names[nn++], av[n++] = eq + 1;
-    } else {
-      av[n++] = argv[i];
-    }
-  }
+  int n = argc - 1;
+  memcpy(av, argv + 1, sizeof(char *) * (size_t)n);
   av[n] = NULL;
   int rc = c->run(n, av);
-  while (nn > 0) free(names[--nn]);
-  free(names), free(av);
+  free(av);
   return rc;
 }

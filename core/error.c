@@ -146,3 +146,11 @@ void *core_calloc(size_t count, size_t size) {
 }
 
 void *core_realloc(void *p, size_t n) { return check_alloc(realloc(p, n ? n : 1), n); }
+
+char *core_str_join(const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b);
+  char *s = core_malloc(na + nb + 1);
+  memcpy(s, a, na);
+  memcpy(s + na, b, nb + 1);
+  return s;
+}

@@ -40,5 +40,8 @@ _Noreturn void core_assert_fail(const char *cond, const char *file, int line);
 void *core_malloc(size_t n);
 void *core_calloc(size_t count, size_t size);
 void *core_realloc(void *p, size_t n);
+/* a followed by b in a new string (core_malloc'd): a file name built from a user's path whole,
+ * however long (a fixed buffer cut short could name another file) */
+char *core_str_join(const char *a, const char *b);
 
 #endif

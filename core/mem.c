@@ -2,6 +2,7 @@
 #include "core/mem.h"
 
 #include <ctype.h>
+#include <math.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -26,9 +27,9 @@ int core_mem_parse(const char *what, const char *text, double *out) {
       end++;
     }
   }
-  if (end == text || *end || !(v * mult >= 1) || v * mult > 1e18) /* whole bytes: 0.5 is no limit */
+  if (end == text || *end || !(v * mult >= 1) || v * mult > 1e18) /* at least a byte: 0.5 is no limit */
     return core_error_set(CORE_EINPUT, "%s: '%s' is not a positive byte count (e.g. 1000000, 512M, 80G)", what, text);
-  *out = v * mult;
+  *out = floor(v * mult); /* whole bytes: 1.5 is 1, 1.3G 1395864371 */
   return CORE_OK;
 }
 

@@ -6,8 +6,8 @@
 
 #include <stddef.h>
 
-/* "1000000", "1.5e9", "512M", "80G", "80GiB": bytes, K/M/G/T being powers of 1024. CORE_EINPUT
- * naming `what` (a flag or variable) unless it is a whole number of bytes >= 1 and <= 1e18. */
+/* "1000000", "1.5e9", "512M", "80G", "80GiB": bytes, K/M/G/T being powers of 1024, rounded down
+ * to whole bytes. CORE_EINPUT naming `what` (a flag or variable) unless it is >= 1 and <= 1e18. */
 int core_mem_parse(const char *what, const char *text, double *out);
 /* "949248 bytes", "1.682 MiB", "23.42 GiB", "2.25 TiB", "45.1 PiB" */
 void core_mem_str(double bytes, char *buf, size_t n);

@@ -29,7 +29,7 @@ static void *watch(void *arg) {
     if (w && (double)(now_ns() - atomic_load(&since)) * 1e-9 > limit) {
       char who[32] = "";
       if (rank >= 0) snprintf(who, sizeof who, "[rank %d] ", rank);
-      fprintf(stderr, "brigade: error: %stimed out after %.0f s in %s (train.timeout): a rank it waits for stopped "
+      fprintf(stderr, "brigade: error: %stimed out after %g s in %s (train.timeout): a rank it waits for stopped "
               "answering\n", who, limit, w);
       fflush(stderr);
       _exit(1); /* the main thread is inside MPI: nothing else can be done from here */

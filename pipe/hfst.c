@@ -305,8 +305,7 @@ int pipe_hfst_write(const char *path, const layers_model *m, float *const *param
   fflush(mf); /* hn is the header's length so far: pad it so the data starts 8-byte aligned */
   for (size_t pad = (8 - hn % 8) % 8; pad > 0; pad--) fputc(' ', mf);
   fclose(mf);
-  char tmp[1100];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  char *tmp = core_str_join(path, ".tmp");
   FILE *f = fopen(tmp, "wb");
   int ok = f != NULL;
   uint64_t len = hn;
@@ -327,8 +326,11 @@ int pipe_hfst_write(const char *path, const layers_model *m, float *const *param
   free(buf), free(hdr), free(t);
   if (f) ok = (fclose(f) == 0) && ok;
   if (!ok || rename(tmp, path) != 0) {
+    int err = errno;
     remove(tmp);
-    return core_error_set(CORE_ERUNTIME, "writing %s failed: %s", path, strerror(errno));
+    free(tmp);
+    return core_error_set(CORE_ERUNTIME, "writing %s failed: %s", path, strerror(err));
   }
+  free(tmp);
   return CORE_OK;
 }

@@ -206,10 +206,13 @@ int pipe_llmc_write(const char *path, const layers_model *m, float *const *param
   if (rc) return rc;
   long long n[NT];
   sizes(h.Vp, h.maxT, h.L, h.C, n);
-  char tmp[1100];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  char *tmp = core_str_join(path, ".tmp");
   FILE *f = fopen(tmp, "wb");
-  if (!f) return core_error_set(CORE_ERUNTIME, "cannot write %s: %s", tmp, strerror(errno));
+  if (!f) {
+    core_error_set(CORE_ERUNTIME, "cannot write %s: %s", tmp, strerror(errno));
+    free(tmp);
+    return CORE_ERUNTIME;
+  }
   int32_t hd[256] = {PIPE_LLMC_MAGIC, 3, h.maxT, h.V, h.L, h.NH, h.C, h.Vp};
   int ok = fwrite(hd, sizeof hd, 1, f) == 1;
   size_t C = (size_t)h.C;
@@ -231,8 +234,11 @@ int pipe_llmc_write(const char *path, const layers_model *m, float *const *param
   ok = fflush(f) == 0 && ok;
   ok = fclose(f) == 0 && ok;
   if (!ok || rename(tmp, path) != 0) {
+    int err = errno;
     remove(tmp);
-    return core_error_set(CORE_ERUNTIME, "writing %s failed: %s", path, strerror(errno));
+    free(tmp);
+    return core_error_set(CORE_ERUNTIME, "writing %s failed: %s", path, strerror(err));
   }
+  free(tmp);
   return CORE_OK;
 }

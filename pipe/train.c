@@ -312,10 +312,10 @@ static int check_outputs(trainer *tr) {
                           strlen(c->ckpt_dir), 1040 - (most - strlen(c->ckpt_dir)), w);
   }
   if (c->trace_path && tr->topo.world_rank == 0) {
-    char svg[1100];
-    snprintf(svg, sizeof svg, "%s.svg", c->trace_path);
+    char *svg = core_str_join(c->trace_path, ".svg");
     rc = writable(c->trace_path, "trace.path", c->cfg);
     if (!rc) rc = writable(svg, "trace.path", c->cfg);
+    free(svg);
   }
   if (rc || !c->ckpt_dir || tr->topo.world_rank == 0 || tr->topo.data != 0) return rc;
   struct stat st;

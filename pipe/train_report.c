@@ -133,12 +133,12 @@ int train_write_trace(trainer *tr, sched_timeline *tl) {
     for (int i = 0; i < total; i++) t0 = all[i].start < t0 ? all[i].start : t0;
     for (int i = 0; i < total; i++) all[i].start -= t0, all[i].end -= t0, sched_timeline_add(&out, all[i]);
     sched_timeline_stats(&out);
-    char svg[1100];
-    snprintf(svg, sizeof svg, "%s.svg", tr->cfg.trace_path);
+    char *svg = core_str_join(tr->cfg.trace_path, ".svg");
     rc = viz_write_trace(&out, tr->cfg.trace_path);
     if (!rc) rc = viz_write_svg(&out, svg);
     if (!rc) core_log(CORE_LOG_INFO, "measured timeline: %s and %s (step time %.2f ms, bubble rate %.1f%%)",
                       tr->cfg.trace_path, svg, out.makespan * 1e3, 100 * out.bubble_rate);
+    free(svg);
     if (!rc) predict(tr, &out);
     sched_timeline_free(&out);
   }

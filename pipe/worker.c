@@ -106,9 +106,9 @@ static int wait_req(pipe_worker *w, MPI_Request *req, MPI_Status *st, int i, con
       if (now() - start > w->timeout_s) {
         char msg[256];
         if (w->peer_names && peer >= 0)
-          snprintf(msg, sizeof msg, "timed out after %.0f s waiting for %s (train.timeout)", w->timeout_s, w->peer_names[peer]);
+          snprintf(msg, sizeof msg, "timed out after %g s waiting for %s (train.timeout)", w->timeout_s, w->peer_names[peer]);
         else
-          snprintf(msg, sizeof msg, "timed out after %.0f s waiting for rank %d (train.timeout)", w->timeout_s, peer);
+          snprintf(msg, sizeof msg, "timed out after %g s waiting for rank %d (train.timeout)", w->timeout_s, peer);
         return fail(w, i, in, msg);
       }
     }

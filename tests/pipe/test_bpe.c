@@ -4,9 +4,11 @@
  * every occurrence of the best pair at once; decoding gives the text back; `brigade tokenize`
  * writes them as an llm.c token file. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/error.h"
@@ -492,4 +494,44 @@ Test(bpe, cuts_keep_the_encoding) {
   cr_assert_gt(cuts, 5000, "%d cuts tried", cuts);
   pipe_bpe_free(b);
   unlink(vocab), unlink(merges);
+}
+
+/* An output path of any length: tokenize's temporary name is OUT.tmp whole. It was cut to 1099
+ * bytes, so with a long OUT it named another file, which the run overwrote and renamed away. */
+Test(bpe, tokenize_long_output_path_spares_other_files, .timeout = 60) {
+  char vocab[] = "/tmp/brigade_vocab_XXXXXX", merges[] = "/tmp/brigade_merges_XXXXXX", in[] = "/tmp/brigade_text_XXXXXX";
+  char root[] = "/tmp/brigade_long_XXXXXX";
+  close(mkstemp(vocab)), close(mkstemp(merges)), close(mkstemp(in));
+  write_files(vocab, merges);
+  FILE *f = fopen(in, "w");
+  fputs("hello the world", f);
+  fclose(f);
+  cr_assert(mkdtemp(root));
+  char dir[1200], out[1400], victim[1400], cmd[4096];
+  snprintf(dir, sizeof dir, "%s", root);
+  for (int k = 0; k < 5; k++) { /* five levels of 200 characters: past 1000 */
+    size_t n = strlen(dir);
+    dir[n] = '/';
+    memset(dir + n + 1, 'd', 200);
+    dir[n + 201] = 0;
+    cr_assert_eq(mkdir(dir, 0755), 0, "%s", strerror(errno));
+  }
+  snprintf(out, sizeof out, "%s/%0120d_tokens.bin", dir, 0);
+  cr_assert(strlen(out) > 1100);
+  snprintf(victim, sizeof victim, "%.1099s", out); /* what the cut temporary name was */
+  f = fopen(victim, "w");
+  cr_assert(f, "%s", strerror(errno));
+  fputs("precious", f);
+  fclose(f);
+  snprintf(cmd, sizeof cmd, "%s/brigade tokenize --vocab %s --merges %s %s %s >/dev/null", test_build_dir(), vocab, merges, in, out);
+  cr_assert_eq(test_sh(cmd), 0);
+  char got[16] = "";
+  f = fopen(victim, "r");
+  cr_assert(f, "the other file is gone: %s", strerror(errno));
+  cr_assert(fgets(got, sizeof got, f) && strcmp(got, "precious") == 0, "'%s'", got);
+  fclose(f);
+  cr_assert_eq(access(out, R_OK), 0);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+  test_sh(cmd);
+  unlink(in), unlink(vocab), unlink(merges);
 }

@@ -12,6 +12,11 @@ set -e
 ROUNDS=${1:-3}
 THREADS=${2:-2}
 B=${BUILD:-build}
+for n in "$ROUNDS" "$THREADS"; do
+  case $n in
+    '' | *[!0-9]* | 0*) echo "usage: sh bench/cpu_peers.sh [ROUNDS] [THREADS] (whole numbers >= 1; got '$n')" >&2; exit 2 ;;
+  esac
+done
 torch=1
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   echo "cpu_peers: PyTorch (python3-torch) is not installed: brigade fp32 against bf16 only, no peer"
@@ -19,12 +24,23 @@ if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 fi
 hwbf16=0
 grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null && hwbf16=1
+# a run that fails, or prints no mean, stops the script (in a pipeline its status was sed's)
+mean_of() { # what file pattern -> the mean the run printed in file
+  v=$(sed -n "$3" "$2")
+  [ -n "$v" ] || { echo "cpu_peers: $1 printed no mean s/step:" >&2; cat "$2" >&2; exit 1; }
+  echo "$v"
+}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
 step() { # precision -> mean s/step of brigade's train_step
-  "$B/bench/train_step" configs/gpt2-124m.cfg 3 "$THREADS" cpu 4 64 "$1" | sed -n 's/^mean: \([0-9.]*\) s\/step.*/\1/p'
+  "$B/bench/train_step" configs/gpt2-124m.cfg 3 "$THREADS" cpu 4 64 "$1" > "$out" 2>&1 ||
+    { echo "cpu_peers: train_step ($1) failed:" >&2; cat "$out" >&2; exit 1; }
+  mean_of "train_step ($1)" "$out" 's/^mean: \([0-9.]*\) s\/step.*/\1/p'
 }
 torch_step() { # dtype steps -> mean s/step of PyTorch
   OMP_NUM_THREADS=$THREADS /usr/bin/python3 bench/torch_gpt2.py --device cpu --B 4 --T 64 --steps "$2" --dtype "$1" \
-    --attention math | sed -n 's/.*mean \([0-9.]*\) s\/step.*/\1/p'
+    --attention math > "$out" 2>&1 || { echo "cpu_peers: PyTorch ($1) failed:" >&2; cat "$out" >&2; exit 1; }
+  mean_of "PyTorch ($1)" "$out" 's/.*mean \([0-9.]*\) s\/step.*/\1/p'
 }
 f32="" b16="" tfp="" tbf=""
 r=1
@@ -48,7 +64,7 @@ if [ $torch = 1 ] && [ $hwbf16 = 0 ] && [ -n "$BF16" ]; then
   tbf=$(torch_step bf16 1)
   echo "PyTorch bf16 autocast (this CPU has no AVX512-BF16): $tbf s/step"
 fi
-med() { echo "$@" | tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+med() { echo "$@" | tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 ratio() { echo "$1 $2" | awk '{printf "%.2f", $1/$2}'; }
 mf=$(med $f32) mb=$(med $b16)
 what="fp32 GEMMs: this CPU has no AVX512-BF16"

@@ -176,10 +176,22 @@ static double sgemm_gflops(int M, int N, int K) {
   return best;
 }
 
+/* An argument that must be a whole number in [lo, hi]; else the usage error, exit 2 (0 steps or a
+ * batch of 0 printed NaN rates). */
+static int arg_int(const char *name, const char *text, int lo, int hi) {
+  char *end;
+  long v = strtol(text, &end, 10);
+  if (end == text || *end || v < lo || v > hi) {
+    fprintf(stderr, "train_step: %s '%s' is not a whole number in [%d, %d]\n", name, text, lo, hi);
+    exit(2);
+  }
+  return (int)v;
+}
+
 int main(int argc, char **argv) {
   kernels_cpu_setup();
   const char *path = argc > 1 ? argv[1] : "configs/gpt2-124m.cfg";
-  int steps = argc > 2 ? atoi(argv[2]) : 3, threads = argc > 3 ? atoi(argv[3]) : 1;
+  int steps = argc > 2 ? arg_int("STEPS", argv[2], 1, 1000000) : 3, threads = argc > 3 ? arg_int("THREADS", argv[3], 1, 4096) : 1;
   const char *backend = argc > 4 ? argv[4] : "cpu";
   kernels_cpu_init(threads);
   core_config *c;
@@ -193,7 +205,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "train_step: %s\n", core_error_msg());
     return 1;
   }
-  if (argc > 5) B = atoi(argv[5]);
+  if (argc > 5) B = arg_int("B", argv[5], 1, 1 << 20);
   const char *prec = argc > 7 ? argv[7] : strcmp(base->name, "cuda") == 0 ? "bf16" : "fp32";
   /* the precision code of pipe/train.c: 0 fp32, 1 bf16, 2 fp16 */
   int kind = !strncmp(prec, "bf16", 4) ? 1 : !strncmp(prec, "fp16", 4) ? 2 : 0;

@@ -99,8 +99,9 @@ static int run(const char *mpirun, const char *brigade, const char *config, int 
   if (f) fclose(f);
   unlink(log);
   if (out->n < 2) return -1;
-  qsort(ms + 1, (size_t)out->n - 1, sizeof(double), cmp);
-  out->ms = ms[1 + (out->n - 1) / 2];
+  int k = out->n - 1; /* steps 2..n, in ms[1..k]: their median, the mean of the middle two when k is even */
+  qsort(ms + 1, (size_t)k, sizeof(double), cmp);
+  out->ms = k % 2 ? ms[1 + k / 2] : (ms[k / 2] + ms[1 + k / 2]) / 2;
   out->ok = 1;
   return 0;
 }
@@ -109,17 +110,19 @@ int main(int argc, char **argv) {
   const char *brigade = "build/brigade", *config = "configs/tiny.cfg";
   const char *mpirun = getenv("BRIGADE_MPIRUN") ? getenv("BRIGADE_MPIRUN") : "mpirun";
   int steps = 12;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--brigade")) brigade = argv[i + 1];
-    else if (!strcmp(argv[i], "--mpirun")) mpirun = argv[i + 1];
-    else if (!strcmp(argv[i], "--config")) config = argv[i + 1];
-    else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+  for (int i = 1; i < argc; i += 2) { /* every flag takes a value: one without, or an unknown one, is the usage */
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    char *end = NULL;
+    long n = v ? strtol(v, &end, 10) : 0;
+    if (v && !strcmp(a, "--brigade")) brigade = v;
+    else if (v && !strcmp(a, "--mpirun")) mpirun = v;
+    else if (v && !strcmp(a, "--config")) config = v;
+    else if (v && !strcmp(a, "--steps") && *end == 0 && n >= 2 && n <= MAX_STEPS) steps = (int)n;
     else {
-      fprintf(stderr, "usage: %s [--brigade PATH] [--mpirun CMD] [--config CFG] [--steps N]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--brigade PATH] [--mpirun CMD] [--config CFG] [--steps N, 2 to %d]\n", argv[0], MAX_STEPS);
       return 2;
     }
   }
-  if (steps < 2 || steps > MAX_STEPS) steps = 12;
   row rows[NPOL];
   printf("ZeRO inside the data-parallel group: %s, 2 stages x 2 replicas, interleaved (2 chunks per rank), "
          "4 micro-batches per replica; world rank 0's first step, bytes\n", config);

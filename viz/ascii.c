@@ -72,8 +72,12 @@ void viz_write_ascii(const sched_timeline *tl, FILE *f, int width) {
         snprintf(scale, sizeof scale, "  (1 column = %.3g units)", dt);
     }
   }
+  char name[sizeof tl->schedule]; /* a trace's own name, its control bytes shown as '?' as the SVG does */
+  snprintf(name, sizeof name, "%s", tl->schedule);
+  for (char *c = name; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
   snprintf(head, sizeof head, "%s p=%d v=%d m=%d  bubble rate %.1f%%  makespan %.6g %s%s",
-           tl->schedule, tl->p, tl->v, tl->m, 100 * bubble, makespan, seconds ? "s" : "units",
+           name, tl->p, tl->v, tl->m, 100 * bubble, makespan, seconds ? "s" : "units",
            scale);
   line(f, head, width);
   if (tl->n == 0 || !(span > 0)) {

@@ -1,7 +1,9 @@
 /* viz/stats.c: timeline checks, event names and bubble statistics shared by the writers. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 #include "viz/viz.h"
@@ -33,6 +35,9 @@ int viz_check(const sched_timeline *tl) {
   for (int i = 0; i < tl->n; i++) t0 = fmin(t0, tl->ev[i].start), t1 = fmax(t1, tl->ev[i].end);
   if (tl->n > 0 && !isfinite(t1 - t0))
     return core_error_set(CORE_EINPUT, "timeline events span %g .. %g, too long to measure", t0, t1);
+  if (tl->n > 0 && t1 - t0 > 0 && t1 - t0 < 1e-200) /* a scale of pixels or columns per unit past a double */
+    return core_error_set(CORE_EINPUT, "timeline events span %g .. %g, too short to draw (a span is 0 or at least 1e-200)",
+                          t0, t1);
   return CORE_OK;
 }
 
@@ -132,4 +137,20 @@ void viz_write_stats(const sched_timeline *tl, FILE *f) {
   fprintf(f, "%s p=%d v=%d m=%d  makespan %.6g %s  bubble rate %.2f%%\n", tl->schedule, tl->p,
           tl->v, tl->m, mk, sched_unit_is_seconds(tl->unit) ? "s" : "units", 100 * rate);
   free(s);
+}
+
+int viz_write_file(const sched_timeline *tl, const char *path, int (*fw)(const sched_timeline *, FILE *)) {
+  int rc = viz_check(tl);
+  if (rc) return rc;
+  FILE *f = fopen(path, "w");
+  if (!f) return core_error_set(CORE_ERUNTIME, "cannot write %s: %s", path, strerror(errno));
+  rc = fw(tl, f);
+  int bad = ferror(f);
+  if (fclose(f) != 0 || bad) {
+    int err = errno; /* the failed write's or close's */
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) remove(path);
+    return core_error_set(CORE_ERUNTIME, "writing %s failed: %s", path, strerror(err));
+  }
+  return rc;
 }

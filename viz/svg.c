@@ -23,6 +23,7 @@ typedef struct {
   viz_row *rows; /* viz_rows: the ranks with events, runs of ranks without */
   int nrows;
   double t0, t1, sx; /* time range drawn and pixels per time unit */
+  int widened;        /* the events span no time: t1 is t0 + 1 to draw them */
   double row_h, gap; /* row height and the gap under it */
   double scale;      /* axis label = (t - t0) * scale */
   const char *axis_unit;
@@ -149,8 +150,9 @@ static void axis(FILE *f, const layout *L, double axis_y) {
   }
   fprintf(f, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\" stroke=\"#555\"/>\n", LEFT, axis_y,
           WIDTH - RIGHT, axis_y);
-  fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" class=\"axt\">time (%s)</text>\n</g>\n",
-          LEFT + (WIDTH - LEFT - RIGHT) / 2.0, axis_y + 38, L->axis_unit);
+  fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" class=\"axt\">time (", LEFT + (WIDTH - LEFT - RIGHT) / 2.0, axis_y + 38);
+  xml_text(f, L->axis_unit); /* a trace's own unit, as the subtitle writes it */
+  fputs(")</text>\n</g>\n", f);
 }
 
 /* Steps back to back (a timeline with several OPTIMIZER_STEPs per rank): where each step ends, the
@@ -322,7 +324,7 @@ static void make_layout(const sched_timeline *tl, layout *L) {
   for (int i = 0; i < tl->n; i++)
     L->t0 = fmin(L->t0, tl->ev[i].start), L->t1 = fmax(L->t1, tl->ev[i].end);
   if (tl->n == 0) L->t0 = 0, L->t1 = 1;
-  if (!(L->t1 > L->t0)) L->t1 = fmax(L->t0 + 1, nextafter(L->t0, INFINITY)); /* t0 + 1 may be t0 */
+  if ((L->widened = !(L->t1 > L->t0))) L->t1 = fmax(L->t0 + 1, nextafter(L->t0, INFINITY)); /* t0 + 1 may be t0 */
   L->sx = (WIDTH - LEFT - RIGHT) / (L->t1 - L->t0);
   L->row_h = fmin(30, fmax(8, 480.0 / L->nrows));
   L->gap = fmax(3, round(L->row_h * 0.36));
@@ -351,9 +353,10 @@ int viz_fwrite_svg(const sched_timeline *tl, FILE *f) {
   viz_stats(tl, st);
   /* each row's idle share is what the eye sees: the part of the whole step (t0 to t1) that the
    * rank spends outside compute; their mean is the idle fraction of ranks x makespan */
-  double drawn = L.t1 - L.t0, idle_sum = 0;
+  /* (none when every event has no length: the axis is widened to draw them, the table says 0) */
+  double drawn = tl->n && !L.widened ? L.t1 - L.t0 : 0, idle_sum = 0;
   for (int r = 0; r < tl->p; r++)
-    idle_sum += tl->n ? 1 - st[r].busy / drawn : 0;
+    idle_sum += drawn > 0 ? 1 - st[r].busy / drawn : 0;
   double axis_y = row_y(&L, L.nrows) - L.gap + 8, legend_y = axis_y + 54;
   int height = (int)ceil(legend_y + 22 * legend(NULL, &L, legend_y) + 8);
   const char *label_unit = sched_unit_is_seconds(tl->unit) ? "s"
@@ -401,7 +404,7 @@ int viz_fwrite_svg(const sched_timeline *tl, FILE *f) {
     else
       fprintf(f, "<text x=\"%d\" y=\"%.2f\" class=\"idle\" font-size=\"%.1f\">idle %.1f%%</text>\n",
               WIDTH - RIGHT + 8, y + L.row_h / 2 + fs * 0.36, fmin(12, fs),
-              tl->n ? 100 * (1 - st[r].busy / drawn) : 0.0);
+              drawn > 0 ? 100 * (1 - st[r].busy / drawn) : 0.0);
   }
   axis(f, &L, axis_y);
   /* tail first, then compute, then the strips, so small things are never hidden */
@@ -419,16 +422,4 @@ int viz_fwrite_svg(const sched_timeline *tl, FILE *f) {
   return CORE_OK;
 }
 
-int viz_write_svg(const sched_timeline *tl, const char *path) {
-  int rc = viz_check(tl);
-  if (rc) return rc;
-  FILE *f = fopen(path, "w");
-  if (!f) return core_error_set(CORE_ERUNTIME, "cannot write %s: %s", path, strerror(errno));
-  rc = viz_fwrite_svg(tl, f);
-  int bad = ferror(f);
-  if (fclose(f) != 0 || bad) {
-    remove(path);
-    return core_error_set(CORE_ERUNTIME, "writing %s failed", path);
-  }
-  return rc;
-}
+int viz_write_svg(const sched_timeline *tl, const char *path) { return viz_write_file(tl, path, viz_fwrite_svg); }

@@ -109,19 +109,7 @@ int viz_fwrite_trace(const sched_timeline *tl, FILE *f) {
   return CORE_OK;
 }
 
-int viz_write_trace(const sched_timeline *tl, const char *path) {
-  int rc = viz_check(tl);
-  if (rc) return rc;
-  FILE *f = fopen(path, "w");
-  if (!f) return core_error_set(CORE_ERUNTIME, "cannot write %s: %s", path, strerror(errno));
-  rc = viz_fwrite_trace(tl, f);
-  int bad = ferror(f);
-  if (fclose(f) != 0 || bad) {
-    remove(path);
-    return core_error_set(CORE_ERUNTIME, "writing %s failed", path);
-  }
-  return rc;
-}
+int viz_write_trace(const sched_timeline *tl, const char *path) { return viz_write_file(tl, path, viz_fwrite_trace); }
 
 /* ---- reading ---- */
 
@@ -199,7 +187,10 @@ static int read_event(const sched_timeline *tl, const core_json *ev, double upu,
    * and reloads on the copy row */
   int fits = row == kind || (row == ROW_COMPUTE && kind == ROW_TRANSFERS) || (row == ROW_TO_HOST && kind == ROW_BACK);
   if (!fits)
-    return at(core_json_get(ev, "tid"), row == ROW_TO_HOST || row == ROW_BACK ? "'tid' names a copy row but the event is not a copy"
+    return at(core_json_get(ev, "tid"), (row == ROW_TO_HOST || row == ROW_BACK) && kind == ROW_TO_HOST
+                                            ? "'tid' names the copies-back row but the event is an OFFLOAD (its row is "
+                                              "the copies to the host)"
+                                        : row == ROW_TO_HOST || row == ROW_BACK ? "'tid' names a copy row but the event is not a copy"
                                         : row == ROW_TRANSFERS ? "'tid' names a transfer row but the event is not a transfer"
                                                                : "a copy event is not on its rank's copy row");
   *e = (sched_event){.rank = tid - 1 - row * tl->p, .op = (uint8_t)op};

@@ -18,6 +18,11 @@
  * in [0, p), whose op is unknown, whose times are not finite or which ends before it starts. */
 int viz_check(const sched_timeline *tl);
 
+/* Checks tl, then writes it to path with fw (viz_fwrite_trace, viz_fwrite_svg). A write that
+ * fails removes what it left only when path is a regular file: a device (/dev/full), a FIFO or
+ * a symbolic link named as the output stays where it is. */
+int viz_write_file(const sched_timeline *tl, const char *path, int (*fw)(const sched_timeline *, FILE *));
+
 /* The event's display name: "F3" (op letter and micro-batch; " c1" appended for the chunk when
  * v > 1), "SEND_ACT 3 -> r2" / "RECV_GRAD 3 <- r1" for transfers, the op name for the rest
  * ("LOAD_MICROBATCH 3", "REDUCE_TIED_GRADS <-> r3", "OPTIMIZER_STEP"). */

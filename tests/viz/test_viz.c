@@ -1093,3 +1093,57 @@ Test(viz, svg_of_events_without_length_far_from_zero) {
   free(svg);
   sched_timeline_free(&tl);
 }
+
+/* A write that fails removes what it left only from a regular file: a link (or a device) named
+ * as the output stays, where the writers removed whatever the path named (a link to /dev/full;
+ * run as root, /dev/full itself). */
+Test(viz, failed_write_leaves_what_is_not_a_regular_file) {
+  if (access("/dev/full", W_OK) != 0) cr_skip_test("no writable /dev/full here");
+  sched_timeline tl;
+  make_1f1b(&tl, 2, 4, 1, 2, 0, 0);
+  char *link = tmp_path("full_link");
+  unlink(link);
+  cr_assert_eq(symlink("/dev/full", link), 0);
+  cr_assert_eq(viz_write_trace(&tl, link), CORE_ERUNTIME);
+  cr_assert(strstr(core_error_msg(), "No space left"), "%s", core_error_msg());
+  cr_assert_eq(viz_write_svg(&tl, link), CORE_ERUNTIME);
+  char to[64] = "";
+  cr_assert(readlink(link, to, sizeof to - 1) > 0 && strcmp(to, "/dev/full") == 0, "the link is gone");
+  unlink(link);
+  free(link);
+  sched_timeline_free(&tl);
+}
+
+/* A trace's own unit is the axis label: escaped as the subtitle is (it went out raw, "a<b&c"
+ * making the SVG unreadable); a span below what a scale can divide is refused (the ASCII chart
+ * cast a NaN to an int, the SVG drew "nan"); a timeline of events without length draws no idle
+ * share (100% on every row, where sim's table said 0%); the ASCII head shows control bytes of a
+ * trace's name as '?'. */
+Test(viz, odd_units_names_and_spans) {
+  sched_timeline tl;
+  make_1f1b(&tl, 2, 2, 1, 2, 0, 0);
+  snprintf(tl.unit, sizeof tl.unit, "a<b&c");
+  size_t n;
+  char *svg = svg_of(&tl, &n);
+  assert_well_formed(svg);
+  cr_assert(strstr(svg, "time (a&lt;b&amp;c)"), "%s", svg);
+  free(svg);
+  snprintf(tl.schedule, sizeof tl.schedule, "x\x01y\x7f");
+  char *a = ascii_of(&tl, 80);
+  cr_assert(strstr(a, "x?y? p=2"), "%s", a);
+  free(a);
+  sched_timeline_free(&tl);
+
+  sched_timeline_init(&tl, "tiny", "unit", 2, 1, 1);
+  sched_timeline_add(&tl, (sched_event){.rank = 0, .op = SCHED_FORWARD, .mb = 0, .chunk = 0, .stage = 0, .peer = -1, .start = 0, .end = 0});
+  sched_timeline_add(&tl, (sched_event){.rank = 1, .op = SCHED_FORWARD, .mb = 0, .chunk = 0, .stage = 1, .peer = -1, .start = 0, .end = 5e-324});
+  cr_assert_eq(viz_check(&tl), CORE_EINPUT);
+  cr_assert(strstr(core_error_msg(), "too short to draw"), "%s", core_error_msg());
+  tl.ev[1].end = 0; /* no length at all: drawn on a widened axis, no idle share */
+  sched_timeline_stats(&tl);
+  svg = svg_of(&tl, &n);
+  assert_well_formed(svg);
+  cr_assert(strstr(svg, "idle fraction 0.0%") && !strstr(svg, "idle 100.0%"), "%s", svg);
+  free(svg);
+  sched_timeline_free(&tl);
+}

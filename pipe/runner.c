@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,16 @@ static int compute(pipe_runner *rn, const sched_instr *in) {
   }
 }
 
+/* Test hook: BRIGADE_INJECT_STOP=STEP:RANK stops that rank (SIGSTOP: alive, answering nothing)
+ * right before its tied-gradient exchange at that step (1-based), so tests can check that its peer
+ * ends the job after train.timeout. */
+static void inject_stop(const pipe_runner *rn) {
+  const char *e = getenv("BRIGADE_INJECT_STOP");
+  long step;
+  int rank;
+  if (e && sscanf(e, "%ld:%d", &step, &rank) == 2 && step == rn->step + 1 && rank == rn->topo->world_rank) raise(SIGSTOP);
+}
+
 /* The embedding's wte and the tied head's copy get the same summed gradient. a + b == b + a in
  * IEEE arithmetic, so both copies end bit-identical, on one rank or two. */
 static int reduce_tied(pipe_runner *rn, const sched_instr *in) {
@@ -155,8 +166,13 @@ static int reduce_tied(pipe_runner *rn, const sched_instr *in) {
   /* the tag right after the transfers' (pipe_tag of micro-batch m): within the bound the worker
    * checked, and apart from every transfer's */
   int tag = pipe_tag(rn->pr, 0, rn->pr->m, 0);
+  inject_stop(rn);
+  char what[96]; /* bounded by train.timeout, as the step's other waits: a peer that stops answering hung it */
+  snprintf(what, sizeof what, "the tied weight's gradient exchange with pipeline rank %d", in->peer);
+  core_watch_begin(what);
   int err = MPI_Sendrecv(host, (int)n, MPI_FLOAT, in->peer, tag, other, (int)n, MPI_FLOAT, in->peer, tag,
                          rn->topo->pipe, MPI_STATUS_IGNORE);
+  core_watch_end();
   for (size_t i = 0; i < n; i++) host[i] += other[i];
   ops->to_device(mine, host, sizeof(float) * n);
   free(host), free(other);

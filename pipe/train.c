@@ -445,6 +445,7 @@ static int evaluate(trainer *tr, double *val) {
  * machine). On a communicator of its own, so that nothing the worker posts can match. */
 static double trace_origin(const trainer *tr) {
   MPI_Comm c;
+  core_watch_begin("the traced step's clock synchronisation"); /* bounded by train.timeout, as a step's waits */
   MPI_Comm_dup(tr->topo.pipe, &c);
   int me = tr->topo.stage;
   double offset = 0; /* stage 0's clock minus this rank's */
@@ -469,6 +470,7 @@ static double trace_origin(const trainer *tr) {
   double base = MPI_Wtime(); /* stage 0's is the one kept */
   MPI_Bcast(&base, 1, MPI_DOUBLE, 0, c);
   MPI_Comm_free(&c);
+  core_watch_end();
   return base - offset;
 }
 
@@ -484,7 +486,9 @@ static int train_step(trainer *tr, long step, double *loss, double *ms) {
     sched_timeline_init(&tl, "", "s", tr->topo.p, tr->cfg.v, tr->cfg.m);
     tr->worker.tl = &tl;
     tr->worker.t0 = trace_origin(tr); /* one clock for the pipeline's ranks */
+    core_watch_begin("the traced step's start (a barrier of every rank)");
     MPI_Barrier(MPI_COMM_WORLD);
+    core_watch_end();
   }
   /* a long step says how far it is: rank 0's micro-batch, every few seconds (core/progress.h) */
   if (tr->topo.world_rank == 0) {

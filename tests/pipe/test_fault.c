@@ -291,6 +291,36 @@ Test(fault, stopped_replica_ends_the_job, .timeout = 120) {
   test_sh(cmd);
 }
 
+/* The tied weight's gradient exchange between the embedding's rank and the head's waited
+ * without a bound: a peer that stopped just before it (BRIGADE_INJECT_STOP) left the other rank
+ * there for ever, 2 stages having no other wait to time out. It is watched now: the job ends after
+ * train.timeout, naming the exchange and the peer. */
+Test(fault, stopped_peer_of_the_tied_exchange_ends_the_job, .timeout = 120) {
+  char dir[] = "/tmp/brigade_tiedstop_XXXXXX", cmd[4096];
+  cr_assert(mkdtemp(dir));
+  const char *b = test_build_dir();
+  snprintf(cmd, sizeof cmd,
+           "export " TEST_MPI_ENV "; D=%s; "
+           "BRIGADE_INJECT_STOP=3:0 mpirun -np 2 -x BRIGADE_INJECT_STOP %s/brigade train configs/tiny.cfg "
+           "--set pipeline.stages=2 --set train.steps=100 --set train.eval_interval=0 --set train.timeout=3 "
+           "--log-json $D/log >$D/out 2>&1 & pid=$!; t0=$(date +%%s); "
+           "for i in $(seq 1 1200); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done; "
+           "echo $(( $(date +%%s) - t0 )) > $D/secs; "
+           "pkill -KILL -f \"^%s/brigade train configs/tiny.cfg.*$D/log\" 2>/dev/null; "
+           "wait $pid; echo $? > $D/rc",
+           dir, b, b);
+  test_sh(cmd);
+  int rc = read_int(dir, "rc"), secs = read_int(dir, "secs");
+  cr_assert_neq(rc, 0, "the job with a stopped rank exited 0");
+  cr_assert(secs <= 40, "the job took %d s to end after a rank stopped (train.timeout = 3)", secs);
+  snprintf(cmd, sizeof cmd,
+           "grep -q 'timed out after 3 s in the tied weight.s gradient exchange with pipeline rank 0 (train.timeout)' %s/out",
+           dir);
+  cr_assert_eq(test_sh(cmd), 0, "no message naming the exchange (%s/out)", dir);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  test_sh(cmd);
+}
+
 /* Under fp16 a diverged loss overflows every step: the dynamic scale backs off to
  * fp16.min_loss_scale, and an overflow there stops the run with a message (as DeepSpeed's
  * scaler does), rather than skipping every remaining step and exiting 0. A one-process run

@@ -702,6 +702,10 @@ int pipe_train(const pipe_train_opts *o) {
     if (!rc && ev) rc = evaluate(&tr, &val); /* (never over a failed check: its error stands) */
     step_record sr = {.step = step + 1, .loss = loss, .lr = tr.rn.lr, .ms = ms, .val = val, .has_val = ev,
                       .norm = tr.rn.grad_norm, .scale = tr.rn.loss_scale, .skipped = tr.rn.skipped};
+    for (int c = 0; c < tr.cfg.v; c++) { /* the step's traffic now: a held record is printed after the next step's */
+      zero_buffer *z = &tr.rn.zb[c];
+      sr.dp_reduce += z->bytes_reduce, sr.dp_gather += z->bytes_gather, z->bytes_reduce = z->bytes_gather = 0;
+    }
     if (!rc && later && !check) held = sr, held.held = 1;
     else if (!rc) train_log_step(&tr, &sr);
     if (!rc && save) rc = pipe_ckpt_model_save(tr.cfg.ckpt_dir, &tr.rn, &tr.topo, step + 1, tr.cfg.cfg, tr.desc);

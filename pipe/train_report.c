@@ -56,10 +56,9 @@ void train_log_step(trainer *tr, const step_record *sr) {
     if (tr->rn.post_validation) fprintf(tr->log_json, ",\"rollbacks\":%ld", tr->rn.rollbacks);
     if (tr->pv_program) fprintf(tr->log_json, ",\"restarts\":%ld", tr->rn.restarts);
     /* rank 0's ZeRO accounting: bytes this step moved, bytes it keeps */
-    double red = 0, gat = 0, state = 0, master = 0, grads = 0;
+    double red = sr->dp_reduce, gat = sr->dp_gather, state = 0, master = 0, grads = 0;
     for (int c = 0; c < tr->cfg.v; c++) {
       zero_buffer *z = &tr->rn.zb[c];
-      red += z->bytes_reduce, gat += z->bytes_gather, z->bytes_reduce = z->bytes_gather = 0;
       state += 2.0 * sizeof(float) * zero_state_len(z);
       master += tr->rn.master ? sizeof(float) * zero_state_len(z) : 0;
       grads += zero_grad_bytes(z);

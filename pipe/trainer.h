@@ -45,6 +45,7 @@ typedef struct {
 typedef struct {
   long step;
   double loss, lr, ms, val, norm, scale; /* norm, scale, skipped: what the step's check found */
+  double dp_reduce, dp_gather;           /* rank 0's ZeRO traffic in the step, taken when it ends */
   int has_val, held, skipped;
 } step_record;
 

@@ -558,6 +558,45 @@ Test(train, zero_accounting_matches_the_model, .timeout = 120) {
   unlink(log);
 }
 
+/* Each step's ZeRO traffic, as --log-json reports it, under post-validation: a step's line is held
+ * until the next step has checked its update, and read the counters only then, so step 1 showed
+ * two steps' bytes and the last none. The same bytes every step, and the synchronous run's. */
+static void step_traffic(const char *log, double *red, double *gat, int n) {
+  FILE *f = fopen(log, "r");
+  static char line[1 << 14];
+  int k = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    if (strncmp(line, "{\"step\":0,", 10) == 0) continue;
+    core_json *j;
+    cr_assert_eq(core_json_parse(line, strlen(line), log, &j), 0);
+    cr_assert_lt(k, n, "more steps than %d in %s", n, log);
+    red[k] = core_json_get(j, "dp_reduce_bytes")->num, gat[k] = core_json_get(j, "dp_gather_bytes")->num, k++;
+    core_json_free(j);
+  }
+  if (f) fclose(f);
+  cr_assert_eq(k, n, "%d steps in %s", k, log);
+}
+
+Test(train, zero_traffic_per_step_under_post_validation, .timeout = 120) {
+  char log[] = "/tmp/brigade_train_XXXXXX";
+  close(mkstemp(log));
+  double red[2][4], gat[2][4];
+  for (int pv = 0; pv < 2; pv++) {
+    char sets[256];
+    snprintf(sets, sizeof sets, "--set pipeline.stages=2 --set pipeline.schedule=zb-h1 --set zero_optimization.stage=3 "
+             "--set gradient_accumulation_steps=2 --set train.steps=4 --set optimizer.post_validation=%s",
+             pv ? "true" : "false");
+    cr_assert_eq(train(4, sets, log), 0, "%s", sets);
+    step_traffic(log, red[pv], gat[pv], 4);
+  }
+  for (int i = 0; i < 4; i++) {
+    cr_assert(red[1][i] > 0 && red[1][i] == red[0][i] && red[1][i] == red[1][0],
+              "step %d: post-validation reduced %.0f bytes, synchronous %.0f, step 1 %.0f", i + 1, red[1][i], red[0][i], red[1][0]);
+    cr_assert(gat[1][i] == gat[0][i], "step %d: post-validation gathered %.0f bytes, synchronous %.0f", i + 1, gat[1][i], gat[0][i]);
+  }
+  unlink(log);
+}
+
 /* ZeRO-2 keeps no full-size gradient buffer: rank 0 holds its shard's accumulator, two buckets
  * (overlap_comm) of the largest layer (the bucket size asked is smaller) and the layer holding
  * the tied weight (the embedding; the head, in the same single stage, shares its wte and adds

@@ -329,7 +329,8 @@ static void print_json(const sched_program *pr, const sched_sim_result *res, dou
       printf(",\"peak_gathered\":%d,\"peak_gather_bytes\":%.17g,\"gather_time\":%.17g", s->peak_gathered,
              s->peak_gather_bytes, s->gather_time);
     if (offloads(res))
-      printf(",\"offloaded\":%d,\"kept\":%d,\"copy_time\":%.17g", s->offloaded, s->kept, s->copy_time);
+      printf(",\"offloaded\":%d,\"kept\":%d,\"copy_time\":%.17g,\"order_peak_activation_bytes\":%.17g", s->offloaded,
+             s->kept, s->copy_time, s->order_peak_bytes);
     printf("}");
   }
   printf("]}\n");

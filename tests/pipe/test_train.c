@@ -1018,6 +1018,20 @@ Test(train, activation_offload_keeps_the_losses, .timeout = 300) {
     cr_assert_eq(test_capture(cmd, &js), 0, "%s", js);
     const char *r0 = strstr(js, "{\"rank\":0,"), *o0 = r0 ? strstr(r0, "\"offloaded\":") : NULL;
     cr_assert(o0 && atoi(o0 + 12) > 0, "%s: %s", layouts[k], js);
+    /* the run's prediction is sim's peak in instruction order, as the run counts (zb-h1's rank 1:
+     * 2105344 bytes, where the peak in time holds a pair while its copies run, 2764800) */
+    core_json *j;
+    const core_json *ranks;
+    cr_assert_eq(core_json_parse(js, strlen(js), "sim", &j), 0, "%s", core_error_msg());
+    cr_assert_eq(core_json_get_array(j, "ranks", &ranks), 0, "%s", core_error_msg());
+    for (int q = 0; q < np[k]; q++) {
+      double order = -1;
+      cr_assert_eq(core_json_get_number(core_json_at(ranks, (size_t)q), "order_peak_activation_bytes", &order), 0,
+                   "%s: %s", layouts[k], core_error_msg());
+      cr_assert_eq(order, first_record(log, "activation_predicted_bytes", q), "%s: rank %d: sim %g, the run predicted %g",
+                   layouts[k], q, order, first_record(log, "activation_predicted_bytes", q));
+    }
+    core_json_free(j);
     free(js);
   }
   char *out = NULL;

@@ -555,7 +555,12 @@ static int latest_dir(const char *dir, char *sub, size_t n) {
   char old[1400];
   snprintf(old, sizeof old, "%s.old", sub);
   if (stat(sub, &st) != 0 && errno == ENOENT && stat(old, &st) == 0 && S_ISDIR(st.st_mode)) {
-    core_log(CORE_LOG_WARN, "%s names %s, which is missing (a save stopped while replacing it): using %s", latest, name, old);
+    static int said; /* once, by world rank 0: every rank of every run reads it, up to three times */
+    int init = 0, rank = 0;
+    MPI_Initialized(&init);
+    if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (!said++ && rank == 0)
+      core_log(CORE_LOG_WARN, "%s names %s, which is missing (a save stopped while replacing it): using %s", latest, name, old);
     snprintf(sub, n, "%s", old);
   }
   return CORE_OK;

@@ -320,7 +320,7 @@ Test(cli, options_take_name_equals_value) {
   free(a);
   /* only an option is split: a value a flag takes stays whole, however it looks (sample's
    * --prompt "--x=1" was read as an option '1') */
-  cr_assert_eq(brigade("train configs/tiny.cfg --set --x=1", &a), 2);
+  cr_assert_eq(brigade("sim configs/tiny.cfg --set --x=1", &a), 2);
   cr_assert(strstr(a, "--set --x: '--x' is not a valid key name"), "%s", a);
   free(a);
 }

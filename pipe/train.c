@@ -164,13 +164,19 @@ static int setup_runner(trainer *tr) {
         rn->head_tied = 1, rn->tied_head_chunk = ch, rn->tied_head_layer = i;
         if (!rc && i != k->tied_head) /* no copy of its own when it shares the embedding's wte */
           rc = zero_keep(&rn->zb[ch], k->param_off[i], k->param_off[i] + k->layers[i].nparams);
+        if (!rc && i != k->tied_head) /* its twin: the embedding's wte */
+          rc = zero_tie(&rn->zb[ch], k->param_off[i], k->param_off[i] + (size_t)k->layers[i].V * k->layers[i].C);
       }
     }
     if (s == 0) rn->tied_emb_chunk = ch;
   }
   for (int i = 0; i < tr->model.n; i++) rn->head_tied |= tr->model.layers[i].tied_to >= 0;
-  if (rn->head_tied && rn->tied_emb_chunk >= 0) /* the embedding (its wte) holds the other tied copy */
-    if (!rc) rc = zero_keep(&rn->zb[rn->tied_emb_chunk], 0, rn->chunks[rn->tied_emb_chunk].layers[0].nparams);
+  if (rn->head_tied && rn->tied_emb_chunk >= 0) { /* the embedding (its wte) holds the other tied copy */
+    const layers_chunk *e = &rn->chunks[rn->tied_emb_chunk];
+    if (!rc) rc = zero_keep(&rn->zb[rn->tied_emb_chunk], 0, e->layers[0].nparams);
+    if (!rc && (rn->tied_head_chunk != rn->tied_emb_chunk || e->tied_head < 0)) /* a twin elsewhere: wte, [V, C] first */
+      rc = zero_tie(&rn->zb[rn->tied_emb_chunk], 0, (size_t)e->layers[0].V * e->layers[0].C);
+  }
   for (int ch = 0; ch < c->v && !rc && c->zero_stage >= 2; ch++) rc = stage2_buffers(rn, ch, c);
   if (!rc && c->zero_stage == 3) { /* as many gather buffers as either program holds gathered */
     int limit = tr->prog.gather_limit;

@@ -88,6 +88,12 @@ void zero_free(zero_buffer *z) {
   memset(z, 0, sizeof *z);
 }
 
+int zero_tie(zero_buffer *z, size_t lo, size_t hi) {
+  if (lo > hi || hi > z->n) return core_error_set(CORE_ERUNTIME, "bad ZeRO tied range [%zu, %zu)", lo, hi);
+  z->tie_lo = lo, z->tie_hi = hi;
+  return CORE_OK;
+}
+
 int zero_keep(zero_buffer *z, size_t lo, size_t hi) {
   if (z->nkept == 2 || lo > hi || hi > z->n) return core_error_set(CORE_ERUNTIME, "bad ZeRO kept range [%zu, %zu)", lo, hi);
   if (z->stage < 2) return CORE_OK;
@@ -284,11 +290,24 @@ static int allreduce(zero_buffer *z, float *x, size_t n) {
   return err;
 }
 
+/* allreduce of x, the gradients of [off, off + n): the part inside the tied range on its own
+ * (zero_tie), the parts before and after it each in one piece. */
+static int allreduce_parts(zero_buffer *z, float *x, size_t off, size_t n) {
+  size_t end = off + n, cut[4] = {off, off, end, end};
+  if (z->tie_hi > z->tie_lo && z->tie_lo < end && z->tie_hi > off) {
+    cut[1] = z->tie_lo > off ? z->tie_lo : off;
+    cut[2] = z->tie_hi < end ? z->tie_hi : end;
+  }
+  for (int k = 0; k < 3; k++)
+    if (cut[k + 1] > cut[k] && allreduce(z, x + (cut[k] - off), cut[k + 1] - cut[k])) return 1;
+  return 0;
+}
+
 int zero_reduce(zero_buffer *z) {
   if (z->stage == 0) {
     if (z->d == 1) return CORE_OK;
     z->bytes_reduce += 2.0 * sizeof(float) * (double)z->n * (z->d - 1) / z->d;
-    if (!allreduce(z, z->grads, z->n)) return CORE_OK;
+    if (!allreduce_parts(z, z->grads, 0, z->n)) return CORE_OK;
     return z->nccl ? core_error_prefix("gradient all-reduce") : core_error_set(CORE_ERUNTIME, "gradient all-reduce failed");
   }
   if (z->stage == 1) {
@@ -305,7 +324,7 @@ int zero_reduce(zero_buffer *z) {
   for (int k = 0; k < z->nkept; k++) {
     size_t lo = z->kp_lo[k], hi = z->kp_hi[k];
     round_grads(z, z->kept[k], hi - lo);
-    if (z->d > 1 && hi > lo && allreduce(z, z->kept[k], hi - lo))
+    if (z->d > 1 && hi > lo && allreduce_parts(z, z->kept[k], lo, hi - lo))
       return z->nccl ? core_error_prefix("tied-gradient all-reduce") : core_error_set(CORE_ERUNTIME, "tied-gradient all-reduce failed");
     z->bytes_reduce += 2.0 * sizeof(float) * (double)(hi - lo) * (z->d - 1) / z->d;
     size_t a = lo > z->lo ? lo : z->lo, b = hi < z->hi ? hi : z->hi;

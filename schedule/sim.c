@@ -204,8 +204,12 @@ static int step(simstate *sm, int r, const sched_instr *in) {
   size_t pk = sm->offload && in->chunk >= 0 && in->mb >= 0 && in->chunk < sm->pr->v && in->mb < sm->pr->m
                   ? ((size_t)r * sm->pr->v + in->chunk) * sm->pr->m + in->mb
                   : (size_t)-1; /* the pair an offloaded program's instruction names */
-  if (pk != (size_t)-1 && in->op != SCHED_OFFLOAD && in->op != SCHED_RELOAD && sm->rl_ready[pk] > t)
-    t = sm->rl_ready[pk]; /* its activations are coming back: wait for them */
+  /* its activations are coming back, or a receive into them is landing: compute, and an OFFLOAD
+   * of them (as the runner: an op on a slot first completes the slot's receives and waits for its
+   * reload), waits for that; a transfer does not: posting it needs neither (a receive into the
+   * slot lands when it lands, a run of transfers posting together waited for a reload) */
+  if (pk != (size_t)-1 && in->op != SCHED_RELOAD && !sched_is_p2p((sched_op)in->op) && sm->rl_ready[pk] > t)
+    t = sm->rl_ready[pk];
   int kg = sm->offload ? sched_local_grad(sm->pr, r, in) : -1; /* the pair a local backward hands its gradient */
   if (kg >= 0) { /* it must be back first */
     double back = sm->rl_ready[(size_t)r * sm->pr->v * sm->pr->m + (size_t)kg];
@@ -232,7 +236,8 @@ static int step(simstate *sm, int r, const sched_instr *in) {
   case SCHED_RELOAD: { /* host to device, after its offload; the pair held again from its start */
     double f = moved_part(sm, r, s, pk), c = sched_offload_cost(sm->c, s) * f, st = t > sm->h2d[r] ? t : sm->h2d[r], mem, bytes;
     if (sm->off_end[pk] > st) st = sm->off_end[pk];
-    sm->h2d[r] = sm->rl_ready[pk] = st + c, sm->ctime[r] += c;
+    sm->h2d[r] = st + c, sm->ctime[r] += c;
+    if (st + c > sm->rl_ready[pk]) sm->rl_ready[pk] = st + c;
     pair_full(sm, s, &mem, &bytes);
     mem_event(sm, r, st, mem * f, bytes * f);
     emit(sm, r, in, st, st + c);
@@ -242,7 +247,12 @@ static int step(simstate *sm, int r, const sched_instr *in) {
   case SCHED_SEND_ACT:
   case SCHED_SEND_GRAD: return send(sm, r, in, t);
   case SCHED_RECV_ACT:
-  case SCHED_RECV_GRAD: return recv(sm, r, in, t);
+  case SCHED_RECV_GRAD: {
+    if (!recv(sm, r, in, t)) return 0;
+    double done = *msg_slot(sm, r, in); /* the pair's next op (an OFFLOAD too) waits for it to land */
+    if (pk != (size_t)-1 && done > sm->rl_ready[pk]) sm->rl_ready[pk] = done;
+    return 1;
+  }
   case SCHED_REDUCE_TIED_GRADS: {
     if (in->peer < 0) {
       sm->t[r] = t + sm->c->tied;

@@ -118,6 +118,8 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       }
     } else if (strcmp(a, "--cost-offload") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.offload);
+      if (!rc && !(o->costs.offload > 0)) /* (0 is how the costs say "not given") */
+        rc = core_error_set(CORE_EINPUT, "--cost-offload: a copy takes time: give one slot's copy time above 0 (got '%s')", val);
     } else if (strcmp(a, "--offload-gbps") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 1e-9, &o->costs.offload_gbps);
     } else if (strcmp(a, "--cost-f") == 0) { /* compile too: the program depends on them */
@@ -145,7 +147,7 @@ static int parse_opts(int argc, char **argv, int allow_sim, sched_opts *o) {
       }
     } else if (allow_sim && strcmp(a, "--cost-tied") == 0) {
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.tied);
-    } else if (allow_sim && strcmp(a, "--cost-gather") == 0) {
+    } else if (strcmp(a, "--cost-gather") == 0) { /* compile too: offload is placed by the times it gives ZeRO-3 */
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.gather);
     } else if (strcmp(a, "--act-bytes") == 0) { /* compile too: with --offload-gbps, the copies' time */
       if (!VALUE()) rc = cli_parse_double(a, val, 0, &o->costs.act_bytes);
@@ -289,6 +291,18 @@ int cli_compile(int argc, char **argv) {
     return fail();
   }
   int rc = CORE_OK;
+  if (!strncmp(o.format, "csv", 3)) { /* PyTorch's format has no copies, gathers or checks: said, not dropped silently */
+    int off = 0, gat = 0, val = 0;
+    for (int r = 0; r < pr.p; r++)
+      for (int i = 0; i < pr.streams[r].len; i++) {
+        int op = pr.streams[r].ins[i].op;
+        off |= op == SCHED_OFFLOAD || op == SCHED_RELOAD, gat |= op == SCHED_GATHER_PARAMS, val |= op == SCHED_VALIDATE;
+      }
+    if (off || gat || val)
+      fprintf(stderr, "brigade: warning: the CSV leaves out the program's%s%s%s (PyTorch's format has no such actions)%s\n",
+              off ? " OFFLOAD/RELOAD" : "", gat ? " GATHER/RELEASE_PARAMS" : "", val ? " VALIDATE" : "",
+              off || val ? "; sim --schedule-file places them again with --offload, --post-validation" : "");
+  }
   if (strcmp(o.format, "actions") == 0) sched_write_actions(&pr, f);
   else if (strcmp(o.format, "instructions") == 0) sched_write_listing(&pr, f);
   else if (strcmp(o.format, "csv") == 0) rc = sched_csv_write(&pr, f);

@@ -66,7 +66,8 @@ static const struct command commands[] = {
      "  --offload none|full|auto  place OFFLOAD/RELOAD of activations (auto: under --mem-limit X),\n"
      "                     with a slot's copy time --cost-offload T, or --act-bytes N --offload-gbps G\n"
      "  --cost-f T --cost-b T --cost-w T --comm T --w-stash F: the costs it is compiled\n"
-     "                     under (F: the part of a slot a pending W holds, default 1)\n"
+     "                     under (F: the part of a slot a pending W holds, default 1); --cost-gather T\n"
+     "                     too, which places offload beside ZeRO-3's gathers\n"
      "  --max-instructions N --max-memory BYTES  refuse a shape over them before building it\n"
      "                     (defaults 2^25 and $BRIGADE_MAX_MEMORY, else the machine's memory)\n"
      "The program is verified (complete, deadlock-free, within its memory) before it is written.\n"},

@@ -43,16 +43,8 @@ typedef struct {
   double rl_hold;           /* when the reload, issued there, starts: the pair is held from then */
 } cand;
 
-/* The rank's stream's places a copy may go, before instruction j: cut_ok[j] unless j - 1 and j
- * are both transfers. A copy inside a run of transfers splits it in two, the second run posted
- * only once the first one's receives are done (the simulator's transfer lane; the device path's
- * NCCL groups): a send behind a receive left later (v-half p=6, m=12 went from 83 to 90 with
- * every copy hidden). Set per rank by sched_place_offload. */
-static const unsigned char *cut_ok;
-
 /* Where a reload planned to start at rl_start goes: before the last instruction of its window
- * that starts by then (a wait or a long op spanning rl_start makes it start a little early), and
- * outside a run of transfers (before it: a little early again). */
+ * that starts by then (a wait or a long op spanning rl_start makes it start a little early). */
 static int reload_pos(const cand *x, const double *ts) {
   /* a rank runs its stream in order, so its start times never decrease: the last such j by
    * bisection (a scan of the window would make a long gap, gpipe's, quadratic in m) */
@@ -63,7 +55,6 @@ static int reload_pos(const cand *x, const double *ts) {
     if (ts[mid] <= by) lo = mid;
     else hi = mid - 1;
   }
-  while (lo > x->fe + 1 && !cut_ok[lo]) lo--;
   return lo;
 }
 
@@ -172,12 +163,6 @@ static double planned_peak(const sched_program *pr, int r, const sched_costs *c,
   return peak;
 }
 
-/* Instruction i, or the last of the run of transfers it is in: where a copy after it goes. */
-static int past_run(const sched_stream *st, int i) {
-  while (i + 1 < st->len && !cut_ok[i + 1]) i++;
-  return i;
-}
-
 /* Rank r's candidates: pairs with backward work, from their forward work's end to their backward
  * work's start by the simulated times (that work opens with the gradient's arrival: its
  * RECV_GRAD, or the next stage's backward on this rank handing it over, sched_local_grad); and
@@ -208,31 +193,29 @@ static int candidates(const sched_program *pr, int r, const sched_costs *c, doub
     if (kp >= 0 && bf[kp] < 0) fe[kp] = i;
     if (kg >= 0 && bf[kg] < 0) bf[kg] = rg[kg] = i; /* its gradient lands here, as from a RECV_GRAD */
   }
-  /* (an OFFLOAD goes after the run of transfers its window's first end is in, past_run; the
-   * copy may still start when that end's data is there, t_off) */
   for (int k = 0; k < km; k++) {
-    if (fe[k] < 0 || bf[k] < 0 || past_run(st, fe[k]) >= bf[k]) continue;
+    if (fe[k] < 0 || bf[k] < 0 || fe[k] >= bf[k]) continue;
     int s = pr->stage_of[r * pr->v + k / pr->m];
     /* backward work that opens with the gradient's receive needs the pair back only when the
      * gradient has arrived: the receive is posted after the reload, and no later for it */
     double need = st->ins[bf[k]].op == SCHED_RECV_GRAD ? te[r][bf[k]] : ts[r][bf[k]];
-    cs[n++] = (cand){.k = k, .s = s, .fe = past_run(st, fe[k]), .bf = bf[k], .slot = slot[k], .aslot = aslot[k],
-                     .part = 1, .t_off = te[r][fe[k]], .t_need = need, .c = sched_offload_cost(c, s)};
+    cs[n++] = (cand){.k = k, .s = s, .fe = fe[k], .bf = bf[k], .slot = slot[k], .aslot = aslot[k], .part = 1,
+                     .t_off = te[r][fe[k]], .t_need = need, .c = sched_offload_cost(c, s)};
   }
   /* a gradient received long before its backward runs (a rank busy with its other chunk, as
    * interleaved's last rank in the cool-down): the pair, back for the receive, may go again until
    * its backward */
   for (int k = 0; k < km; k++) {
-    if (rg[k] < 0 || bc[k] < 0 || past_run(st, rg[k]) + 1 >= bc[k] || rg[k] != bf[k]) continue;
+    if (rg[k] < 0 || bc[k] < 0 || rg[k] + 1 >= bc[k] || rg[k] != bf[k]) continue;
     int s = pr->stage_of[r * pr->v + k / pr->m];
-    cs[n++] = (cand){.k = k, .s = s, .fe = past_run(st, rg[k]), .bf = bc[k], .slot = slot[k], .aslot = aslot[k], .part = 1,
+    cs[n++] = (cand){.k = k, .s = s, .fe = rg[k], .bf = bc[k], .slot = slot[k], .aslot = aslot[k], .part = 1,
                      .t_off = te[r][rg[k]], .t_need = ts[r][bc[k]], .c = sched_offload_cost(c, s)};
   }
   for (int k = 0; k < km; k++) {
-    if (wi[k] < 0 || al[k] < 0 || past_run(st, al[k]) >= wi[k]) continue;
+    if (wi[k] < 0 || al[k] < 0 || al[k] >= wi[k]) continue;
     int s = pr->stage_of[r * pr->v + k / pr->m];
     double ws = c->stage_w_stash ? c->stage_w_stash[s] : sched_w_stash(c);
-    cs[n++] = (cand){.k = k, .s = s, .fe = past_run(st, al[k]), .bf = wi[k], .slot = slot[k], .aslot = -1, .part = ws,
+    cs[n++] = (cand){.k = k, .s = s, .fe = al[k], .bf = wi[k], .slot = slot[k], .aslot = -1, .part = ws,
                      .t_off = te[r][al[k]], .t_need = ts[r][wi[k]], .c = sched_offload_cost(c, s) * ws};
   }
   free(fe), free(bf), free(slot), free(aslot), free(al), free(wi), free(rg), free(bc);
@@ -330,11 +313,6 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
   core_progress_phase("placing offloads:", pr->p, "ranks");
   for (int r = 0; r < pr->p && !rc; r++) {
     core_progress_at(r);
-    const sched_stream *st = &pr->streams[r];
-    unsigned char *ok = core_malloc((size_t)st->len + 1);
-    for (int j = 0; j <= st->len; j++)
-      ok[j] = !(j > 0 && j < st->len && sched_is_p2p((sched_op)st->ins[j - 1].op) && sched_is_p2p((sched_op)st->ins[j].op));
-    cut_ok = ok;
     int n = candidates(pr, r, c, ts, te, cs);
     if (mode == SCHED_OFFLOAD_FULL) {
       for (int i = 0; i < n; i++) cs[i].chosen = cs[i].t_need - cs[i].t_off >= 2 * cs[i].c;
@@ -404,8 +382,6 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
         free(before.ins);
       }
     }
-    free(ok);
-    cut_ok = NULL;
   }
   for (int r = 0; r < pr->p; r++) free(ts[r]), free(te[r]);
   free(ts), free(te), free(cs), free(tmp), free(first), free(last), free(alast);

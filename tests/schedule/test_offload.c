@@ -351,38 +351,3 @@ Test(offload, auto_offloads_no_pair_it_can_do_without) {
   cr_assert(peak(&res) <= 3 + 1e-9, "zb-h1 p=6: peak %g", peak(&res));
   sched_sim_result_free(&res), sched_program_free(&pr);
 }
-
-/* A copy never goes inside a run of transfers: there it split the run in two, the second posted
- * once the first one's receives were done, and a send behind a receive left later (v-half p=6,
- * m=12, copies 1: 83 without offload, 90 with every copy hidden; dualpipev p=2, m=8, comm 0.5,
- * copies 0.25: 51 and 56.25). The same pairs go, at the same peak, and the makespan is kept. */
-Test(offload, copies_stay_out_of_runs_of_transfers) {
-  sched_shape sh = {.family = SCHED_V_HALF, .p = 6, .v = 2, .m = 12, .offload = SCHED_OFFLOAD_FULL};
-  double mn, mo, pn, po;
-  sched_sim_result res;
-  both(sh, 1, &mn, &mo, &pn, &po, &res);
-  int n = 0;
-  for (int r = 0; r < res.p; r++) n += res.ranks[r].offloaded;
-  cr_assert(n == 132 && po == 2.5 && mo == mn, "v-half: %d offloaded, peak %g, makespan %g (%g without)", n, po, mo, mn);
-  sched_sim_result_free(&res);
-  sh = (sched_shape){.family = SCHED_DUALPIPE_V, .p = 2, .v = 2, .m = 8, .offload = SCHED_OFFLOAD_FULL};
-  sched_costs c = sched_costs_unit();
-  c.comm = 0.5, c.offload = 0.25;
-  double mk[2];
-  for (int k = 0; k < 2; k++) {
-    sched_program pr;
-    sh.offload = k ? SCHED_OFFLOAD_FULL : SCHED_OFFLOAD_NONE;
-    cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
-    cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
-    mk[k] = res.makespan;
-    cr_assert(!k || res.ranks[0].offloaded > 0, "dualpipev offloaded nothing");
-    for (int r = 0; r < pr.p; r++)
-      for (int i = 1; i + 1 < pr.streams[r].len; i++) {
-        const sched_instr *a = &pr.streams[r].ins[i - 1], *b = &pr.streams[r].ins[i], *d = &pr.streams[r].ins[i + 1];
-        cr_assert(!((b->op == SCHED_OFFLOAD || b->op == SCHED_RELOAD) && sched_is_p2p((sched_op)a->op) &&
-                    sched_is_p2p((sched_op)d->op)), "rank %d instruction %d: a copy between two transfers", r, i);
-      }
-    sched_sim_result_free(&res), sched_program_free(&pr);
-  }
-  cr_assert(mk[1] == mk[0], "dualpipev: makespan %g with offload, %g without", mk[1], mk[0]);
-}

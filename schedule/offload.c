@@ -17,8 +17,7 @@
  * reload must end when its backward work starts, as late as the stream allows. A pair is
  * offloaded only when both copies fit ("hide") that way. FULL offloads every pair that hides;
  * AUTO offloads, rank by rank, the pair with the longest gap among those that would be on the
- * host at the rank's memory peak, until the peak is within the limit, then takes back each pick
- * (latest first) the rank stays within the limit without. Each RELOAD goes before
+ * host at the rank's memory peak, until the peak is within the limit. Each RELOAD goes before
  * the last instruction that starts by its planned start, so it is issued in time (a little early
  * at most: the pair is held from then). */
 #include <math.h>
@@ -129,8 +128,7 @@ static int by_t(const void *a, const void *b) {
  * first instruction's start to their last's end (the part a pending W keeps, after their last
  * other instruction), chosen ones away from their offload's end to their reload's start. */
 static double planned_peak(const sched_program *pr, int r, const sched_costs *c, double *const *ts, double *const *te,
-                           const int *first, const int *last, const int *alast, const cand *cs, int n, double tol,
-                           double *at) {
+                           const int *first, const int *last, const int *alast, const cand *cs, int n, double *at) {
   int km = pr->v * pr->m;
   mev *ev = core_malloc(sizeof(mev) * (size_t)(3 * km + 2 * n + 1));
   int ne = 0;
@@ -149,9 +147,6 @@ static double planned_peak(const sched_program *pr, int r, const sched_costs *c,
   for (int i = 0; i < n; i++)
     if (cs[i].chosen)
       ev[ne++] = (mev){cs[i].off_end, -cs[i].part / pr->v}, ev[ne++] = (mev){cs[i].rl_hold, cs[i].part / pr->v};
-  /* times on a grid of tol: two that differ by rounding alone (an offload's end computed as
-   * t + c, the instant it frees the memory for) are one time, where what is freed goes first */
-  for (int i = 0; i < ne; i++) ev[i].t = round(ev[i].t / tol) * tol;
   qsort(ev, (size_t)ne, sizeof *ev, by_t);
   double mem = 0, peak = 0;
   *at = 0;
@@ -307,7 +302,7 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
   int rc = sched_sim_times(pr, c, ts, te);
   int km = pr->v * pr->m;
   cand *cs = core_malloc(sizeof(cand) * (size_t)(3 * km + 1)); /* three windows per pair at most */
-  cand **tmp = core_malloc(sizeof(cand *) * (size_t)(6 * km + 2)); /* plan_lanes' order, then auto's picks */
+  cand **tmp = core_malloc(sizeof(cand *) * (size_t)(3 * km + 1));
   int *first = core_malloc(sizeof(int) * (size_t)km), *last = core_malloc(sizeof(int) * (size_t)km);
   int *alast = core_malloc(sizeof(int) * (size_t)km);
   core_progress_phase("placing offloads:", pr->p, "ranks");
@@ -326,15 +321,13 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
       }
     } else {
       sched_pair_ranges(pr, r, first, last, alast);
-      int len = pr->streams[r].len, npick = 0;
-      double tol = 1e-9 * (1 + (len ? fabs(te[r][len - 1]) : 0)); /* what rounding moves a time by, at most */
       for (;;) { /* one pair more each time, each time the whole plan again: quadratic in the rank's pairs */
         core_progress_at(r);
-        double at, peak = planned_peak(pr, r, c, ts, te, first, last, alast, cs, n, tol, &at);
+        double at, peak = planned_peak(pr, r, c, ts, te, first, last, alast, cs, n, &at);
         if (peak <= limit + 1e-9) break;
-        int best = -1; /* on the host at the peak, if offloaded (to within rounding): the longest gap */
+        int best = -1; /* on the host at the peak, if offloaded: the longest gap */
         for (int i = 0; i < n; i++) {
-          if (cs[i].chosen || cs[i].bad || cs[i].t_off + cs[i].c > at + tol || cs[i].t_need - cs[i].c <= at + tol) continue;
+          if (cs[i].chosen || cs[i].bad || cs[i].t_off + cs[i].c > at || cs[i].t_need - cs[i].c <= at) continue;
           if (best < 0 || cs[i].t_need - cs[i].t_off > cs[best].t_need - cs[best].t_off) best = i;
         }
         if (best < 0) {
@@ -346,18 +339,7 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
         cs[best].chosen = 1;
         cand *w = plan_lanes(cs, n, tmp, ts[r]);
         if (w) cs[best].chosen = 0, cs[best].bad = 1, plan_lanes(cs, n, tmp, ts[r]);
-        else tmp[n + npick++] = &cs[best]; /* (tmp holds 2n: the picks after the lanes' n) */
       }
-      /* a pair taken for one peak may be one a later pick's peak made needless: each, latest
-       * pick first, goes back to the device if the rank stays within the limit without it */
-      for (int k = npick - 1; k >= 0 && !rc; k--) {
-        cand *x = tmp[n + k];
-        x->chosen = 0;
-        double at;
-        if (plan_lanes(cs, n, tmp, ts[r]) || planned_peak(pr, r, c, ts, te, first, last, alast, cs, n, tol, &at) > limit + 1e-9)
-          x->chosen = 1;
-      }
-      if (!rc) plan_lanes(cs, n, tmp, ts[r]);
     }
     int q = 0;
     for (int i = 0; i < n; i++) q += cs[i].chosen;

@@ -319,35 +319,3 @@ Test(offload, copies_leave_transfers_alone_and_wait_for_what_lands) {
   sched_sim_result_free(&a);
   sched_program_free(&pr);
 }
-
-/* auto takes back a pair a later pick made needless (1f1b p=4, m=8, limit 3: it offloaded
- * micro-batches 1, 3, 4 and 5 on rank 0, where 1, 3 and 5 cover every peak; p=8, m=16, limit 4:
- * 40 pairs, now 30, at the same makespan), and times that differ by rounding alone are one time
- * (zb-h1 p=6, m=6, B=2, comm 0.3, copies 1: an offload ending at 30.200000000000006 was not done
- * by a peak at 30.200000000000003, and auto refused a limit of 3 that full meets). */
-Test(offload, auto_offloads_no_pair_it_can_do_without) {
-  sched_shape sh = {.family = SCHED_1F1B, .p = 4, .v = 1, .m = 8, .offload = SCHED_OFFLOAD_AUTO, .offload_limit = 3};
-  sched_costs c = sched_costs_unit();
-  c.offload = 0.5;
-  sched_program pr;
-  sched_sim_result res;
-  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
-  cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
-  cr_assert(res.ranks[0].offloaded == 3 && peak(&res) <= 3 + 1e-9, "rank 0 offloaded %d, peak %g", res.ranks[0].offloaded,
-            peak(&res));
-  sched_sim_result_free(&res), sched_program_free(&pr);
-  sh.p = 8, sh.m = 16, sh.offload_limit = 4;
-  double mn, mo, pn, po;
-  both(sh, 0.5, &mn, &mo, &pn, &po, &res);
-  int n = 0;
-  for (int r = 0; r < res.p; r++) n += res.ranks[r].offloaded;
-  cr_assert(n == 30 && po <= 4 + 1e-9 && mo <= mn * 1.01, "p=8: %d offloaded, peak %g, makespan %g (%g without)", n, po, mo, mn);
-  sched_sim_result_free(&res);
-  sh = (sched_shape){.family = SCHED_ZB_H1, .p = 6, .v = 1, .m = 6, .offload = SCHED_OFFLOAD_AUTO, .offload_limit = 3};
-  c = sched_costs_unit();
-  c.b = 2, c.comm = 0.3, c.offload = 1;
-  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
-  cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
-  cr_assert(peak(&res) <= 3 + 1e-9, "zb-h1 p=6: peak %g", peak(&res));
-  sched_sim_result_free(&res), sched_program_free(&pr);
-}

@@ -209,9 +209,11 @@ void pipe_runner_free(pipe_runner *rn) {
   if (rn->dloss) rn->loss_ops->free(rn->dloss);
   free(rn->hloss);
   rn->dloss = rn->hloss = NULL, rn->nloss = rn->loss_cap = 0;
-  for (int k = 0; k < 4 * rn->nstage; k++) free(rn->stage[k]);
-  free(rn->stage), free(rn->htok), free(rn->htgt);
-  rn->stage = NULL, rn->htok = rn->htgt = NULL, rn->nstage = 0;
+  for (int k = 0; k < 4 * rn->nstage; k++)
+    if (rn->stage_pinned[k]) rn->stage_ops->host_free(rn->stage[k]);
+    else free(rn->stage[k]);
+  free(rn->stage), free(rn->stage_pinned), free(rn->htok), free(rn->htgt);
+  rn->stage = NULL, rn->stage_pinned = NULL, rn->htok = rn->htgt = NULL, rn->nstage = 0;
   free(rn->pfirst), free(rn->plast), free(rn->palast);
   rn->pfirst = rn->plast = rn->palast = NULL, rn->pcap = 0;
   for (size_t k = 0; rn->off_host && k < (size_t)rn->v * rn->m; k++) rn->off_ops->host_free(rn->off_host[k]);
@@ -861,7 +863,9 @@ static float *chunk_buffer(pipe_runner *rn, const sched_instr *in, size_t *n) {
   }
 }
 
-/* Device backends: a host buffer per (slot, transfer kind), as large as any chunk's. */
+/* Device backends: a host buffer per (slot, transfer kind), as large as any chunk's, from the
+ * table's host_alloc (page-locked on a GPU: a transfer's copy is then one DMA that does not wait
+ * behind an activation offload's copy in driver-sized pieces; malloc when that fails). */
 static float *staging(pipe_runner *rn, const sched_instr *in) {
   if (!rn->stage) {
     for (int c = 0; c < rn->v; c++) {
@@ -871,10 +875,17 @@ static float *staging(pipe_runner *rn, const sched_instr *in) {
       if (rn->chunks[c].naside > rn->nstage) rn->nstage = rn->chunks[c].naside;
     }
     rn->stage = core_calloc((size_t)rn->nstage * 4, sizeof(float *));
+    rn->stage_pinned = core_calloc((size_t)rn->nstage * 4, 1);
+    rn->stage_ops = rn->chunks[in->chunk].ops;
   }
-  float **s = &rn->stage[(size_t)in->aslot * 4 + (in->op - SCHED_SEND_ACT)];
-  if (!*s) *s = core_malloc(sizeof(float) * (rn->stage_floats ? rn->stage_floats : 1));
-  return *s;
+  size_t k = (size_t)in->aslot * 4 + (size_t)(in->op - SCHED_SEND_ACT);
+  if (!rn->stage[k]) {
+    size_t bytes = sizeof(float) * (rn->stage_floats ? rn->stage_floats : 1);
+    rn->stage[k] = rn->stage_ops->host_alloc(bytes);
+    if (rn->stage[k]) rn->stage_pinned[k] = 1;
+    else rn->stage[k] = core_malloc(bytes);
+  }
+  return rn->stage[k];
 }
 
 static float *buffer(void *ctx, const sched_instr *in, size_t *n) {

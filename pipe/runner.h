@@ -110,6 +110,8 @@ typedef struct {
   /* host memory for what crosses to and from the backend's (pipe_runner_free releases it) */
   int32_t *htok, *htgt;   /* [B*T] a micro-batch's tokens and targets */
   float **stage;          /* [nstage * 4] transfer staging per (slot, direction), device backends */
+  char *stage_pinned;     /* [nstage * 4] 1: from stage_ops->host_alloc (page-locked on a GPU), 0: malloc */
+  const kernels_ops *stage_ops;
   int nstage;
   size_t stage_floats;
   /* device memory: the step's losses not yet read back ([loss_cap * loss_bt], nloss used) */

@@ -451,7 +451,7 @@ static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_p
   }
 }
 
-int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
+static int compile_once(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
   sched_program compute;
   core_progress_start("compiling %s p=%d v=%d m=%d", sched_family_name(sh->family), sh->p, sh->v, sh->m);
   core_progress_phase("ordering compute ops:", 0, "ops placed");
@@ -489,4 +489,45 @@ int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program
     sched_program_free(out);
   }
   return rc;
+}
+
+/* The rank whose simulated peak is furthest above limit (-1: none), and by how much. */
+static int over_limit(const sched_program *pr, const sched_costs *costs, double limit, double *over, double *peak,
+                      int *rc) {
+  sched_sim_result res;
+  int worst = -1;
+  *over = 0, *peak = 0;
+  if ((*rc = sched_simulate(pr, costs, &res, NULL))) return -1;
+  for (int r = 0; r < res.p; r++) {
+    double x = res.ranks[r].peak_memory - limit;
+    if (x > 1e-9 * (1 + limit) && x > *over) *over = x, worst = r, *peak = res.ranks[r].peak_memory;
+  }
+  sched_sim_result_free(&res);
+  return worst;
+}
+
+/* offload auto places its pairs by planned times, which hold a reload from when the plan issues
+ * it; the simulator can start one later (after a receive the instruction before it waits for),
+ * so a rank could hold more than the limit. The program is simulated: over the limit, it is
+ * placed again under a limit lower by the excess (at most 3 times), and refused if still over. */
+int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
+  int rc = compile_once(sh, costs, out);
+  if (rc || sh->offload != SCHED_OFFLOAD_AUTO || out->forward_only) return rc;
+  sched_shape t = *sh;
+  for (int tries = 0;; tries++) {
+    double over, peak;
+    int r = over_limit(out, costs, sh->offload_limit, &over, &peak, &rc);
+    if (rc || r < 0) {
+      if (rc) sched_program_free(out);
+      return rc;
+    }
+    sched_program_free(out);
+    t.offload_limit -= over;
+    if (tries < 3 && t.offload_limit > 0 && !compile_once(&t, costs, out)) continue;
+    core_error_clear();
+    return core_error_set(CORE_EINPUT, "offload auto: rank %d holds %.4g stages' activations at its simulated peak, "
+                          "above the limit of %.4g, where the placement planned it under (a reload issued after a "
+                          "receive it waits for), and no placement under a lower limit met it: raise the limit or "
+                          "make the copies faster", r, peak, sh->offload_limit);
+  }
 }

@@ -15,8 +15,11 @@
 #            before the first such run and stopped before a run without; the 4 ranks' kernels and
 #            copies then share one device context instead of taking turns); last in a name.
 # Each run's losses are compared with the first run's.
-# OFFLOAD_BENCH_MODEL="D_MODEL N_HEADS BLOCKS" changes the model (default "4096 64 8").
-# OFFLOAD_BENCH_TRACE=DIR writes each run's measured timeline of step 2 to DIR/NAME.json (+ .svg).
+# OFFLOAD_BENCH_MODEL="D_MODEL N_HEADS BLOCKS" changes the model (default "4096 64 8");
+# OFFLOAD_BENCH_STEPS the steps per run (default 4).
+# OFFLOAD_BENCH_TRACE=DIR writes each run's measured timeline of step 2 to DIR/NAME.json (+ .svg); a traced
+# step waits for each instruction and copy to end, so it is slower, most of all with offload (its
+# copies no longer overlap): compare the steps after it (each step's time is printed).
 # Prints each run's offload line, activation memory report (measured peak, the simulator's
 # prediction, allocated) and the mean step time of steps 2..4, and compares the losses.
 #     sh scripts/gpu_offload_bench.sh "MPIRUN COMMAND"     (from the repository's root)
@@ -36,7 +39,7 @@ cat > "$D/wide.cfg" <<EOF
 backend = "cuda";
 train_micro_batch_size_per_gpu = 2;
 gradient_accumulation_steps = 8;
-train = { steps = 4; eval_interval = 0; };
+train = { steps = ${OFFLOAD_BENCH_STEPS:-4}; eval_interval = 0; };
 data = { path = "data/kjv.txt"; };
 bf16 = { enabled = true; };
 optimizer = { type = "AdamW"; params = { lr = 3e-4; weight_decay = 0.1; }; };
@@ -60,8 +63,8 @@ run() { # NAME SETS...
     --log-json "$D/$n.jsonl" > "$D/$n.out" 2>&1 || { echo "---- $n failed:"; tail -20 "$D/$n.out"; return 1; }
   echo "---- $n"
   grep -E "activation offload|activation memory per rank|^brigade: \[rank 0\]   rank|layout:|measured timeline|predicted from" "$D/$n.out"
-  awk -F'"step_ms":' 'NF > 1 { split($2, a, ","); n++; if (n > 1) { s += a[1]; k++ } }
-    END { if (k) printf "mean step (steps 2..%d): %.1f ms\n", n, s / k }' "$D/$n.jsonl" | sed "s/^/$n: /"
+  awk -F'"step_ms":' 'NF > 1 { split($2, a, ","); n++; all = all sprintf(" %.1f", a[1]); if (n > 1) { s += a[1]; k++ } }
+    END { if (k) printf "mean step (steps 2..%d): %.1f ms (each:%s)\n", n, s / k, all }' "$D/$n.jsonl" | sed "s/^/$n: /"
   sed 's/.*"loss":\([^,]*\),.*/\1/' "$D/$n.jsonl" > "$D/$n.loss"
 }
 rc=0

@@ -150,9 +150,18 @@ static double planned_peak(const sched_program *pr, int r, const sched_costs *c,
   qsort(ev, (size_t)ne, sizeof *ev, by_t);
   double mem = 0, peak = 0;
   *at = 0;
-  for (int i = 0; i < ne; i++) {
-    mem += ev[i].mem;
-    if (mem > peak + 1e-12) peak = mem, *at = ev[i].t;
+  for (int i = 0; i < ne;) { /* times within rounding of the first of a group are one time: frees first */
+    int j = i;
+    double by = ev[i].t + 1e-9 * (1 + fabs(ev[i].t));
+    while (j < ne && ev[j].t <= by) j++;
+    for (int k = i; k < j; k++)
+      if (ev[k].mem < 0) mem += ev[k].mem;
+    for (int k = i; k < j; k++)
+      if (ev[k].mem >= 0) {
+        mem += ev[k].mem;
+        if (mem > peak + 1e-12) peak = mem, *at = ev[k].t;
+      }
+    i = j;
   }
   free(ev);
   return peak;
@@ -327,7 +336,9 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
         if (peak <= limit + 1e-9) break;
         int best = -1; /* on the host at the peak, if offloaded: the longest gap */
         for (int i = 0; i < n; i++) {
-          if (cs[i].chosen || cs[i].bad || cs[i].t_off + cs[i].c > at || cs[i].t_need - cs[i].c <= at) continue;
+          if (cs[i].chosen || cs[i].bad || cs[i].t_off + cs[i].c > at + 1e-9 * (1 + fabs(at)) ||
+              cs[i].t_need - cs[i].c <= at)
+            continue;
           if (best < 0 || cs[i].t_need - cs[i].t_off > cs[best].t_need - cs[best].t_off) best = i;
         }
         if (best < 0) {

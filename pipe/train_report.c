@@ -294,7 +294,8 @@ void train_announce(trainer *tr, const char *resume) {
     for (int i = 0; i < tr->prog.streams[0].len; i++) n += tr->prog.streams[0].ins[i].op == SCHED_OFFLOAD;
     if (k0->ops && k0->ops->device_memory)
       core_log(CORE_LOG_INFO, "activation offload (pipeline.offload): rank 0 offloads %d time(s) per step, on the "
-               "%s backend's two copy streams into page-locked host buffers, ordered by events%s", n, k0->ops->name,
+               "%s backend's two copy streams into %shost buffers, ordered by events%s", n, k0->ops->name,
+               strcmp(k0->ops->name, "cuda") ? "" : "page-locked ",
                n ? "" : " (none: no copy that hides frees its buffers in time for the rank to allocate fewer at "
                         "pipeline.offload_gbps against pipeline.offload_gflops)");
     else

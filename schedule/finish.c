@@ -28,102 +28,30 @@ static void give(pool *q, int id, double from) {
   q->id[q->n++] = id;
 }
 
-/* How a pass takes buffers. cap 0: the last freed buffer free by time t, else a new one. cap > 0
- * (a pool with times whose size cap is known): a buffer an offload's copy frees is the last
- * choice: first the last freed of those free outright, then a new one while fewer than cap
- * exist (a "choice": a freed one was there), then the freed one whose copy ends first. A planned
- * copy that runs late then holds up only a pair that has to have its buffer, not the next forward
- * that could have had one of its own. */
-typedef struct {
-  int cap;
-  const unsigned char *no_new; /* [stream length] 1: at this instruction take the freed one (a retry) */
-  int last_choice;             /* the last instruction where a new one was chosen over a freed one */
-  int over;                    /* 1 once cap was not enough */
-} rule;
-
-static int take(pool *q, double t, int *count, rule *ru, int i) {
+/* The last freed buffer free by time t, taken out of the pool; else a new one (*count). */
+static int take(pool *q, double t, int *count) {
   double by = t + 1e-9 * (1 + fabs(t));
-  int pick = -1, cap = ru ? ru->cap : 0;
   for (int j = q->n - 1; j >= 0; j--) {
     if (q->from && q->from[j] > by) continue;
-    if (cap <= 0 || q->from[j] == -INFINITY) {
-      pick = j;
-      break;
+    int id = q->id[j];
+    for (int k = j + 1; k < q->n; k++) {
+      q->id[k - 1] = q->id[k];
+      if (q->from) q->from[k - 1] = q->from[k];
     }
+    q->n--;
+    return id;
   }
-  if (pick < 0 && cap > 0)
-    for (int j = 0; j < q->n; j++)
-      if (q->from[j] <= by && (pick < 0 || q->from[j] < q->from[pick])) pick = j;
-  if (pick >= 0 && cap > 0 && q->from[pick] != -INFINITY && *count < cap && !ru->no_new[i]) {
-    ru->last_choice = i;
-    return (*count)++;
-  }
-  if (pick < 0) {
-    if (cap > 0 && *count >= cap) ru->over = 1;
-    return (*count)++;
-  }
-  int id = q->id[pick];
-  for (int k = pick + 1; k < q->n; k++) {
-    q->id[k - 1] = q->id[k];
-    if (q->from) q->from[k - 1] = q->from[k];
-  }
-  q->n--;
-  return id;
-}
-
-/* One greedy pass in stream order (see sched_assign_slots_at); rs / ra: the slots' and the aside
- * parts' rules (NULL: cap 0). */
-static void assign_pass(sched_program *out, int r, const double *at, const double *free_at, rule *rs, rule *ra,
-                        const int *first, const int *last, const int *alast, const int *lp, int *slot_of,
-                        int *aslot_of, pool *fs, pool *fa) {
-  sched_stream *st = &out->streams[r];
-  int ns = 0, na = 0;
-  fs->n = fa->n = 0;
-  for (int i = 0; i < st->len; i++) {
-    sched_instr *in = &st->ins[i];
-    in->slot = in->aslot = -1;
-    if (in->chunk < 0 || in->mb < 0) continue;
-    int k = in->chunk * out->m + in->mb, kp = sched_local_pair(lp, out->m, in);
-    double t = at ? at[i] : 0;
-    if (in->op == SCHED_OFFLOAD) { /* away on the host: its buffers are free for others once copied */
-      double f = at ? free_at[i] : 0;
-      in->slot = slot_of[k], give(fs, slot_of[k], f);
-      if (i < alast[k]) in->aslot = aslot_of[k], give(fa, aslot_of[k], f);
-      continue;
-    }
-    if (in->op == SCHED_RELOAD) { /* back into whichever buffers are free now */
-      in->slot = slot_of[k] = take(fs, t, &ns, rs, i);
-      if (i < alast[k]) in->aslot = aslot_of[k] = take(fa, t, &na, ra, i);
-      continue;
-    }
-    if (first[k] == i) {
-      slot_of[k] = take(fs, t, &ns, rs, i);
-      aslot_of[k] = take(fa, t, &na, ra, i);
-    }
-    in->slot = slot_of[k];
-    if (i <= alast[k]) in->aslot = aslot_of[k];
-    for (int q = 0; q < 2; q++) { /* the pair named, and the one whose output a local forward takes */
-      int x = q ? kp : k;
-      if (x < 0 || (q && x == k)) continue;
-      if (alast[x] == i) give(fa, aslot_of[x], -INFINITY);
-      if (last[x] == i) give(fs, slot_of[x], -INFINITY);
-    }
-  }
-  out->nslots[r] = ns, out->naslots[r] = na;
+  return (*count)++;
 }
 
 /* Greedy assignment in stream order of each (chunk, micro-batch)'s slot over its live range and
  * of its other part over its shorter one (sched_pair_ranges): intervals taken by start, so each
- * pool is as large as the most ranges live at once. With times, a second pass keeps those counts
- * and gives a pair a buffer an offload frees only when no other is free and the count is reached.
- * Planned times out of stream order can make a new buffer chosen early cost one more later: the
- * pass then runs again taking the freed buffer at the last such choice before it ran out, and
- * after as many tries as choices the first pass's assignment stays. */
+ * pool is as large as the most ranges live at once. */
 void sched_assign_slots(sched_program *out, int r) { sched_assign_slots_at(out, r, NULL, NULL); }
 
 void sched_assign_slots_at(sched_program *out, int r, const double *at, const double *free_at) {
+  sched_stream *st = &out->streams[r];
   size_t keys = (size_t)out->v * (size_t)out->m;
-  int len = out->streams[r].len;
   int *first = core_malloc(sizeof(int) * keys), *last = core_malloc(sizeof(int) * keys);
   int *alast = core_malloc(sizeof(int) * keys), *slot_of = core_malloc(sizeof(int) * keys);
   int *aslot_of = core_malloc(sizeof(int) * keys);
@@ -132,24 +60,38 @@ void sched_assign_slots_at(sched_program *out, int r, const double *at, const do
   int *lp = core_malloc(sizeof(int) * (size_t)out->v);
   sched_pair_ranges(out, r, first, last, alast);
   sched_local_chunks(out, r, lp);
-  assign_pass(out, r, at, free_at, NULL, NULL, first, last, alast, lp, slot_of, aslot_of, &fs, &fa);
-  if (at) {
-    int ns = out->nslots[r], na = out->naslots[r], ok = 0;
-    unsigned char *no_s = core_calloc((size_t)len + 1, 1), *no_a = core_calloc((size_t)len + 1, 1);
-    rule rs = {.cap = ns > 0 ? ns : 1, .no_new = no_s}, ra = {.cap = na > 0 ? na : 1, .no_new = no_a};
-    for (int tries = 0; tries <= ns + na && !ok; tries++) {
-      rs.last_choice = ra.last_choice = -1, rs.over = ra.over = 0;
-      assign_pass(out, r, at, free_at, &rs, &ra, first, last, alast, lp, slot_of, aslot_of, &fs, &fa);
-      ok = !rs.over && !ra.over;
-      if (rs.over && rs.last_choice < 0) break;
-      if (ra.over && ra.last_choice < 0) break;
-      if (rs.over) no_s[rs.last_choice] = 1;
-      if (ra.over) no_a[ra.last_choice] = 1;
+  int ns = 0, na = 0;
+  for (int i = 0; i < st->len; i++) {
+    sched_instr *in = &st->ins[i];
+    in->slot = in->aslot = -1;
+    if (in->chunk < 0 || in->mb < 0) continue;
+    int k = in->chunk * out->m + in->mb, kp = sched_local_pair(lp, out->m, in);
+    double t = at ? at[i] : 0;
+    if (in->op == SCHED_OFFLOAD) { /* away on the host: its buffers are free for others once copied */
+      double f = at ? free_at[i] : 0;
+      in->slot = slot_of[k], give(&fs, slot_of[k], f);
+      if (i < alast[k]) in->aslot = aslot_of[k], give(&fa, aslot_of[k], f);
+      continue;
     }
-    if (!ok) assign_pass(out, r, at, free_at, NULL, NULL, first, last, alast, lp, slot_of, aslot_of, &fs, &fa);
-    CORE_ASSERT(out->nslots[r] == ns && out->naslots[r] == na);
-    free(no_s), free(no_a);
+    if (in->op == SCHED_RELOAD) { /* back into whichever buffers are free now */
+      in->slot = slot_of[k] = take(&fs, t, &ns);
+      if (i < alast[k]) in->aslot = aslot_of[k] = take(&fa, t, &na);
+      continue;
+    }
+    if (first[k] == i) {
+      slot_of[k] = take(&fs, t, &ns);
+      aslot_of[k] = take(&fa, t, &na);
+    }
+    in->slot = slot_of[k];
+    if (i <= alast[k]) in->aslot = aslot_of[k];
+    for (int q = 0; q < 2; q++) { /* the pair named, and the one whose output a local forward takes */
+      int x = q ? kp : k;
+      if (x < 0 || (q && x == k)) continue;
+      if (alast[x] == i) give(&fa, aslot_of[x], -INFINITY);
+      if (last[x] == i) give(&fs, slot_of[x], -INFINITY);
+    }
   }
+  out->nslots[r] = ns, out->naslots[r] = na;
   free(first), free(last), free(alast), free(slot_of), free(aslot_of), free(fs.id), free(fa.id), free(fs.from);
   free(fa.from), free(lp);
 }

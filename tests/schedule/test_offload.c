@@ -320,58 +320,6 @@ Test(offload, copies_leave_transfers_alone_and_wait_for_what_lands) {
   sched_program_free(&pr);
 }
 
-/* A buffer an OFFLOAD frees goes to another pair only once the rank holds as many buffers as it
- * will ever hold: a forward that could have a buffer of its own does not take one still being
- * copied out, which waits if the copy runs later than planned. Counted over families, copy times
- * and both modes; it must also happen (a freed buffer taken once the count is reached), or the
- * sweep tests nothing. Not v-half: on its last rank a few programs still take a freed buffer
- * early, where a new one chosen there made the pass run out later (sched_assign_slots_at). */
-Test(offload, a_buffer_being_copied_out_is_taken_last) {
-  const sched_family fam[] = {SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB_H1, SCHED_ZB_H2};
-  int reused = 0, early = 0;
-  char where[160] = "";
-  for (size_t f = 0; f < sizeof fam / sizeof *fam; f++)
-    for (int p = 3; p <= 6; p++)
-      for (int k = 0; k < 3; k++)
-        for (int mode = SCHED_OFFLOAD_FULL; mode <= SCHED_OFFLOAD_AUTO; mode++) {
-          const double copies[] = {0.5, 0.9, 1.5};
-          sched_shape sh = {.family = fam[f], .p = p, .v = fam[f] == SCHED_INTERLEAVED ? 2 : 1,
-                            .m = 2 * p, .offload = mode, .offload_limit = p / 2.0};
-          sched_costs c = sched_costs_unit();
-          c.offload = copies[k] / sh.v, c.b = 2;
-          sched_program pr;
-          if (sched_compile(&sh, &c, &pr) != CORE_OK) { /* auto may refuse a limit: not this test's */
-            core_error_clear();
-            continue;
-          }
-          for (int r = 0; r < pr.p; r++) {
-            const sched_stream *st = &pr.streams[r];
-            int held = 0, *from_copy = calloc((size_t)pr.nslots[r] + 1, sizeof(int)), *seen = calloc((size_t)pr.nslots[r] + 1, sizeof(int));
-            for (int i = 0; i < st->len; i++) {
-              const sched_instr *in = &st->ins[i];
-              if (in->slot < 0) continue;
-              if (in->op == SCHED_OFFLOAD) {
-                from_copy[in->slot] = 1;
-                continue;
-              }
-              if (!seen[in->slot]) seen[in->slot] = 1, held++;
-              else if (from_copy[in->slot]) { /* the first use since an OFFLOAD gave it back */
-                if (held < pr.nslots[r] && !early)
-                  snprintf(where, sizeof where, "family %d p=%d copy %g mode %d rank %d: instruction %d takes slot %d "
-                           "being copied out with %d of %d held", (int)fam[f], p, c.offload, mode, r, i, in->slot, held,
-                           pr.nslots[r]);
-                early += held < pr.nslots[r], reused++;
-              }
-              from_copy[in->slot] = 0;
-            }
-            free(from_copy), free(seen);
-          }
-          sched_program_free(&pr);
-        }
-  cr_assert_eq(early, 0, "%d early takes, the first: %s", early, where);
-  cr_assert_gt(reused, 0, "no buffer an offload freed was ever taken");
-}
-
 /* offload auto never compiles a program whose simulated peak is above its limit: its placement
  * holds a reload from the planned issue, the simulator from after a receive before it, and
  * interleaved p=3 m=12 (B 1.5, W 0.7, copies 1.5, limit 2) compiled with rank 0 at 2.5 (as

@@ -21,7 +21,7 @@
 # step waits for each instruction and copy to end, so it is slower, most of all with offload (its
 # copies no longer overlap): compare the steps after it (each step's time is printed).
 # Prints each run's offload line, activation memory report (measured peak, the simulator's
-# prediction, allocated) and the mean step time of steps 2..4, and compares the losses.
+# prediction, allocated) and the mean step time of steps 2..N, and compares the losses.
 #     sh scripts/gpu_offload_bench.sh "MPIRUN COMMAND"     (from the repository's root)
 # OFFLOAD_BENCH_SETS: more --set arguments for every run (words without spaces), e.g. a small
 # model on the fakedev backend to try the script without a GPU.

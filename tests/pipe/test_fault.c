@@ -20,6 +20,14 @@ static int read_int(const char *dir, const char *name) {
   return x;
 }
 
+/* A job some rank of which stopped answering ($D/rc, $D/secs written by the test's script) ended
+ * non-zero within max_secs of the stop. */
+static void assert_job_ended(const char *dir, const char *what, int max_secs, int timeout) {
+  int rc = read_int(dir, "rc"), secs = read_int(dir, "secs");
+  cr_assert_neq(rc, 0, "the job with %s exited 0", what);
+  cr_assert(secs <= max_secs, "the job took %d s to end with %s (train.timeout = %d)", secs, what, timeout);
+}
+
 /* This machine's name as MPI gives it to brigade (Open MPI: the host name). */
 static const char *pipe_test_host(void) {
   static char h[256];
@@ -217,9 +225,7 @@ Test(fault, rank_stuck_in_evaluation_ends_the_job, .timeout = 120) {
            "echo $(( $(date +%%s) - t0 )) > $D/secs; kill -CONT $victim; wait $pid; echo $? > $D/rc",
            dir, b, sets, b);
   test_sh(cmd);
-  int rc = read_int(dir, "rc"), secs = read_int(dir, "secs");
-  cr_assert_neq(rc, 0, "the job with a stuck rank exited 0");
-  cr_assert(secs <= 12, "the job took %d s to end after a rank stopped (train.timeout = 2)", secs);
+  assert_job_ended(dir, "a stuck rank", 12, 2);
   snprintf(cmd, sizeof cmd, "grep -q 'timed out after 2 s waiting for rank [01] (stage [01]) on %s' %s/out && "
            "! grep -q 'rank -1' %s/out", pipe_test_host(), dir, dir);
   cr_assert_eq(test_sh(cmd), 0, "no error naming the rank waited for");
@@ -247,9 +253,7 @@ Test(fault, killed_rank_in_a_hostfile_run_ends_the_job, .timeout = 120) {
            "echo $(( $(date +%%s) - t0 )) > $D/secs; wait $pid; echo $? > $D/rc",
            dir, b, sets, b);
   test_sh(cmd);
-  int rc = read_int(dir, "rc"), secs = read_int(dir, "secs");
-  cr_assert_neq(rc, 0, "the job with a killed rank exited 0");
-  cr_assert(secs <= 15, "the job took %d s to end after a rank was killed (train.timeout = 5)", secs);
+  assert_job_ended(dir, "a killed rank", 15, 5);
   /* Open MPI's launcher names the dead process (its rank and node), or brigade's timeout does */
   snprintf(cmd, sizeof cmd, "grep -Eq 'rank 1 .*on node %s|rank 1 \\(stage 1\\) on %s' %s/out", pipe_test_host(),
            pipe_test_host(), dir);
@@ -281,9 +285,7 @@ Test(fault, stopped_replica_ends_the_job, .timeout = 120) {
            "wait $pid; echo $? > $D/rc",
            dir, b, b);
   test_sh(cmd);
-  int rc = read_int(dir, "rc"), secs = read_int(dir, "secs");
-  cr_assert_neq(rc, 0, "the job with a stopped rank exited 0");
-  cr_assert(secs <= 20, "the job took %d s to end after a rank stopped (train.timeout = 3)", secs);
+  assert_job_ended(dir, "a stopped rank", 20, 3);
   snprintf(cmd, sizeof cmd, "grep -q 'timed out after 3 s in the .* (train.timeout): a rank it waits for stopped answering' %s/out",
            dir);
   cr_assert_eq(test_sh(cmd), 0, "no message naming the wait (%s/out)", dir);
@@ -310,9 +312,7 @@ Test(fault, stopped_peer_of_the_tied_exchange_ends_the_job, .timeout = 120) {
            "wait $pid; echo $? > $D/rc",
            dir, b, b);
   test_sh(cmd);
-  int rc = read_int(dir, "rc"), secs = read_int(dir, "secs");
-  cr_assert_neq(rc, 0, "the job with a stopped rank exited 0");
-  cr_assert(secs <= 40, "the job took %d s to end after a rank stopped (train.timeout = 3)", secs);
+  assert_job_ended(dir, "a stopped rank", 40, 3);
   snprintf(cmd, sizeof cmd,
            "grep -q 'timed out after 3 s in the tied weight.s gradient exchange with pipeline rank 0 (train.timeout)' %s/out",
            dir);

@@ -406,6 +406,9 @@ int cli_sim(int argc, char **argv) {
       printf("%s: %.3f M parameters%s; stage costs from FLOPs at %.4g GFLOP/s (--gflops)%s\n", o.config,
              plan.params / 1e6, twice, o.gflops, o.dp > 1 ? "" : "; one replica (--dp)");
     }
+    if (!o.json && plan.offload)
+      printf("activation copies at %.4g GB/s: pipeline.offload_gbps as the placement weighed it against compute "
+             "at pipeline.offload_gflops (%.4g), scaled to --gflops\n", plan.offload_gbps, plan.offload_gflops);
     if (!o.json && o.dp > 1) {
       double peak = 0;
       for (int r = 0; r < plan.stages; r++) peak = plan.state_bytes[r] > peak ? plan.state_bytes[r] : peak;

@@ -171,6 +171,14 @@ int train_check_size(const train_cfg *t, const sched_shape *sh) {
   return rc;
 }
 
+/* The copy rate a plan priced at `gflops` gives an offload copy: the ratio of copy to compute
+ * the placement assumed (pipeline.offload_gbps beside compute at pipeline.offload_gflops, in
+ * train_compile), kept at the plan's own compute rate, so that the copies hide in the simulation
+ * as they did where they were placed. At gflops = offload_gflops it is offload_gbps itself. */
+static double plan_copy_gbps(const train_cfg *t, double gflops) {
+  return t->offload_gbps * gflops / t->offload_gflops;
+}
+
 int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, sched_program *out) {
   sched_shape sh = train_shape(t, m);
   int rc = train_check_size(t, &sh);
@@ -181,14 +189,13 @@ int train_compile(const train_cfg *t, const layers_model *m, const int *bounds, 
   sched_costs costs = {.stage_f = fbw, .stage_b = fbw + S, .stage_w = fbw + 2 * S,
                        .w_stash = compile_w_stash(t, m, bounds)};
   double *slot = NULL;
-  if (t->act_offload) { /* copies of each stage's slot, in the costs' unit (compute at 1 GFLOP/s): a
-                     * copy at offload_gbps beside compute at offload_gflops */
+  if (t->act_offload) { /* copies of each stage's slot, in the costs' unit (compute at 1 GFLOP/s) */
     slot = core_calloc((size_t)S, sizeof(double));
     for (int s = 0; s < S; s++) {
       double ws;
       stage_slot(t, m, bounds, s, 0, &slot[s], &ws);
     }
-    costs.stage_act_bytes = slot, costs.offload_gbps = t->offload_gbps / t->offload_gflops;
+    costs.stage_act_bytes = slot, costs.offload_gbps = plan_copy_gbps(t, 1.0);
   }
   rc = sched_compile(&sh, &costs, out);
   free(fbw), free(slot);
@@ -359,7 +366,8 @@ static int plan_build(const char *config, const char **sets, int nsets, const pi
                                .act_bytes = out->act_bytes, .w_stash = compile_w_stash(&t, &m, bounds),
                                .stage_act_bytes = out->slot_bytes, .stage_w_stash = out->w_stash,
                                .stage_gather = out->gather, .stage_param_bytes = out->param_bytes,
-                               .offload_gbps = t.offload_gbps};
+                               .offload_gbps = plan_copy_gbps(&t, gflops)};
+    out->offload_gbps = out->costs.offload_gbps, out->offload_gflops = t.offload_gflops;
   }
   if (!rc) {
     out->stages = t.stages, out->v = t.v, out->m = t.m, out->B = t.B;

@@ -26,6 +26,9 @@ typedef struct {
                                  * gathered (costs.stage_gather, stage_param_bytes); 0 otherwise */
   sched_step_sync step_sync; /* how the run's steps meet at the optimizer (its post-validation) */
   int offload; /* the sched_offload_mode the program was compiled with (none on the CPU backend) */
+  /* the rate a copy is priced at (costs.offload_gbps): pipeline.offload_gbps scaled from the
+   * compute rate the placement assumed (pipeline.offload_gflops) to the plan's */
+  double offload_gbps, offload_gflops;
 } pipe_plan;
 
 /* What the tuner varies, instead of the config's pipeline.* and batch keys: the family, chunks

@@ -1,6 +1,7 @@
 /* The brigade program as a user runs it: subcommands, outputs, and clear errors (exit 2). */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,46 @@ Test(cli, sim_says_when_full_offload_places_nothing) {
 Test(cli, offload_costs_default_to_the_backends_rate) {
   cr_assert_eq(rank0_offloaded(""), 0);
   cr_assert_eq(rank0_offloaded("--set pipeline.offload_gflops=50"), 8);
+}
+
+/* sim CONFIG prices a copy as the placement weighed it: pipeline.offload_gbps beside compute at
+ * pipeline.offload_gflops, scaled to --gflops. It priced copies at offload_gbps whatever --gflops
+ * was, so a config placed for a GPU (offload_gflops 100000) and simulated at the default 50 drew
+ * its copies 2000 times shorter, relative to compute, than they were placed: here every figure
+ * of a run at 10 times the compute rate is a tenth (copies, makespan), and at --gflops equal to
+ * offload_gflops a rank's copy time is its copies' bytes over offload_gbps. */
+static void offload_run(double gflops, double *makespan, double *copy) {
+  char args[512], *out;
+  snprintf(args, sizeof args, "sim configs/tiny.cfg --set backend=cuda --set 'pipeline.offload=\"full\"' "
+           "--set pipeline.stages=4 --set gradient_accumulation_steps=8 --set pipeline.offload_gflops=50 "
+           "--set pipeline.offload_gbps=100 --gflops %g --json", gflops);
+  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  core_json *j;
+  cr_assert_eq(core_json_parse(out, strlen(out), "stdout", &j), 0, "%s", out);
+  *makespan = core_json_get(j, "makespan")->num;
+  for (int r = 0; r < 4; r++) {
+    const core_json *c = core_json_get(core_json_at(core_json_get(j, "ranks"), r), "copy_time");
+    copy[r] = c ? c->num : 0;
+  }
+  core_json_free(j);
+  free(out);
+}
+Test(cli, sim_config_prices_copies_as_they_were_placed) {
+  double m50, m500, c50[4], c500[4];
+  offload_run(50, &m50, c50);
+  offload_run(500, &m500, c500);
+  cr_assert(c50[0] > 0 && c50[1] > 0, "rank 0 and 1 offload (copy times %g, %g)", c50[0], c50[1]);
+  cr_assert(fabs(m500 * 10 - m50) <= 1e-9 * m50, "makespan %.17g at 50 GFLOP/s, %.17g at 500", m50, m500);
+  for (int r = 0; r < 4; r++)
+    cr_assert(fabs(c500[r] * 10 - c50[r]) <= 1e-9 * c50[r], "rank %d: copies %.17g s at 50 GFLOP/s, %.17g at 500", r,
+              c50[r], c500[r]);
+  char *out;
+  cr_assert_eq(brigade("sim configs/tiny.cfg --set backend=cuda --set 'pipeline.offload=\"full\"' --set pipeline.stages=4 "
+                       "--set gradient_accumulation_steps=8 --set pipeline.offload_gflops=50 --set pipeline.offload_gbps=100 "
+                       "--gflops 500", &out), 0, "%s", out);
+  cr_assert(strstr(out, "activation copies at 1000 GB/s: pipeline.offload_gbps as the placement weighed it against "
+                        "compute at pipeline.offload_gflops (50), scaled to --gflops"), "%s", out);
+  free(out);
 }
 
 /* Two sim --json outputs describe the same run: the same figures from "makespan" to the rank

@@ -33,6 +33,7 @@ typedef struct {
   int k;              /* pair: chunk * m + mb */
   int s;              /* its virtual stage */
   int fe, bf;         /* its last forward-work instruction, its first backward-work one */
+  int of;             /* the OFFLOAD goes after this instruction (candidates()) */
   int slot, aslot;    /* its buffers (for the instructions' fields) */
   double part;        /* the part of the pair it moves: 1, or (from its I to its W) the W's part */
   double t_off, t_need, c; /* forward work ends, backward work starts, one copy's time */
@@ -42,13 +43,30 @@ typedef struct {
   double rl_hold;           /* when the reload, issued there, starts: the pair is held from then */
 } cand;
 
+/* A run of consecutive transfers is posted together (sim.c's post_run, the worker's groups); a
+ * copy instruction inside one splits it, and the part after the copy is posted only once the
+ * receives of the part before it are done (measured: dualpipev p=2 m=8, comm 0.5, copies 0.25
+ * ran 51 -> 56.25 so). The rank's clock does not move over a run, so a copy issued elsewhere in
+ * it is issued at the same time: a RELOAD goes before the run's first receive (sends before it
+ * stay in front: a slot they free can still serve the reload), an OFFLOAD after the run (only
+ * where it would follow a receive: a reload placed after its forward work could not take the
+ * buffers it frees). first_recv: the first receive of the run instruction j is in, before j
+ * (j itself when none, or j not a transfer). */
+static int is_recv(const sched_instr *in) { return in->op == SCHED_RECV_ACT || in->op == SCHED_RECV_GRAD; }
+static int first_recv(const sched_stream *st, int j) {
+  int a = j;
+  while (a > 0 && sched_is_p2p((sched_op)st->ins[a].op) && sched_is_p2p((sched_op)st->ins[a - 1].op)) a--;
+  while (a < j && !is_recv(&st->ins[a])) a++;
+  return a;
+}
+
 /* Where a reload planned to start at rl_start goes: before the last instruction of its window
  * that starts by then (a wait or a long op spanning rl_start makes it start a little early). */
 static int reload_pos(const cand *x, const double *ts) {
   /* a rank runs its stream in order, so its start times never decrease: the last such j by
    * bisection (a scan of the window would make a long gap, gpipe's, quadratic in m) */
   double by = x->rl_start + 1e-9 * (1 + fabs(x->rl_start));
-  int lo = x->fe + 1, hi = x->bf; /* the answer is in [lo, hi]; lo when none starts by then */
+  int lo = x->of + 1, hi = x->bf; /* the answer is in [lo, hi]: after its offload; lo when none starts by then */
   while (lo < hi) {
     int mid = lo + (hi - lo + 1) / 2;
     if (ts[mid] <= by) lo = mid;
@@ -57,25 +75,34 @@ static int reload_pos(const cand *x, const double *ts) {
   return lo;
 }
 
-static int by_off(const void *a, const void *b) {
+/* Offloads in the order insert() issues them: by the instruction they follow, then by when they
+ * can start, then by when they are due back (the one due first copies out first), then by
+ * candidate (their place in the rank's array); the device-to-host stream runs them so. */
+static int by_issue(const void *a, const void *b) {
   const cand *x = *(cand *const *)a, *y = *(cand *const *)b;
-  return x->t_off != y->t_off ? (x->t_off < y->t_off ? -1 : 1) : x->k - y->k;
+  if (x->of != y->of) return x->of < y->of ? -1 : 1;
+  if (x->t_off != y->t_off) return x->t_off < y->t_off ? -1 : 1;
+  if (x->t_need != y->t_need) return x->t_need < y->t_need ? -1 : 1;
+  return (x > y) - (x < y);
 }
 static int by_need(const void *a, const void *b) {
   const cand *x = *(cand *const *)a, *y = *(cand *const *)b;
   return x->t_need != y->t_need ? (x->t_need < y->t_need ? -1 : 1) : x->k - y->k;
 }
 
-/* Plans both copy streams of one rank for its chosen candidates: offloads as early as their
- * forward work and the stream allow, reloads (earliest deadline first) as late as the stream
+/* Plans both copy streams of one rank for its chosen candidates: offloads in issue order, each
+ * as early as its forward work and the stream allow (planned by their times instead, two whose
+ * forward work ends at once, such as two sends, were planned in the other order than the stream
+ * runs them: the buffer planned free first was freed a copy later and its next user waited),
+ * reloads (earliest deadline first) as late as the stream
  * allows (planned from the latest deadline back, so that two due at once go one after the
  * other). Returns the candidate whose reload cannot end in time, if any (the one with the
  * shortest gap among those), else NULL. */
-static cand *plan_lanes(cand *cs, int n, cand **tmp, const double *ts) {
+static cand *plan_lanes(cand *cs, int n, cand **tmp, const double *ts, const sched_stream *str) {
   int q = 0;
   for (int i = 0; i < n; i++)
     if (cs[i].chosen) tmp[q++] = &cs[i];
-  qsort(tmp, (size_t)q, sizeof *tmp, by_off);
+  qsort(tmp, (size_t)q, sizeof *tmp, by_issue);
   double d2h = -INFINITY, h2d = -INFINITY;
   for (int i = 0; i < q; i++) {
     double st = tmp[i]->t_off > d2h ? tmp[i]->t_off : d2h;
@@ -105,13 +132,20 @@ static cand *plan_lanes(cand *cs, int n, cand **tmp, const double *ts) {
         (!worst || tmp[i]->t_need - tmp[i]->t_off < worst->t_need - worst->t_off))
       worst = tmp[i];
   }
+  /* a reload after a receive of its run goes before the run's first receive (the reloads of one
+   * run are side by side here, their positions growing with their starts, and keep their order),
+   * unless its offload is at or after that receive */
+  for (int i = 0; i < q; i++) {
+    int f = first_recv(str, tmp[i]->rl_pos);
+    if (f < tmp[i]->rl_pos && tmp[i]->of < f) tmp[i]->rl_pos = f;
+  }
   return worst;
 }
 
 /* Drops chosen candidates until the plan hides every copy. */
-static void settle(cand *cs, int n, cand **tmp, const double *ts) {
+static void settle(cand *cs, int n, cand **tmp, const double *ts, const sched_stream *str) {
   cand *w;
-  while ((w = plan_lanes(cs, n, tmp, ts))) w->chosen = 0, w->bad = 1;
+  while ((w = plan_lanes(cs, n, tmp, ts, str))) w->chosen = 0, w->bad = 1;
 }
 
 typedef struct {
@@ -222,12 +256,18 @@ static int candidates(const sched_program *pr, int r, const sched_costs *c, doub
     cs[n++] = (cand){.k = k, .s = s, .fe = al[k], .bf = wi[k], .slot = slot[k], .aslot = -1, .part = ws,
                      .t_off = te[r][al[k]], .t_need = ts[r][wi[k]], .c = sched_offload_cost(c, s) * ws};
   }
+  for (int i = 0; i < n; i++) { /* after its forward work; where that ends in a run of transfers after a
+                                  * receive of it, after the run (its backward not in the run too) */
+    int j = cs[i].fe, e = j, after_recv = first_recv(st, j) < j || is_recv(&st->ins[j]);
+    while (e + 1 < st->len && sched_is_p2p((sched_op)st->ins[e].op) && sched_is_p2p((sched_op)st->ins[e + 1].op)) e++;
+    cs[i].of = after_recv && e < cs[i].bf ? e : j;
+  }
   free(fe), free(bf), free(slot), free(aslot), free(al), free(wi), free(rg), free(bc);
   return n;
 }
 
 /* Orders of the chosen candidates for insert(): reloads by position, then planned start (ties:
- * candidate order); offloads by their forward work's instruction (ties: candidate order). */
+ * candidate order); offloads as by_issue. */
 static const cand *order_base;
 static int by_reload(const void *a, const void *b) {
   const cand *x = &order_base[*(const int *)a], *y = &order_base[*(const int *)b];
@@ -235,14 +275,17 @@ static int by_reload(const void *a, const void *b) {
   if (x->rl_start != y->rl_start) return x->rl_start < y->rl_start ? -1 : 1;
   return *(const int *)a - *(const int *)b;
 }
-static int by_fe(const void *a, const void *b) {
+static int by_of(const void *a, const void *b) {
   const cand *x = &order_base[*(const int *)a], *y = &order_base[*(const int *)b];
-  return x->fe != y->fe ? (x->fe < y->fe ? -1 : 1) : *(const int *)a - *(const int *)b;
+  if (x->of != y->of) return x->of < y->of ? -1 : 1;
+  if (x->t_off != y->t_off) return x->t_off < y->t_off ? -1 : 1;
+  if (x->t_need != y->t_need) return x->t_need < y->t_need ? -1 : 1;
+  return *(const int *)a - *(const int *)b;
 }
 
 /* Rank r's stream with the chosen candidates' OFFLOADs and RELOADs in it: before instruction j
- * the reloads planned there, earliest planned start first; after it the offloads of the pairs
- * whose forward work it ends, in candidate order. Both lists sorted once and merged in one pass
+ * the reloads planned there, earliest planned start first; after it the offloads placed there
+ * (candidates(): at their forward work's end, or the end of its run of transfers), as by_issue. Both lists sorted once and merged in one pass
  * (looking through every candidate at every instruction was quadratic in the micro-batches).
  * q: how many are chosen (at least one). *at and *free_at: the new stream's planned times for
  * sched_assign_slots_at (a RELOAD's, its issue; an OFFLOAD's copy's end). */
@@ -253,7 +296,7 @@ static void insert(sched_program *pr, int r, cand *cs, int n, int q, const doubl
     if (cs[i].chosen) rl[k] = of[k] = i, k++;
   order_base = cs;
   qsort(rl, (size_t)q, sizeof *rl, by_reload);
-  qsort(of, (size_t)q, sizeof *of, by_fe);
+  qsort(of, (size_t)q, sizeof *of, by_of);
   sched_stream out = {.len = 0, .cap = st->len + 2 * q};
   out.ins = core_malloc(sizeof(sched_instr) * (size_t)out.cap);
   double *ta = core_malloc(sizeof(double) * (size_t)out.cap), *tf = core_malloc(sizeof(double) * (size_t)out.cap);
@@ -267,7 +310,7 @@ static void insert(sched_program *pr, int r, cand *cs, int n, int q, const doubl
     if (j == st->len) break;
     ta[out.len] = ts[j], tf[out.len] = 0;
     out.ins[out.len++] = st->ins[j];
-    for (; b < q && cs[of[b]].fe == j; b++) {
+    for (; b < q && cs[of[b]].of == j; b++) {
       ta[out.len] = ts[j], tf[out.len] = cs[of[b]].off_end;
       out.ins[out.len++] = (sched_instr){.op = SCHED_OFFLOAD, .mb = cs[of[b]].k % pr->m, .chunk = cs[of[b]].k / pr->m,
                                          .peer = -1, .slot = cs[of[b]].slot, .aslot = cs[of[b]].aslot};
@@ -320,13 +363,13 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
     int n = candidates(pr, r, c, ts, te, cs);
     if (mode == SCHED_OFFLOAD_FULL) {
       for (int i = 0; i < n; i++) cs[i].chosen = cs[i].t_need - cs[i].t_off >= 2 * cs[i].c;
-      settle(cs, n, tmp, ts[r]);
+      settle(cs, n, tmp, ts[r], &pr->streams[r]);
       for (int dropped = 1; dropped;) { /* a pair back on the device as soon as it left frees nothing */
         dropped = 0;
         for (int i = 0; i < n; i++)
           if (cs[i].chosen && !(cs[i].rl_hold > cs[i].off_end + 1e-9 * (1 + fabs(cs[i].off_end))))
             cs[i].chosen = 0, cs[i].bad = 1, dropped = 1;
-        if (dropped) settle(cs, n, tmp, ts[r]);
+        if (dropped) settle(cs, n, tmp, ts[r], &pr->streams[r]);
       }
     } else {
       sched_pair_ranges(pr, r, first, last, alast);
@@ -348,8 +391,8 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
           break;
         }
         cs[best].chosen = 1;
-        cand *w = plan_lanes(cs, n, tmp, ts[r]);
-        if (w) cs[best].chosen = 0, cs[best].bad = 1, plan_lanes(cs, n, tmp, ts[r]);
+        cand *w = plan_lanes(cs, n, tmp, ts[r], &pr->streams[r]);
+        if (w) cs[best].chosen = 0, cs[best].bad = 1, plan_lanes(cs, n, tmp, ts[r], &pr->streams[r]);
       }
     }
     int q = 0;

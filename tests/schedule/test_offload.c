@@ -91,6 +91,67 @@ Test(offload, every_family_verifies_with_offload) {
   }
 }
 
+/* Full offload keeps every family's makespan within 1% of no offload: over p = 2, 4, 6, m = p to
+ * 3p, unit, uneven and latency costs, a slot's copy a quarter to twice a forward. Two placements
+ * made it longer: the device-to-host stream planned by the times the copies could start while it
+ * runs them in issue order (two offloads after sends that end at once ran the other way round,
+ * so a buffer was freed a copy later than planned and the reload given it waited: v-half p=6
+ * m=12, copies 1, 83 -> 90), and a copy instruction inside a run of transfers, after a receive:
+ * the part of the run after the copy was posted only once that receive had landed (dualpipev
+ * p=2 m=8, comm 0.5, copies 0.25, 51 -> 56.25). Of 1,248 shapes of that kind 103 were more than
+ * 1% longer before (the test runs three of the four cost sets of that sweep). */
+Test(offload, full_keeps_every_familys_makespan, .timeout = 120) {
+  const sched_family fams[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB_H1, SCHED_ZB_H2,
+                               SCHED_ZB_V, SCHED_V_HALF, SCHED_V_MIN, SCHED_DUALPIPE_V};
+  const double copies[] = {0.25, 0.5, 1, 2};
+  int shapes = 0;
+  for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++)
+    for (int p = 2; p <= 6; p += 2)
+      for (int mm = 1; mm <= 3; mm++)
+        for (int cc = 0; cc < 3; cc++)
+          for (size_t q = 0; q < sizeof copies / sizeof copies[0]; q++) {
+            sched_shape sh = {.family = fams[k], .p = p, .v = 1, .m = mm * p};
+            if (fams[k] == SCHED_INTERLEAVED || sched_family_is_v(fams[k])) sh.v = 2;
+            if (fams[k] == SCHED_DUALPIPE_V && sh.m < 2 * p) continue;
+            sched_costs c = sched_costs_unit();
+            if (cc == 1) c.comm = 0.5;
+            if (cc == 2) c.f = 0.8, c.b = 1.7, c.w = 1.1, c.comm = 0.3;
+            c.offload = copies[q];
+            double mk[2];
+            for (int off = 0; off < 2; off++) {
+              sched_program pr;
+              sched_sim_result res;
+              sh.offload = off ? SCHED_OFFLOAD_FULL : SCHED_OFFLOAD_NONE;
+              cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+              cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
+              mk[off] = res.makespan;
+              sched_sim_result_free(&res);
+              sched_program_free(&pr);
+            }
+            cr_assert(mk[1] <= 1.01 * mk[0], "%s p=%d m=%d costs %d copies %g: makespan %g with full offload, %g without",
+                      sched_family_name(fams[k]), p, sh.m, cc, copies[q], mk[1], mk[0]);
+            shapes++;
+          }
+  cr_assert(shapes > 900, "%d shapes", shapes);
+  /* the two named above, to the unit */
+  double mn, mo, pn, po;
+  sched_sim_result res;
+  sched_shape vh = {.family = SCHED_V_HALF, .p = 6, .v = 2, .m = 12, .offload = SCHED_OFFLOAD_FULL};
+  both(vh, 1, &mn, &mo, &pn, &po, &res);
+  cr_assert(mn == 83 && mo == 83 && po < pn, "v-half: makespan %g with offload, %g without; peak %g, %g", mo, mn, po, pn);
+  sched_sim_result_free(&res);
+  sched_shape dp = {.family = SCHED_DUALPIPE_V, .p = 2, .v = 2, .m = 8, .offload = SCHED_OFFLOAD_FULL};
+  sched_costs c = sched_costs_unit();
+  c.comm = 0.5, c.offload = 0.25;
+  sched_program pr;
+  cr_assert_eq(sched_compile(&dp, &c, &pr), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
+  cr_assert(res.makespan == 51 && res.ranks[0].offloaded > 0, "dualpipev: makespan %g, rank 0 offloaded %d", res.makespan,
+            res.ranks[0].offloaded);
+  sched_sim_result_free(&res);
+  sched_program_free(&pr);
+}
+
 /* Copies slower than the gaps: full offloads only the pairs whose copies hide and let the rank
  * allocate fewer slots, and says how many it kept; the makespan does not grow. 1F1B p = 8 with
  * copies three forwards long: ranks 0 and 1 save a slot (rank 0's first micro-batch can stay on

@@ -104,13 +104,17 @@ VEC_FN void gelu_forward(float *out, const float *in, size_t n) {
 }
 
 /* d/dx x s(2u) = s + 2 x s (1 - s) du/dx, with du/dx = k (1 + 3a x^2); in tanh terms the usual
- * 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx */
+ * 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx. Where s is 0 or 1 (saturated) the second term
+ * is 0: for |x| above about 1.8e19, x^2 is inf and 0 * inf would make it NaN (the same bits
+ * everywhere else: there it was +-0 added to s) */
 VEC_FN void gelu_backward(float *din, const float *in, const float *dout, size_t n) {
+  const vf zero = {0};
   for (size_t i = 0; i < n; i += VEC_W) {
     size_t k = n - i < VEC_W ? n - i : VEC_W;
     vf x = v_load(in + i, k), dy = v_load(dout + i, k), s = v_gelu_s(x);
     vf du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-    v_store(din + i, (s + 2.0f * x * s * (1.0f - s) * du) * dy, k);
+    vf slope = v_select((s == 0.0f) | (s == 1.0f), zero, 2.0f * x * s * (1.0f - s) * du);
+    v_store(din + i, (s + slope) * dy, k);
   }
 }
 

@@ -204,7 +204,8 @@ __device__ inline float gelu_s(float x) { return 1.0f / (1.0f + expf(-2.0f * GEL
 __device__ inline float gelu_f(float x) { return x * gelu_s(x); }
 __device__ inline float gelu_b(float x, float dy) {
   float s = gelu_s(x), du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-  return (s + 2.0f * x * s * (1.0f - s) * du) * dy;
+  float slope = s == 0.0f || s == 1.0f ? 0.0f : 2.0f * x * s * (1.0f - s) * du; // saturated: 0, not 0 * inf
+  return (s + slope) * dy;
 }
 // NaN passes through both ways, as on the CPU
 __device__ inline float relu_f(float x) { return x > 0.0f || isnan(x) ? x : 0.0f; }

@@ -528,6 +528,7 @@ Test(OPS_HARNESS_SUITE, gelu_and_relu) {
     size_t n = sizes[s];
     float *x = rand_buf(&r, n, -6, 6), *dy = rand_buf(&r, n, -1, 1), *y = fbuf(n), *dx = fbuf(n);
     x[0] = 0.0f; /* relu's subgradient at 0 */
+    if (n > 4) x[2] = 1e20f, x[3] = -1e20f; /* gelu saturated where x^2 overflows: slopes 1 and 0, not NaN */
     float *dx_ = devf(x, n), *ddy = devf(dy, n);
     float *dyo = dev_poisoned(n), *ddx = dev_poisoned(n);
     H->gelu_forward(y, x, n);

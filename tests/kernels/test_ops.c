@@ -436,6 +436,14 @@ Test(ops, gelu_forward_and_backward) {
   float *d2 = dup(dout, N);
   cpu()->gelu_backward(d2, x, d2, N);
   expect_same_bits("gelu_backward in place", d2, dx, sizeof(float) * N);
+  /* saturated far out: the slope is 1 above and 0 below, also where x^2 overflows (it was NaN
+   * for |x| above about 1.8e19: 0 * inf) */
+  const float far[] = {1e10f, 1.9e19f, 1e20f, 3e38f, -1e10f, -1.9e19f, -1e20f, -3e38f};
+  float ones[8], g[8];
+  for (int i = 0; i < 8; i++) ones[i] = 1.0f;
+  cpu()->gelu_backward(g, far, ones, 8);
+  for (int i = 0; i < 8; i++)
+    cr_assert(g[i] == (far[i] > 0 ? 1.0f : 0.0f), "gelu_backward at %g: %g", (double)far[i], (double)g[i]);
 }
 
 static double ref_relu(double x) { return x > 0 ? x : 0; }

@@ -247,6 +247,25 @@ static int limits_of(const sched_opts *o, core_mem_limit *mem, sched_limits *lim
  * brigade, or in the file's own order where it has transfers). Either way it is verified before
  * anything uses it. A shape is first sized (sched_size_estimate): one over the limits is refused
  * before anything is built. steps, events: what the simulation will run and record (compile: 0). */
+/* Offload in a file's program as sched_compile places it in a compiled one: auto's fewest pairs
+ * first, checked by simulation; a rank over the limit (the plan holds a reload from its issue,
+ * the simulator from when it starts), and the file is read again and every pair the greedy took
+ * placed instead. */
+static int file_offload(const sched_opts *o, sched_program *pr) {
+  sched_offload_mode mode = (sched_offload_mode)o->shape.offload;
+  int rc = sched_place_offload(pr, &o->costs, mode, o->shape.offload_limit, mode == SCHED_OFFLOAD_AUTO);
+  if (rc || mode != SCHED_OFFLOAD_AUTO) return rc;
+  sched_sim_result res;
+  if ((rc = sched_simulate(pr, &o->costs, &res, NULL))) return rc;
+  int over = 0;
+  for (int r = 0; r < res.p; r++) over |= res.ranks[r].peak_memory > o->shape.offload_limit + 1e-9 * (1 + o->shape.offload_limit);
+  sched_sim_result_free(&res);
+  if (!over) return CORE_OK;
+  sched_program_free(pr);
+  rc = sched_csv_read_program(o->schedule_file, o->shape.tied, &o->costs, pr);
+  return rc ? rc : sched_place_offload(pr, &o->costs, mode, o->shape.offload_limit, 0);
+}
+
 static int build_program(const sched_opts *o, int steps, int events, sched_program *pr) {
   if (!o->schedule_file) {
     static const char *const names[3] = {"--stages", "--virtual", "--microbatches"};
@@ -264,8 +283,7 @@ static int build_program(const sched_opts *o, int steps, int events, sched_progr
     return rc;
   }
   if (!rc && (o->shape.offload || o->shape.post_validation)) { /* a file's program as a compiled one */
-    if (o->shape.offload)
-      rc = sched_place_offload(pr, &o->costs, (sched_offload_mode)o->shape.offload, o->shape.offload_limit);
+    if (o->shape.offload) rc = file_offload(o, pr);
     if (!rc && o->shape.post_validation) rc = sched_place_validate(pr);
     if (!rc) rc = sched_verify(pr);
     if (rc) sched_program_free(pr);

@@ -451,7 +451,7 @@ static void keep_faster(const sched_shape *sh, const sched_costs *costs, sched_p
   }
 }
 
-static int compile_once(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
+static int compile_once(const sched_shape *sh, const sched_costs *costs, sched_program *out, int fewest) {
   sched_program compute;
   core_progress_start("compiling %s p=%d v=%d m=%d", sched_family_name(sh->family), sh->p, sh->v, sh->m);
   core_progress_phase("ordering compute ops:", 0, "ops placed");
@@ -474,7 +474,7 @@ static int compile_once(const sched_shape *sh, const sched_costs *costs, sched_p
   free(times);
   if (sh->zero3) rc = sched_place_gathers(out, sh->keep_gathered, sh->prefetch);
   if (!rc && sh->offload &&
-      (rc = sched_place_offload(out, costs, (sched_offload_mode)sh->offload, sh->offload_limit))) {
+      (rc = sched_place_offload(out, costs, (sched_offload_mode)sh->offload, sh->offload_limit, fewest))) {
     core_progress_stop();
     sched_program_free(out); /* the placement's own error (a limit no placement meets) */
     return rc;
@@ -509,10 +509,12 @@ static int over_limit(const sched_program *pr, const sched_costs *costs, double 
 /* offload auto places its pairs by planned times, which hold a reload from when the plan issues
  * it; the simulator can start one later (after a receive the instruction before it waits for),
  * so a rank could hold more than the limit. The program is simulated: over the limit, it is
- * placed again under a limit lower by the excess (at most 3 times), and refused if still over. */
+ * placed again with every pair the greedy took (the fewest, tried first, leave the least room),
+ * then under a limit lower by the excess (at most 3 times), and refused if still over. */
 int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
-  int rc = compile_once(sh, costs, out);
-  if (rc || sh->offload != SCHED_OFFLOAD_AUTO || out->forward_only) return rc;
+  int auto_off = sh->offload == SCHED_OFFLOAD_AUTO;
+  int rc = compile_once(sh, costs, out, auto_off);
+  if (rc || !auto_off || out->forward_only) return rc;
   sched_shape t = *sh;
   for (int tries = 0;; tries++) {
     double over, peak;
@@ -522,8 +524,8 @@ int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program
       return rc;
     }
     sched_program_free(out);
-    t.offload_limit -= over;
-    if (tries < 3 && t.offload_limit > 0 && !compile_once(&t, costs, out)) continue;
+    if (tries > 0) t.offload_limit -= over; /* (the first retry: the same limit, every pair taken) */
+    if (tries < 4 && t.offload_limit > 0 && !compile_once(&t, costs, out, 0)) continue;
     core_error_clear();
     return core_error_set(CORE_EINPUT, "offload auto: rank %d holds %.4g stages' activations at its simulated peak, "
                           "above the limit of %.4g, where the placement planned it under (a reload issued after a "

@@ -336,7 +336,7 @@ static double allocated(const sched_program *pr, int r, const sched_costs *c, in
   return m;
 }
 
-int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_mode mode, double limit) {
+int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_mode mode, double limit, int fewest) {
   if (mode == SCHED_OFFLOAD_NONE) return CORE_OK;
   if (pr->forward_only) return CORE_OK; /* no backward: nothing to bring back */
   for (int s = 0; s < pr->p * pr->v; s++)
@@ -356,7 +356,7 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
   cand *cs = core_malloc(sizeof(cand) * (size_t)(3 * km + 1)); /* three windows per pair at most */
   cand **tmp = core_malloc(sizeof(cand *) * (size_t)(3 * km + 1));
   int *first = core_malloc(sizeof(int) * (size_t)km), *last = core_malloc(sizeof(int) * (size_t)km);
-  int *alast = core_malloc(sizeof(int) * (size_t)km);
+  int *alast = core_malloc(sizeof(int) * (size_t)km), *picked = core_malloc(sizeof(int) * (size_t)(3 * km + 1));
   core_progress_phase("placing offloads:", pr->p, "ranks");
   for (int r = 0; r < pr->p && !rc; r++) {
     core_progress_at(r);
@@ -373,6 +373,7 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
       }
     } else {
       sched_pair_ranges(pr, r, first, last, alast);
+      int npicked = 0;
       for (;;) { /* one pair more each time, each time the whole plan again: quadratic in the rank's pairs */
         core_progress_at(r);
         double at, peak = planned_peak(pr, r, c, ts, te, first, last, alast, cs, n, &at);
@@ -393,7 +394,20 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
         cs[best].chosen = 1;
         cand *w = plan_lanes(cs, n, tmp, ts[r], &pr->streams[r]);
         if (w) cs[best].chosen = 0, cs[best].bad = 1, plan_lanes(cs, n, tmp, ts[r], &pr->streams[r]);
+        else picked[npicked++] = best;
       }
+      /* the fewest: a pair taken for one peak may not be needed once later ones are away; each,
+       * the last taken first, stays on the device where the plan keeps the limit without it */
+      for (int t = npicked - 1; fewest && !rc && t >= 0; t--) {
+        int i = picked[t];
+        double at;
+        cs[i].chosen = 0;
+        if (!plan_lanes(cs, n, tmp, ts[r], &pr->streams[r]) &&
+            planned_peak(pr, r, c, ts, te, first, last, alast, cs, n, &at) <= limit + 1e-9)
+          continue;
+        cs[i].chosen = 1;
+      }
+      if (fewest && !rc && npicked) plan_lanes(cs, n, tmp, ts[r], &pr->streams[r]); /* the plan of those kept */
     }
     int q = 0;
     for (int i = 0; i < n; i++) q += cs[i].chosen;
@@ -420,6 +434,6 @@ int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_m
     }
   }
   for (int r = 0; r < pr->p; r++) free(ts[r]), free(te[r]);
-  free(ts), free(te), free(cs), free(tmp), free(first), free(last), free(alast);
+  free(ts), free(te), free(cs), free(tmp), free(first), free(last), free(alast), free(picked);
   return rc;
 }

@@ -218,8 +218,11 @@ double sched_offload_cost(const sched_costs *c, int s);
 /* Places OFFLOAD / RELOAD in a full program (schedule/offload.c) as mode says, under the costs:
  * each OFFLOAD right after its pair's forward work, each RELOAD where, by the simulated times of
  * the program, it ends before the pair's backward work needs it. AUTO refuses (CORE_EINPUT,
- * naming the rank and its peak) a limit no placement meets. Verified after. */
-int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_mode mode, double limit);
+ * naming the rank and its peak) a limit no placement meets; with fewest, each pair it took is
+ * left on the device again, the last taken first, where its plan keeps the limit without it
+ * (the least room between the plan and the simulation: sched_compile checks the program by
+ * simulation and places it again with fewest 0 when a rank is over). Verified after. */
+int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_mode mode, double limit, int fewest);
 /* Places one VALIDATE per rank (schedule/validate.c) at the end of its validation prefix: the
  * longest start of its stream of loads, forwards and activation transfers whose every transfer
  * has its partner in the partner's prefix too. Nothing in a forward-only program. */

@@ -153,7 +153,7 @@ Test(cli, compile_formats_and_schedule_file_round_trip) {
   snprintf(args, sizeof args, "sim --schedule-file %s --offload auto --mem-limit 3 --cost-offload 0.5 --json", csv);
   cr_assert_eq(brigade(args, &a), 0, "%s", a);
   cr_assert_eq(brigade("sim --schedule 1f1b --stages 4 --microbatches 8 --offload auto --mem-limit 3 --cost-offload 0.5 --json", &b), 0, "%s", b);
-  cr_assert(same_run(a, b) && strstr(a, "\"offloaded\":4"), "file: %s\ncompiled: %s", a, b);
+  cr_assert(same_run(a, b) && strstr(a, "\"offloaded\":3"), "file: %s\ncompiled: %s", a, b); /* (the fewest: 4 taken) */
   free(a), free(b);
   remove(csv);
 }

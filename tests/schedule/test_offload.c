@@ -152,6 +152,64 @@ Test(offload, full_keeps_every_familys_makespan, .timeout = 120) {
   sched_program_free(&pr);
 }
 
+/* auto offloads the fewest pairs it can: a pair taken for one peak that the pairs taken after it
+ * make unneeded is left on the device again. Against every pair the greedy took
+ * (sched_place_offload with fewest 0, which keeps them all) on a grid of families, latencies and limits: never
+ * more on a rank, fewer in all, the same makespan and the limit met. 1F1B p=8 m=16, copies 0.5,
+ * limit 4: rank 3 offloads 5 micro-batches (the greedy 10), rank 2 7 (10). */
+static int offloads_of(const sched_sim_result *res, int r) { return res->ranks[r].offloaded; }
+Test(offload, auto_takes_the_fewest_pairs, .timeout = 60) {
+  const sched_family fams[] = {SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB_H1, SCHED_ZB_V, SCHED_DUALPIPE_V};
+  int fewer = 0, shapes = 0;
+  for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++)
+    for (int p = 4; p <= 6; p += 2)
+      for (int cc = 0; cc < 2; cc++)
+        for (int lf = 0; lf < 2; lf++) {
+          sched_shape sh = {.family = fams[k], .p = p, .v = 1, .m = 2 * p};
+          if (fams[k] == SCHED_INTERLEAVED || sched_family_is_v(fams[k])) sh.v = 2;
+          sched_costs c = sched_costs_unit();
+          c.comm = cc ? 0.5 : 0, c.offload = 0.5;
+          double limit = lf ? 0.75 * p : 0.5 * p;
+          sched_program greedy, fewest;
+          cr_assert_eq(sched_compile(&sh, &c, &greedy), CORE_OK, "%s", core_error_msg());
+          if (sched_place_offload(&greedy, &c, SCHED_OFFLOAD_AUTO, limit, 0) || sched_verify(&greedy)) {
+            core_error_clear(); /* a limit the greedy cannot meet here: nothing to compare */
+            sched_program_free(&greedy);
+            continue;
+          }
+          sh.offload = SCHED_OFFLOAD_AUTO, sh.offload_limit = limit;
+          cr_assert_eq(sched_compile(&sh, &c, &fewest), CORE_OK, "%s p=%d limit %g: %s", sched_family_name(fams[k]), p,
+                       limit, core_error_msg());
+          sched_sim_result a, b;
+          cr_assert_eq(sched_simulate(&greedy, &c, &a, NULL), CORE_OK);
+          cr_assert_eq(sched_simulate(&fewest, &c, &b, NULL), CORE_OK);
+          int na = 0, nb = 0;
+          for (int r = 0; r < p; r++) {
+            cr_assert(offloads_of(&b, r) <= offloads_of(&a, r), "%s p=%d comm %g limit %g rank %d: %d offloaded, the greedy %d",
+                      sched_family_name(fams[k]), p, c.comm, limit, r, offloads_of(&b, r), offloads_of(&a, r));
+            cr_assert(b.ranks[r].peak_memory <= limit + 1e-9, "rank %d peak %g, limit %g", r, b.ranks[r].peak_memory, limit);
+            na += offloads_of(&a, r), nb += offloads_of(&b, r);
+          }
+          cr_assert(b.makespan <= a.makespan * (1 + 1e-12), "%s p=%d: makespan %g, the greedy's %g", sched_family_name(fams[k]),
+                    p, b.makespan, a.makespan);
+          fewer += nb < na, shapes++;
+          sched_sim_result_free(&a), sched_sim_result_free(&b);
+          sched_program_free(&greedy), sched_program_free(&fewest);
+        }
+  cr_assert(shapes >= 20 && fewer >= shapes / 2, "fewer offloads in %d of %d shapes", fewer, shapes);
+  sched_shape sh = {.family = SCHED_1F1B, .p = 8, .v = 1, .m = 16, .offload = SCHED_OFFLOAD_AUTO, .offload_limit = 4};
+  sched_costs c = sched_costs_unit();
+  c.offload = 0.5;
+  sched_program pr;
+  sched_sim_result res;
+  cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
+  cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK);
+  cr_assert(res.ranks[3].offloaded == 5 && res.ranks[2].offloaded == 7 && res.ranks[0].offloaded == 9,
+            "ranks 0, 2, 3 offloaded %d, %d, %d", res.ranks[0].offloaded, res.ranks[2].offloaded, res.ranks[3].offloaded);
+  sched_sim_result_free(&res);
+  sched_program_free(&pr);
+}
+
 /* Copies slower than the gaps: full offloads only the pairs whose copies hide and let the rank
  * allocate fewer slots, and says how many it kept; the makespan does not grow. 1F1B p = 8 with
  * copies three forwards long: ranks 0 and 1 save a slot (rank 0's first micro-batch can stay on

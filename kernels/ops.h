@@ -60,6 +60,17 @@ typedef struct kernels_ops {
   void (*copy_sync)(int ticket);
   void *(*host_alloc)(size_t bytes);
   void (*host_free)(void *p);
+  /* A traced step's copy times, taken by events on the copy streams (NULL on host tables, whose
+   * copies are done when issued and timed on the host), so that a traced step need not wait for
+   * each copy and the copies overlap compute as in any other step. copy_clock(1): a traced step
+   * begins (every op issued so far done when it returns), copy_clock(0): it has ended (no copy is
+   * timed then); copy_group(g): the copies issued from now on are group g's (one OFFLOAD's or
+   * RELOAD's); copy_span(g): seconds from copy_clock(1)'s return to the start of group g's first
+   * copy and to the end of its last, once they are done (it waits for them); nonzero when group g
+   * had no copy since copy_clock(1). */
+  void (*copy_clock)(int on);
+  void (*copy_group)(int g);
+  int (*copy_span)(int g, double *start, double *end);
 
   /* ---- matrix products ---- */
   /* C[M,N] = alpha * op(A) @ op(B) + beta * C. op(A) is [M,K]: A is stored [M,K], or [K,M]

@@ -743,6 +743,7 @@ static int copy_pair(pipe_runner *rn, const sched_instr *in) {
       for (int q = 0; q < na; q++) rn->aside_wait[c][q] = -1;
     }
   }
+  if (rn->copy_clocked) ops->copy_group(rn->ncopy++); /* a traced step: this instruction's copies, timed */
   float *home = ch->slots + (size_t)in->slot * ch->home_floats;
   size_t bt = (size_t)ch->B * ch->T, ids = ch->home_floats + ch->aside_floats; /* ids after the parts */
   int32_t *tok = ch->tokens + (size_t)in->slot * bt, *tgt = ch->targets + (size_t)in->slot * bt;
@@ -916,11 +917,34 @@ static void received(void *ctx, const sched_instr *in) {
 
 /* A traced step's wait for the device (the compute queue: on the device path the worker first
  * makes it wait for the instruction's transfer), and for an OFFLOAD's or RELOAD's copy, so that
- * its event spans the copy rather than its issue. */
+ * its event spans the copy rather than its issue; unless the table times its copies with events
+ * (copy_clock, below): then they overlap compute as in any other step, and the worker takes their
+ * times from copy_span at the step's end. */
 static void sync_device(void *ctx) {
   pipe_runner *rn = ctx;
   if (rn->chunks && !pipe_host_memory(rn->chunks[0].ops)) rn->chunks[0].ops->sync();
-  if (rn->off_ops && rn->last_copy >= 0) rn->off_ops->copy_sync(rn->last_copy), rn->last_copy = -1;
+  if (rn->off_ops && rn->last_copy >= 0 && !rn->copy_clocked) rn->off_ops->copy_sync(rn->last_copy);
+  rn->last_copy = -1;
+}
+
+/* A traced step begins (the device idle) or ends: the table's copy clock, where it has one. */
+static void trace_hook(void *ctx, int on) {
+  pipe_runner *rn = ctx;
+  const kernels_ops *ops = rn->chunks ? rn->chunks[0].ops : NULL;
+  if (!ops || !ops->copy_clock) return;
+  ops->copy_clock(on);
+  rn->copy_clocked = on, rn->ncopy = 0;
+  rn->copy_t0 = on ? MPI_Wtime() : 0;
+}
+
+/* The n-th copy instruction of a traced step: when its copies started and ended, on the
+ * device's clock moved to MPI_Wtime's. */
+static int copy_span_hook(void *ctx, int n, double *start, double *end) {
+  pipe_runner *rn = ctx;
+  const kernels_ops *ops = rn->chunks ? rn->chunks[0].ops : NULL;
+  if (!rn->copy_clocked || !ops->copy_span || ops->copy_span(n, start, end)) return 1;
+  *start += rn->copy_t0, *end += rn->copy_t0;
+  return 0;
 }
 
 /* The worker's hooks for post-validation: a step begins (what a start again returns to); a
@@ -939,6 +963,6 @@ static void step_again(void *ctx) {
 pipe_exec pipe_runner_exec(pipe_runner *rn) {
   pipe_exec ex = {.ctx = rn, .run = run, .buffer = buffer, .received = received, .device_buffer = device_buffer,
                   .sync = sync_device, .retired = retired, .begin = step_begins, .validate = validate_hook,
-                  .again = step_again};
+                  .again = step_again, .trace = trace_hook, .copy_span = copy_span_hook};
   return ex;
 }

@@ -106,6 +106,10 @@ typedef struct {
   const kernels_ops *off_ops; /* the table the copies and host buffers belong to */
   int offload_poison;         /* fill offloaded parts with NaN (fakedev, BRIGADE_OFFLOAD_POISON=1) */
   int last_copy;              /* the ticket of the last copy issued, -1 once a traced step waited for it */
+  /* a traced step on a table that times its copies on the device (copy_clock): the copy
+   * instructions run so far (each its copy group), and MPI_Wtime when the clock started */
+  int copy_clocked, ncopy;
+  double copy_t0;
   double timeout_s;  /* the device path's waits for collectives (train.timeout) */
   /* host memory for what crosses to and from the backend's (pipe_runner_free releases it) */
   int32_t *htok, *htgt;   /* [B*T] a micro-batch's tokens and targets */

@@ -340,9 +340,25 @@ static int run_goes_on(const sched_stream *st, int i) {
   return i + 1 < st->len && sched_is_p2p((sched_op)st->ins[i].op) && sched_is_p2p((sched_op)st->ins[i + 1].op);
 }
 
+/* The end of a traced step: its copy instructions' events (from event ev0 on) take the times
+ * the executor measured on the device, where it has them; the copy clock stops. */
+static void trace_copies(pipe_worker *w, int ev0) {
+  if (!w->tl) return;
+  for (int e = ev0, n = 0; w->ex.copy_span && e < w->tl->n; e++) {
+    sched_event *x = &w->tl->ev[e];
+    double start, end;
+    if (x->op != SCHED_OFFLOAD && x->op != SCHED_RELOAD) continue;
+    if (!w->ex.copy_span(w->ex.ctx, n++, &start, &end)) x->start = start - w->t0, x->end = end - w->t0;
+  }
+  if (w->ex.trace) w->ex.trace(w->ex.ctx, 0);
+  w->clock_on = 0;
+}
+
 int pipe_worker_step(pipe_worker *w) {
   const sched_stream *st = &w->pr->streams[w->rank];
+  int ev0 = w->tl ? w->tl->n : 0, clocked = 0;
   w->dsynced = 0, w->again = 0;
+  if (w->clock_on && w->ex.trace) w->ex.trace(w->ex.ctx, 0), w->clock_on = 0; /* a traced step that failed */
   if (w->ex.begin) w->ex.begin(w->ex.ctx);
   /* the device path posts a run of consecutive transfers as one group, so that none waits for
    * another on the communication queue (a traced step issues them one by one) */
@@ -351,6 +367,7 @@ int pipe_worker_step(pipe_worker *w) {
     const sched_instr *in = &st->ins[i];
     if (in->op >= SCHED_OP_COUNT) return fail(w, i, in, "unknown opcode");
     if (w->tl && i == 0 && w->ex.sync) w->ex.sync(w->ex.ctx); /* work queued before the step is not its own */
+    if (w->tl && !clocked && w->ex.trace) w->ex.trace(w->ex.ctx, 1), clocked = w->clock_on = 1; /* (once: not on a restart) */
     int rc = CORE_OK;
     if (!w->dc && in->aslot >= 0 && !sched_is_p2p((sched_op)in->op)) { /* an op on a slot: its receives land first */
       rc = finish_slot_recvs(w, in->aslot);
@@ -387,6 +404,7 @@ int pipe_worker_step(pipe_worker *w) {
       i = -1;
     }
   }
+  trace_copies(w, ev0);
   /* the step ends with no send in flight: buffers may change before the next step (the device
    * path: unless the tail has waited for them already) */
   if (w->dc && (!st->len || w->dsynced)) return CORE_OK;

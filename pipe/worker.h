@@ -52,6 +52,12 @@ typedef struct {
   void (*begin)(void *ctx);
   int (*validate)(void *ctx, int *again);
   void (*again)(void *ctx);
+  /* A traced step (each may be NULL): trace(1) once it begins with the device idle, trace(0) at
+   * its end; copy_span: the start and end (MPI_Wtime's clock) of the n-th copy instruction
+   * (OFFLOAD or RELOAD) the step has run, timed on the device, whose events the worker then
+   * takes; nonzero where the executor has none (its copies are timed as any instruction). */
+  void (*trace)(void *ctx, int on);
+  int (*copy_span)(void *ctx, int n, double *start, double *end);
 } pipe_exec;
 
 struct kernels_coll;
@@ -83,6 +89,7 @@ typedef struct {
   int dsynced;                   /* device path: this step's transfers are done (the tail began) */
   int progress;                  /* 1: each instruction reports its micro-batch (core_progress_at) */
   int again;                     /* a VALIDATE asked for the step to start again */
+  int clock_on;                  /* the executor's copy clock runs (a traced step; until its end) */
 } pipe_worker;
 
 int pipe_worker_init(pipe_worker *w, const sched_program *pr, int rank, MPI_Comm comm, pipe_exec ex);

@@ -18,8 +18,9 @@
 # OFFLOAD_BENCH_MODEL="D_MODEL N_HEADS BLOCKS" changes the model (default "4096 64 8");
 # OFFLOAD_BENCH_STEPS the steps per run (default 4).
 # OFFLOAD_BENCH_TRACE=DIR writes each run's measured timeline of step 2 to DIR/NAME.json (+ .svg); a traced
-# step waits for each instruction and copy to end, so it is slower, most of all with offload (its
-# copies no longer overlap): compare the steps after it (each step's time is printed).
+# step waits for each instruction to end, so it is slower: compare the steps after it (each step's
+# time is printed). Its copies overlap compute as in any other step, timed by events on the copy
+# streams (before, the traced step waited for each copy too, so its timeline overstated them).
 # Prints each run's offload line, activation memory report (measured peak, the simulator's
 # prediction, allocated) and the mean step time of steps 2..N, and compares the losses.
 #     sh scripts/gpu_offload_bench.sh "MPIRUN COMMAND"     (from the repository's root)

@@ -215,11 +215,76 @@ static void copy_streams(void) {
   CUDA_CHECK(cudaEventCreateWithFlags(&cp.ready, cudaEventDisableTiming));
 }
 
+// A traced step's copy times: timing events around each group's copies (recorded only while the
+// clock runs), read against `ref`, recorded on the idle compute stream when the clock started.
+static struct {
+  int on, cur, n;           // the clock runs; the current group (-1: none); groups with room
+  cudaEvent_t ref;
+  cudaEvent_t *start, *end; // [n], made on first use (with timing)
+  unsigned char *has;       // [n] the group has a copy since the clock started
+} tc;
+
+static void copy_clock(int on) {
+  tc.on = 0, tc.cur = -1;
+  if (!on) return;
+  if (!tc.ref) CUDA_CHECK(cudaEventCreateWithFlags(&tc.ref, cudaEventDefault));
+  CUDA_CHECK(cudaEventRecord(tc.ref, st.stream));
+  CUDA_CHECK_OP("copy_clock", cudaEventSynchronize(tc.ref));
+  if (tc.n) memset(tc.has, 0, (size_t)tc.n);
+  tc.on = 1;
+}
+
+static void copy_group(int g) {
+  if (!tc.on || g < 0) return;
+  if (g >= tc.n) {
+    int n = tc.n ? tc.n : 64;
+    while (n <= g) n *= 2;
+    cudaEvent_t *a = (cudaEvent_t *)realloc(tc.start, sizeof(cudaEvent_t) * (size_t)n);
+    if (a) tc.start = a;
+    cudaEvent_t *b = a ? (cudaEvent_t *)realloc(tc.end, sizeof(cudaEvent_t) * (size_t)n) : nullptr;
+    if (b) tc.end = b;
+    unsigned char *h = b ? (unsigned char *)realloc(tc.has, (size_t)n) : nullptr;
+    if (!h) {
+      fprintf(stderr, "brigade: CUDA backend: out of host memory for %d copy timing events\n", n);
+      abort();
+    }
+    tc.has = h;
+    for (int k = tc.n; k < n; k++) tc.start[k] = tc.end[k] = nullptr, tc.has[k] = 0;
+    tc.n = n;
+  }
+  if (!tc.start[g]) CUDA_CHECK(cudaEventCreateWithFlags(&tc.start[g], cudaEventDefault));
+  if (!tc.end[g]) CUDA_CHECK(cudaEventCreateWithFlags(&tc.end[g], cudaEventDefault));
+  tc.has[g] = 0, tc.cur = g;
+}
+
+// a copy of the current group is about to go on stream s (its waits queued), or has gone
+static void copy_timed(cudaStream_t s, int after) {
+  if (!tc.on || tc.cur < 0) return;
+  if (after) {
+    CUDA_CHECK(cudaEventRecord(tc.end[tc.cur], s));
+  } else if (!tc.has[tc.cur]) {
+    CUDA_CHECK(cudaEventRecord(tc.start[tc.cur], s));
+    tc.has[tc.cur] = 1;
+  }
+}
+
+static int copy_span(int g, double *start, double *end) {
+  if (!tc.on || g < 0 || g >= tc.n || !tc.has[g]) return 1;
+  float a = 0, b = 0;
+  CUDA_CHECK_OP("copy_span", cudaEventSynchronize(tc.end[g]));
+  CUDA_CHECK(cudaEventElapsedTime(&a, tc.ref, tc.start[g]));
+  CUDA_CHECK(cudaEventElapsedTime(&b, tc.ref, tc.end[g]));
+  *start = 1e-3 * a, *end = 1e-3 * b;
+  return 0;
+}
+
 static void copy_out(void *dst_host, const void *src, size_t bytes, int ticket) {
   copy_streams();
   CUDA_CHECK(cudaEventRecord(cp.ready, st.stream)); // after every op issued so far
   CUDA_CHECK(cudaStreamWaitEvent(cp.out, cp.ready, 0));
+  copy_timed(cp.out, 0);
   if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, cp.out));
+  copy_timed(cp.out, 1);
   CUDA_CHECK(cudaEventRecord(ticket_event(ticket), cp.out));
 }
 
@@ -228,7 +293,9 @@ static void copy_in(void *dst, const void *src_host, size_t bytes, int ticket, i
   CUDA_CHECK(cudaEventRecord(cp.ready, st.stream));
   CUDA_CHECK(cudaStreamWaitEvent(cp.in, cp.ready, 0));
   if (after >= 0) CUDA_CHECK(cudaStreamWaitEvent(cp.in, ticket_event(after), 0)); // its offload has landed
+  copy_timed(cp.in, 0);
   if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, cp.in));
+  copy_timed(cp.in, 1);
   CUDA_CHECK(cudaEventRecord(ticket_event(ticket), cp.in));
 }
 
@@ -265,6 +332,9 @@ static void fill_table(void) {
   table.copy_sync = copy_sync;
   table.host_alloc = host_alloc;
   table.host_free = host_free;
+  table.copy_clock = copy_clock;
+  table.copy_group = copy_group;
+  table.copy_span = copy_span;
   table.gemm = cuda_gemm;
   table.gemm_ld = cuda_gemm_ld;
   table.matmul_half = cuda_matmul_half;

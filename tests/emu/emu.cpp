@@ -31,6 +31,7 @@
 #error "tests/emu: x86-64 only"
 #endif
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -311,14 +312,28 @@ cudaError_t cudaFreeHost(void *p) {
   return cudaSuccess;
 }
 static int emu_events;
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+static std::map<cudaEvent_t, unsigned> event_flags;
+static std::map<cudaEvent_t, double> event_time; // the host's clock at the last record, seconds
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
   *e = (cudaEvent_t)(uintptr_t)++emu_events;
+  event_flags[*e] = flags;
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   check_stream(s, "cudaEventRecord");
   if (!e) return cudaErrorInvalidValue;
   recorded[e] = {s, s->calls};
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  event_time[e] = ts.tv_sec + 1e-9 * ts.tv_nsec;
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  auto ta = event_time.find(a), tb = event_time.find(b);
+  if (!ms || ta == event_time.end() || tb == event_time.end()) die("cudaEventElapsedTime of an event not recorded");
+  if ((event_flags[a] | event_flags[b]) & cudaEventDisableTiming)
+    die("cudaEventElapsedTime of an event made with cudaEventDisableTiming");
+  *ms = (float)(1e3 * (tb->second - ta->second));
   return cudaSuccess;
 }
 // what waiting for event e (by stream `by`, or the host: NULL) makes visible: its stream's NCCL
@@ -334,7 +349,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidValue;
-  recorded.erase(e);
+  recorded.erase(e), event_flags.erase(e), event_time.erase(e);
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {

@@ -27,7 +27,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/error.h"
+#include "schedule/schedule.h"
 #include "tests/common/mpirun.h"
+#include "viz/viz.h"
 
 enum { STEPS = 3 };
 
@@ -181,6 +184,44 @@ Test(train_emu, offload_zero3_follows_the_cpu, .timeout = 300) {
                        "ZeRO collectives: MPI through host copies");
 }
 
+/* A traced step of an offloaded run (path: its trace): the copy instructions' times come from
+ * events on the copy streams, read on the host's clock, and the step no longer waits for each
+ * copy. The emulator runs a copy when it is issued, so each OFFLOAD starts once the compute op
+ * of its pair before it has ended, and each RELOAD ends before the compute op of its pair after
+ * it starts (a wrong clock shifts them off their instructions). */
+static void copies_in_their_place(const char *path) {
+  sched_timeline tl;
+  cr_assert_eq(viz_read_trace(path, &tl), 0, "%s", core_error_msg());
+  int n = 0;
+  const double tol = 1e-6;
+  for (int i = 0; i < tl.n; i++) {
+    const sched_event *c = &tl.ev[i];
+    if (c->op != SCHED_OFFLOAD && c->op != SCHED_RELOAD) continue;
+    n++;
+    cr_assert(c->end >= c->start && c->start >= 0, "rank %d %s mb %d: %g to %g", c->rank, sched_op_name((sched_op)c->op),
+              c->mb, c->start, c->end);
+    const sched_event *before = NULL, *after = NULL; /* the pair's compute ops either side of the copy */
+    for (int j = 0; j < tl.n; j++) {
+      const sched_event *o = &tl.ev[j];
+      if (o->rank != c->rank || o->mb != c->mb || o->chunk != c->chunk || o->op < SCHED_FORWARD ||
+          o->op > SCHED_BACKWARD_WEIGHT)
+        continue;
+      if (o->start <= c->start && (!before || o->start > before->start)) before = o;
+      if (o->start >= c->start && (!after || o->start < after->start)) after = o;
+    }
+    if (c->op == SCHED_OFFLOAD)
+      cr_assert(before && c->start >= before->end - tol, "rank %d OFFLOAD mb %d chunk %d at %.6f, its %s ended %.6f",
+                c->rank, c->mb, c->chunk, c->start, before ? sched_op_name((sched_op)before->op) : "forward",
+                before ? before->end : -1.0);
+    else
+      cr_assert(after && c->end <= after->start + tol, "rank %d RELOAD mb %d chunk %d ends %.6f, its %s starts %.6f",
+                c->rank, c->mb, c->chunk, c->end, after ? sched_op_name((sched_op)after->op) : "backward",
+                after ? after->start : -1.0);
+  }
+  cr_assert(n > 0, "no copy in the trace %s", path);
+  sched_timeline_free(&tl);
+}
+
 /* Activation offload on the emulated GPU, 4 ranks, 8 micro-batches: the program's OFFLOADs copy
  * activations to page-locked host buffers on the copy streams (events, no host waits), poisoned
  * with NaN on the device until their RELOAD, and their buffers serve other micro-batches
@@ -205,8 +246,17 @@ Test(train_emu, activation_offload_follows_the_cpu, .timeout = 900) {
      * it: the poison makes the compute queue wait for each offload's copy at once, which hides a
      * reload that does not wait for its offload */
     for (int poison = 1; poison >= (k == 0 ? 0 : 1); poison--) {
+      char traced[768], trace[] = "/tmp/brigade_emu_trace_XXXXXX";
+      close(mkstemp(trace));
+      /* the run without the poison traces its second step (the poison's waits would order the copies) */
+      snprintf(traced, sizeof traced, "%s --set 'trace.path=\"%s\"'", with, trace);
       setenv("BRIGADE_OFFLOAD_POISON", poison ? "1" : "0", 1);
-      run("emu/brigade", np[k], with, off, &text);
+      run("emu/brigade", np[k], poison ? with : traced, off, &text);
+      if (!poison) copies_in_their_place(trace);
+      unlink(trace);
+      char svg[800];
+      snprintf(svg, sizeof svg, "%s.svg", trace);
+      unlink(svg);
       unsetenv("BRIGADE_OFFLOAD_POISON");
       const char *say = strstr(text, "rank 0 offloads ");
       cr_assert(say && atoi(say + 16) > 0, "%s: the offloaded run did not offload:\n%s", layouts[k], text);

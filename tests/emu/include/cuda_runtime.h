@@ -55,6 +55,7 @@ enum cudaMemcpyKind {
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 #define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
 #define cudaEventDisableTiming 0x02
 
 const char *cudaGetErrorString(cudaError_t e);
@@ -75,6 +76,9 @@ cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
+// ms from a's record to b's (both recorded, neither made with cudaEventDisableTiming): the host's
+// clock at each record, the emulator running every call at once
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);

@@ -560,6 +560,7 @@ static void step_begins(void *ctx) {
 static int validate_hook(void *ctx, int *again) { return pipe_runner_validate_at(ctx, again); }
 static void step_again(void *ctx) {
   pipe_runner *rn = ctx;
+  if (rn->copy_clocked) trace_hook(rn, 1); /* a traced step's copies counted from the new start */
   rn->loss_sum = 0, rn->nloss = 0, rn->act_live = rn->act_step0;
   rn->restarts++;
 }

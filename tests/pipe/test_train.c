@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "tests/common/mpirun.h"
 #include "tests/pipe/train_run.h"
+#include "viz/viz.h"
 
 Test(train, pipelines_equal_single_process_bit_for_bit, .timeout = 300) {
   run_log ref, got;
@@ -984,6 +985,28 @@ Test(train, post_validation_matches_the_synchronous_step, .timeout = 300) {
   cr_assert_eq(last_rollbacks(log), 1);
   cr_assert_eq(last_count(log, "restarts"), 1, "the skip undone in step 4's VALIDATE starts step 4 again");
   unlink(log);
+}
+
+/* A traced step that post-validation starts again (clipping at 0.01 fires every step: step 1's
+ * eager update is redone in step 2's VALIDATE, and step 2 is traced) keeps only the attempt that
+ * stands: each rank's micro-batches run their forward once in the timeline (the thrown-away
+ * attempt's events were kept too, so the forwards before the VALIDATE showed twice). */
+Test(train, a_traced_step_started_again_records_one_attempt, .timeout = 120) {
+  char log[] = "/tmp/brigade_train_XXXXXX", trace[64], svg[80];
+  close(mkstemp(log));
+  snprintf(trace, sizeof trace, "%s.json", log), snprintf(svg, sizeof svg, "%s.json.svg", log);
+  run_log run;
+  train_read(4, log, &run, "--set pipeline.stages=4 --set pipeline.schedule=zb-h2 --set gradient_clipping=0.01 "
+             "--set optimizer.post_validation=true --set train.steps=3 --set trace.step=2 --set trace.path=%s", trace);
+  cr_assert_eq(last_count(log, "restarts"), 1, "the traced step did not start again");
+  sched_timeline tl;
+  cr_assert_eq(viz_read_trace(trace, &tl), 0, "%s", core_error_msg());
+  int fwd[4] = {0};
+  for (int i = 0; i < tl.n; i++)
+    if (tl.ev[i].op == SCHED_FORWARD) fwd[tl.ev[i].rank]++;
+  for (int r = 0; r < 4; r++) cr_assert_eq(fwd[r], tl.m * tl.v, "rank %d: %d forwards in the timeline, %d micro-batches", r, fwd[r], tl.m);
+  sched_timeline_free(&tl);
+  unlink(log), unlink(trace), unlink(svg);
 }
 
 /* recompute_gelu and recompute_layernorm on the blocks (the MLP's GELU and the LayerNorms run

@@ -243,10 +243,6 @@ static int limits_of(const sched_opts *o, core_mem_limit *mem, sched_limits *lim
   return rc;
 }
 
-/* The program the options describe: compiled from the shape, or read from a CSV (lowered by
- * brigade, or in the file's own order where it has transfers). Either way it is verified before
- * anything uses it. A shape is first sized (sched_size_estimate): one over the limits is refused
- * before anything is built. steps, events: what the simulation will run and record (compile: 0). */
 /* Offload in a file's program as sched_compile places it in a compiled one: auto's fewest pairs
  * first, checked by simulation; a rank over the limit (the plan holds a reload from its issue,
  * the simulator from when it starts), and the file is read again and every pair the greedy took
@@ -266,6 +262,10 @@ static int file_offload(const sched_opts *o, sched_program *pr) {
   return rc ? rc : sched_place_offload(pr, &o->costs, mode, o->shape.offload_limit, 0);
 }
 
+/* The program the options describe: compiled from the shape, or read from a CSV (lowered by
+ * brigade, or in the file's own order where it has transfers). Either way it is verified before
+ * anything uses it. A shape is first sized (sched_size_estimate): one over the limits is refused
+ * before anything is built. steps, events: what the simulation will run and record (compile: 0). */
 static int build_program(const sched_opts *o, int steps, int events, sched_program *pr) {
   if (!o->schedule_file) {
     static const char *const names[3] = {"--stages", "--virtual", "--microbatches"};

@@ -243,23 +243,20 @@ static int limits_of(const sched_opts *o, core_mem_limit *mem, sched_limits *lim
   return rc;
 }
 
-/* Offload in a file's program as sched_compile places it in a compiled one: auto's fewest pairs
- * first, checked by simulation; a rank over the limit (the plan holds a reload from its issue,
- * the simulator from when it starts), and the file is read again and every pair the greedy took
- * placed instead. */
-static int file_offload(const sched_opts *o, sched_program *pr) {
-  sched_offload_mode mode = (sched_offload_mode)o->shape.offload;
-  int rc = sched_place_offload(pr, &o->costs, mode, o->shape.offload_limit, mode == SCHED_OFFLOAD_AUTO);
-  if (rc || mode != SCHED_OFFLOAD_AUTO) return rc;
-  sched_sim_result res;
-  if ((rc = sched_simulate(pr, &o->costs, &res, NULL))) return rc;
-  int over = 0;
-  for (int r = 0; r < res.p; r++) over |= res.ranks[r].peak_memory > o->shape.offload_limit + 1e-9 * (1 + o->shape.offload_limit);
-  sched_sim_result_free(&res);
-  if (!over) return CORE_OK;
-  sched_program_free(pr);
-  rc = sched_csv_read_program(o->schedule_file, o->shape.tied, &o->costs, pr);
-  return rc ? rc : sched_place_offload(pr, &o->costs, mode, o->shape.offload_limit, 0);
+/* What the options add to a file's program (offload, VALIDATE), not yet verified (freed on an
+ * error); file_build: the file read first, for sched_offload_within, which asks for auto's limit
+ * and whether to take the fewest. */
+static int file_add(const sched_opts *o, double limit, int fewest, sched_program *pr) {
+  int rc = CORE_OK;
+  if (o->shape.offload) rc = sched_place_offload(pr, &o->costs, (sched_offload_mode)o->shape.offload, limit, fewest);
+  if (!rc && o->shape.post_validation) rc = sched_place_validate(pr);
+  if (rc) sched_program_free(pr);
+  return rc;
+}
+static int file_build(void *ctx, double limit, int fewest, sched_program *pr) {
+  const sched_opts *o = ctx;
+  int rc = sched_csv_read_program(o->schedule_file, o->shape.tied, &o->costs, pr);
+  return rc ? rc : file_add(o, limit, fewest, pr);
 }
 
 /* The program the options describe: compiled from the shape, or read from a CSV (lowered by
@@ -282,12 +279,14 @@ static int build_program(const sched_opts *o, int steps, int events, sched_progr
     sched_program_free(pr); /* as sched_size_check refuses a shape's */
     return rc;
   }
-  if (!rc && (o->shape.offload || o->shape.post_validation)) { /* a file's program as a compiled one */
-    if (o->shape.offload) rc = file_offload(o, pr);
-    if (!rc && o->shape.post_validation) rc = sched_place_validate(pr);
-    if (!rc) rc = sched_verify(pr);
-    if (rc) sched_program_free(pr);
+  if (rc || !(o->shape.offload || o->shape.post_validation)) return rc;
+  if (o->shape.offload == SCHED_OFFLOAD_AUTO) { /* a file's program as a compiled one: auto checked by simulation */
+    sched_program_free(pr);
+    rc = sched_offload_within(o->shape.offload_limit, &o->costs, pr, file_build, (void *)o);
+  } else {
+    rc = file_add(o, o->shape.offload_limit, 0, pr);
   }
+  if (!rc && (rc = sched_verify(pr))) sched_program_free(pr);
   return rc;
 }
 

@@ -506,30 +506,44 @@ static int over_limit(const sched_program *pr, const sched_costs *costs, double 
   return worst;
 }
 
-/* offload auto places its pairs by planned times, which hold a reload from when the plan issues
- * it; the simulator can start one later (after a receive the instruction before it waits for),
- * so a rank could hold more than the limit. The program is simulated: over the limit, it is
- * placed again with every pair the greedy took (the fewest, tried first, leave the least room),
- * then under a limit lower by the excess (at most 3 times), and refused if still over. */
-int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
-  int auto_off = sh->offload == SCHED_OFFLOAD_AUTO;
-  int rc = compile_once(sh, costs, out, auto_off);
-  if (rc || !auto_off || out->forward_only) return rc;
-  sched_shape t = *sh;
+/* What schedule.h says. */
+int sched_offload_within(double limit, const sched_costs *costs, sched_program *out,
+                         int (*build)(void *ctx, double limit, int fewest, sched_program *out), void *ctx) {
+  int rc = build(ctx, limit, 1, out);
+  if (rc || out->forward_only) return rc;
+  double lim = limit;
   for (int tries = 0;; tries++) {
     double over, peak;
-    int r = over_limit(out, costs, sh->offload_limit, &over, &peak, &rc);
+    int r = over_limit(out, costs, limit, &over, &peak, &rc);
     if (rc || r < 0) {
       if (rc) sched_program_free(out);
       return rc;
     }
     sched_program_free(out);
-    if (tries > 0) t.offload_limit -= over; /* (the first retry: the same limit, every pair taken) */
-    if (tries < 4 && t.offload_limit > 0 && !compile_once(&t, costs, out, 0)) continue;
+    if (tries > 0) lim -= over; /* (the first retry: the same limit, every pair taken) */
+    if (tries < 4 && lim > 0 && !build(ctx, lim, 0, out)) continue;
     core_error_clear();
     return core_error_set(CORE_EINPUT, "offload auto: rank %d holds %.4g stages' activations at its simulated peak, "
                           "above the limit of %.4g, where the placement planned it under (a reload issued after a "
                           "receive it waits for), and no placement under a lower limit met it: raise the limit or "
-                          "make the copies faster", r, peak, sh->offload_limit);
+                          "make the copies faster", r, peak, limit);
   }
+}
+
+typedef struct {
+  const sched_shape *sh;
+  const sched_costs *costs;
+} compile_args;
+
+static int compile_at(void *ctx, double limit, int fewest, sched_program *out) {
+  const compile_args *a = ctx;
+  sched_shape t = *a->sh;
+  t.offload_limit = limit;
+  return compile_once(&t, a->costs, out, fewest);
+}
+
+int sched_compile(const sched_shape *sh, const sched_costs *costs, sched_program *out) {
+  if (sh->offload != SCHED_OFFLOAD_AUTO) return compile_once(sh, costs, out, 0);
+  compile_args a = {sh, costs};
+  return sched_offload_within(sh->offload_limit, costs, out, compile_at, &a);
 }

@@ -223,6 +223,16 @@ double sched_offload_cost(const sched_costs *c, int s);
  * (the least room between the plan and the simulation: sched_compile checks the program by
  * simulation and places it again with fewest 0 when a rank is over). Verified after. */
 int sched_place_offload(sched_program *pr, const sched_costs *c, sched_offload_mode mode, double limit, int fewest);
+/* offload auto places its pairs by planned times, which hold a reload from when the plan issues
+ * it; the simulator can start one later (after a receive the instruction before it waits for),
+ * so a rank could hold more than the limit. build(ctx, limit, fewest, out) makes the program with
+ * auto's copies placed under limit (and whatever follows them, VALIDATE), or leaves *out unset
+ * on an error; it is simulated, and where a rank is over the limit, built again with every pair
+ * the greedy took (the fewest, tried first, leave the least room), then under a limit lower by
+ * the excess (at most 3 times), and refused (CORE_EINPUT) if still over. sched_compile and
+ * sim --schedule-file place auto offload through it. */
+int sched_offload_within(double limit, const sched_costs *costs, sched_program *out,
+                         int (*build)(void *ctx, double limit, int fewest, sched_program *out), void *ctx);
 /* Places one VALIDATE per rank (schedule/validate.c) at the end of its validation prefix: the
  * longest start of its stream of loads, forwards and activation transfers whose every transfer
  * has its partner in the partner's prefix too. Nothing in a forward-only program. */

@@ -155,6 +155,19 @@ Test(cli, compile_formats_and_schedule_file_round_trip) {
   cr_assert_eq(brigade("sim --schedule 1f1b --stages 4 --microbatches 8 --offload auto --mem-limit 3 --cost-offload 0.5 --json", &b), 0, "%s", b);
   cr_assert(same_run(a, b) && strstr(a, "\"offloaded\":3"), "file: %s\ncompiled: %s", a, b); /* (the fewest: 4 taken) */
   free(a), free(b);
+  /* where the fewest pairs leave a rank over the limit as simulated, a file's program is placed
+   * again with every pair the greedy took, as a compiled one is (sched_offload_within) */
+  snprintf(args, sizeof args, "compile --schedule zb-h2 --stages 6 --microbatches 24 --comm 0.1 --w-stash 0.4 --format csv -o %s",
+           csv);
+  cr_assert_eq(brigade(args, &out), 0, "%s", out);
+  free(out);
+  snprintf(args, sizeof args, "sim --schedule-file %s --comm 0.1 --w-stash 0.4 --offload auto --mem-limit 4 --cost-offload 0.5 --json",
+           csv);
+  cr_assert_eq(brigade(args, &a), 0, "%s", a);
+  cr_assert_eq(brigade("sim --schedule zb-h2 --stages 6 --microbatches 24 --comm 0.1 --w-stash 0.4 --offload auto "
+                       "--mem-limit 4 --cost-offload 0.5 --json", &b), 0, "%s", b);
+  cr_assert(same_run(a, b), "file: %s\ncompiled: %s", a, b);
+  free(a), free(b);
   remove(csv);
 }
 

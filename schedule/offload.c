@@ -17,9 +17,11 @@
  * reload must end when its backward work starts, as late as the stream allows. A pair is
  * offloaded only when both copies fit ("hide") that way. FULL offloads every pair that hides;
  * AUTO offloads, rank by rank, the pair with the longest gap among those that would be on the
- * host at the rank's memory peak, until the peak is within the limit. Each RELOAD goes before
- * the last instruction that starts by its planned start, so it is issued in time (a little early
- * at most: the pair is held from then). */
+ * host at the rank's memory peak, until the peak is within the limit, and then (fewest) leaves
+ * each pair it took on the device again, the last taken first, where the limit holds without it.
+ * Each RELOAD goes before the last instruction that starts by its planned start, so it is issued
+ * in time (a little early at most: the pair is held from then); neither copy goes inside a run of
+ * transfers after a receive of it (first_recv). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -356,7 +356,7 @@ static void trace_copies(pipe_worker *w, int ev0) {
 
 int pipe_worker_step(pipe_worker *w) {
   const sched_stream *st = &w->pr->streams[w->rank];
-  int ev0 = w->tl ? w->tl->n : 0, clocked = 0;
+  int ev0 = w->tl ? w->tl->n : 0;
   w->dsynced = 0, w->again = 0;
   if (w->clock_on && w->ex.trace) w->ex.trace(w->ex.ctx, 0), w->clock_on = 0; /* a traced step that failed */
   if (w->ex.begin) w->ex.begin(w->ex.ctx);
@@ -367,7 +367,7 @@ int pipe_worker_step(pipe_worker *w) {
     const sched_instr *in = &st->ins[i];
     if (in->op >= SCHED_OP_COUNT) return fail(w, i, in, "unknown opcode");
     if (w->tl && i == 0 && w->ex.sync) w->ex.sync(w->ex.ctx); /* work queued before the step is not its own */
-    if (w->tl && !clocked && w->ex.trace) w->ex.trace(w->ex.ctx, 1), clocked = w->clock_on = 1; /* (once: not on a restart) */
+    if (w->tl && !w->clock_on && w->ex.trace) w->ex.trace(w->ex.ctx, 1), w->clock_on = 1; /* (once: not on a restart) */
     int rc = CORE_OK;
     if (!w->dc && in->aslot >= 0 && !sched_is_p2p((sched_op)in->op)) { /* an op on a slot: its receives land first */
       rc = finish_slot_recvs(w, in->aslot);

@@ -80,13 +80,13 @@ static int reload_pos(const cand *x, const double *ts) {
 /* Offloads in the order insert() issues them: by the instruction they follow, then by when they
  * can start, then by when they are due back (the one due first copies out first), then by
  * candidate (their place in the rank's array); the device-to-host stream runs them so. */
-static int by_issue(const void *a, const void *b) {
-  const cand *x = *(cand *const *)a, *y = *(cand *const *)b;
+static int issue_order(const cand *x, const cand *y) {
   if (x->of != y->of) return x->of < y->of ? -1 : 1;
   if (x->t_off != y->t_off) return x->t_off < y->t_off ? -1 : 1;
   if (x->t_need != y->t_need) return x->t_need < y->t_need ? -1 : 1;
   return (x > y) - (x < y);
 }
+static int by_issue(const void *a, const void *b) { return issue_order(*(cand *const *)a, *(cand *const *)b); }
 static int by_need(const void *a, const void *b) {
   const cand *x = *(cand *const *)a, *y = *(cand *const *)b;
   return x->t_need != y->t_need ? (x->t_need < y->t_need ? -1 : 1) : x->k - y->k;
@@ -278,11 +278,7 @@ static int by_reload(const void *a, const void *b) {
   return *(const int *)a - *(const int *)b;
 }
 static int by_of(const void *a, const void *b) {
-  const cand *x = &order_base[*(const int *)a], *y = &order_base[*(const int *)b];
-  if (x->of != y->of) return x->of < y->of ? -1 : 1;
-  if (x->t_off != y->t_off) return x->t_off < y->t_off ? -1 : 1;
-  if (x->t_need != y->t_need) return x->t_need < y->t_need ? -1 : 1;
-  return *(const int *)a - *(const int *)b;
+  return issue_order(&order_base[*(const int *)a], &order_base[*(const int *)b]);
 }
 
 /* Rank r's stream with the chosen candidates' OFFLOADs and RELOADs in it: before instruction j

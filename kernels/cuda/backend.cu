@@ -236,19 +236,16 @@ static void copy_clock(int on) {
 
 static void copy_group(int g) {
   if (!tc.on || g < 0) return;
-  if (g >= tc.n) {
+  if (g >= tc.n) { // (out of host memory aborts: nothing to keep)
     int n = tc.n ? tc.n : 64;
     while (n <= g) n *= 2;
-    cudaEvent_t *a = (cudaEvent_t *)realloc(tc.start, sizeof(cudaEvent_t) * (size_t)n);
-    if (a) tc.start = a;
-    cudaEvent_t *b = a ? (cudaEvent_t *)realloc(tc.end, sizeof(cudaEvent_t) * (size_t)n) : nullptr;
-    if (b) tc.end = b;
-    unsigned char *h = b ? (unsigned char *)realloc(tc.has, (size_t)n) : nullptr;
-    if (!h) {
+    tc.start = (cudaEvent_t *)realloc(tc.start, sizeof(cudaEvent_t) * (size_t)n);
+    tc.end = (cudaEvent_t *)realloc(tc.end, sizeof(cudaEvent_t) * (size_t)n);
+    tc.has = (unsigned char *)realloc(tc.has, (size_t)n);
+    if (!tc.start || !tc.end || !tc.has) {
       fprintf(stderr, "brigade: CUDA backend: out of host memory for %d copy timing events\n", n);
       abort();
     }
-    tc.has = h;
     for (int k = tc.n; k < n; k++) tc.start[k] = tc.end[k] = nullptr, tc.has[k] = 0;
     tc.n = n;
   }

@@ -14,11 +14,10 @@ static double peak(const sched_sim_result *res) {
   return m;
 }
 
-/* Compiles and simulates a shape with and without offload; the results' makespans and peaks. */
-static void both(sched_shape sh, double copy, double *mk_none, double *mk_off, double *pk_none, double *pk_off,
-                 sched_sim_result *off_res) {
-  sched_costs c = sched_costs_unit();
-  c.offload = copy;
+/* Compiles and simulates a shape with and without offload; the results' makespans and peaks.
+ * both: at unit costs with a slot's copy taking `copy`. */
+static void both_costs(sched_shape sh, sched_costs c, double *mk_none, double *mk_off, double *pk_none, double *pk_off,
+                       sched_sim_result *off_res) {
   sched_program pr;
   sched_sim_result res;
   int mode = sh.offload;
@@ -33,6 +32,12 @@ static void both(sched_shape sh, double copy, double *mk_none, double *mk_off, d
   cr_assert_eq(sched_simulate(&pr, &c, off_res, NULL), CORE_OK, "%s", core_error_msg());
   *mk_off = off_res->makespan, *pk_off = peak(off_res);
   sched_program_free(&pr);
+}
+static void both(sched_shape sh, double copy, double *mk_none, double *mk_off, double *pk_none, double *pk_off,
+                 sched_sim_result *off_res) {
+  sched_costs c = sched_costs_unit();
+  c.offload = copy;
+  both_costs(sh, c, mk_none, mk_off, pk_none, pk_off, off_res);
 }
 
 /* 1F1B, F = B = W = 1, a slot's copy 0.5, m = 2p: offloading every slot whose copies hide keeps
@@ -110,26 +115,19 @@ Test(offload, full_keeps_every_familys_makespan, .timeout = 120) {
       for (int mm = 1; mm <= 3; mm++)
         for (int cc = 0; cc < 3; cc++)
           for (size_t q = 0; q < sizeof copies / sizeof copies[0]; q++) {
-            sched_shape sh = {.family = fams[k], .p = p, .v = 1, .m = mm * p};
+            sched_shape sh = {.family = fams[k], .p = p, .v = 1, .m = mm * p, .offload = SCHED_OFFLOAD_FULL};
             if (fams[k] == SCHED_INTERLEAVED || sched_family_is_v(fams[k])) sh.v = 2;
             if (fams[k] == SCHED_DUALPIPE_V && sh.m < 2 * p) continue;
             sched_costs c = sched_costs_unit();
             if (cc == 1) c.comm = 0.5;
             if (cc == 2) c.f = 0.8, c.b = 1.7, c.w = 1.1, c.comm = 0.3;
             c.offload = copies[q];
-            double mk[2];
-            for (int off = 0; off < 2; off++) {
-              sched_program pr;
-              sched_sim_result res;
-              sh.offload = off ? SCHED_OFFLOAD_FULL : SCHED_OFFLOAD_NONE;
-              cr_assert_eq(sched_compile(&sh, &c, &pr), CORE_OK, "%s", core_error_msg());
-              cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
-              mk[off] = res.makespan;
-              sched_sim_result_free(&res);
-              sched_program_free(&pr);
-            }
-            cr_assert(mk[1] <= 1.01 * mk[0], "%s p=%d m=%d costs %d copies %g: makespan %g with full offload, %g without",
-                      sched_family_name(fams[k]), p, sh.m, cc, copies[q], mk[1], mk[0]);
+            double mn, mo, pn, po;
+            sched_sim_result res;
+            both_costs(sh, c, &mn, &mo, &pn, &po, &res);
+            sched_sim_result_free(&res);
+            cr_assert(mo <= 1.01 * mn, "%s p=%d m=%d costs %d copies %g: makespan %g with full offload, %g without",
+                      sched_family_name(fams[k]), p, sh.m, cc, copies[q], mo, mn);
             shapes++;
           }
   cr_assert(shapes > 900, "%d shapes", shapes);
@@ -143,13 +141,10 @@ Test(offload, full_keeps_every_familys_makespan, .timeout = 120) {
   sched_shape dp = {.family = SCHED_DUALPIPE_V, .p = 2, .v = 2, .m = 8, .offload = SCHED_OFFLOAD_FULL};
   sched_costs c = sched_costs_unit();
   c.comm = 0.5, c.offload = 0.25;
-  sched_program pr;
-  cr_assert_eq(sched_compile(&dp, &c, &pr), CORE_OK, "%s", core_error_msg());
-  cr_assert_eq(sched_simulate(&pr, &c, &res, NULL), CORE_OK, "%s", core_error_msg());
-  cr_assert(res.makespan == 51 && res.ranks[0].offloaded > 0, "dualpipev: makespan %g, rank 0 offloaded %d", res.makespan,
+  both_costs(dp, c, &mn, &mo, &pn, &po, &res);
+  cr_assert(mo == 51 && res.ranks[0].offloaded > 0, "dualpipev: makespan %g, rank 0 offloaded %d", mo,
             res.ranks[0].offloaded);
   sched_sim_result_free(&res);
-  sched_program_free(&pr);
 }
 
 /* auto offloads the fewest pairs it can: a pair taken for one peak that the pairs taken after it

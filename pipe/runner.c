@@ -469,8 +469,9 @@ static float *chunk_buffer(pipe_runner *rn, const sched_instr *in, size_t *n) {
 }
 
 /* Device backends: a host buffer per (slot, transfer kind), as large as any chunk's, from the
- * table's host_alloc (page-locked on a GPU: a transfer's copy is then one DMA that does not wait
- * behind an activation offload's copy in driver-sized pieces; malloc when that fails). */
+ * table's host_alloc (page-locked on a GPU: a transfer's copy is then one DMA, not the driver's
+ * pieces through its own buffers; malloc when that fails). It still shares the copy engine with
+ * an activation offload's copy in the same direction, and waits for it (docs/benchmarks.md). */
 static float *staging(pipe_runner *rn, const sched_instr *in) {
   if (!rn->stage) {
     for (int c = 0; c < rn->v; c++) {

@@ -286,6 +286,42 @@ Test(OPS_HARNESS_SUITE, memory_entries) {
   G->free(NULL);
 }
 
+/* Copies to and from host_alloc's memory (page-locked on a GPU): the offload path's (copy_out,
+ * then copy_in waiting for it, the compute stream for that: copy_wait), 40 MiB, and a transfer's
+ * staging (to_host, to_device), sizes above the CUDA table's upload ring (1 MiB) at odd offsets.
+ * Each arrives whole. */
+Test(OPS_HARNESS_SUITE, host_alloc_copies_round_trip) {
+  need_backend();
+  size_t n = ((size_t)40 << 20) / sizeof(float) + 12345;
+  rng r = {7};
+  float *x = rand_buf(&r, n, -3, 3);
+  float *d = devf(x, n), *e = dev_poisoned(n);
+  float *h = G->host_alloc(n * sizeof(float));
+  cr_assert_not_null(h, "%s host_alloc", G->name);
+  G->copy_out(h, d, n * sizeof(float), 0);
+  G->copy_in(e, h, n * sizeof(float), 1, 0);
+  G->copy_wait(1);
+  G->sync();
+  float *got = backf(e, n);
+  for (size_t i = 0; i < n; i++)
+    if (got[i] != x[i]) cr_assert_fail("%s: copy_out/in: float %zu of %zu came back as %g, not %g", G->name, i, n, got[i], x[i]);
+  G->copy_sync(1);
+  static const size_t len[] = {((size_t)3 << 20) + 3, ((size_t)2 << 20) + 16}, off[] = {0, 1, 5, 16};
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 4; b++) {
+      unsigned char *hb = (unsigned char *)h + off[b], *db = (unsigned char *)e + off[3 - b];
+      memset(h, 0, n * sizeof(float));
+      G->to_host(hb, (const unsigned char *)d + off[b], len[a]); /* device -> page-locked host */
+      cr_assert_eq(memcmp(hb, (const unsigned char *)x + off[b], len[a]), 0, "%s: to_host of %zu bytes at +%zu", G->name,
+                   len[a], off[b]);
+      G->to_device(db, hb, len[a]); /* and back, elsewhere */
+      G->sync();
+      unsigned char *back_b = back(db, len[a]);
+      cr_assert_eq(memcmp(back_b, hb, len[a]), 0, "%s: to_device of %zu bytes to +%zu", G->name, len[a], off[3 - b]);
+    }
+  G->host_free(h);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* matrix products */
 

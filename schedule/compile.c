@@ -271,7 +271,7 @@ int sched_compile_compute_rounds(const sched_shape *sh, const sched_costs *costs
 }
 
 /* zb-h1, zb-h2 and zb-auto have two constructors of their compute order, the list scheduler and
- * the micro-batch rounds (zb.c), each timing compute alone; the transfers and the memory
+ * the micro-batch rounds (zb.c, zb_rounds.c), each timing compute alone; the transfers and the memory
  * promise that lowering adds move their figures apart, either way. So both orders are lowered
  * and simulated (one step) and the one with the smaller bubble rate (then makespan) is kept;
  * ties keep the list scheduler's. Measured on the zero-bubble paper's 12 set-ups

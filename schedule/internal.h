@@ -42,7 +42,7 @@ int sched_check_validate(const sched_program *pr, const int *at);
 /* Readable excerpt of rank r's stream around instruction i (multi-line, into buf). */
 void sched_excerpt(const sched_program *pr, int r, int i, char *buf, size_t n);
 
-/* Zero-bubble and V families (zb.c): fills pr's streams by list scheduling under the costs and
+/* Zero-bubble and V families (zb.c, zb_rounds.c): fills pr's streams by list scheduling under the costs and
  * the family's memory cap; sh->max_pending_w > 0 also bounds the pending W's per rank. */
 /* rounds 0: the list scheduler's variants and the V constructors; 1: only the micro-batch rounds
  * (zb-h1, zb-h2, zb-auto; sched_compile weighs both orders and keeps the faster). rank_end, when

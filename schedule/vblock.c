@@ -13,7 +13,7 @@
  * moves every op there to the earliest free slot its inputs allow, an F only where the rank's count
  * of open forwards minus W's run stays within the block's peak; a second pass does the same in the
  * cool-down with the W's implicit (one in each free slot while any is due), as the paper's greedy
- * reordering does; W's are then placed again. The slots give each rank its order (zb.c times it
+ * reordering does; W's are then placed again. The slots give each rank its order (zb_rounds.c times it
  * under the costs and checks the memory budget as for its other constructors). */
 #include <limits.h>
 #include <stdlib.h>

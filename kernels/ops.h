@@ -71,6 +71,13 @@ typedef struct kernels_ops {
   void (*copy_clock)(int on);
   void (*copy_group)(int g);
   int (*copy_span)(int g, double *start, double *end);
+  /* Where a device table feeds its copies to the copy streams a few pieces at a time (the CUDA
+   * table with BRIGADE_COPY_PIECE_MB set), so that a transfer's own copy in the same direction
+   * need not wait behind a whole one: issues the next pieces of what is queued, never waiting.
+   * Callers call it while the host waits (for MPI, say) and between instructions; correctness
+   * does not depend on it (a copy's ticket, when waited for, first issues what is queued up to
+   * it). NULL on tables that issue each copy whole. */
+  void (*copy_pump)(void);
 
   /* ---- matrix products ---- */
   /* C[M,N] = alpha * op(A) @ op(B) + beta * C. op(A) is [M,K]: A is stored [M,K], or [K,M]

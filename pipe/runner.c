@@ -437,8 +437,16 @@ static void retired(void *ctx, int i, const sched_instr *in) {
   }
 }
 
+/* The offload copies a device table feeds in pieces move on (between instructions, and while the
+ * worker waits for a transfer). */
+static void idle(void *ctx) {
+  pipe_runner *rn = ctx;
+  if (rn->off_ops && rn->off_ops->copy_pump) rn->off_ops->copy_pump();
+}
+
 static int run(void *ctx, const sched_instr *in) {
   pipe_runner *rn = ctx;
+  idle(rn);
   pair_at(rn, in);
   switch (in->op) {
   case SCHED_LOAD_MICROBATCH: return load(rn, in);
@@ -569,6 +577,6 @@ static void step_again(void *ctx) {
 pipe_exec pipe_runner_exec(pipe_runner *rn) {
   pipe_exec ex = {.ctx = rn, .run = run, .buffer = buffer, .received = received, .device_buffer = device_buffer,
                   .sync = sync_device, .retired = retired, .begin = step_begins, .validate = validate_hook,
-                  .again = step_again, .trace = trace_hook, .copy_span = copy_span_hook};
+                  .again = step_again, .trace = trace_hook, .copy_span = copy_span_hook, .idle = idle};
   return ex;
 }

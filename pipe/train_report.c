@@ -301,7 +301,8 @@ void train_announce(trainer *tr, const char *resume) {
     if (n && k0->ops && strcmp(k0->ops->name, "cuda") == 0 && tr->topo.p > 1 && !tr->pcomm)
       core_log(CORE_LOG_INFO, "activation offload: the pipeline's transfers go through host copies here, on the same "
                "copy engines, and a transfer's copy waits for an offload's copy in the same direction, which the "
-               "placement does not see (on one GPU shared by 4 ranks, a 32 MB send waited 21 ms for a 1.3 GB copy)");
+               "placement does not see (on one GPU shared by 4 ranks, a 32 MB send waited 21 ms for a 1.3 GB copy; "
+               "BRIGADE_COPY_PIECE_MB=16 in the environment feeds the copies in pieces, so that it waits for a few)");
     else
       core_log(CORE_LOG_INFO, "activation offload (pipeline.offload): on the %s backend activations are host memory "
                "already, so the program has no copies", k0->ops ? k0->ops->name : "cpu");

@@ -100,6 +100,7 @@ static int wait_req(pipe_worker *w, MPI_Request *req, MPI_Status *st, int i, con
   while (!done) {
     if (MPI_Test(req, &done, st) != MPI_SUCCESS) return fail(w, i, in, "MPI error");
     if (done) break;
+    if (w->ex.idle) w->ex.idle(w->ex.ctx);
     if (++spins > 1000) {
       struct timespec ts = {0, 20000};
       nanosleep(&ts, NULL); /* yield the core: ranks share cores on small machines */

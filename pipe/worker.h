@@ -58,6 +58,9 @@ typedef struct {
    * takes; nonzero where the executor has none (its copies are timed as any instruction). */
   void (*trace)(void *ctx, int on);
   int (*copy_span)(void *ctx, int n, double *start, double *end);
+  /* While the worker waits on the host for a transfer (may be NULL): the executor moves its
+   * background work on (a device table's copies fed in pieces: kernels/ops.h, copy_pump). */
+  void (*idle)(void *ctx);
 } pipe_exec;
 
 struct kernels_coll;

@@ -11,6 +11,9 @@
 #   auto  "auto" with memory_limit 3 at the same costs as full (rank 0 holds 4 slots without);
 #   none  "none" again, for the spread of the runs without offload in one command;
 #   NAME+rg  that run with recompute_gelu on the blocks (the same losses, slots N x 4C smaller);
+#   NAME+pc  that run with the offload copies fed to the copy engines in pieces
+#            (BRIGADE_COPY_PIECE_MB=${OFFLOAD_BENCH_PIECE_MB:-16}: at most 4 pieces queued, so a
+#            transfer's staging copy waits for those rather than a whole slot; docs/backends.md);
 #   NAME+mps that run under CUDA's multi-process service (nvidia-cuda-mps-control -d, started
 #            before the first such run and stopped before a run without; the 4 ranks' kernels and
 #            copies then share one device context instead of taking turns); last in a name.
@@ -60,7 +63,9 @@ run() { # NAME SETS...
   n=$1; shift
   tr=
   [ -n "${OFFLOAD_BENCH_TRACE:-}" ] && tr="trace.path=\"$OFFLOAD_BENCH_TRACE/$n.json\""
-  $MPIRUN -np 4 build/brigade train "$D/wide.cfg" "$@" ${OFFLOAD_BENCH_SETS:-} ${tr:+--set "$tr"} \
+  pc=0 # NAME+pc (before +mps): the copies fed in pieces
+  case ${n%+mps} in *+pc) pc=${OFFLOAD_BENCH_PIECE_MB:-16};; esac
+  env BRIGADE_COPY_PIECE_MB=$pc $MPIRUN -np 4 build/brigade train "$D/wide.cfg" "$@" ${OFFLOAD_BENCH_SETS:-} ${tr:+--set "$tr"} \
     --log-json "$D/$n.jsonl" > "$D/$n.out" 2>&1 || { echo "---- $n failed:"; tail -20 "$D/$n.out"; return 1; }
   echo "---- $n"
   grep -E "activation offload|activation memory per rank|^brigade: \[rank 0\]   rank|layout:|measured timeline|predicted from" "$D/$n.out"
@@ -84,8 +89,9 @@ runs=${OFFLOAD_BENCH_RUNS:-full all auto} # after "none", always run first
 for n in $runs; do
   case $n in *+mps) mps on || { rc=1; continue; };; *) mps off;; esac
   rg= # NAME+rg: that run with recompute_gelu on the blocks (the same losses, smaller slots)
-  case ${n%+mps} in *+rg) rg="--set model.layers.[1].recompute_gelu=true";; esac
+  case ${n%+mps} in *+rg|*+rg+pc) rg="--set model.layers.[1].recompute_gelu=true";; esac
   b=${n%+mps}
+  b=${b%+pc}
   case ${b%+rg} in
     full) run $n $rg --set 'pipeline.offload="full"' --set pipeline.offload_gflops=$GFLOPS --set pipeline.offload_gbps=$GBPS || rc=1;;
     all) run $n $rg --set 'pipeline.offload="full"' --set pipeline.offload_gflops=1000 --set pipeline.offload_gbps=$GBPS || rc=1;;
@@ -93,7 +99,7 @@ for n in $runs; do
       --set pipeline.offload_gbps=$GBPS || rc=1;;
     none) [ "$n" = none ] && n=none2 # again: the spread of the runs without offload in one command
       run $n $rg || rc=1;;
-    *) echo "offload-bench: no run named $n (full all auto none, each also as NAME+rg, NAME+mps)"; rc=1;;
+    *) echo "offload-bench: no run named $n (full all auto none, each also as NAME+rg, NAME+pc, NAME+mps)"; rc=1;;
   esac
 done
 mps off

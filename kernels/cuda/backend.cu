@@ -131,8 +131,10 @@ static void *alloc(size_t bytes) {
   return p;
 }
 
+static void flush_ticket(int ticket);
 static void free_(void *p) {
   if (!p) return;
+  flush_ticket(-1); // a queued copy may read or fill it: issued, so that the syncs below cover it
   CUDA_CHECK_OP("free", cudaStreamSynchronize(st.stream)); // ops queued on it finish first
   CUDA_CHECK_OP("free", cudaFree(p));
 }
@@ -151,17 +153,18 @@ static struct {
   int next;
 } ring;
 
+static void host_wait(const char *op, cudaStream_t s, cudaEvent_t e);
 static void to_device(void *dst, const void *src_host, size_t bytes) {
   if (!bytes) return;
   if (bytes > kRingMax) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, st.stream));
-    CUDA_CHECK(cudaStreamSynchronize(st.stream));
+    host_wait("to_device", st.stream, nullptr);
     return;
   }
   int k = ring.next;
   ring.next = (k + 1) % kRing;
   if (!ring.read[k]) CUDA_CHECK(cudaEventCreateWithFlags(&ring.read[k], cudaEventDisableTiming));
-  else CUDA_CHECK(cudaEventSynchronize(ring.read[k])); // its last upload has been read
+  else host_wait("to_device", nullptr, ring.read[k]); // its last upload has been read
   if (ring.cap[k] < bytes) {
     if (ring.buf[k]) CUDA_CHECK(cudaFreeHost(ring.buf[k]));
     ring.buf[k] = nullptr, ring.cap[k] = 0;
@@ -177,10 +180,10 @@ static void to_device(void *dst, const void *src_host, size_t bytes) {
 static void to_host(void *dst_host, const void *src, size_t bytes) {
   if (!bytes) return;
   CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, st.stream));
-  CUDA_CHECK(cudaStreamSynchronize(st.stream));
+  host_wait("to_host", st.stream, nullptr);
 }
 
-static void sync_(void) { CUDA_CHECK_OP("sync", cudaStreamSynchronize(st.stream)); }
+static void sync_(void) { host_wait("sync", st.stream, nullptr); }
 
 // ---- activation offload's copies: two copy streams (device to host, host to device) beside the
 // compute stream, ordered with it by events only (the host never waits). ticket's event is
@@ -208,8 +211,10 @@ static cudaEvent_t ticket_event(int t) {
   return cp.tev[t];
 }
 
+static void read_piece_size(void);
 static void copy_streams(void) {
   if (cp.out) return;
+  read_piece_size();
   CUDA_CHECK(cudaStreamCreateWithFlags(&cp.out, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&cp.in, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&cp.ready, cudaEventDisableTiming));
@@ -266,6 +271,7 @@ static void copy_timed(cudaStream_t s, int after) {
 }
 
 static int copy_span(int g, double *start, double *end) {
+  flush_ticket(-1); // every queued copy's events recorded
   if (!tc.on || g < 0 || g >= tc.n || !tc.has[g]) return 1;
   float a = 0, b = 0;
   CUDA_CHECK_OP("copy_span", cudaEventSynchronize(tc.end[g]));
@@ -275,8 +281,165 @@ static int copy_span(int g, double *start, double *end) {
   return 0;
 }
 
+// Copies fed in pieces (BRIGADE_COPY_PIECE_MB = n > 0; 0 or unset: each copy whole, at once).
+// A copy engine runs the copies queued on it in turn, whichever stream they came from: a slot
+// offloaded whole (1.3 GB on a wide model, 26 ms) held back a pipeline transfer's staging copy in
+// the same direction, and the rank waiting for it, until the whole slot had moved (measured on an
+// H100: a 32 MB send took 21 ms beside an offload, 1 ms without), and cutting the copy into pieces
+// issued all at once changed nothing. So each direction keeps a queue of copies and issues their
+// pieces kFeedDepth at a time: copy_pump (called while the host waits, and by every entry here
+// that waits) issues the next ones as earlier pieces finish, and a staging copy waits for at most
+// kFeedDepth pieces. Nothing depends on the pump for correctness: whoever needs a copy's ticket
+// (copy_wait, copy_sync, a copy_in after it, copy_span) first issues what is queued up to it.
+enum { kFeedDepth = 4 };
+struct copy_job {
+  char *dst;
+  const char *src;
+  size_t bytes, at; // bytes issued so far
+  int ticket, after, group; // after: a ticket to wait for first (-1 none); group: timing (-1 none)
+  cudaEvent_t ready;        // recorded on the compute stream when the copy was asked for
+};
+struct feeder {
+  cudaStream_t *s;
+  cudaMemcpyKind kind;
+  copy_job *q; // a ring of cap: jobs head .. head + n - 1
+  int head, n, cap;
+  cudaEvent_t piece[kFeedDepth]; // the pieces on the stream, oldest at ph
+  int ph, pn;
+};
+static feeder fout = {&cp.out, cudaMemcpyDeviceToHost, nullptr, 0, 0, 0, {}, 0, 0};
+static feeder fin = {&cp.in, cudaMemcpyHostToDevice, nullptr, 0, 0, 0, {}, 0, 0};
+static size_t piece_bytes;        // 0: whole copies
+static cudaEvent_t *spare_ev;     // ready events not in use
+static int nspare, capspare;
+
+static void read_piece_size(void) {
+  const char *e = getenv("BRIGADE_COPY_PIECE_MB");
+  if (!e || !*e) return;
+  char *end = nullptr;
+  double mb = strtod(e, &end);
+  if (end == e || *end || !(mb >= 0) || mb > 65536) {
+    fprintf(stderr, "brigade: BRIGADE_COPY_PIECE_MB=%s is not a size in MB from 0 to 65536: copies go whole\n", e);
+    return;
+  }
+  piece_bytes = (size_t)(mb * (1 << 20));
+}
+
+static cudaEvent_t ready_event(void) {
+  if (nspare) return spare_ev[--nspare];
+  cudaEvent_t e;
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return e;
+}
+static void spare(cudaEvent_t e) {
+  if (nspare == capspare) {
+    capspare = capspare ? 2 * capspare : 16;
+    spare_ev = (cudaEvent_t *)realloc(spare_ev, sizeof(cudaEvent_t) * (size_t)capspare);
+    if (!spare_ev) {
+      fprintf(stderr, "brigade: CUDA backend: out of host memory for %d copy events\n", capspare);
+      abort();
+    }
+  }
+  spare_ev[nspare++] = e;
+}
+
+// Issues the next piece of f's oldest job (all of what is left when whole): its waits before its
+// first piece, its ticket's event (and its timing group's end) after its last.
+static void issue(feeder *f, int whole) {
+  copy_job *j = &f->q[f->head];
+  cudaStream_t s = *f->s;
+  if (j->at == 0) {
+    CUDA_CHECK(cudaStreamWaitEvent(s, j->ready, 0));
+    spare(j->ready);
+    if (j->after >= 0) CUDA_CHECK(cudaStreamWaitEvent(s, ticket_event(j->after), 0)); // its offload has landed
+    if (j->group >= 0 && tc.on && j->group < tc.n && !tc.has[j->group]) {
+      CUDA_CHECK(cudaEventRecord(tc.start[j->group], s));
+      tc.has[j->group] = 1;
+    }
+  }
+  size_t n = j->bytes - j->at;
+  if (!whole && n > piece_bytes) n = piece_bytes;
+  if (n) CUDA_CHECK(cudaMemcpyAsync(j->dst + j->at, j->src + j->at, n, f->kind, s));
+  j->at += n;
+  if (!whole && n) { // a piece the pump counts
+    int k = (f->ph + f->pn++) % kFeedDepth;
+    if (!f->piece[k]) CUDA_CHECK(cudaEventCreateWithFlags(&f->piece[k], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(f->piece[k], s));
+  }
+  if (j->at == j->bytes) {
+    if (j->group >= 0 && tc.on && j->group < tc.n) CUDA_CHECK(cudaEventRecord(tc.end[j->group], s));
+    CUDA_CHECK(cudaEventRecord(ticket_event(j->ticket), s));
+    f->head = (f->head + 1) % f->cap, f->n--;
+  }
+}
+
+// The pieces done are let go; the next ones issued while fewer than kFeedDepth are queued.
+static void pump(feeder *f) {
+  while (f->n) {
+    while (f->pn) {
+      cudaError_t e = cudaEventQuery(f->piece[f->ph]);
+      if (e == cudaErrorNotReady) break;
+      CUDA_CHECK_OP("copy_pump", e);
+      f->ph = (f->ph + 1) % kFeedDepth, f->pn--;
+    }
+    if (f->pn == kFeedDepth) return;
+    issue(f, 0);
+  }
+}
+static void copy_pump(void) {
+  if (fout.n) pump(&fout);
+  if (fin.n) pump(&fin);
+}
+
+// Everything f holds up to its last job of `ticket` (all of it: ticket < 0) is issued now.
+static void flush(feeder *f, int ticket) {
+  int last = -1;
+  for (int k = 0; k < f->n; k++)
+    if (ticket < 0 || f->q[(f->head + k) % f->cap].ticket == ticket) last = k;
+  for (int k = 0; k <= last; k++) issue(f, 1);
+}
+static void flush_ticket(int ticket) {
+  flush(&fout, ticket);
+  flush(&fin, ticket);
+}
+
+static void enqueue(feeder *f, void *dst, const void *src, size_t bytes, int ticket, int after) {
+  if (f->n == f->cap) { // the ring doubles, its jobs in order from 0
+    int cap = f->cap ? 2 * f->cap : 64;
+    copy_job *q = (copy_job *)malloc(sizeof(copy_job) * (size_t)cap);
+    if (!q) {
+      fprintf(stderr, "brigade: CUDA backend: out of host memory for %d queued copies\n", cap);
+      abort();
+    }
+    for (int k = 0; k < f->n; k++) q[k] = f->q[(f->head + k) % f->cap];
+    free(f->q);
+    f->q = q, f->head = 0, f->cap = cap;
+  }
+  copy_job *j = &f->q[(f->head + f->n++) % f->cap];
+  *j = copy_job{(char *)dst, (const char *)src, bytes, 0, ticket, after, tc.on ? tc.cur : -1, ready_event()};
+  CUDA_CHECK(cudaEventRecord(j->ready, st.stream)); // after every op issued so far
+  pump(f);
+}
+
+// Whether the host should feed the copies while it waits (something is queued).
+static bool feeding(void) { return fout.n || fin.n; }
+
+// The host waits for stream s (or event e) and, while copies are queued, feeds them meanwhile.
+static void host_wait(const char *op, cudaStream_t s, cudaEvent_t e) {
+  while (feeding()) {
+    cudaError_t r = e ? cudaEventQuery(e) : cudaStreamQuery(s);
+    if (r != cudaErrorNotReady) {
+      CUDA_CHECK_OP(op, r);
+      return;
+    }
+    copy_pump();
+  }
+  CUDA_CHECK_OP(op, e ? cudaEventSynchronize(e) : cudaStreamSynchronize(s));
+}
+
 static void copy_out(void *dst_host, const void *src, size_t bytes, int ticket) {
   copy_streams();
+  if (piece_bytes) return enqueue(&fout, dst_host, src, bytes, ticket, -1);
   CUDA_CHECK(cudaEventRecord(cp.ready, st.stream)); // after every op issued so far
   CUDA_CHECK(cudaStreamWaitEvent(cp.out, cp.ready, 0));
   copy_timed(cp.out, 0);
@@ -287,6 +450,10 @@ static void copy_out(void *dst_host, const void *src, size_t bytes, int ticket) 
 
 static void copy_in(void *dst, const void *src_host, size_t bytes, int ticket, int after) {
   copy_streams();
+  if (piece_bytes) {
+    if (after >= 0) flush(&fout, after); // its offload's event recorded before this copy waits for it
+    return enqueue(&fin, dst, src_host, bytes, ticket, after);
+  }
   CUDA_CHECK(cudaEventRecord(cp.ready, st.stream));
   CUDA_CHECK(cudaStreamWaitEvent(cp.in, cp.ready, 0));
   if (after >= 0) CUDA_CHECK(cudaStreamWaitEvent(cp.in, ticket_event(after), 0)); // its offload has landed
@@ -296,8 +463,14 @@ static void copy_in(void *dst, const void *src_host, size_t bytes, int ticket, i
   CUDA_CHECK(cudaEventRecord(ticket_event(ticket), cp.in));
 }
 
-static void copy_wait(int ticket) { CUDA_CHECK(cudaStreamWaitEvent(st.stream, ticket_event(ticket), 0)); }
-static void copy_sync(int ticket) { CUDA_CHECK_OP("copy_sync", cudaEventSynchronize(ticket_event(ticket))); }
+static void copy_wait(int ticket) {
+  flush_ticket(ticket);
+  CUDA_CHECK(cudaStreamWaitEvent(st.stream, ticket_event(ticket), 0));
+}
+static void copy_sync(int ticket) {
+  flush_ticket(ticket);
+  CUDA_CHECK_OP("copy_sync", cudaEventSynchronize(ticket_event(ticket)));
+}
 
 static void *host_alloc(size_t bytes) {
   void *p = nullptr;
@@ -307,7 +480,9 @@ static void *host_alloc(size_t bytes) {
 }
 
 static void host_free(void *p) {
-  if (p) CUDA_CHECK(cudaFreeHost(p));
+  if (!p) return;
+  flush_ticket(-1); // a queued copy may read or fill it (cudaFreeHost waits for the device)
+  CUDA_CHECK(cudaFreeHost(p));
 }
 
 // ---- the table ----
@@ -330,6 +505,7 @@ static void fill_table(void) {
   table.host_alloc = host_alloc;
   table.host_free = host_free;
   table.copy_clock = copy_clock;
+  table.copy_pump = copy_pump;
   table.copy_group = copy_group;
   table.copy_span = copy_span;
   table.gemm = cuda_gemm;

@@ -347,6 +347,22 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   reached(e, nullptr);
   return cudaSuccess;
 }
+// As cudaStreamQuery: every other query of an event says its work still runs (and delivers
+// nothing), so a caller that polls must come back; with EMU_EVENT_POLLS=n (read at the first
+// query), only every n-th: a caller that feeds work as earlier work is reported done then feeds
+// little, and what it must issue without being told (a wait for the work's end) shows.
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  if (!e) return cudaErrorInvalidValue;
+  static std::map<cudaEvent_t, unsigned long> polls;
+  static unsigned long every = 0;
+  if (!every) {
+    const char *v = getenv("EMU_EVENT_POLLS");
+    every = v && atol(v) > 0 ? (unsigned long)atol(v) : 2;
+  }
+  if (++polls[e] % every) return cudaErrorNotReady;
+  reached(e, nullptr);
+  return cudaSuccess;
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidValue;
   recorded.erase(e), event_flags.erase(e), event_time.erase(e);

@@ -254,14 +254,19 @@ Test(train_emu, activation_offload_follows_the_cpu, .timeout = 900) {
              layouts[k]);
     /* with the poison (offloaded activations read as NaN until reloaded), and, on 4 ranks, without
      * it: the poison makes the compute queue wait for each offload's copy at once, which hides a
-     * reload that does not wait for its offload */
-    for (int poison = 1; poison >= (k == 0 ? 0 : 1); poison--) {
+     * reload that does not wait for its offload; and on 4 ranks once more with the copies fed in pieces of 2 KB (BRIGADE_COPY_PIECE_MB), the
+     * emulator reporting a piece done at every 50th query only, so that most of each copy is issued
+     * by whoever waits for it rather than by the feeding */
+    for (int kind = 0; kind < (k == 0 ? 3 : 1); kind++) {
+      int poison = kind == 0, pieces = kind == 2;
       char traced[768], trace[] = "/tmp/brigade_emu_trace_XXXXXX";
       close(mkstemp(trace));
-      /* the run without the poison traces its second step (the poison's waits would order the copies) */
+      /* the runs without the poison trace their second step (the poison's waits would order the copies) */
       snprintf(traced, sizeof traced, "%s --set 'trace.path=\"%s\"'", with, trace);
       setenv("BRIGADE_OFFLOAD_POISON", poison ? "1" : "0", 1);
+      if (pieces) setenv("BRIGADE_COPY_PIECE_MB", "0.002", 1), setenv("EMU_EVENT_POLLS", "50", 1);
       run("emu/brigade", np[k], poison ? with : traced, off, &text);
+      unsetenv("BRIGADE_COPY_PIECE_MB"), unsetenv("EMU_EVENT_POLLS");
       if (!poison) copies_in_their_place(trace);
       unlink(trace);
       char svg[800];
@@ -276,7 +281,7 @@ Test(train_emu, activation_offload_follows_the_cpu, .timeout = 900) {
       free(text);
       for (int i = 0; i < STEPS; i++)
         cr_assert(off[i] == plain[i], "%s%s step %d: %.9g with offload, %.9g without", layouts[k],
-                  poison ? "" : " (no poison)", i + 1, off[i], plain[i]);
+                  poison ? "" : pieces ? " (no poison, copies in pieces)" : " (no poison)", i + 1, off[i], plain[i]);
     }
   }
 }

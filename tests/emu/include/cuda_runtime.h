@@ -76,6 +76,7 @@ cudaError_t cudaFreeHost(void *p);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventQuery(cudaEvent_t e);
 // ms from a's record to b's (both recorded, neither made with cudaEventDisableTiming): the host's
 // clock at each record, the emulator running every call at once
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);

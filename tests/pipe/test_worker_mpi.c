@@ -25,6 +25,13 @@ Test(worker_mpi, two_hundred_steps_every_family, .timeout = 300) {
   run_steps("zb-v", 4, 2, 8, 200);
 }
 
+/* While a rank waits on MPI for a slower one, the worker calls the executor's idle hook (where a
+ * device table feeds its queued copies: kernels/ops.h, copy_pump). */
+Test(worker_mpi, waits_call_the_idle_hook, .timeout = 120) {
+  int rc = test_mpirun(3, "tests/pipe/worker_sched", "--schedule 1f1b --stages 3 --microbatches 6 --idle");
+  cr_assert_eq(rc, 0, "worker_sched --idle failed (exit %d): no idle call while waiting, or a wrong value", rc);
+}
+
 Test(worker_mpi, gpipe_and_1f1b, .timeout = 240) {
   run("gpipe", 4, 1, 6);
   run("gpipe", 3, 1, 2); /* m < p */

@@ -3,12 +3,15 @@
  * and adds the stage index; each rank checks every value it receives against the closed form.
  * Messages are 64 KiB (above the shared-memory eager limit) and --sync uses MPI_Issend, so a
  * send completes only when its receive is posted: ordering mistakes cannot hide in buffering.
+ * --idle: the last rank sleeps 2 ms in each forward, so the others wait for it on MPI, and the
+ * run fails unless the worker called the executor's idle hook while they waited.
  *   mpirun -np P worker_sched --schedule S --stages P [--virtual V] --microbatches M [--sync]
- *          [--tied] [--steps N] */
+ *          [--tied] [--steps N] [--idle] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/error.h"
 #include "pipe/worker.h"
@@ -24,7 +27,11 @@ typedef struct {
   int *slot_of;                                 /* [v*m] current slot of (chunk, mb) */
   int *f_count, *b_count, *i_done;              /* [v*m] */
   int errors;
+  int slow;   /* --idle on the last rank: each forward sleeps 2 ms */
+  long idles; /* calls of the idle hook */
 } stub;
+
+static void idle(void *ctx) { ((stub *)ctx)->idles++; }
 
 static double expect_in(int s, int mb) { return mb * 1000 + 0.5 + s * (s + 1) / 2.0; }
 static double expect_gout(const stub *x, int s, int mb) {
@@ -55,6 +62,7 @@ static int run(void *ctx, const sched_instr *in) {
       for (int i = 0; i < NF; i++) at(x->grad_out, in->slot)[i] = (float)(in->mb + 7.0);
     return 0;
   case SCHED_FORWARD: {
+    if (x->slow) nanosleep(&(struct timespec){0, 2000000}, NULL);
     if (s > 0 && pr->rank_of[s - 1] == x->rank) { /* the V turn: input from our own chunk */
       int src = x->slot_of[pr->chunk_of[s - 1] * x->m + in->mb];
       memcpy(at(x->in_act, in->slot), at(x->out_act, src), sizeof(float) * NF);
@@ -114,7 +122,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   sched_shape sh = {.family = SCHED_1F1B, .p = size, .v = 1, .m = 4};
-  int sync = 0, steps = 2;
+  int sync = 0, steps = 2, idle_check = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--schedule") && i + 1 < argc) sched_family_parse(argv[++i], &sh.family);
     else if (!strcmp(argv[i], "--stages") && i + 1 < argc) sh.p = atoi(argv[++i]);
@@ -123,6 +131,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--sync")) sync = 1;
     else if (!strcmp(argv[i], "--tied")) sh.tied = 1;
+    else if (!strcmp(argv[i], "--idle")) idle_check = 1;
   }
   sched_costs c = sched_costs_unit();
   sched_program pr;
@@ -140,7 +149,8 @@ int main(int argc, char **argv) {
   x.f_count = calloc((size_t)keys, sizeof(int));
   x.b_count = calloc((size_t)keys, sizeof(int));
   x.i_done = calloc((size_t)keys, sizeof(int));
-  pipe_exec ex = {.ctx = &x, .run = run, .buffer = buffer};
+  x.slow = idle_check && rank == size - 1;
+  pipe_exec ex = {.ctx = &x, .run = run, .buffer = buffer, .idle = idle_check ? idle : NULL};
   pipe_worker w;
   int rc = pipe_worker_init(&w, &pr, rank, MPI_COMM_WORLD, ex);
   w.synchronous = sync;
@@ -155,7 +165,10 @@ int main(int argc, char **argv) {
   }
   if (rc) fprintf(stderr, "worker_sched: %s\n", core_error_msg());
   pipe_worker_free(&w);
-  int bad = rc || x.errors, any = 0;
+  long idles = 0;
+  MPI_Allreduce(&x.idles, &idles, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+  if (idle_check && rank == 0) printf("worker_sched: the idle hook ran %ld time(s) over the ranks\n", idles);
+  int bad = rc || x.errors || (idle_check && idles == 0), any = 0;
   MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (rank == 0) printf("worker_sched %s p=%d v=%d m=%d%s: %s\n", sched_family_name(sh.family), sh.p, sh.v, sh.m, sync ? " sync" : "", any ? "FAILED" : "ok");
   free(x.in_act), free(x.out_act), free(x.grad_out), free(x.grad_in);

@@ -2,7 +2,8 @@
 # POSIX sh. Activation offload's cost on a GPU (backend = "cuda"), timed: a wide GPT (d_model
 # 4096, 64 heads, 8 blocks, T = 1024, micro-batches of 2, byte-level data/kjv.txt) on 4
 # pipeline ranks sharing the GPU, 1f1b, 8 micro-batches, bf16, fused attention, 4 steps; first
-# with pipeline.offload = "none", then the runs OFFLOAD_BENCH_RUNS names (default "full all auto"):
+# with pipeline.offload = "none", then the runs OFFLOAD_BENCH_RUNS names (default "full full+pc auto
+# auto+pc": each placement with its copies whole and fed in pieces):
 #   full  "full" at a rank's share of the GPU's rate (pipeline.offload_gflops 45000,
 #         OFFLOAD_BENCH_GFLOPS) and offload_gbps 40 (OFFLOAD_BENCH_GBPS): the copies those costs
 #         hide where a rank then allocates fewer slots (at the defaults rank 0's 8 micro-batches,
@@ -85,7 +86,7 @@ mps() { # on|off
   fi
 }
 run none || rc=1
-runs=${OFFLOAD_BENCH_RUNS:-full all auto} # after "none", always run first
+runs=${OFFLOAD_BENCH_RUNS:-full full+pc auto auto+pc} # after "none", always run first
 for n in $runs; do
   case $n in *+mps) mps on || { rc=1; continue; };; *) mps off;; esac
   rg= # NAME+rg: that run with recompute_gelu on the blocks (the same losses, smaller slots)

@@ -292,20 +292,22 @@ void train_announce(trainer *tr, const char *resume) {
   if (tr->cfg.act_offload) {
     int n = 0;
     for (int i = 0; i < tr->prog.streams[0].len; i++) n += tr->prog.streams[0].ins[i].op == SCHED_OFFLOAD;
-    if (k0->ops && k0->ops->device_memory)
+    if (k0->ops && k0->ops->device_memory) {
       core_log(CORE_LOG_INFO, "activation offload (pipeline.offload): rank 0 offloads %d time(s) per step, on the "
                "%s backend's two copy streams into %shost buffers, ordered by events%s", n, k0->ops->name,
                strcmp(k0->ops->name, "cuda") ? "" : "page-locked ",
                n ? "" : " (none: no copy that hides frees its buffers in time for the rank to allocate fewer at "
                         "pipeline.offload_gbps against pipeline.offload_gflops)");
-    if (n && k0->ops && strcmp(k0->ops->name, "cuda") == 0 && tr->topo.p > 1 && !tr->pcomm)
-      core_log(CORE_LOG_INFO, "activation offload: the pipeline's transfers go through host copies here, on the same "
-               "copy engines, and a transfer's copy waits for an offload's copy in the same direction, which the "
-               "placement does not see (on one GPU shared by 4 ranks, a 32 MB send waited 21 ms for a 1.3 GB copy; "
-               "BRIGADE_COPY_PIECE_MB=16 in the environment feeds the copies in pieces, so that it waits for a few)");
-    else
+      if (n && strcmp(k0->ops->name, "cuda") == 0 && tr->topo.p > 1 && !tr->pcomm)
+        core_log(CORE_LOG_INFO, "activation offload: the pipeline's transfers go through host copies here, on the "
+                 "same copy engines, and a transfer's copy waits for an offload's copy in the same direction, which "
+                 "the placement does not see (on one GPU shared by 4 ranks, a 32 MB send waited 21 ms for a 1.3 GB "
+                 "copy; BRIGADE_COPY_PIECE_MB=16 in the environment feeds the copies in pieces, so that it waits for "
+                 "a few)");
+    } else {
       core_log(CORE_LOG_INFO, "activation offload (pipeline.offload): on the %s backend activations are host memory "
                "already, so the program has no copies", k0->ops ? k0->ops->name : "cpu");
+    }
   }
   core_log(CORE_LOG_INFO, "layout: %d stage(s) x %d replica(s), schedule %s, %d chunk(s) per rank, %d "
            "micro-batches of %d, %zu instructions per step",

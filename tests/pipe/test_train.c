@@ -1100,6 +1100,13 @@ Test(train, activation_offload_keeps_the_losses, .timeout = 300) {
   cr_assert(rc == 0 && strstr(out, "activations are host memory already, so the program has no copies") &&
                 strstr(out, " 15 instructions per step"), "exit %d: %s", rc, out); /* as without offload */
   free(out);
+  /* a device backend says what it offloads, and never that its activations are host memory */
+  rc = train_capture(&out, "--set train.steps=1 --set backend=fakedev --set 'pipeline.offload=\"full\"' "
+                     "--set 'checkpoint.dir=\"/tmp/brigade_offload_log_ckpt\"'");
+  remove_tree("/tmp/brigade_offload_log_ckpt");
+  cr_assert(rc == 0 && strstr(out, "rank 0 offloads 0 time(s) per step, on the fakedev backend") &&
+                !strstr(out, "host memory already"), "exit %d: %s", rc, out);
+  free(out);
   rc = train_capture(&out, "--set train.steps=1 --set 'pipeline.offload=\"auto\"'");
   cr_assert(rc == 2 && strstr(out, "pipeline.offload = \"auto\" needs pipeline.memory_limit"), "exit %d: %s", rc, out);
   free(out);

@@ -323,8 +323,8 @@ static void host_alloc_copies(void) {
 }
 Test(OPS_HARNESS_SUITE, host_alloc_copies_round_trip) { host_alloc_copies(); }
 /* The same with the offload copies fed in pieces of 1 MiB (the CUDA table: 40 of them and a rest,
- * 4 queued at a time, the rest issued by copy_in's wait for its offload and by copy_wait; the
- * staging copies between them feed the queue while they wait). Other tables ignore it. */
+ * 4 queued at a time; the rest of the copy out issued when copy_in waits for it, the rest of the
+ * copy back by copy_wait). Other tables ignore it. */
 Test(OPS_HARNESS_SUITE, host_alloc_copies_in_pieces) {
   setenv("BRIGADE_COPY_PIECE_MB", "1", 1); /* read when the table first copies (a test is its own process) */
   /* the CUDA emulator: a piece is reported done at every 1000th query only, so the queue is not

@@ -190,7 +190,6 @@ static void sync_(void) { host_wait("sync", st.stream, nullptr); }
 // recorded after each copy of that ticket; copy_wait makes the compute stream wait for it. ----
 static struct {
   cudaStream_t out, in;     // device to host, host to device (made on first use)
-  cudaEvent_t ready;        // recorded on the compute stream before a copy: the data is written
   cudaEvent_t *tev;         // [ntev] per ticket, made on first use
   int ntev;
 } cp;
@@ -217,7 +216,6 @@ static void copy_streams(void) {
   read_piece_size();
   CUDA_CHECK(cudaStreamCreateWithFlags(&cp.out, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&cp.in, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaEventCreateWithFlags(&cp.ready, cudaEventDisableTiming));
 }
 
 // A traced step's copy times: timing events around each group's copies (recorded only while the
@@ -259,17 +257,6 @@ static void copy_group(int g) {
   tc.has[g] = 0, tc.cur = g;
 }
 
-// a copy of the current group is about to go on stream s (its waits queued), or has gone
-static void copy_timed(cudaStream_t s, int after) {
-  if (!tc.on || tc.cur < 0) return;
-  if (after) {
-    CUDA_CHECK(cudaEventRecord(tc.end[tc.cur], s));
-  } else if (!tc.has[tc.cur]) {
-    CUDA_CHECK(cudaEventRecord(tc.start[tc.cur], s));
-    tc.has[tc.cur] = 1;
-  }
-}
-
 static int copy_span(int g, double *start, double *end) {
   flush_ticket(-1); // every queued copy's events recorded
   if (!tc.on || g < 0 || g >= tc.n || !tc.has[g]) return 1;
@@ -281,7 +268,8 @@ static int copy_span(int g, double *start, double *end) {
   return 0;
 }
 
-// Copies fed in pieces (BRIGADE_COPY_PIECE_MB = n > 0; 0 or unset: each copy whole, at once).
+// Every copy_out and copy_in goes through one queue per direction: whole and at once when
+// BRIGADE_COPY_PIECE_MB is 0 or unset (nothing stays queued), else fed in pieces of n MB.
 // A copy engine runs the copies queued on it in turn, whichever stream they came from: a slot
 // offloaded whole (1.3 GB on a wide model, 26 ms) held back a pipeline transfer's staging copy in
 // the same direction, and the rank waiting for it, until the whole slot had moved (measured on an
@@ -418,7 +406,8 @@ static void enqueue(feeder *f, void *dst, const void *src, size_t bytes, int tic
   copy_job *j = &f->q[(f->head + f->n++) % f->cap];
   *j = copy_job{(char *)dst, (const char *)src, bytes, 0, ticket, after, tc.on ? tc.cur : -1, ready_event()};
   CUDA_CHECK(cudaEventRecord(j->ready, st.stream)); // after every op issued so far
-  pump(f);
+  if (piece_bytes) pump(f);
+  else issue(f, 1); // whole, at once: nothing stays queued
 }
 
 // Whether the host should feed the copies while it waits (something is queued).
@@ -439,28 +428,13 @@ static void host_wait(const char *op, cudaStream_t s, cudaEvent_t e) {
 
 static void copy_out(void *dst_host, const void *src, size_t bytes, int ticket) {
   copy_streams();
-  if (piece_bytes) return enqueue(&fout, dst_host, src, bytes, ticket, -1);
-  CUDA_CHECK(cudaEventRecord(cp.ready, st.stream)); // after every op issued so far
-  CUDA_CHECK(cudaStreamWaitEvent(cp.out, cp.ready, 0));
-  copy_timed(cp.out, 0);
-  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, cp.out));
-  copy_timed(cp.out, 1);
-  CUDA_CHECK(cudaEventRecord(ticket_event(ticket), cp.out));
+  enqueue(&fout, dst_host, src, bytes, ticket, -1);
 }
 
 static void copy_in(void *dst, const void *src_host, size_t bytes, int ticket, int after) {
   copy_streams();
-  if (piece_bytes) {
-    if (after >= 0) flush(&fout, after); // its offload's event recorded before this copy waits for it
-    return enqueue(&fin, dst, src_host, bytes, ticket, after);
-  }
-  CUDA_CHECK(cudaEventRecord(cp.ready, st.stream));
-  CUDA_CHECK(cudaStreamWaitEvent(cp.in, cp.ready, 0));
-  if (after >= 0) CUDA_CHECK(cudaStreamWaitEvent(cp.in, ticket_event(after), 0)); // its offload has landed
-  copy_timed(cp.in, 0);
-  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, cp.in));
-  copy_timed(cp.in, 1);
-  CUDA_CHECK(cudaEventRecord(ticket_event(ticket), cp.in));
+  if (after >= 0) flush(&fout, after); // its offload's event recorded before this copy waits for it
+  enqueue(&fin, dst, src_host, bytes, ticket, after);
 }
 
 static void copy_wait(int ticket) {

@@ -309,7 +309,7 @@ fuzz: $(FUZZ_BINS)
 
 bench: $(BENCH_BINS) $(BIN) data/kjv.txt
 	@for b in $(filter-out %/mpi_collectives %/zb_exec %/zero_memory,$(BENCH_BINS)); do echo "== $$b"; $$b || exit 1; done
-	@echo "== $(BUILD)/bench/train_step configs/gpt2-124m.cfg 3 2 cpu 4 64 bf16 (the CPU's bf16 GEMM where it has AVX512-BF16, else fp32 GEMMs)"
+	@echo "== $(BUILD)/bench/train_step configs/gpt2-124m.cfg 3 2 cpu 4 64 bf16 (the CPU's bf16 GEMM where it has AVX512-BF16, on AMX where it has that, else fp32 GEMMs)"
 	@$(BUILD)/bench/train_step configs/gpt2-124m.cfg 3 2 cpu 4 64 bf16
 	@echo "== $(BUILD)/bench/mpi_collectives (mpirun -np 4)"
 	@$(MPIRUN) -np 4 $(BUILD)/bench/mpi_collectives

@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench/cpu_peers.sh: GPT-2-124M's shape (configs/gpt2-124m.cfg, B=4, T=64) on the CPU: brigade
-# fp32 and bf16 (bf16 GEMMs where the CPU has AVX512-BF16, kernels/cpu/bgemm.c) against each
+# fp32 and bf16 (bf16 GEMMs where the CPU has AVX512-BF16, on AMX where it has that too,
+# kernels/cpu/bgemm.c) against each
 # other and against PyTorch (Debian's python3-torch, eager, fp32 and bf16 autocast), interleaved
 # in rounds so that a slow spell of the machine falls on all of them; prints each round and the
 # ratios of the medians. THREADS (default 2) is brigade's `threads` and PyTorch's
@@ -69,6 +70,8 @@ ratio() { echo "$1 $2" | awk '{printf "%.2f", $1/$2}'; }
 mf=$(med $f32) mb=$(med $b16)
 what="fp32 GEMMs: this CPU has no AVX512-BF16"
 [ $hwbf16 = 1 ] && what="bf16 GEMMs on AVX512-BF16"
+[ $hwbf16 = 1 ] && grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null && [ "${BRIGADE_CPU_BGEMM:-}" != avx512 ] &&
+  what="bf16 GEMMs on AMX tiles"
 echo "medians: brigade fp32 $mf s/step, brigade bf16 $mb s/step ($what): bf16 $(ratio "$mf" "$mb")x faster than fp32"
 if [ $torch = 1 ]; then
   mt=$(med $tfp)

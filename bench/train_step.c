@@ -13,7 +13,8 @@
  * operands' 16-bit copies, the CUDA table's default, activations rounded to bf16 as stored),
  * "fp16" (the same in fp16), "bf16fast" / "fp16fast" (BRIGADE_CUDA_HALF=fast: cuBLAS rounds
  * the fp32 operands itself) or "fp32" (the default elsewhere). On the CPU, "bf16" runs the
- * GEMMs on bf16 operands where the CPU has AVX512-BF16 (kernels/cpu/bgemm.c; fp32 elsewhere) and
+ * GEMMs on bf16 operands where the CPU has AVX512-BF16 (kernels/cpu/bgemm.c, on AMX's tiles where
+ * the CPU has them; fp32 elsewhere) and
  * prints the fp32 GEMM rate on the same shapes beside the bf16 one. Under bf16 the CUDA table's attention is its fused kernels unless
  * BRIGADE_CUDA_ATTENTION=gemm in the environment selects the per-head GEMMs. */
 #include <stdio.h>

@@ -244,8 +244,9 @@ const char *kernels_cpu_blas_core(void);
  * (BRIGADE_CPU_VEC=sse forces the latter; both give the same bits). */
 const char *kernels_cpu_vec_name(void);
 /* The CPU tables' matmul_half: sets their GEMMs' precision for kind 0 / 1 / 2 and says what they
- * run ("bf16 GEMMs on AVX512-BF16 (fp32 sums)", or fp32 and why). BRIGADE_CPU_BGEMM=0 in the
- * environment keeps fp32 GEMMs under bf16 (for comparisons). */
+ * run ("bf16 GEMMs on AMX tiles (fp32 sums)", "... on AVX512-BF16 ...", or fp32 and why).
+ * BRIGADE_CPU_BGEMM=0 in the environment keeps fp32 GEMMs under bf16, =avx512 AVX512-BF16's
+ * GEMM where AMX runs (for comparisons). */
 const char *kernels_cpu_matmul_half(int kind);
 int kernels_cpu_gemm_bf16(void); /* 1 while the CPU tables' GEMMs run on bf16 operands */
 const kernels_ops *kernels_cpu_ops(void);

@@ -70,7 +70,8 @@ const char *kernels_cpu_matmul_half(int kind) {
   int off = e && !strcmp(e, "0");
   gemm_bf16 = kind == 1 && !off && kernels_cpu_bgemm_supported();
   if (kind != 1) return kind == 2 ? "fp32 GEMMs (the CPU table has no fp16 GEMM)" : "fp32 GEMMs";
-  if (gemm_bf16) return "bf16 GEMMs on AVX512-BF16 (fp32 sums)";
+  if (gemm_bf16)
+    return kernels_cpu_bgemm_uses_amx() ? "bf16 GEMMs on AMX tiles (fp32 sums)" : "bf16 GEMMs on AVX512-BF16 (fp32 sums)";
   return off ? "fp32 GEMMs (BRIGADE_CPU_BGEMM=0)" : "fp32 GEMMs (this CPU has no AVX512-BF16)";
 }
 

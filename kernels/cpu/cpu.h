@@ -18,6 +18,12 @@ void kernels_cpu_gemm_batched(float *c, const float *a, const float *b, int batc
 /* bgemm.c: the bf16 GEMM (A and B rounded to bf16, fp32 sums), single-threaded, arguments as
  * kernels_cpu_gemm_ld's; only where kernels_cpu_bgemm_supported() (AVX512-BF16) */
 int kernels_cpu_bgemm_supported(void);
+/* AMX's tiles (Intel Sapphire Rapids and later) where the CPU has AMX-BF16 and the kernel grants
+ * the process its tile state; kernels_cpu_bgemm takes them unless BRIGADE_CPU_BGEMM=avx512 or
+ * kernels_cpu_bgemm_use_amx(0) (tests) */
+int kernels_cpu_bgemm_amx_supported(void);
+void kernels_cpu_bgemm_use_amx(int on);
+int kernels_cpu_bgemm_uses_amx(void);
 void kernels_cpu_bgemm(float *c, const float *a, const float *b, int M, int N, int K, int transa, int transb,
                        float alpha, float beta, int lda, int ldb, int ldc);
 

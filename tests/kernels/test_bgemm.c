@@ -1,8 +1,9 @@
 /* Tests of the CPU table's bf16 GEMM (kernels/cpu/bgemm.c) on CPUs with AVX512-BF16: each
  * product against a double-precision product of the operands rounded to bf16 (every
- * transposition, alpha and beta, edges of every block and tile, padding left alone), and the
- * table's routing under matmul_half. Skipped, saying so, on a CPU without AVX512-BF16, where the
- * table keeps fp32 GEMMs under bf16 (also checked). */
+ * transposition, alpha and beta, edges of every block and tile, padding left alone), in both
+ * kernels where the CPU has AMX (its tiles, then AVX512-BF16), and the table's routing under
+ * matmul_half. Skipped, saying so, on a CPU without AVX512-BF16, where the table keeps fp32
+ * GEMMs under bf16 (also checked). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -53,21 +54,47 @@ static double check(rng *r, int M, int N, int K, int ta, int tb, float alpha, fl
   return worst;
 }
 
-Test(bgemm, matches_the_product_of_the_rounded_operands, .timeout = 300) {
-  SKIP_WITHOUT_BF16();
+static void products_within_the_bound(void) {
   rng r = {20261126};
-  /* tiles are 8 x 48, blocks 128 rows x 1536 columns x 384 of k: edges of each, odd k */
-  static const int shapes[][3] = {{1, 1, 1},   {8, 48, 2},     {7, 47, 3},    {9, 49, 33},  {17, 100, 385},
-                                  {129, 97, 31}, {13, 5, 1},   {64, 1537, 20}, {300, 160, 770}};
+  /* AVX512-BF16: tiles 8 x 48, blocks 128 rows x 1536 columns x 384 of k; AMX: tiles 32 x 32,
+   * blocks 256 rows x 768 columns x 768 of k; edges of each, odd k */
+  static const int shapes[][3] = {{1, 1, 1},    {8, 48, 2},    {7, 47, 3},     {9, 49, 33},    {17, 100, 385},
+                                  {129, 97, 31}, {13, 5, 1},   {64, 1537, 20}, {300, 160, 770}, {32, 32, 32},
+                                  {33, 65, 769}, {257, 769, 64}, {31, 31, 63}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     for (int ta = 0; ta < 2; ta++)
       for (int tb = 0; tb < 2; tb++) {
         float alpha = s % 2 ? 1.0f : 0.5f, beta = s % 3 == 0 ? 0.0f : s % 3 == 1 ? 1.0f : -0.7f;
         int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
         double w = check(&r, M, N, K, ta, tb, alpha, beta);
-        cr_assert(w <= 1.0, "M=%d N=%d K=%d transa=%d transb=%d alpha=%g beta=%g: error %.3f of the bound", M, N, K,
-                  ta, tb, alpha, beta, w);
+        cr_assert(w <= 1.0, "%s: M=%d N=%d K=%d transa=%d transb=%d alpha=%g beta=%g: error %.3f of the bound",
+                  kernels_cpu_bgemm_uses_amx() ? "AMX" : "AVX512-BF16", M, N, K, ta, tb, alpha, beta, w);
       }
+}
+
+Test(bgemm, matches_the_product_of_the_rounded_operands, .timeout = 300) {
+  SKIP_WITHOUT_BF16();
+  kernels_cpu_bgemm_use_amx(0);
+  cr_assert(!kernels_cpu_bgemm_uses_amx());
+  products_within_the_bound();
+  kernels_cpu_bgemm_use_amx(1);
+  if (!kernels_cpu_bgemm_amx_supported())
+    cr_skip_test("this CPU has no AMX-BF16 (or the kernel does not grant its tiles): AVX512-BF16's GEMM checked, "
+                 "AMX's not");
+  cr_assert(kernels_cpu_bgemm_uses_amx());
+  products_within_the_bound();
+}
+
+/* BRIGADE_CPU_BGEMM=avx512 keeps AVX512-BF16's GEMM where AMX runs (read once: each test is a
+ * process of its own), and the log line says which. */
+Test(bgemm, the_environment_keeps_avx512_bf16) {
+  SKIP_WITHOUT_BF16();
+  setenv("BRIGADE_CPU_BGEMM", "avx512", 1);
+  cr_assert(!kernels_cpu_bgemm_uses_amx());
+  const char *say = kernels_cpu_matmul_half(1);
+  cr_assert(strstr(say, "AVX512-BF16"), "%s", say);
+  kernels_cpu_ops()->matmul_half(0);
+  unsetenv("BRIGADE_CPU_BGEMM");
 }
 
 /* Operands that bf16 changes: 1 + 2^-10 rounds to 1 (ties to even at 1 + 2^-8 would go down
@@ -98,6 +125,10 @@ Test(bgemm, the_cpu_table_routes_its_gemms_under_matmul_half, .timeout = 120) {
     cr_skip_test("this CPU has no AVX512-BF16: checked only that its GEMMs stay fp32 under bf16");
   }
   cr_assert(kernels_cpu_gemm_bf16() && c == 1.0f, "under bf16: %a", c);
+  const char *say = kernels_cpu_matmul_half(1), *e = getenv("BRIGADE_CPU_BGEMM");
+  /* AMX where it runs (unless the environment keeps AVX512-BF16), and the log says which */
+  cr_assert(kernels_cpu_bgemm_uses_amx() == (kernels_cpu_bgemm_amx_supported() && !(e && !strcmp(e, "avx512"))));
+  cr_assert(strstr(say, kernels_cpu_bgemm_uses_amx() ? "AMX" : "AVX512-BF16"), "%s", say);
   ops->matmul_half(2);
   ops->gemm(&c, &a, &b, 1, 1, 1, 0, 0, 1.0f, 0.0f);
   cr_assert(!kernels_cpu_gemm_bf16() && c == fp32, "fp16 has no CPU GEMM: fp32 expected, got %a", c);

@@ -422,6 +422,45 @@ TGT_AMX static void tile_amx(int nq, const uint32_t *a, const uint32_t *b, float
     }
 }
 
+/* The tiles of C's block [ic, ic + panels * 32) x [jc, jc + strips * 32) over one block of k. */
+TGT_AMX static void tiles_amx(const uint32_t *ap, const uint32_t *bp, int panels, int strips, int nq, float *c,
+                              int ic, int jc, int M, int N, size_t ldc, float alpha, float be) {
+  size_t kc2p = (size_t)16 * nq;
+  for (int q = 0; q < panels; q++) {
+    int i = ic + q * AMR, mv = M - i < AMR ? M - i : AMR;
+    for (int s = 0; s < strips; s++) {
+      int j = jc + s * ANR, nv = N - j < ANR ? N - j : ANR;
+      tile_amx(nq, ap + (size_t)q * kc2p * AMR, bp + (size_t)s * kc2p * ANR, c + (size_t)i * ldc + j, ldc, alpha, be,
+               mv, nv);
+    }
+  }
+}
+
+/* B's block [pc, pc + kc) x [jc, jc + nc) into strips; A's [ic, ic + mc) x [pc, pc + kc) into panels. */
+TGT_AMX static uint32_t *pack_b_amx(const float *b, int transb, int ldb, int pc, int kc, int jc, int nc) {
+  int strips = (nc + ANR - 1) / ANR, nq = (kc + 31) / 32, kc2p = 16 * nq;
+  uint32_t *bp = grow(&pack_b_buf, (size_t)strips * kc2p * ANR);
+  if (transb) /* op(B)'s columns are B's rows */
+    pack_rows_b_amx(bp, strips * ANR, b + (size_t)jc * ldb + pc, (size_t)ldb, nc, kc, kc2p);
+  else
+    pack_cols_b_amx(bp, strips * ANR, b + (size_t)pc * ldb + jc, (size_t)ldb, nc, kc, kc2p);
+  return bp;
+}
+TGT_AMX static uint32_t *pack_a_amx(const float *a, int transa, int lda, int ic, int mc, int pc, int kc) {
+  int panels = (mc + AMR - 1) / AMR, nq = (kc + 31) / 32;
+  uint32_t *ap = grow(&pack_a_buf, (size_t)panels * 16 * nq * AMR);
+  if (transa)
+    pack_cols_amx(ap, panels * AMR, a + (size_t)pc * lda + ic, (size_t)lda, mc, kc, nq);
+  else
+    pack_rows_amx(ap, panels * AMR, a + (size_t)ic * lda + pc, (size_t)lda, mc, kc, nq);
+  return ap;
+}
+
+/* GotoBLAS's order (blocks of columns, then of k, then of rows: B's block packed once, A's once
+ * per block of columns), except that where A is one block of rows (M <= 256: a micro-batch's
+ * tokens) A goes outside, packed once per block of k, and B's blocks go by under it: the LM
+ * head's forward (N = 50257) packed its A 66 times otherwise. Each element of C sums its blocks
+ * of k in the same order either way. */
 TGT_AMX static void bgemm_amx(float *c, const float *a, const float *b, int M, int N, int K, int transa, int transb,
                               float alpha, float beta, int lda, int ldb, int ldc) {
   amx_config cfg;
@@ -429,31 +468,27 @@ TGT_AMX static void bgemm_amx(float *c, const float *a, const float *b, int M, i
   cfg.palette = 1;
   for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
   _tile_loadconfig(&cfg);
-  for (int jc = 0; jc < N; jc += ANC) {
-    int nc = N - jc < ANC ? N - jc : ANC, strips = (nc + ANR - 1) / ANR;
+  int panels_all = (M + AMR - 1) / AMR;
+  for (int pc = 0; pc < K && M <= AMC; pc += AKC) {
+    int kc = K - pc < AKC ? K - pc : AKC, nq = (kc + 31) / 32;
+    float be = pc == 0 ? beta : 1.0f; /* later blocks add to the first's */
+    const uint32_t *ap = pack_a_amx(a, transa, lda, 0, M, pc, kc);
+    for (int jc = 0; jc < N; jc += ANC) {
+      int nc = N - jc < ANC ? N - jc : ANC;
+      const uint32_t *bp = pack_b_amx(b, transb, ldb, pc, kc, jc, nc);
+      tiles_amx(ap, bp, panels_all, (nc + ANR - 1) / ANR, nq, c, 0, jc, M, N, (size_t)ldc, alpha, be);
+    }
+  }
+  for (int jc = 0; jc < N && M > AMC; jc += ANC) {
+    int nc = N - jc < ANC ? N - jc : ANC;
     for (int pc = 0; pc < K; pc += AKC) {
-      int kc = K - pc < AKC ? K - pc : AKC, nq = (kc + 31) / 32, kc2p = 16 * nq;
-      float be = pc == 0 ? beta : 1.0f; /* later blocks add to the first's */
-      uint32_t *bp = grow(&pack_b_buf, (size_t)strips * kc2p * ANR);
-      if (transb)
-        pack_rows_b_amx(bp, strips * ANR, b + (size_t)jc * ldb + pc, (size_t)ldb, nc, kc, kc2p);
-      else
-        pack_cols_b_amx(bp, strips * ANR, b + (size_t)pc * ldb + jc, (size_t)ldb, nc, kc, kc2p);
+      int kc = K - pc < AKC ? K - pc : AKC, nq = (kc + 31) / 32;
+      float be = pc == 0 ? beta : 1.0f;
+      const uint32_t *bp = pack_b_amx(b, transb, ldb, pc, kc, jc, nc);
       for (int ic = 0; ic < M; ic += AMC) {
-        int mc = M - ic < AMC ? M - ic : AMC, panels = (mc + AMR - 1) / AMR;
-        uint32_t *ap = grow(&pack_a_buf, (size_t)panels * kc2p * AMR);
-        if (transa)
-          pack_cols_amx(ap, panels * AMR, a + (size_t)pc * lda + ic, (size_t)lda, mc, kc, nq);
-        else
-          pack_rows_amx(ap, panels * AMR, a + (size_t)ic * lda + pc, (size_t)lda, mc, kc, nq);
-        for (int q = 0; q < panels; q++) {
-          int i = ic + q * AMR, mv = M - i < AMR ? M - i : AMR;
-          for (int s = 0; s < strips; s++) {
-            int j = jc + s * ANR, nv = N - j < ANR ? N - j : ANR;
-            tile_amx(nq, ap + (size_t)q * kc2p * AMR, bp + (size_t)s * kc2p * ANR, c + (size_t)i * ldc + j,
-                     (size_t)ldc, alpha, be, mv, nv);
-          }
-        }
+        int mc = M - ic < AMC ? M - ic : AMC;
+        const uint32_t *ap = pack_a_amx(a, transa, lda, ic, mc, pc, kc);
+        tiles_amx(ap, bp, (mc + AMR - 1) / AMR, (nc + ANR - 1) / ANR, nq, c, ic, jc, M, N, (size_t)ldc, alpha, be);
       }
     }
   }

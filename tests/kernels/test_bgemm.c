@@ -57,10 +57,12 @@ static double check(rng *r, int M, int N, int K, int ta, int tb, float alpha, fl
 static void products_within_the_bound(void) {
   rng r = {20261126};
   /* AVX512-BF16: tiles 8 x 48, blocks 128 rows x 1536 columns x 384 of k; AMX: tiles 32 x 32,
-   * blocks 256 rows x 768 columns x 768 of k; edges of each, odd k */
+   * blocks 256 rows x 768 columns x 768 of k (A packed once per block of k up to 256 rows, in
+   * GotoBLAS's order beyond); edges of each, odd k */
   static const int shapes[][3] = {{1, 1, 1},    {8, 48, 2},    {7, 47, 3},     {9, 49, 33},    {17, 100, 385},
                                   {129, 97, 31}, {13, 5, 1},   {64, 1537, 20}, {300, 160, 770}, {32, 32, 32},
-                                  {33, 65, 769}, {257, 769, 64}, {31, 31, 63}};
+                                  {33, 65, 769}, {257, 769, 64}, {31, 31, 63}, {40, 800, 800},
+                                  {24, 70, 1600}, {50, 33, 900}};
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     for (int ta = 0; ta < 2; ta++)
       for (int tb = 0; tb < 2; tb++) {
@@ -139,11 +141,12 @@ Test(bgemm, the_cpu_table_routes_its_gemms_under_matmul_half, .timeout = 120) {
   unsetenv("BRIGADE_CPU_BGEMM");
   ops->matmul_half(1);
 
-  /* a product large enough to be split over two threads (by columns, then by rows) */
+  /* a product large enough to be split over two threads (by columns, then by rows; the third
+   * splits 400 rows into two blocks of 200, which AMX's GEMM packs in its other loop order) */
   kernels_cpu_init(2);
   rng r = {7};
-  for (int shape = 0; shape < 2; shape++) {
-    int M = shape ? 700 : 96, N = shape ? 96 : 700, K = 300;
+  for (int shape = 0; shape < 3; shape++) {
+    int M = shape == 2 ? 400 : shape ? 700 : 96, N = shape ? 96 : 700, K = shape == 2 ? 900 : 300;
     float *x = malloc(sizeof(float) * M * K), *y = malloc(sizeof(float) * K * N);
     float *c1 = malloc(sizeof(float) * M * N), *c2 = malloc(sizeof(float) * M * N);
     for (int i = 0; i < M * K; i++) x[i] = uniform(&r, -0.5f, 0.5f);

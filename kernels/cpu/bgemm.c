@@ -264,9 +264,10 @@ TGT static void bgemm_avx512(float *c, const float *a, const float *b, int M, in
 }
 
 /* ---- AMX ----------------------------------------------------------------------------------
- * Sapphire Rapids' tile unit: TDPBF16PS multiplies a 16 x 32 bf16 tile of A by a 32 x 16 one of B
- * (its 16 rows are pairs of k, each 16 words of pairs: the strips' layout above) and adds the
- * exact products to a 16 x 16 fp32 tile, 16 times the multiply-adds of one VDPBF16PS. The tile
+ * The tile unit of Intel's Xeons since Sapphire Rapids: TDPBF16PS multiplies a 16 x 32 bf16
+ * tile of A by a 32 x 16 one of B (its 16 rows are pairs of k, each 16 words of pairs: the
+ * strips' layout above) and adds the exact products to a 16 x 16 fp32 tile, 16 times the
+ * multiply-adds of one VDPBF16PS. The tile
  * is 2 x 2 of those: C tiles 0-3 stay in the unit over the block's k, A tiles 4-5 and B tiles
  * 6-7 are loaded for each 32 values of k, 4 KiB read for 4 products. A panel of A (32 rows, up
  * to 768 values of k: 48 KiB) is held while the strips of B's block go by, so C is written along

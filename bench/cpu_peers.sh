@@ -32,10 +32,12 @@ mean_of() { # what file pattern -> the mean the run printed in file
   echo "$v"
 }
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+trap 'rm -f "$out" "$out.what"' EXIT
 step() { # precision -> mean s/step of brigade's train_step
   "$B/bench/train_step" configs/gpt2-124m.cfg 3 "$THREADS" cpu 4 64 "$1" > "$out" 2>&1 ||
     { echo "cpu_peers: train_step ($1) failed:" >&2; cat "$out" >&2; exit 1; }
+  # which GEMMs bf16 ran, as the run itself said (AMX, AVX512-BF16, or fp32 and why)
+  [ "$1" = bf16 ] && sed -n 's/^cpu GEMM (fp32) in this run.*; \([^;]*\): [0-9.]*x and .*/\1/p' "$out" > "$out.what"
   mean_of "train_step ($1)" "$out" 's/^mean: \([0-9.]*\) s\/step.*/\1/p'
 }
 torch_step() { # dtype steps -> mean s/step of PyTorch
@@ -68,10 +70,8 @@ fi
 med() { echo "$@" | tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 ratio() { echo "$1 $2" | awk '{printf "%.2f", $1/$2}'; }
 mf=$(med $f32) mb=$(med $b16)
-what="fp32 GEMMs: this CPU has no AVX512-BF16"
-[ $hwbf16 = 1 ] && what="bf16 GEMMs on AVX512-BF16"
-[ $hwbf16 = 1 ] && grep -qw amx_bf16 /proc/cpuinfo 2>/dev/null && [ "${BRIGADE_CPU_BGEMM:-}" != avx512 ] &&
-  what="bf16 GEMMs on AMX tiles"
+what=$(cat "$out.what" 2>/dev/null)
+[ -n "$what" ] || what="fp32 GEMMs: this CPU has no AVX512-BF16"
 echo "medians: brigade fp32 $mf s/step, brigade bf16 $mb s/step ($what): bf16 $(ratio "$mf" "$mb")x faster than fp32"
 if [ $torch = 1 ]; then
   mt=$(med $tfp)

@@ -469,27 +469,29 @@ TGT_AMX static void bgemm_amx(float *c, const float *a, const float *b, int M, i
   cfg.palette = 1;
   for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
   _tile_loadconfig(&cfg);
-  int panels_all = (M + AMR - 1) / AMR;
-  for (int pc = 0; pc < K && M <= AMC; pc += AKC) {
-    int kc = K - pc < AKC ? K - pc : AKC, nq = (kc + 31) / 32;
-    float be = pc == 0 ? beta : 1.0f; /* later blocks add to the first's */
-    const uint32_t *ap = pack_a_amx(a, transa, lda, 0, M, pc, kc);
-    for (int jc = 0; jc < N; jc += ANC) {
-      int nc = N - jc < ANC ? N - jc : ANC;
-      const uint32_t *bp = pack_b_amx(b, transb, ldb, pc, kc, jc, nc);
-      tiles_amx(ap, bp, panels_all, (nc + ANR - 1) / ANR, nq, c, 0, jc, M, N, (size_t)ldc, alpha, be);
-    }
-  }
-  for (int jc = 0; jc < N && M > AMC; jc += ANC) {
-    int nc = N - jc < ANC ? N - jc : ANC;
+  if (M <= AMC) {
     for (int pc = 0; pc < K; pc += AKC) {
       int kc = K - pc < AKC ? K - pc : AKC, nq = (kc + 31) / 32;
-      float be = pc == 0 ? beta : 1.0f;
-      const uint32_t *bp = pack_b_amx(b, transb, ldb, pc, kc, jc, nc);
-      for (int ic = 0; ic < M; ic += AMC) {
-        int mc = M - ic < AMC ? M - ic : AMC;
-        const uint32_t *ap = pack_a_amx(a, transa, lda, ic, mc, pc, kc);
-        tiles_amx(ap, bp, (mc + AMR - 1) / AMR, (nc + ANR - 1) / ANR, nq, c, ic, jc, M, N, (size_t)ldc, alpha, be);
+      float be = pc == 0 ? beta : 1.0f; /* later blocks add to the first's */
+      const uint32_t *ap = pack_a_amx(a, transa, lda, 0, M, pc, kc);
+      for (int jc = 0; jc < N; jc += ANC) {
+        int nc = N - jc < ANC ? N - jc : ANC;
+        const uint32_t *bp = pack_b_amx(b, transb, ldb, pc, kc, jc, nc);
+        tiles_amx(ap, bp, (M + AMR - 1) / AMR, (nc + ANR - 1) / ANR, nq, c, 0, jc, M, N, (size_t)ldc, alpha, be);
+      }
+    }
+  } else {
+    for (int jc = 0; jc < N; jc += ANC) {
+      int nc = N - jc < ANC ? N - jc : ANC;
+      for (int pc = 0; pc < K; pc += AKC) {
+        int kc = K - pc < AKC ? K - pc : AKC, nq = (kc + 31) / 32;
+        float be = pc == 0 ? beta : 1.0f;
+        const uint32_t *bp = pack_b_amx(b, transb, ldb, pc, kc, jc, nc);
+        for (int ic = 0; ic < M; ic += AMC) {
+          int mc = M - ic < AMC ? M - ic : AMC;
+          const uint32_t *ap = pack_a_amx(a, transa, lda, ic, mc, pc, kc);
+          tiles_amx(ap, bp, (mc + AMR - 1) / AMR, (nc + ANR - 1) / ANR, nq, c, ic, jc, M, N, (size_t)ldc, alpha, be);
+        }
       }
     }
   }

@@ -108,8 +108,11 @@ FORCE:
 # The CPU kernels' element-wise loops vectorise with GCC's cheap cost model (-O2 uses the very
 # cheap one, which leaves loops needing an epilogue or an alias check scalar) and without errno
 # for sqrtf. Neither changes a result: no reassociation, each element's arithmetic as written.
-$(BUILD)/kernels/cpu/ops_cpu.o $(BUILD)/kernels/cpu/vec_sse.o $(BUILD)/kernels/cpu/vec_avx2.o: \
+$(BUILD)/kernels/cpu/ops_cpu.o $(BUILD)/kernels/cpu/vec_sse.o $(BUILD)/kernels/cpu/vec_avx2.o $(BUILD)/kernels/cpu/vec_avx512.o: \
   CFLAGS += -fno-math-errno -fvect-cost-model=cheap
+# The 16-lane loops keep to zmm0-15: VZEROUPPER does not clean zmm16-31, and left dirty they
+# slowed the non-VEX SSE code that ran after them (the step's softmax took about 2.5x as long).
+$(BUILD)/kernels/cpu/vec_avx512.o: CFLAGS += $(foreach r,16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31,-ffixed-xmm$(r))
 
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)

@@ -32,12 +32,16 @@ void kernels_cpu_bgemm(float *c, const float *a, const float *b, int M, int N, i
 void kernels_cpu_exp_shifted(float *out, const float *x, float shift, size_t n);
 
 /* The vector loops (vec_body.h), one table per instruction set; every table gives the same bits.
- * kernels_cpu_vec_get() is the one in use: AVX2's where the CPU has it, unless
- * BRIGADE_CPU_VEC=sse in the environment keeps the 4-lane one (for comparisons); chosen once. */
+ * kernels_cpu_vec_get() is the one in use: AVX2's where the CPU has it, else SSE's;
+ * BRIGADE_CPU_VEC=sse in the environment keeps SSE's, BRIGADE_CPU_VEC=avx512 takes AVX-512's
+ * where the CPU has it (not the default: see select_vec_once in ops_cpu.c); chosen once. */
 typedef struct {
-  const char *name; /* "sse", "avx2" */
+  const char *name; /* "sse", "avx2", "avx512" */
   int width;        /* floats per vector */
   void (*exp_shifted)(float *out, const float *x, float shift, size_t n);
+  /* out = softmax of x's n > 0 values (out may be x); returns sum exp(x - max) (in double, 8
+   * partial sums i % 8 added in order) and the max in *max_out */
+  double (*softmax)(float *out, const float *x, size_t n, float *max_out);
   void (*gelu_forward)(float *out, const float *in, size_t n);
   void (*gelu_backward)(float *din, const float *in, const float *dout, size_t n);
   void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *in, const float *w, const float *b,
@@ -54,7 +58,7 @@ typedef struct {
                    float grad_scale);
   void (*round_bf16)(float *out, const float *in, size_t n); /* kernels_f32_to_bf16's rounding; out may be in */
 } kernels_cpu_vec;
-extern const kernels_cpu_vec kernels_cpu_vec_sse, kernels_cpu_vec_avx2;
+extern const kernels_cpu_vec kernels_cpu_vec_sse, kernels_cpu_vec_avx2, kernels_cpu_vec_avx512;
 const kernels_cpu_vec *kernels_cpu_vec_get(void);
 
 /* pool.c: the workers the non-GEMM ops share (see the file). fn(ctx, lo, hi) runs on parts of

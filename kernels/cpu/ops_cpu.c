@@ -90,14 +90,18 @@ static void bias_grad(float *dbias, const float *dout, int N, int C) {
 
 /* ---- activations ---- */
 
-/* GELU, exp, LayerNorm and AdamW run on the vector loops of vec_body.h, 4 or 8 lanes by what
- * the CPU has (the same bits either way). */
+/* GELU, exp, softmax, LayerNorm and AdamW run on the vector loops of vec_body.h, 8 lanes where
+ * the CPU has AVX2, else 4, or 16 on request (the same bits whichever). */
 static const kernels_cpu_vec *vec_in_use;
 static void select_vec_once(void) {
   __builtin_cpu_init();
   const char *e = getenv("BRIGADE_CPU_VEC");
-  int avx2 = __builtin_cpu_supports("avx2") && !(e && !strcmp(e, "sse"));
-  vec_in_use = avx2 ? &kernels_cpu_vec_avx2 : &kernels_cpu_vec_sse;
+  /* AVX-512 only when asked: on a Xeon (Emerald Rapids) its 16-lane loops made the step's GEMMs
+   * about 10% slower, more than they saved (docs/benchmarks.md) */
+  int cap = e && !strcmp(e, "sse") ? 4 : e && !strcmp(e, "avx512") ? 16 : 8;
+  vec_in_use = cap >= 16 && __builtin_cpu_supports("avx512f") ? &kernels_cpu_vec_avx512
+               : cap >= 8 && __builtin_cpu_supports("avx2")   ? &kernels_cpu_vec_avx2
+                                                               : &kernels_cpu_vec_sse;
 }
 const kernels_cpu_vec *kernels_cpu_vec_get(void) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -198,15 +202,7 @@ static void layernorm_backward_weight(float *dw, float *db, const float *dout, c
 
 /* out = softmax(x) over V entries; returns the sum of exp(x - max), in double, and the max */
 static double softmax_row(float *out, const float *x, int V, float *max_out) {
-  float mx = x[0];
-  for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
-  double sum = 0.0;
-  kernels_cpu_exp_shifted(out, x, mx, (size_t)V);
-  for (int i = 0; i < V; i++) sum += out[i];
-  float inv = (float)(1.0 / sum); /* sum >= 1: the max term is exp(0) */
-  for (int i = 0; i < V; i++) out[i] *= inv;
-  *max_out = mx;
-  return sum;
+  return kernels_cpu_vec_get()->softmax(out, x, (size_t)V, max_out);
 }
 
 static void softmax_rows(void *ctx, size_t lo, size_t hi) {

@@ -1,14 +1,16 @@
-/* kernels/cpu/vec_body.h: the CPU table's vector loops (exp, GELU, LayerNorm, AdamW), written once for a vector of
- * VEC_W floats and compiled twice: vec_sse.c (VEC_W 4, x86-64's baseline SSE) and vec_avx2.c
- * (VEC_W 8, every function marked target("avx2"), chosen at run time where the CPU has it; see
- * kernels_cpu_vec in cpu.h). Include it once per file, after defining VEC_W and VEC_TABLE.
+/* kernels/cpu/vec_body.h: the CPU table's vector loops (exp, softmax, GELU, LayerNorm, AdamW), written once for a
+ * vector of VEC_W floats and compiled three times: vec_sse.c (VEC_W 4, x86-64's baseline SSE),
+ * vec_avx2.c (VEC_W 8, every function marked target("avx2")) and vec_avx512.c (VEC_W 16,
+ * target("avx512f")), the widest the CPU has chosen at run time; see kernels_cpu_vec in cpu.h.
+ * Include it once per file, after defining VEC_W and VEC_TABLE.
  *
- * The two builds give the same bits: each lane runs the same IEEE single-precision operations
- * in the same order (add, multiply, divide, square root, round-to-integer by a magic constant,
- * integer shift; no FMA: -std=c11 keeps GCC from contracting a*b+c), so only how many lanes run
- * at once differs. Sums over a row (LayerNorm's) are 8 partial sums whatever the width (element i
- * goes to partial i % 8, the partials are then added in order 0..7), so they too give the same
- * bits. tests/kernels/test_vec.c checks all of it.
+ * The builds give the same bits: each lane runs the same IEEE single-precision operations in the
+ * same order (add, multiply, divide, square root, round-to-integer by a magic constant, integer
+ * shift; no FMA: -std=c11 keeps GCC from contracting a*b+c), so only how many lanes run at once
+ * differs. Sums over a row (LayerNorm's in float, the softmax's in double) are 8 partial sums
+ * whatever the width (element i goes to partial i % 8, the partials are then added in order
+ * 0..7), so they too give the same bits (the 16-lane build runs LayerNorm on AVX2's loops).
+ * tests/kernels/test_vec.c checks all of it.
  *
  * GELU: GPT-2's gelu, 0.5 x (1 + tanh u) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as
  * x sigmoid(2u) = x / (1 + exp(-2u)): the same function (1 + tanh u = 2 / (1 + exp(-2u))), one
@@ -31,12 +33,18 @@
 #define VEC_FN static
 #elif VEC_W == 8
 #define VEC_FN static __attribute__((target("avx2")))
+#elif VEC_W == 16
+#define VEC_FN static __attribute__((target("avx512f,prefer-vector-width=512")))
 #else
-#error "VEC_W must be 4 or 8"
+#error "VEC_W must be 4, 8 or 16"
 #endif
 
 typedef float vf __attribute__((vector_size(VEC_W * sizeof(float))));
 typedef int32_t vi __attribute__((vector_size(VEC_W * sizeof(int32_t))));
+/* half a vector of floats, and as many doubles (one register's worth: GCC keeps a wider generic
+ * vector in memory) */
+typedef float vfh __attribute__((vector_size(VEC_W / 2 * sizeof(float))));
+typedef double vdh __attribute__((vector_size(VEC_W / 2 * sizeof(double))));
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
@@ -95,6 +103,57 @@ VEC_FN void exp_shifted(float *out, const float *x, float shift, size_t n) {
   }
 }
 
+/* A row's largest value, as the loop mx = x[i] > mx ? x[i] : mx from mx = x[0] finds it: NaNs
+ * never enter (but for a NaN at x[0], which stays); each lane keeps its own maximum from x[0] on,
+ * the lanes then met in order. (Of equal zeros the one kept may differ in sign from the scalar
+ * loop's; x - max and the softmax are the same for either.) */
+VEC_FN float row_max(const float *x, size_t n) {
+  vf mv = (vf){0} + x[0];
+  size_t i = 0;
+  for (; i + VEC_W <= n; i += VEC_W) {
+    vf v = v_load(x + i, VEC_W);
+    mv = v_select(v > mv, v, mv);
+  }
+  float m = x[0];
+  for (int j = 0; j < VEC_W; j++) m = mv[j] > m ? mv[j] : m;
+  for (; i < n; i++) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+enum { SOFTMAX_BLOCK = 1024 }; /* floats exped, then summed while in L1 */
+
+/* out = softmax(x) over n > 0 values (out may be x); returns the sum of exp(x - max) (as
+ * double: 8 partial sums, element i into partial i % 8 in order, the partials then added 0..7,
+ * so every table gives the same bits) and the max in *max_out. */
+VEC_FN double softmax(float *out, const float *x, size_t n, float *max_out) {
+  float mx = row_max(x, n);
+  enum { H = VEC_W / 2, NACC = 8 / H }; /* the 8 partial sums: NACC vectors of H doubles */
+  vdh acc[NACC] = {{0}};
+  for (size_t b = 0; b < n; b += SOFTMAX_BLOCK) { /* whole groups of 8 (b is a multiple of 8) */
+    size_t e = n - b < SOFTMAX_BLOCK ? n : b + SOFTMAX_BLOCK;
+    exp_shifted(out + b, x + b, mx, e - b);
+    for (size_t i = b; i + 8 <= e; i += 8)
+#pragma GCC unroll 4
+      for (int a = 0; a < NACC; a++) {
+        vfh f;
+        memcpy(&f, out + i + (size_t)a * H, sizeof f);
+        acc[a] += __builtin_convertvector(f, vdh);
+      }
+  }
+  double part[8], sum;
+  memcpy(part, acc, sizeof part);
+  for (size_t i = n & ~(size_t)7; i < n; i++) part[i % 8] += (double)out[i]; /* the last group's few */
+  sum = part[0];
+  for (int j = 1; j < 8; j++) sum += part[j];
+  vf inv = (vf){0} + (float)(1.0 / sum); /* sum >= 1: the max term is exp(0) */
+  for (size_t i = 0; i < n; i += VEC_W) {
+    size_t k = n - i < VEC_W ? n - i : VEC_W;
+    v_store(out + i, v_load(out + i, k) * inv, k);
+  }
+  *max_out = mx;
+  return sum;
+}
+
 VEC_FN void gelu_forward(float *out, const float *in, size_t n) {
   for (size_t i = 0; i < n; i += VEC_W) {
     size_t k = n - i < VEC_W ? n - i : VEC_W;
@@ -119,6 +178,7 @@ VEC_FN void gelu_backward(float *din, const float *in, const float *dout, size_t
 }
 
 /* ---- LayerNorm: row sums as 8 partial sums (SUM_LANES), ACCS vectors of VEC_W lanes ---- */
+#if VEC_W <= 8
 
 enum { SUM_LANES = 8, ACCS = SUM_LANES / VEC_W };
 
@@ -239,6 +299,21 @@ VEC_FN void layernorm_backward_weight(float *dw, float *db, const float *dout, c
   }
 }
 
+#else /* 16 lanes: the 8 partial sums are one AVX2 vector, so AVX2's loops serve */
+VEC_FN void layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w, const float *b,
+                              int N, int C, float eps) {
+  kernels_cpu_vec_avx2.layernorm_forward(out, mean, rstd, in, w, b, N, C, eps);
+}
+VEC_FN void layernorm_backward_input(float *din, const float *dout, const float *in, const float *w,
+                                     const float *mean, const float *rstd, int N, int C) {
+  kernels_cpu_vec_avx2.layernorm_backward_input(din, dout, in, w, mean, rstd, N, C);
+}
+VEC_FN void layernorm_backward_weight(float *dw, float *db, const float *dout, const float *in, const float *mean,
+                                      const float *rstd, int N, int C) {
+  kernels_cpu_vec_avx2.layernorm_backward_weight(dw, db, dout, in, mean, rstd, N, C);
+}
+#endif
+
 /* ---- AdamW: element-wise (GCC vectorises the loop to the file's width; vec_*.o are built with
  * -fno-math-errno so sqrtf can be one instruction) ---- */
 VEC_FN void adamw(float *restrict p, const float *restrict g, float *restrict m, float *restrict v, size_t n,
@@ -285,9 +360,10 @@ VEC_FN void round_bf16(float *out, const float *in, size_t n) {
 }
 
 const kernels_cpu_vec VEC_TABLE = {
-    .name = VEC_W == 4 ? "sse" : "avx2",
+    .name = VEC_W == 4 ? "sse" : VEC_W == 8 ? "avx2" : "avx512",
     .width = VEC_W,
     .exp_shifted = exp_shifted,
+    .softmax = softmax,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
     .layernorm_forward = layernorm_forward,

@@ -240,8 +240,9 @@ void kernels_cpu_init(int threads);
 void kernels_cpu_setup(void);
 /* The OpenBLAS kernel set in use ("SkylakeX", "Haswell", ...), for logs and benchmarks. */
 const char *kernels_cpu_blas_core(void);
-/* The CPU table's vector loops (GELU, exp) in use: "avx2" where the CPU has it, else "sse"
- * (BRIGADE_CPU_VEC=sse forces the latter; both give the same bits). */
+/* The CPU table's vector loops (GELU, exp, softmax, LayerNorm, AdamW) in use: "avx2" where the
+ * CPU has it, else "sse"; BRIGADE_CPU_VEC=sse forces the latter, =avx512 takes "avx512" where
+ * the CPU has AVX-512F (all give the same bits). */
 const char *kernels_cpu_vec_name(void);
 /* The CPU tables' matmul_half: sets their GEMMs' precision for kind 0 / 1 / 2 and says what they
  * run ("bf16 GEMMs on AMX tiles (fp32 sums)", "... on AVX512-BF16 ...", or fp32 and why).

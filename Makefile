@@ -8,7 +8,7 @@
 #   make run        the main job (see README.md)
 #   make pictures   make run, then its two timelines and two simulated ones into docs/img (the README's pictures)
 #   make bench      benchmarks that print figures
-#   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS (60) each
+#   make fuzz       libFuzzer targets (clang), FUZZ_SECONDS (60) each, FUZZ_JOBS (the cores) at once
 #   make faults     the fault suite in full (tests/faults: FAULT_TRIALS (30) concurrent-writer trials), then tests/pipe/test_fault
 #   CUDA=1 / CUDA=0 force the CUDA backend on / off (default: on when nvcc is found)
 

@@ -34,7 +34,7 @@
 #elif VEC_W == 8
 #define VEC_FN static __attribute__((target("avx2")))
 #elif VEC_W == 16
-#define VEC_FN static __attribute__((target("avx512f,prefer-vector-width=512")))
+#define VEC_FN static __attribute__((target("avx512f")))
 #else
 #error "VEC_W must be 4, 8 or 16"
 #endif

@@ -111,8 +111,14 @@ static void print_ops(double step_s, double gemm) {
     }
   printf("ops of the split step (each waited for; %.1f ms in all):\n  %-26s %9.2f ms %5.1f%%\n", 1e3 * step_s, "gemm",
          1e3 * gemm, 100 * gemm / step_s);
-  for (int i = 0; i < n; i++)
+  double sum = gemm;
+  for (int i = 0; i < n; i++) {
     printf("  %-26s %9.2f ms %5.1f%%\n", op_name[order[i]], 1e3 * op_s[order[i]], 100 * op_s[order[i]] / step_s);
+    sum += op_s[order[i]];
+  }
+  /* what the step spent outside its ops (copies, allocation, the layers' own loops, waits) */
+  printf("  %-26s %9.2f ms %5.1f%% (the step measured, less the sum of its ops: %.2f ms)\n", "outside the ops",
+         1e3 * (step_s - sum), 100 * (step_s - sum) / step_s, 1e3 * sum);
 }
 static void gemm_timed(float *c, const float *a, const float *b, int M, int N, int K, int ta, int tb, float al, float be) {
   if (!timing) {

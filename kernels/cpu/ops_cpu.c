@@ -97,7 +97,7 @@ static void select_vec_once(void) {
   __builtin_cpu_init();
   const char *e = getenv("BRIGADE_CPU_VEC");
   /* AVX-512 only when asked: on a Xeon (Emerald Rapids) its 16-lane loops made the step's GEMMs
-   * about 10% slower, more than they saved (docs/benchmarks.md) */
+   * 9-20% slower, more than they saved (docs/benchmarks.md) */
   int cap = e && !strcmp(e, "sse") ? 4 : e && !strcmp(e, "avx512") ? 16 : 8;
   vec_in_use = cap >= 16 && __builtin_cpu_supports("avx512f") ? &kernels_cpu_vec_avx512
                : cap >= 8 && __builtin_cpu_supports("avx2")   ? &kernels_cpu_vec_avx2

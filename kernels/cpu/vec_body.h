@@ -1,8 +1,8 @@
 /* kernels/cpu/vec_body.h: the CPU table's vector loops (exp, softmax, GELU, LayerNorm, AdamW), written once for a
  * vector of VEC_W floats and compiled three times: vec_sse.c (VEC_W 4, x86-64's baseline SSE),
- * vec_avx2.c (VEC_W 8, every function marked target("avx2")) and vec_avx512.c (VEC_W 16,
- * target("avx512f")), the widest the CPU has chosen at run time; see kernels_cpu_vec in cpu.h.
- * Include it once per file, after defining VEC_W and VEC_TABLE.
+ * vec_avx2.c (VEC_W 8, every function marked target("avx2"), chosen at run time where the CPU
+ * has it) and vec_avx512.c (VEC_W 16, target("avx512f"), on request); see kernels_cpu_vec in
+ * cpu.h. Include it once per file, after defining VEC_W and VEC_TABLE.
  *
  * The builds give the same bits: each lane runs the same IEEE single-precision operations in the
  * same order (add, multiply, divide, square root, round-to-integer by a magic constant, integer

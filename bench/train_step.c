@@ -120,6 +120,35 @@ static void print_ops(double step_s, double gemm) {
   printf("  %-26s %9.2f ms %5.1f%% (the step measured, less the sum of its ops: %.2f ms)\n", "outside the ops",
          1e3 * (step_s - sum), 100 * (step_s - sum) / step_s, 1e3 * sum);
 }
+/* the split step's GEMMs by shape (kind: 'g' gemm, 'l' gemm_ld, 'f' a linear layer's forward,
+ * its bias and residual included): calls and time of each, in the last step */
+enum { SHAPE_MAX = 32 };
+typedef struct {
+  int M, N, K, ta, tb, kind, calls;
+  double s;
+} gemm_shape;
+static gemm_shape shape_s[SHAPE_MAX];
+static int nshapes;
+static void shape_add(int kind, int M, int N, int K, int ta, int tb, double s) {
+  int i = 0;
+  while (i < nshapes && !(shape_s[i].M == M && shape_s[i].N == N && shape_s[i].K == K && shape_s[i].ta == ta &&
+                          shape_s[i].tb == tb && shape_s[i].kind == kind))
+    i++;
+  if (i == SHAPE_MAX) return;
+  if (i == nshapes) shape_s[nshapes++] = (gemm_shape){M, N, K, ta, tb, kind, 0, 0};
+  shape_s[i].calls++, shape_s[i].s += s;
+}
+
+static void print_shapes(void) {
+  printf("the split step's GEMMs by shape (M N K, transposes; g gemm, l gemm_ld, f a linear forward, its bias and "
+         "residual included):\n");
+  for (int i = 0; i < nshapes; i++) {
+    const gemm_shape *g = &shape_s[i];
+    printf("  %c %6d %6d %6d %c%c  %3d calls %9.2f ms  %6.1f GFLOP/s\n", g->kind, g->M, g->N, g->K, g->ta ? 'T' : 'N',
+           g->tb ? 'T' : 'N', g->calls, 1e3 * g->s, 2.0 * g->M * g->N * g->K * g->calls / g->s / 1e9);
+  }
+}
+
 static void gemm_timed(float *c, const float *a, const float *b, int M, int N, int K, int ta, int tb, float al, float be) {
   if (!timing) {
     real_gemm(c, a, b, M, N, K, ta, tb, al, be);
@@ -129,8 +158,10 @@ static void gemm_timed(float *c, const float *a, const float *b, int M, int N, i
   double t = now();
   real_gemm(c, a, b, M, N, K, ta, tb, al, be);
   base->sync();
-  gemm_s += now() - t;
+  t = now() - t;
+  gemm_s += t;
   gemm_flops += 2.0 * M * N * K;
+  shape_add('g', M, N, K, ta, tb, t);
 }
 
 /* the LM head's products, on logits rows padded to 64 (gemm_ld): GEMMs */
@@ -144,8 +175,10 @@ static void gemm_ld_timed(float *c, const float *a, const float *b, int M, int N
   double t = now();
   base->gemm_ld(c, a, b, M, N, K, ta, tb, al, be, lda, ldb, ldc);
   base->sync();
-  gemm_s += now() - t;
+  t = now() - t;
+  gemm_s += t;
   gemm_flops += 2.0 * M * N * K;
+  shape_add('l', M, N, K, ta, tb, t);
 }
 
 /* a linear layer's forward (the product with its bias and residual, one op on the GPU): a GEMM */
@@ -158,8 +191,10 @@ static void linear_timed(float *o, const float *i, const float *w, const float *
   double t = now();
   base->linear_forward(o, i, w, b, r, N, C, OC);
   base->sync();
-  gemm_s += now() - t;
+  t = now() - t;
+  gemm_s += t;
   gemm_flops += 2.0 * N * C * OC;
+  shape_add('f', N, OC, C, 0, 1, t);
 }
 
 /* the median of the last sgemm_gflops's 5 calls: the rate a step's calls meet, more often than the best */
@@ -276,6 +311,7 @@ int main(int argc, char **argv) {
     timing = !split_apart || s > steps;
     gemm_s = gemm_flops = 0;
     for (int i = 0; i < nops; i++) op_s[i] = 0;
+    nshapes = 0;
     base->sync();
     double t = now();
     layers_chunk_forward(&ch, 0);
@@ -298,6 +334,7 @@ int main(int argc, char **argv) {
       printf("  step %d: %.3f s, %.0f tokens/s, GEMM %.1f%% of the step\n", s, t, N / t, 100 * gemm_s / t);
   }
   print_ops(last_t, last_gemm);
+  print_shapes();
   double tps = N * steps / total, per_token = 6.0 * P + 6.0 * L * m.C * m.T;
   const char *pk = getenv("BRIGADE_PEAK_TFLOPS");
   double peak = pk ? atof(pk) : strcmp(base->name, "cuda") == 0 ? 989.4 : 0;

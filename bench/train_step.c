@@ -201,6 +201,7 @@ static void linear_timed(float *o, const float *i, const float *w, const float *
 static double last_median;
 
 static double sgemm_gflops(int M, int N, int K) {
+  last_median = 0; /* also when the buffers cannot be had */
   float *ha = calloc((size_t)M * K, 4), *hb = calloc((size_t)K * N, 4);
   for (size_t i = 0; i < (size_t)M * K; i++) ha[i] = (float)(i % 7) * 0.1f;
   for (size_t i = 0; i < (size_t)K * N; i++) hb[i] = (float)(i % 5) * 0.1f;
